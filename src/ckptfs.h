@@ -1,0 +1,281 @@
+/*
+ * ckptfs.h - the public API of libckptfs.
+ *
+ * libckptfs stores distributed-training checkpoints as sharded, compressed
+ * data files plus a SQLite index (docs/FORMAT.md), and reads any byte range
+ * or hyper-rectangular region of any tensor back without decoding more than
+ * the frames it needs.
+ *
+ * Conventions:
+ *  - Every fallible call returns 0 (or a non-negative count) on success and a
+ *    negative errno value on failure.  When `err` is not NULL it receives the
+ *    same code and a message that names what failed (file, tensor, chunk,
+ *    frame, writer).  `err` may be NULL.
+ *  - Objects carry all state; the library has no mutable global state.
+ *  - A ckpt_reader may be used by many threads at once.  A ckpt_writer may be
+ *    shared by threads (calls are serialised inside); a ckpt_stream belongs
+ *    to one thread.
+ */
+#ifndef CKPTFS_H
+#define CKPTFS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The library is built with hidden visibility; this API is what it exports. */
+#pragma GCC visibility push(default)
+
+#define CKPT_VERSION_STRING "0.1.0"
+#define CKPT_FORMAT_VERSION 1
+/* The most dimensions a tensor may have (NumPy's limit). */
+#define CKPT_MAX_DIMS 32
+/* Default frame size: raw bytes per independently decodable frame. */
+#define CKPT_DEFAULT_FRAME_SIZE ((size_t)1 << 20)
+
+/* ------------------------------------------------------------------ errors */
+
+typedef struct ckpt_error {
+    int code;          /* negative errno; 0 when no error */
+    char msg[1024];    /* human-readable, names the object that failed */
+} ckpt_error;
+
+/* ------------------------------------------------------------------ dtypes */
+
+typedef enum ckpt_dtype {
+    CKPT_DTYPE_INVALID = 0,
+    CKPT_F64, CKPT_F32, CKPT_F16, CKPT_BF16, CKPT_F8E4M3, CKPT_F8E5M2,
+    CKPT_I64, CKPT_I32, CKPT_I16, CKPT_I8,
+    CKPT_U64, CKPT_U32, CKPT_U16, CKPT_U8,
+    CKPT_BOOL,
+    CKPT_BYTES,   /* an opaque byte object: a 1-D tensor of 1-byte items */
+    CKPT_DTYPE_COUNT
+} ckpt_dtype;
+
+/* Canonical short name ("f32", "bf16", "bytes"); "invalid" for bad values. */
+const char *ckpt_dtype_name(ckpt_dtype dt);
+/* Bytes per element; 0 for CKPT_DTYPE_INVALID. */
+size_t ckpt_dtype_size(ckpt_dtype dt);
+/* Parses canonical names and PyTorch/NumPy spellings: "float32",
+ * "torch.bfloat16", "<f4", "int64", "float8_e4m3fn", ...  Returns
+ * CKPT_DTYPE_INVALID for anything else. */
+ckpt_dtype ckpt_dtype_parse(const char *s);
+
+/* ------------------------------------------------------------------ codecs */
+
+/* Codec ids as stored per frame in the index.  Ids are never reused; a
+ * reader refuses a frame whose id it does not know, naming the id. */
+typedef enum ckpt_codec {
+    CKPT_CODEC_RAW = 0,
+    CKPT_CODEC_ZSTD = 1
+} ckpt_codec;
+
+const char *ckpt_codec_name(int codec);
+
+/* ------------------------------------------------------------------ writing */
+
+typedef struct ckpt_write_opts {
+    int codec;          /* CKPT_CODEC_RAW or CKPT_CODEC_ZSTD (default zstd) */
+    int level;          /* zstd level (default 1) */
+    size_t frame_size;  /* raw bytes per frame (default 1 MiB, min 4 KiB) */
+    int threads;        /* encoder threads; 0 = online CPUs */
+    int sync;           /* fdatasync shard and plan files (default 1) */
+} ckpt_write_opts;
+
+void ckpt_write_opts_init(ckpt_write_opts *o);
+
+/* One piece of a tensor: the hyper-rectangle [offsets, offsets+sizes) of a
+ * tensor of global shape `shape`, as row-major bytes at `data`. */
+typedef struct ckpt_piece {
+    const char *fqn;          /* dotted name, e.g. "model.layers.0.w" */
+    ckpt_dtype dtype;
+    int ndim;                 /* 0 for a scalar */
+    const int64_t *shape;     /* global shape, ndim entries */
+    const int64_t *offsets;   /* NULL means all zeros */
+    const int64_t *sizes;     /* NULL means the whole shape */
+    const void *data;         /* prod(sizes) * itemsize bytes, row-major */
+} ckpt_piece;
+
+/* A writer is one rank's (or one process's) stream into a checkpoint
+ * directory: it owns its shard file data/<name>.shard and its local plan
+ * .pending/<name>.plan.  Several writers, in one process or many, may write
+ * one checkpoint; ckpt_commit() then joins their plans. */
+typedef struct ckpt_writer ckpt_writer;
+typedef struct ckpt_stream ckpt_stream;
+
+/* Creates the checkpoint directory if needed.  Refuses a directory that is
+ * already committed (has index.db) and a writer name already in use. */
+int ckpt_writer_open(ckpt_writer **out, const char *dir, const char *name,
+                     const ckpt_write_opts *opts, ckpt_error *err);
+/* Writes one piece (validated for bounds and sizes; global consistency is
+ * checked at commit). */
+int ckpt_writer_put(ckpt_writer *w, const ckpt_piece *p, ckpt_error *err);
+/* Writes a byte object: a 1-D tensor of dtype bytes. */
+int ckpt_writer_put_bytes(ckpt_writer *w, const char *fqn, const void *data,
+                          size_t len, ckpt_error *err);
+/* Streams one piece: `desc->data` is ignored; the piece's bytes arrive in
+ * order through ckpt_stream_write; ckpt_stream_end checks that exactly the
+ * piece's byte count arrived and records the piece.  Memory in flight is
+ * bounded by a few frames per encoder thread, whatever the piece size. */
+int ckpt_writer_begin(ckpt_writer *w, const ckpt_piece *desc,
+                      ckpt_stream **out, ckpt_error *err);
+int ckpt_stream_write(ckpt_stream *s, const void *buf, size_t len,
+                      ckpt_error *err);
+int ckpt_stream_end(ckpt_stream *s, ckpt_error *err);   /* frees s */
+void ckpt_stream_abort(ckpt_stream *s);                 /* frees s */
+/* Sets a key/value pair of checkpoint metadata (e.g. "step"). */
+int ckpt_writer_set_meta(ckpt_writer *w, const char *key, const char *value,
+                         ckpt_error *err);
+/* Makes every recorded piece durable: syncs the shard, then appends the
+ * pieces to the local plan and syncs it. */
+int ckpt_writer_flush(ckpt_writer *w, ckpt_error *err);
+/* Flushes and frees the writer.  The writer is freed even on error. */
+int ckpt_writer_close(ckpt_writer *w, ckpt_error *err);
+/* Frees the writer without recording anything more. */
+void ckpt_writer_abort(ckpt_writer *w);
+
+typedef struct ckpt_commit_opts {
+    int expect_writers;  /* refuse unless exactly this many plans; 0 = any */
+    int sync;            /* fsync index and directory (default 1) */
+} ckpt_commit_opts;
+
+void ckpt_commit_opts_init(ckpt_commit_opts *o);
+
+/* Validates every local plan under dir/.pending with the planner (same
+ * dtype and shape per FQN, pieces in bounds, no partial overlap, full
+ * coverage; identical replicas kept once, and refused if their bytes
+ * differ), then writes dir/index.db atomically and removes .pending.  On
+ * error nothing is committed and the plans are left for inspection. */
+int ckpt_commit(const char *dir, const ckpt_commit_opts *opts,
+                ckpt_error *err);
+
+/* ------------------------------------------------------------------ reading */
+
+typedef struct ckpt_read_opts {
+    size_t cache_bytes;  /* decoded-frame cache (default 256 MiB) */
+    int threads;         /* decoder threads; 0 = online CPUs */
+    int prefetch;        /* frames decoded ahead of a sequential reader
+                            (default 4; 0 disables) */
+} ckpt_read_opts;
+
+void ckpt_read_opts_init(ckpt_read_opts *o);
+
+typedef struct ckpt_reader ckpt_reader;
+
+/* Opens a committed checkpoint.  Refuses, with a message saying which, a
+ * missing directory, a directory without index.db (not committed), and an
+ * index.db that is not a ckptfs index or is of a newer format. */
+int ckpt_reader_open(ckpt_reader **out, const char *dir,
+                     const ckpt_read_opts *opts, ckpt_error *err);
+void ckpt_reader_close(ckpt_reader *r);
+
+typedef struct ckpt_tensor_info {
+    const char *fqn;
+    ckpt_dtype dtype;
+    int ndim;
+    const int64_t *shape;
+    uint64_t numel;
+    uint64_t nbytes;        /* numel * itemsize: the size of its image */
+    uint64_t stored_bytes;  /* bytes its frames occupy in shard files */
+    size_t nchunks;
+    uint64_t nframes;
+    const char *codecs;     /* codecs its frames use: "zstd", "raw+zstd" */
+} ckpt_tensor_info;
+
+typedef struct ckpt_chunk_info {
+    const int64_t *offsets;
+    const int64_t *sizes;
+    const char *file;       /* shard path relative to the checkpoint */
+    uint64_t nframes;
+    uint64_t raw_bytes;
+    uint64_t stored_bytes;
+} ckpt_chunk_info;
+
+typedef struct ckpt_frame_info {
+    uint64_t file_offset;
+    uint64_t stored_size;
+    uint64_t raw_offset;    /* within the chunk's row-major image */
+    uint64_t raw_size;
+    int codec;
+    uint64_t checksum;      /* XXH3-64 of the raw bytes */
+} ckpt_frame_info;
+
+/* Tensors are listed in FQN order. */
+size_t ckpt_reader_count(const ckpt_reader *r);
+int ckpt_reader_info(const ckpt_reader *r, size_t idx, ckpt_tensor_info *out);
+/* Index of `fqn`, or -ENOENT. */
+long ckpt_reader_find(const ckpt_reader *r, const char *fqn);
+int ckpt_reader_chunk(const ckpt_reader *r, size_t idx, size_t chunk,
+                      ckpt_chunk_info *out);
+int ckpt_reader_frame(ckpt_reader *r, size_t idx, size_t chunk, uint64_t frame,
+                      ckpt_frame_info *out, ckpt_error *err);
+
+/* Key/value metadata, in key order. */
+size_t ckpt_reader_meta_count(const ckpt_reader *r);
+int ckpt_reader_meta_at(const ckpt_reader *r, size_t i, const char **key,
+                        const char **value);
+/* Value for `key`, or NULL. */
+const char *ckpt_reader_meta_get(const ckpt_reader *r, const char *key);
+
+/* Reads bytes [off, off+len) of tensor idx's row-major image into dst.
+ * Returns the number of bytes read (short only at the end of the image). */
+int64_t ckpt_read(ckpt_reader *r, size_t idx, void *dst, uint64_t off,
+                  uint64_t len, ckpt_error *err);
+/* Reads the region [offsets, offsets+sizes) of tensor idx into dst, stored
+ * row-major (prod(sizes) * itemsize bytes).  This is also how M ranks load
+ * what N ranks saved. */
+int ckpt_read_region(ckpt_reader *r, size_t idx, const int64_t *offsets,
+                     const int64_t *sizes, void *dst, ckpt_error *err);
+
+typedef struct ckpt_fault {
+    const char *fqn;
+    long chunk;             /* -1 when the fault is not in one chunk */
+    long frame;             /* -1 when the fault is not in one frame */
+    const char *file;       /* shard file, or NULL */
+    uint64_t file_offset;
+    const char *msg;
+} ckpt_fault;
+
+typedef void (*ckpt_fault_fn)(void *arg, const ckpt_fault *fault);
+
+/* Decodes and checks every frame of every tensor and the coverage of every
+ * tensor by its chunks.  Calls fn once per fault; `progress` (may be NULL)
+ * after each frame with bytes checked so far.  Returns the number of faults
+ * (0 = intact), or a negative error if verification could not run. */
+int64_t ckpt_verify(ckpt_reader *r, ckpt_fault_fn fn, void *arg,
+                    void (*progress)(void *arg, uint64_t done, uint64_t total),
+                    ckpt_error *err);
+
+typedef struct ckpt_stats {
+    uint64_t frames_decoded;
+    uint64_t cache_hits;
+    uint64_t cache_misses;
+    uint64_t bytes_read;     /* read from shard files */
+    uint64_t bytes_served;   /* delivered to callers */
+} ckpt_stats;
+
+void ckpt_reader_stats(const ckpt_reader *r, ckpt_stats *out);
+
+/* ------------------------------------------------------------------ dirs */
+
+typedef enum ckpt_dir_state {
+    CKPT_DIR_NONE = 0,       /* neither a checkpoint nor a save in progress */
+    CKPT_DIR_COMMITTED = 1,  /* has index.db */
+    CKPT_DIR_PENDING = 2     /* has .pending/ or data/ but no index.db */
+} ckpt_dir_state;
+
+/* Classifies a directory without opening its index. */
+ckpt_dir_state ckpt_dir_probe(const char *dir);
+
+/* Version of the library, e.g. "0.1.0". */
+const char *ckpt_version(void);
+
+#pragma GCC visibility pop
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CKPTFS_H */

@@ -1,0 +1,53 @@
+/*
+ * codec.h - encoding and decoding one frame, and its checksum.
+ *
+ * A frame is at most the frame size of raw bytes, cut on an element
+ * boundary, coded with one codec (raw or zstd; ids in ckptfs.h, never
+ * reused), and carries the XXH3-64 of its raw bytes.  A zstd-coded frame is
+ * one standard zstd frame with its content size recorded.
+ */
+#ifndef CKPT_CODEC_H
+#define CKPT_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "ckptfs.h"
+
+/* Per-thread scratch state (zstd contexts).  Not shared between threads. */
+typedef struct ckpt_codec_ctx ckpt_codec_ctx;
+
+ckpt_codec_ctx *ckpt_codec_ctx_new(void);   /* NULL on out of memory */
+void ckpt_codec_ctx_free(ckpt_codec_ctx *c);
+
+/* Room an encoded frame of raw_n bytes may need. */
+size_t ckpt_codec_bound(size_t raw_n);
+
+/* XXH3-64 of buf. */
+uint64_t ckpt_checksum(const void *buf, size_t n);
+
+/* 1 when this build can decode codec id `codec`. */
+int ckpt_codec_known(int codec);
+
+/* Parses "raw", "zstd" or "zstd:LEVEL" (LEVEL 1..22, negative for fast
+ * modes down to -7).  Returns 0 or -EINVAL naming the text. */
+int ckpt_codec_parse(const char *s, int *codec, int *level, ckpt_error *err);
+
+/* Encodes src[0..n) with `codec` at `level` into dst (cap bytes, at least
+ * ckpt_codec_bound(n)).  itemsize is the dtype's element size (for codecs
+ * that group bytes; ignored by raw and zstd).  On return *out_codec is the
+ * codec actually used: CKPT_CODEC_RAW when compression does not save at
+ * least 1/32 of the bytes, in which case dst is untouched and the caller
+ * stores src as is (*out_n == n).  Returns 0 or a negative errno. */
+int ckpt_codec_encode(ckpt_codec_ctx *c, int codec, int level,
+                      size_t itemsize, const void *src, size_t n, void *dst,
+                      size_t cap, size_t *out_n, int *out_codec,
+                      ckpt_error *err);
+
+/* Decodes a frame stored with `codec` (src, stored_n bytes) into exactly
+ * raw_n bytes at dst.  -EIO when the stream is corrupt or decodes to a
+ * different length, -ENOTSUP for an unknown codec id. */
+int ckpt_codec_decode(ckpt_codec_ctx *c, int codec, const void *src,
+                      size_t stored_n, void *dst, size_t raw_n,
+                      ckpt_error *err);
+
+#endif

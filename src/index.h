@@ -1,0 +1,105 @@
+/*
+ * index.h - the SQLite files of a checkpoint.
+ *
+ *  - index.db, the committed global metadata (schema in docs/FORMAT.md):
+ *    written once from a global plan in one transaction, then opened
+ *    read-only with immutable=1.
+ *  - .pending/<writer>.plan, a writer's local plan: the pieces it wrote,
+ *    with their frames, and its metadata; appended durably as pieces close.
+ *
+ * Both identify themselves with PRAGMA application_id and carry the format
+ * version in PRAGMA user_version.
+ */
+#ifndef CKPT_INDEX_H
+#define CKPT_INDEX_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "model.h"
+#include "plan.h"
+
+#define CKPT_INDEX_APP_ID 0x636b7074   /* "ckpt" */
+#define CKPT_PLAN_APP_ID  0x636b706c   /* "ckpl" */
+
+/* ---- committed index ---- */
+
+/* Writes a new index at `path` (which must not exist) holding the kept
+ * pieces of `plan` as chunks, their frames, the shard files they use
+ * (with sizes taken by stat() under `ckpt_dir`), and the metadata `meta`
+ * (nmeta entries).  One transaction; when `sync`, synchronous=FULL and the
+ * file is fsynced before returning. */
+int ckpt_index_write(const char *path, const char *ckpt_dir,
+                     const ckpt_piece_rec *pieces, const ckpt_plan *plan,
+                     const ckpt_kv *meta, size_t nmeta, int sync,
+                     ckpt_error *err);
+
+/* A read-only handle on a committed index.  Safe for use by one thread at a
+ * time (callers serialise). */
+typedef struct ckpt_index ckpt_index;
+
+typedef struct ckpt_index_chunk {
+    int64_t id;             /* chunks.id */
+    int64_t offsets[CKPT_MAX_DIMS];
+    int64_t sizes[CKPT_MAX_DIMS];
+    int file;               /* index into ckpt_index_data.files */
+    uint64_t nframes, raw_bytes, stored_bytes;
+} ckpt_index_chunk;
+
+typedef struct ckpt_index_tensor {
+    int64_t id;
+    char *fqn;
+    ckpt_dtype dtype;
+    int ndim;
+    int64_t shape[CKPT_MAX_DIMS];
+    uint64_t nbytes, stored_bytes, nframes;
+    unsigned codec_mask;    /* bit c set when some frame uses codec c */
+    ckpt_index_chunk *chunks;   /* in row-major order of their offsets */
+    size_t nchunks;
+} ckpt_index_tensor;
+
+typedef struct ckpt_index_file {
+    char *path;             /* relative to the checkpoint dir */
+    uint64_t size;          /* recorded size at commit */
+} ckpt_index_file;
+
+typedef struct ckpt_index_data {
+    ckpt_index_tensor *tensors;  /* sorted by fqn (strcmp) */
+    size_t ntensors;
+    ckpt_index_file *files;
+    size_t nfiles;
+    ckpt_kv *meta;               /* sorted by key */
+    size_t nmeta;
+} ckpt_index_data;
+
+/* Opens `path` read-only (immutable=1).  Refuses with a clear message a
+ * file that is not SQLite, a SQLite file whose application_id is not
+ * ckptfs's, and a user_version newer than CKPT_FORMAT_VERSION (-ENOTSUP). */
+int ckpt_index_open(ckpt_index **out, const char *path, ckpt_error *err);
+void ckpt_index_close(ckpt_index *ix);
+/* Loads tensors, chunks (without frames), files and metadata. */
+int ckpt_index_load(ckpt_index *ix, ckpt_index_data *out, ckpt_error *err);
+void ckpt_index_data_free(ckpt_index_data *d);
+/* Loads the frames of chunk `chunk_id` in order into a malloc'd array.
+ * Checks they tile the chunk's raw bytes exactly (-EIO otherwise). */
+int ckpt_index_load_frames(ckpt_index *ix, int64_t chunk_id,
+                           uint64_t expect_frames, uint64_t raw_bytes,
+                           ckpt_frame_rec **frames, ckpt_error *err);
+
+/* ---- local plans ---- */
+
+typedef struct ckpt_planfile ckpt_planfile;
+
+/* Creates `path` (must not exist) for `writer`. */
+int ckpt_planfile_create(ckpt_planfile **out, const char *path,
+                         const char *writer, int sync, ckpt_error *err);
+/* Appends pieces (with frames) and metadata in one durable transaction. */
+int ckpt_planfile_append(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
+                         size_t npieces, const ckpt_kv *meta, size_t nmeta,
+                         ckpt_error *err);
+void ckpt_planfile_close(ckpt_planfile *pf);
+/* Reads a whole plan file, appending its pieces and metadata to m (each
+ * piece's and kv's writer set to the plan's writer name).  Refuses files
+ * that are not ckptfs plans. */
+int ckpt_planfile_read(const char *path, ckpt_manifest *m, ckpt_error *err);
+
+#endif

@@ -51,7 +51,20 @@ int ckpt_err_wrap(ckpt_error *err, int code, const char *fmt, ...)
     memcpy(old, err->msg, sizeof old);
     if (err->code == 0)
         err->code = code;
-    snprintf(err->msg, sizeof err->msg, "%s: %s", ctx, old);
+    /* "<ctx>: <old>", truncated to fit. */
+    size_t cap = sizeof err->msg - 1, n = strlen(ctx);
+    if (n > cap)
+        n = cap;
+    memcpy(err->msg, ctx, n);
+    if (n + 2 <= cap) {
+        memcpy(err->msg + n, ": ", 2);
+        n += 2;
+    }
+    size_t m = strlen(old);
+    if (m > cap - n)
+        m = cap - n;
+    memcpy(err->msg + n, old, m);
+    err->msg[n + m] = '\0';
     return err->code;
 }
 

@@ -1,0 +1,260 @@
+/*
+ * commit.c - the commit protocol: join the local plans that writers left in
+ * <dir>/.pending, validate them with the planner, and publish index.db
+ * atomically (index.db.tmp written and synced in one transaction, linked to
+ * index.db so that of two committers only one can win, directory synced,
+ * .pending removed).  On any error nothing is published.
+ */
+#include "ckptfs.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "fileio.h"
+#include "index.h"
+#include "model.h"
+#include "plan.h"
+
+void ckpt_commit_opts_init(ckpt_commit_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->sync = 1;
+}
+
+typedef struct name_list {
+    char **v;
+    size_t n, cap;
+} name_list;
+
+static void names_free(name_list *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i]);
+    free(l->v);
+}
+
+static int names_add(name_list *l, const char *s)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        char **v = realloc(l->v, cap * sizeof *v);
+        if (!v)
+            return -ENOMEM;
+        l->v = v;
+        l->cap = cap;
+    }
+    if (!(l->v[l->n] = strdup(s)))
+        return -ENOMEM;
+    l->n++;
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n > m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* Lists the *.plan files of `pending`, sorted. */
+static int list_plans(const char *pending, name_list *out, ckpt_error *err)
+{
+    DIR *d = opendir(pending);
+    if (!d) {
+        if (errno == ENOENT)
+            return 0;
+        return ckpt_err_sys(err, -errno, "cannot list %s", pending);
+    }
+    struct dirent *e;
+    int rc = 0;
+    while (rc == 0 && (e = readdir(d)))
+        if (e->d_name[0] != '.' && ends_with(e->d_name, ".plan"))
+            rc = names_add(out, e->d_name);
+    closedir(d);
+    if (rc)
+        return ckpt_err(err, rc, "out of memory");
+    if (out->n > 1)
+        qsort(out->v, out->n, sizeof *out->v, cmp_str);
+    return 0;
+}
+
+static int read_plans(const char *pending, const name_list *plans,
+                      ckpt_manifest *m, ckpt_error *err)
+{
+    char path[4096];
+    for (size_t i = 0; i < plans->n; i++) {
+        int rc = ckpt_path_join(path, sizeof path, pending, plans->v[i], err);
+        if (rc == 0)
+            rc = ckpt_planfile_read(path, m, err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* Reduces the metadata of all writers to one value per key, refusing keys
+ * set to different values by different writers. */
+static int merge_meta(const ckpt_manifest *in, ckpt_manifest *out,
+                      ckpt_error *err)
+{
+    for (size_t i = 0; i < in->nmeta; i++) {
+        const ckpt_kv *kv = &in->meta[i];
+        const char *have = ckpt_manifest_get_meta(out, kv->key);
+        if (have && strcmp(have, kv->value) != 0) {
+            const char *first = "?";
+            for (size_t j = 0; j < out->nmeta; j++)
+                if (strcmp(out->meta[j].key, kv->key) == 0 &&
+                    out->meta[j].writer)
+                    first = out->meta[j].writer;
+            return ckpt_err(err, -EINVAL,
+                            "metadata '%s' is '%s' (writer %s) but '%s' "
+                            "(writer %s)", kv->key, have, first, kv->value,
+                            kv->writer ? kv->writer : "?");
+        }
+        if (!have && ckpt_manifest_set_meta(out, kv->key, kv->value,
+                                            kv->writer))
+            return ckpt_err(err, -ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+static int add_system_meta(ckpt_manifest *meta, size_t writers,
+                           ckpt_error *err)
+{
+    char created[64], nbuf[32], fmt[16];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    snprintf(nbuf, sizeof nbuf, "%zu", writers);
+    snprintf(fmt, sizeof fmt, "%d", CKPT_FORMAT_VERSION);
+    if (ckpt_manifest_set_meta(meta, "format_version", fmt, NULL) ||
+        ckpt_manifest_set_meta(meta, "created", created, NULL) ||
+        ckpt_manifest_set_meta(meta, "producer", "ckptfs " CKPT_VERSION_STRING,
+                               NULL) ||
+        ckpt_manifest_set_meta(meta, "world_size", nbuf, NULL))
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    return 0;
+}
+
+/* Links tmp to final (fails with -EEXIST if a checkpoint was committed
+ * meanwhile), then removes tmp and syncs the directory. */
+static int publish(const char *dir, const char *tmp, const char *final,
+                   int sync, ckpt_error *err)
+{
+    if (link(tmp, final) != 0) {
+        int e = errno;
+        unlink(tmp);
+        if (e == EEXIST)
+            return ckpt_err(err, -EEXIST, "%s was committed by someone "
+                            "else meanwhile", dir);
+        return ckpt_err_sys(err, -e, "cannot publish %s", final);
+    }
+    if (unlink(tmp) != 0)
+        return ckpt_err_sys(err, -errno, "cannot remove %s", tmp);
+    return sync ? ckpt_fsync_dir(dir, err) : 0;
+}
+
+/* Everything under the commit lock. */
+static int commit_locked(const char *dir, const char *pending,
+                         const ckpt_commit_opts *o, ckpt_error *err)
+{
+    char tmp[4096], final[4096];
+    name_list plans = { 0 };
+    ckpt_manifest all, meta;
+    ckpt_plan plan = { 0 };
+    ckpt_manifest_init(&all);
+    ckpt_manifest_init(&meta);
+    int rc = ckpt_path_join(final, sizeof final, dir, "index.db", err);
+    if (rc == 0)
+        rc = ckpt_path_join(tmp, sizeof tmp, dir, "index.db.tmp", err);
+    if (rc == 0 && access(final, F_OK) == 0)
+        rc = ckpt_err(err, -EEXIST, "%s is already committed", dir);
+    if (rc == 0)
+        rc = list_plans(pending, &plans, err);
+    if (rc == 0 && plans.n == 0)
+        rc = ckpt_err(err, -EINVAL, "%s: no writer plans in .pending/: "
+                      "nothing to commit", dir);
+    if (rc == 0 && o->expect_writers > 0 &&
+        plans.n != (size_t)o->expect_writers)
+        rc = ckpt_err(err, -EINVAL, "%s: expected %d writer plans, found "
+                      "%zu", dir, o->expect_writers, plans.n);
+    if (rc == 0)
+        rc = read_plans(pending, &plans, &all, err);
+    if (rc == 0)
+        rc = merge_meta(&all, &meta, err);
+    if (rc == 0)
+        rc = add_system_meta(&meta, plans.n, err);
+    ckpt_plan_opts popts = { .check_replica_hashes = 1 };
+    if (rc == 0)
+        rc = ckpt_plan_build(all.pieces, all.npieces, &popts, &plan, err);
+    if (rc == 0) {
+        unlink(tmp);   /* left by a committer that died; we hold the lock */
+        rc = ckpt_index_write(tmp, dir, all.pieces, &plan, meta.meta,
+                              meta.nmeta, o->sync, err);
+        if (rc)
+            unlink(tmp);
+    }
+    if (rc == 0)
+        rc = publish(dir, tmp, final, o->sync, err);
+    ckpt_plan_free(&plan);
+    ckpt_manifest_free(&all);
+    ckpt_manifest_free(&meta);
+    names_free(&plans);
+    return rc;
+}
+
+int ckpt_commit(const char *dir, const ckpt_commit_opts *opts,
+                ckpt_error *err)
+{
+    ckpt_commit_opts o;
+    char pending[4096], lock[4096];
+    if (opts)
+        o = *opts;
+    else
+        ckpt_commit_opts_init(&o);
+    int rc = ckpt_path_join(pending, sizeof pending, dir, ".pending", err);
+    if (rc == 0)
+        rc = ckpt_path_join(lock, sizeof lock, pending, "commit.lock", err);
+    if (rc)
+        return rc;
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        if (errno == ENOENT && access(dir, F_OK) == 0) {
+            char idx[4096];
+            if (ckpt_path_join(idx, sizeof idx, dir, "index.db", NULL) == 0 &&
+                access(idx, F_OK) == 0)
+                return ckpt_err(err, -EEXIST, "%s is already committed", dir);
+            return ckpt_err(err, -EINVAL, "%s: no .pending/ directory: "
+                            "nothing to commit", dir);
+        }
+        return ckpt_err_sys(err, -errno, "cannot open %s", lock);
+    }
+    if (flock(fd, LOCK_EX) != 0) {
+        rc = ckpt_err_sys(err, -errno, "cannot lock %s", lock);
+        close(fd);
+        return rc;
+    }
+    rc = commit_locked(dir, pending, &o, err);
+    /* Once index.db exists the plans are history. */
+    if (rc == 0) {
+        ckpt_error rerr = { 0 };
+        if (ckpt_remove_tree(pending, &rerr) == 0 && o.sync)
+            ckpt_fsync_dir(dir, NULL);
+    }
+    close(fd);
+    return rc;
+}

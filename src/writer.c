@@ -1,0 +1,637 @@
+/*
+ * writer.c - one writer's stream into a checkpoint directory.
+ *
+ * A writer owns data/<name>.shard and .pending/<name>.plan.  Each piece is
+ * cut into frames of at most the frame size (on element boundaries); frames
+ * are checksummed and encoded on the writer's thread pool while the caller
+ * goes on, and appended to the shard in order.  Memory in flight is bounded
+ * by a ring of (2 * threads + 2) frame slots per stream.  Closing a stream
+ * records the piece in memory; ckpt_writer_flush makes recorded pieces
+ * durable (shard fdatasync, then one plan-file transaction).
+ */
+#include "ckptfs.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include "codec.h"
+#include "error.h"
+#include "fileio.h"
+#include "index.h"
+#include "model.h"
+#include "plan.h"
+#include "pool.h"
+#include "shape.h"
+
+#define MIN_FRAME_SIZE 4096
+#define MAX_NAME_LEN 128
+
+struct ckpt_writer {
+    pthread_mutex_t mu;          /* guards everything below but opts/pool */
+    char *dir;
+    char *name;
+    char *shard_rel;             /* "data/<name>.shard" */
+    ckpt_shard *shard;
+    ckpt_planfile *plan;
+    ckpt_manifest pending;       /* recorded, not yet in the plan file */
+    ckpt_write_opts opts;
+    ckpt_pool *pool;
+    ckpt_codec_ctx **ctx;        /* one per pool worker */
+    int nworkers;
+    ckpt_error failure;          /* sticky: set once the shard is broken */
+};
+
+/* One frame in flight. */
+typedef struct slot {
+    struct ckpt_stream *s;
+    const unsigned char *src;    /* frame's raw bytes (own or borrowed) */
+    unsigned char *own;          /* owned copy buffer, frame size */
+    unsigned char *enc;          /* encoded output, codec bound */
+    size_t n, enc_n;
+    int codec;
+    uint64_t checksum;
+    int rc;
+    int done;
+    ckpt_error err;
+} slot;
+
+struct ckpt_stream {
+    ckpt_writer *w;
+    ckpt_piece_rec rec;
+    size_t itemsize, frame;
+    uint64_t received;
+    uint64_t raw_pos;            /* raw offset of the next frame submitted */
+    XXH3_state_t *hash;
+    slot *ring;
+    int depth;
+    uint64_t head, tail;         /* slots drained / submitted */
+    size_t fill;                 /* bytes copied into ring[tail] so far */
+    int borrowed;                /* submitted slots point into caller data */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int rc;                      /* first error, sticky */
+    ckpt_error err;
+};
+
+void ckpt_write_opts_init(ckpt_write_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->codec = CKPT_CODEC_ZSTD;
+    o->level = 1;
+    o->frame_size = CKPT_DEFAULT_FRAME_SIZE;
+    o->threads = 0;
+    o->sync = 1;
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+static int check_writer_name(const char *name, ckpt_error *err)
+{
+    size_t n = name ? strlen(name) : 0;
+    if (n == 0 || n > MAX_NAME_LEN || name[0] == '.')
+        return ckpt_err(err, -EINVAL,
+                        "writer name '%s' must be 1-%d characters of "
+                        "[A-Za-z0-9._-] not starting with '.'",
+                        name ? name : "", MAX_NAME_LEN);
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                 (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+        if (!ok)
+            return ckpt_err(err, -EINVAL,
+                            "writer name '%s' has a character outside "
+                            "[A-Za-z0-9._-]", name);
+    }
+    return 0;
+}
+
+static int validate_opts(const ckpt_write_opts *o, ckpt_error *err)
+{
+    if (!ckpt_codec_known(o->codec))
+        return ckpt_err(err, -EINVAL, "unknown codec id %d", o->codec);
+    if (o->frame_size < MIN_FRAME_SIZE || o->frame_size > ((size_t)1 << 30))
+        return ckpt_err(err, -EINVAL,
+                        "frame size %zu is outside [%d, 1 GiB]",
+                        o->frame_size, MIN_FRAME_SIZE);
+    return 0;
+}
+
+/* Returns the writer's sticky failure, if any. */
+static int writer_failed(ckpt_writer *w, ckpt_error *err)
+{
+    if (w->failure.code == 0)
+        return 0;
+    if (err)
+        *err = w->failure;
+    return w->failure.code;
+}
+
+static int make_layout(const char *dir, ckpt_error *err)
+{
+    char path[4096];
+    int rc = ckpt_mkdir(dir, err);
+    if (rc == 0)
+        rc = ckpt_path_join(path, sizeof path, dir, "data", err);
+    if (rc == 0)
+        rc = ckpt_mkdir(path, err);
+    if (rc == 0)
+        rc = ckpt_path_join(path, sizeof path, dir, ".pending", err);
+    if (rc == 0)
+        rc = ckpt_mkdir(path, err);
+    return rc;
+}
+
+static int refuse_committed(const char *dir, ckpt_error *err)
+{
+    char path[4096];
+    struct stat st;
+    int rc = ckpt_path_join(path, sizeof path, dir, "index.db", err);
+    if (rc)
+        return rc;
+    if (stat(path, &st) == 0)
+        return ckpt_err(err, -EEXIST,
+                        "%s is already a committed checkpoint (it has "
+                        "index.db); committed checkpoints are immutable",
+                        dir);
+    return 0;
+}
+
+static int open_files(ckpt_writer *w, ckpt_error *err)
+{
+    char rel[MAX_NAME_LEN + 32], path[4096];
+    snprintf(rel, sizeof rel, "data/%s.shard", w->name);
+    w->shard_rel = strdup(rel);
+    if (!w->shard_rel)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    int rc = ckpt_path_join(path, sizeof path, w->dir, rel, err);
+    if (rc == 0)
+        rc = ckpt_shard_create(&w->shard, path, err);
+    if (rc == -EEXIST)
+        return ckpt_err(err, rc, "writer name '%s' is already in use in %s "
+                        "(%s exists)", w->name, w->dir, rel);
+    if (rc)
+        return rc;
+    snprintf(rel, sizeof rel, ".pending/%s.plan", w->name);
+    rc = ckpt_path_join(path, sizeof path, w->dir, rel, err);
+    if (rc == 0)
+        rc = ckpt_planfile_create(&w->plan, path, w->name, w->opts.sync, err);
+    return rc;
+}
+
+static int make_workers(ckpt_writer *w, ckpt_error *err)
+{
+    int rc = ckpt_pool_create(&w->pool, w->opts.threads, err);
+    if (rc)
+        return rc;
+    w->nworkers = ckpt_pool_threads(w->pool);
+    w->ctx = calloc((size_t)w->nworkers, sizeof *w->ctx);
+    if (!w->ctx)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    for (int i = 0; i < w->nworkers; i++)
+        if (!(w->ctx[i] = ckpt_codec_ctx_new()))
+            return ckpt_err(err, -ENOMEM, "out of memory");
+    return 0;
+}
+
+static void writer_free(ckpt_writer *w)
+{
+    if (w->pool)
+        ckpt_pool_destroy(w->pool);
+    for (int i = 0; w->ctx && i < w->nworkers; i++)
+        ckpt_codec_ctx_free(w->ctx[i]);
+    free(w->ctx);
+    if (w->shard)
+        ckpt_shard_close(w->shard, NULL);
+    if (w->plan)
+        ckpt_planfile_close(w->plan);
+    ckpt_manifest_free(&w->pending);
+    pthread_mutex_destroy(&w->mu);
+    free(w->dir);
+    free(w->name);
+    free(w->shard_rel);
+    free(w);
+}
+
+/* ---------------------------------------------------------------- writer */
+
+int ckpt_writer_open(ckpt_writer **out, const char *dir, const char *name,
+                     const ckpt_write_opts *opts, ckpt_error *err)
+{
+    *out = NULL;
+    int rc = check_writer_name(name, err);
+    if (rc)
+        return rc;
+    ckpt_writer *w = calloc(1, sizeof *w);
+    if (!w)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    pthread_mutex_init(&w->mu, NULL);
+    ckpt_manifest_init(&w->pending);
+    if (opts)
+        w->opts = *opts;
+    else
+        ckpt_write_opts_init(&w->opts);
+    w->dir = strdup(dir);
+    w->name = strdup(name);
+    if (!w->dir || !w->name)
+        rc = ckpt_err(err, -ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = validate_opts(&w->opts, err);
+    if (rc == 0)
+        rc = refuse_committed(dir, err);
+    if (rc == 0)
+        rc = make_layout(dir, err);
+    if (rc == 0)
+        rc = open_files(w, err);
+    if (rc == 0)
+        rc = make_workers(w, err);
+    if (rc) {
+        writer_free(w);
+        return rc;
+    }
+    *out = w;
+    return 0;
+}
+
+int ckpt_writer_set_meta(ckpt_writer *w, const char *key, const char *value,
+                         ckpt_error *err)
+{
+    static const char *const reserved[] = {
+        "format_version", "created", "producer", "world_size", NULL
+    };
+    if (!key || !*key || !value)
+        return ckpt_err(err, -EINVAL, "metadata key and value must be "
+                        "non-empty strings");
+    for (int i = 0; reserved[i]; i++)
+        if (strcmp(key, reserved[i]) == 0)
+            return ckpt_err(err, -EINVAL, "metadata key '%s' is reserved "
+                            "(ckptfs sets it at commit)", key);
+    pthread_mutex_lock(&w->mu);
+    int rc = ckpt_manifest_set_meta(&w->pending, key, value, w->name);
+    pthread_mutex_unlock(&w->mu);
+    return rc ? ckpt_err(err, rc, "out of memory") : 0;
+}
+
+int ckpt_writer_flush(ckpt_writer *w, ckpt_error *err)
+{
+    pthread_mutex_lock(&w->mu);
+    int rc = writer_failed(w, err);
+    if (rc == 0 && w->opts.sync)
+        rc = ckpt_shard_sync(w->shard, err);
+    if (rc == 0 && (w->pending.npieces || w->pending.nmeta))
+        rc = ckpt_planfile_append(w->plan, w->pending.pieces,
+                                  w->pending.npieces, w->pending.meta,
+                                  w->pending.nmeta, err);
+    if (rc == 0) {
+        ckpt_manifest_free(&w->pending);
+    } else if (w->failure.code == 0 && err) {
+        w->failure = *err;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+int ckpt_writer_close(ckpt_writer *w, ckpt_error *err)
+{
+    int rc = ckpt_writer_flush(w, err);
+    ckpt_error cerr = { 0 };
+    /* Join the encoders before closing the files they feed. */
+    ckpt_pool_destroy(w->pool);
+    w->pool = NULL;
+    int crc = ckpt_shard_close(w->shard, &cerr);
+    w->shard = NULL;
+    if (rc == 0 && crc) {
+        rc = crc;
+        if (err)
+            *err = cerr;
+    }
+    writer_free(w);
+    return rc;
+}
+
+void ckpt_writer_abort(ckpt_writer *w)
+{
+    if (w)
+        writer_free(w);
+}
+
+/* ---------------------------------------------------------------- encode */
+
+static void encode_task(void *arg, int worker)
+{
+    slot *sl = arg;
+    ckpt_stream *s = sl->s;
+    ckpt_writer *w = s->w;
+    size_t out_n = 0;
+    int out_codec = CKPT_CODEC_RAW;
+    sl->checksum = ckpt_checksum(sl->src, sl->n);
+    sl->rc = 0;
+    if (w->opts.codec != CKPT_CODEC_RAW)
+        sl->rc = ckpt_codec_encode(w->ctx[worker], w->opts.codec,
+                                   w->opts.level, s->itemsize, sl->src,
+                                   sl->n, sl->enc, ckpt_codec_bound(sl->n),
+                                   &out_n, &out_codec, &sl->err);
+    sl->codec = out_codec;
+    sl->enc_n = out_codec == CKPT_CODEC_RAW ? sl->n : out_n;
+    pthread_mutex_lock(&s->mu);
+    sl->done = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void stream_fail(ckpt_stream *s, const ckpt_error *e)
+{
+    if (s->rc == 0) {
+        s->rc = e->code ? e->code : -EIO;
+        s->err = *e;
+    }
+}
+
+static void wait_slot(ckpt_stream *s, slot *sl)
+{
+    pthread_mutex_lock(&s->mu);
+    while (!sl->done)
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Appends the oldest slot's frame to the shard and records it. */
+static void drain_one(ckpt_stream *s)
+{
+    slot *sl = &s->ring[s->head % (uint64_t)s->depth];
+    ckpt_writer *w = s->w;
+    wait_slot(s, sl);
+    s->head++;
+    if (s->rc)
+        return;
+    if (sl->rc) {
+        stream_fail(s, &sl->err);
+        return;
+    }
+    ckpt_frame_rec f = {
+        .stored_size = sl->enc_n, .raw_offset = s->raw_pos,
+        .raw_size = sl->n, .checksum = sl->checksum, .codec = sl->codec,
+    };
+    const void *data = sl->codec == CKPT_CODEC_RAW ? sl->src : sl->enc;
+    ckpt_error e = { 0 };
+    pthread_mutex_lock(&w->mu);
+    int rc = writer_failed(w, &e);
+    if (rc == 0) {
+        rc = ckpt_shard_append(w->shard, data, sl->enc_n, &f.file_offset, &e);
+        if (rc)
+            w->failure = e;   /* the shard's tail is now unknown */
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (rc == 0 && ckpt_piece_add_frame(&s->rec, &f))
+        rc = ckpt_err(&e, -ENOMEM, "out of memory");
+    if (rc) {
+        stream_fail(s, &e);
+        return;
+    }
+    s->raw_pos += sl->n;
+    s->rec.stored_bytes += sl->enc_n;
+}
+
+static void drain_all(ckpt_stream *s)
+{
+    while (s->head < s->tail)
+        drain_one(s);
+    s->borrowed = 0;
+}
+
+/* Hands ring[tail] (holding n bytes at src) to the pool. */
+static void submit_slot(ckpt_stream *s, const unsigned char *src, size_t n)
+{
+    slot *sl = &s->ring[s->tail % (uint64_t)s->depth];
+    sl->src = src;
+    sl->n = n;
+    sl->done = 0;
+    XXH3_64bits_update(s->hash, src, n);
+    s->tail++;
+    s->fill = 0;
+    if (ckpt_pool_submit(s->w->pool, encode_task, sl)) {
+        ckpt_error e;
+        ckpt_err(&e, -ENOMEM, "out of memory queueing a frame");
+        sl->done = 1;
+        sl->rc = e.code;
+        sl->err = e;
+    }
+    if (s->tail - s->head == (uint64_t)s->depth)
+        drain_one(s);
+}
+
+static int alloc_ring(ckpt_stream *s, ckpt_error *err)
+{
+    s->depth = 2 * ckpt_pool_threads(s->w->pool) + 2;
+    s->ring = calloc((size_t)s->depth, sizeof *s->ring);
+    if (!s->ring)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    for (int i = 0; i < s->depth; i++) {
+        s->ring[i].s = s;
+        s->ring[i].done = 1;
+        s->ring[i].own = malloc(s->frame);
+        s->ring[i].enc = malloc(ckpt_codec_bound(s->frame));
+        if (!s->ring[i].own || !s->ring[i].enc)
+            return ckpt_err(err, -ENOMEM, "out of memory for frame buffers");
+    }
+    return 0;
+}
+
+static void stream_free(ckpt_stream *s)
+{
+    for (int i = 0; s->ring && i < s->depth; i++) {
+        free(s->ring[i].own);
+        free(s->ring[i].enc);
+    }
+    free(s->ring);
+    if (s->hash)
+        XXH3_freeState(s->hash);
+    ckpt_piece_clear(&s->rec);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}
+
+/* ---------------------------------------------------------------- streams */
+
+static int fill_record(ckpt_writer *w, const ckpt_piece *d, ckpt_piece_rec *r,
+                       ckpt_error *err)
+{
+    if (d->ndim < 0 || d->ndim > CKPT_MAX_DIMS)
+        return ckpt_err(err, -EINVAL, "tensor '%s': %d dimensions (at most "
+                        "%d)", d->fqn ? d->fqn : "", d->ndim, CKPT_MAX_DIMS);
+    r->dtype = d->dtype;
+    r->ndim = d->ndim;
+    for (int i = 0; i < d->ndim; i++) {
+        r->shape[i] = d->shape[i];
+        r->offsets[i] = d->offsets ? d->offsets[i] : 0;
+        r->sizes[i] = d->sizes ? d->sizes[i] : d->shape[i];
+    }
+    r->fqn = strdup(d->fqn ? d->fqn : "");
+    r->file = strdup(w->shard_rel);
+    r->writer = strdup(w->name);
+    if (!r->fqn || !r->file || !r->writer)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    int rc = ckpt_plan_check_piece(r, err);
+    if (rc)
+        return rc;
+    return ckpt_shape_nbytes(r->dtype, r->ndim, r->sizes, &r->raw_bytes,
+                             r->fqn, err);
+}
+
+int ckpt_writer_begin(ckpt_writer *w, const ckpt_piece *desc,
+                      ckpt_stream **out, ckpt_error *err)
+{
+    *out = NULL;
+    pthread_mutex_lock(&w->mu);
+    int rc = writer_failed(w, err);
+    pthread_mutex_unlock(&w->mu);
+    if (rc)
+        return rc;
+    ckpt_stream *s = calloc(1, sizeof *s);
+    if (!s)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    s->w = w;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    rc = fill_record(w, desc, &s->rec, err);
+    if (rc == 0) {
+        s->itemsize = ckpt_dtype_size(s->rec.dtype);
+        s->frame = w->opts.frame_size - w->opts.frame_size % s->itemsize;
+        s->hash = XXH3_createState();
+        if (!s->hash || XXH3_64bits_reset(s->hash) != XXH_OK)
+            rc = ckpt_err(err, -ENOMEM, "out of memory");
+    }
+    if (rc == 0)
+        rc = alloc_ring(s, err);
+    if (rc) {
+        stream_free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+static int stream_error(ckpt_stream *s, ckpt_error *err)
+{
+    if (err)
+        *err = s->err;
+    return s->rc;
+}
+
+int ckpt_stream_write(ckpt_stream *s, const void *buf, size_t len,
+                      ckpt_error *err)
+{
+    const unsigned char *p = buf;
+    if (s->rc)
+        return stream_error(s, err);
+    if (len > s->rec.raw_bytes - s->received)
+        return ckpt_err(err, -EINVAL, "tensor '%s': piece holds %llu bytes; "
+                        "writing %zu more after %llu is past its end",
+                        s->rec.fqn, (unsigned long long)s->rec.raw_bytes, len,
+                        (unsigned long long)s->received);
+    s->received += len;
+    while (len && !s->rc) {
+        if (s->fill == 0 && len >= s->frame) {
+            /* Whole frames straight from the caller's buffer. */
+            s->borrowed = 1;
+            submit_slot(s, p, s->frame);
+            p += s->frame;
+            len -= s->frame;
+            continue;
+        }
+        slot *sl = &s->ring[s->tail % (uint64_t)s->depth];
+        if (s->fill == 0)
+            wait_slot(s, sl);   /* the slot must be drained to reuse `own` */
+        size_t take = s->frame - s->fill;
+        if (take > len)
+            take = len;
+        memcpy(sl->own + s->fill, p, take);
+        s->fill += take;
+        p += take;
+        len -= take;
+        if (s->fill == s->frame)
+            submit_slot(s, sl->own, s->frame);
+    }
+    /* The caller may reuse buf once we return: finish frames borrowed it. */
+    if (s->borrowed)
+        drain_all(s);
+    return s->rc ? stream_error(s, err) : 0;
+}
+
+int ckpt_stream_end(ckpt_stream *s, ckpt_error *err)
+{
+    ckpt_writer *w = s->w;
+    if (s->rc == 0 && s->fill > 0) {
+        slot *sl = &s->ring[s->tail % (uint64_t)s->depth];
+        submit_slot(s, sl->own, s->fill);
+    }
+    drain_all(s);
+    int rc = s->rc;
+    if (rc)
+        stream_error(s, err);
+    else if (s->received != s->rec.raw_bytes)
+        rc = ckpt_err(err, -EINVAL, "tensor '%s': piece holds %llu bytes but "
+                      "%llu were written", s->rec.fqn,
+                      (unsigned long long)s->rec.raw_bytes,
+                      (unsigned long long)s->received);
+    if (rc == 0) {
+        s->rec.data_hash = XXH3_64bits_digest(s->hash);
+        pthread_mutex_lock(&w->mu);
+        ckpt_piece_rec *r = ckpt_manifest_add_piece(&w->pending);
+        if (r) {
+            *r = s->rec;   /* ownership moves to the manifest */
+            memset(&s->rec, 0, sizeof s->rec);
+        } else {
+            rc = ckpt_err(err, -ENOMEM, "out of memory");
+        }
+        pthread_mutex_unlock(&w->mu);
+    }
+    stream_free(s);
+    return rc;
+}
+
+void ckpt_stream_abort(ckpt_stream *s)
+{
+    if (!s)
+        return;
+    for (uint64_t i = s->head; i < s->tail; i++)
+        wait_slot(s, &s->ring[i % (uint64_t)s->depth]);
+    stream_free(s);
+}
+
+int ckpt_writer_put(ckpt_writer *w, const ckpt_piece *p, ckpt_error *err)
+{
+    ckpt_stream *s;
+    int rc = ckpt_writer_begin(w, p, &s, err);
+    if (rc)
+        return rc;
+    if (s->rec.raw_bytes && !p->data) {
+        ckpt_stream_abort(s);
+        return ckpt_err(err, -EINVAL, "tensor '%s': piece has no data",
+                        p->fqn);
+    }
+    if (s->rec.raw_bytes)
+        rc = ckpt_stream_write(s, p->data, s->rec.raw_bytes, err);
+    if (rc) {
+        ckpt_stream_abort(s);
+        return rc;
+    }
+    return ckpt_stream_end(s, err);
+}
+
+int ckpt_writer_put_bytes(ckpt_writer *w, const char *fqn, const void *data,
+                          size_t len, ckpt_error *err)
+{
+    int64_t shape = (int64_t)len;
+    ckpt_piece p = {
+        .fqn = fqn, .dtype = CKPT_BYTES, .ndim = 1, .shape = &shape,
+        .data = data,
+    };
+    return ckpt_writer_put(w, &p, err);
+}

@@ -1,0 +1,714 @@
+/*
+ * test_readwrite.c - end-to-end tests of the writer, commit and reader:
+ * random tensors cut into random grids by several writers, with random
+ * codecs and frame sizes, read back whole, by unaligned byte ranges and by
+ * random regions, and compared with a naive element-by-element reference;
+ * plus the error paths (planner refusals, corruption, uncommitted
+ * directories, wrong byte counts) and concurrent readers.
+ */
+#include <check.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckptfs.h"
+#include "fileio.h"
+
+/* ------------------------------------------------------------ helpers */
+
+typedef struct rng { uint64_t s; } rng;
+
+static uint64_t rnd(rng *r)
+{
+    r->s ^= r->s << 13;
+    r->s ^= r->s >> 7;
+    r->s ^= r->s << 17;
+    return r->s;
+}
+
+static int64_t rnd_in(rng *r, int64_t lo, int64_t hi)   /* [lo, hi] */
+{
+    return lo + (int64_t)(rnd(r) % (uint64_t)(hi - lo + 1));
+}
+
+static char *make_tmpdir(void)
+{
+    char *d = strdup("/tmp/ckpt-rw-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(d));
+    return d;
+}
+
+static void remove_tmpdir(char *d)
+{
+    ck_assert_int_eq(ckpt_remove_tree(d, NULL), 0);
+    free(d);
+}
+
+static uint64_t numel_of(int ndim, const int64_t *s)
+{
+    uint64_t n = 1;
+    for (int i = 0; i < ndim; i++)
+        n *= (uint64_t)s[i];
+    return n;
+}
+
+/* Fills the global image: compressible or not, never constant. */
+static void fill_image(unsigned char *buf, uint64_t n, int compressible,
+                       rng *r)
+{
+    for (uint64_t i = 0; i < n; i++)
+        buf[i] = compressible ? (unsigned char)((i / 3) % 5)
+                              : (unsigned char)rnd(r);
+}
+
+/* Naive copy of a box out of a global row-major image, element by
+ * element, computing each element's coordinates: the reference. */
+static void naive_extract(const unsigned char *img, int ndim,
+                          const int64_t *shape, size_t isz,
+                          const int64_t *off, const int64_t *size,
+                          unsigned char *out)
+{
+    uint64_t n = numel_of(ndim, size);
+    int64_t idx[CKPT_MAX_DIMS];
+    for (uint64_t e = 0; e < n; e++) {
+        uint64_t rest = e;
+        for (int d = ndim - 1; d >= 0; d--) {
+            idx[d] = (int64_t)(rest % (uint64_t)size[d]) + off[d];
+            rest /= (uint64_t)size[d];
+        }
+        uint64_t g = 0;
+        for (int d = 0; d < ndim; d++)
+            g = g * (uint64_t)shape[d] + (uint64_t)idx[d];
+        memcpy(out + e * isz, img + g * isz, isz);
+    }
+}
+
+/* Splits [0, n) into k parts like numpy.array_split. */
+static void split_dim(int64_t n, int k, int part, int64_t *off, int64_t *sz)
+{
+    int64_t base = n / k, extra = n % k;
+    *off = part * base + (part < extra ? part : extra);
+    *sz = base + (part < extra ? 1 : 0);
+}
+
+static const ckpt_dtype dtypes[] = { CKPT_U8, CKPT_BF16, CKPT_F32, CKPT_I64,
+                                     CKPT_F16, CKPT_BOOL };
+
+typedef struct tensor_case {
+    char fqn[64];
+    ckpt_dtype dt;
+    int ndim;
+    int64_t shape[4];
+    int grid[4];
+    unsigned char *img;
+    uint64_t nbytes;
+} tensor_case;
+
+static void make_case(tensor_case *tc, int i, rng *r)
+{
+    snprintf(tc->fqn, sizeof tc->fqn, "model.layer%d.w", i);
+    tc->dt = dtypes[rnd(r) % (sizeof dtypes / sizeof *dtypes)];
+    tc->ndim = (int)rnd_in(r, 0, 4);
+    for (int d = 0; d < tc->ndim; d++) {
+        tc->shape[d] = rnd_in(r, 1, d == 0 ? 70 : 23);
+        if (rnd(r) % 23 == 0)
+            tc->shape[d] = 0;    /* an empty tensor now and then */
+        tc->grid[d] = (int)rnd_in(r, 1, 3);
+    }
+    tc->nbytes = numel_of(tc->ndim, tc->shape) * ckpt_dtype_size(tc->dt);
+    tc->img = malloc(tc->nbytes + 1);
+    fill_image(tc->img, tc->nbytes, (int)(rnd(r) & 1), r);
+}
+
+/* Writes every grid cell of tc as a piece, cell k by writer k % nw. */
+static void write_case(const tensor_case *tc, ckpt_writer **w, int nw)
+{
+    int ncell = 1;
+    for (int d = 0; d < tc->ndim; d++)
+        ncell *= tc->grid[d];
+    size_t isz = ckpt_dtype_size(tc->dt);
+    for (int k = 0; k < ncell; k++) {
+        int64_t off[4], sz[4];
+        int rest = k;
+        for (int d = tc->ndim - 1; d >= 0; d--) {
+            split_dim(tc->shape[d], tc->grid[d], rest % tc->grid[d], &off[d],
+                      &sz[d]);
+            rest /= tc->grid[d];
+        }
+        uint64_t n = numel_of(tc->ndim, sz);
+        if (n == 0 && k > 0)
+            continue;   /* empty pieces: one is enough */
+        unsigned char *buf = malloc(n * isz + 1);
+        naive_extract(tc->img, tc->ndim, tc->shape, isz, off, sz, buf);
+        ckpt_piece p = { tc->fqn, tc->dt, tc->ndim, tc->shape, off, sz, buf };
+        ckpt_error e;
+        ck_assert_msg(ckpt_writer_put(w[k % nw], &p, &e) == 0, "%s", e.msg);
+        free(buf);
+    }
+}
+
+static void commit_ok(const char *dir)
+{
+    ckpt_error e;
+    ck_assert_msg(ckpt_commit(dir, NULL, &e) == 0, "%s", e.msg);
+}
+
+static ckpt_reader *open_ok(const char *dir)
+{
+    ckpt_reader *r;
+    ckpt_error e;
+    ck_assert_msg(ckpt_reader_open(&r, dir, NULL, &e) == 0, "%s", e.msg);
+    return r;
+}
+
+static void check_byte_ranges(ckpt_reader *r, long t, const tensor_case *tc,
+                              rng *g)
+{
+    unsigned char *buf = malloc(tc->nbytes + 16);
+    ckpt_error e;
+    int64_t n = ckpt_read(r, (size_t)t, buf, 0, tc->nbytes + 5, &e);
+    ck_assert_msg(n == (int64_t)tc->nbytes, "%s: %s", tc->fqn, e.msg);
+    ck_assert(memcmp(buf, tc->img, tc->nbytes) == 0);
+    for (int k = 0; k < 20 && tc->nbytes; k++) {
+        uint64_t lo = rnd(g) % tc->nbytes;
+        uint64_t len = rnd(g) % (tc->nbytes - lo) + 1;
+        n = ckpt_read(r, (size_t)t, buf, lo, len, &e);
+        ck_assert_msg(n == (int64_t)len, "%s [%llu,+%llu): %s", tc->fqn,
+                      (unsigned long long)lo, (unsigned long long)len, e.msg);
+        ck_assert_msg(memcmp(buf, tc->img + lo, len) == 0, "%s bytes "
+                      "[%llu,+%llu) differ", tc->fqn,
+                      (unsigned long long)lo, (unsigned long long)len);
+    }
+    free(buf);
+}
+
+static void check_regions(ckpt_reader *r, long t, const tensor_case *tc,
+                          rng *g)
+{
+    size_t isz = ckpt_dtype_size(tc->dt);
+    unsigned char *got = malloc(tc->nbytes + 1), *want = malloc(tc->nbytes + 1);
+    for (int k = 0; k < 20; k++) {
+        int64_t off[4], sz[4];
+        for (int d = 0; d < tc->ndim; d++) {
+            off[d] = tc->shape[d] ? rnd_in(g, 0, tc->shape[d] - 1) : 0;
+            sz[d] = rnd_in(g, 0, tc->shape[d] - off[d]);
+        }
+        uint64_t n = numel_of(tc->ndim, sz) * isz;
+        ckpt_error e;
+        naive_extract(tc->img, tc->ndim, tc->shape, isz, off, sz, want);
+        ck_assert_msg(ckpt_read_region(r, (size_t)t, off, sz, got, &e) == 0,
+                      "%s: %s", tc->fqn, e.msg);
+        ck_assert_msg(memcmp(got, want, n) == 0, "%s region differs",
+                      tc->fqn);
+    }
+    free(got);
+    free(want);
+}
+
+/* ------------------------------------------------------------ tests */
+
+/* Random grids, dtypes, codecs, frame sizes and writer counts. */
+START_TEST(test_random_roundtrip)
+{
+    rng g = { 0x9e3779b97f4a7c15ull + (uint64_t)_i * 7919 };
+    char *dir = make_tmpdir();
+    char ck[4096];
+    snprintf(ck, sizeof ck, "%s/step-1", dir);
+    ckpt_write_opts o;
+    ckpt_write_opts_init(&o);
+    o.codec = rnd(&g) & 1 ? CKPT_CODEC_ZSTD : CKPT_CODEC_RAW;
+    o.frame_size = (size_t)rnd_in(&g, 4096, 9000);
+    o.threads = (int)rnd_in(&g, 1, 3);
+    int nw = (int)rnd_in(&g, 1, 4);
+    ckpt_writer *w[4];
+    ckpt_error e;
+    for (int k = 0; k < nw; k++) {
+        char name[16];
+        snprintf(name, sizeof name, "rank%d", k);
+        ck_assert_msg(ckpt_writer_open(&w[k], ck, name, &o, &e) == 0, "%s",
+                      e.msg);
+    }
+    enum { NT = 6 };
+    tensor_case tc[NT];
+    for (int i = 0; i < NT; i++) {
+        make_case(&tc[i], i, &g);
+        write_case(&tc[i], w, nw);
+    }
+    ck_assert_int_eq(ckpt_writer_set_meta(w[0], "step", "1", &e), 0);
+    for (int k = 0; k < nw; k++)
+        ck_assert_msg(ckpt_writer_close(w[k], &e) == 0, "%s", e.msg);
+    commit_ok(ck);
+    ckpt_reader *r = open_ok(ck);
+    ck_assert_uint_eq(ckpt_reader_count(r), NT);
+    ck_assert_str_eq(ckpt_reader_meta_get(r, "step"), "1");
+    for (int i = 0; i < NT; i++) {
+        long t = ckpt_reader_find(r, tc[i].fqn);
+        ck_assert_int_ge(t, 0);
+        ckpt_tensor_info ti;
+        ck_assert_int_eq(ckpt_reader_info(r, (size_t)t, &ti), 0);
+        ck_assert_int_eq(ti.dtype, tc[i].dt);
+        ck_assert_int_eq(ti.ndim, tc[i].ndim);
+        ck_assert_uint_eq(ti.nbytes, tc[i].nbytes);
+        check_byte_ranges(r, t, &tc[i], &g);
+        check_regions(r, t, &tc[i], &g);
+    }
+    ck_assert_int_eq(ckpt_verify(r, NULL, NULL, NULL, &e), 0);
+    ckpt_reader_close(r);
+    for (int i = 0; i < NT; i++)
+        free(tc[i].img);
+    remove_tmpdir(dir);
+}
+END_TEST
+
+/* A big 2-D tensor, dim-1 sharded, read by a resharded region and through
+ * the parallel path; checks frame counts and that frames are cut on
+ * element boundaries. */
+START_TEST(test_large_resharded)
+{
+    char *dir = make_tmpdir();
+    rng g = { 12345 };
+    int64_t shape[2] = { 512, 1000 };
+    size_t isz = 4;
+    uint64_t nb = 512 * 1000 * isz;
+    unsigned char *img = malloc(nb);
+    fill_image(img, nb, 1, &g);
+    ckpt_writer *w[2];
+    ckpt_error e;
+    ckpt_write_opts o;
+    ckpt_write_opts_init(&o);
+    o.frame_size = 65536 + 2;   /* not a multiple of 4: cut to 65536 */
+    for (int k = 0; k < 2; k++) {
+        char name[16];
+        snprintf(name, sizeof name, "rank%d", k);
+        ck_assert_int_eq(ckpt_writer_open(&w[k], dir, name, &o, &e), 0);
+        int64_t off[2] = { 0, 500 * k }, sz[2] = { 512, 500 };
+        unsigned char *buf = malloc(512 * 500 * isz);
+        naive_extract(img, 2, shape, isz, off, sz, buf);
+        ckpt_piece p = { "w", CKPT_F32, 2, shape, off, sz, buf };
+        ck_assert_msg(ckpt_writer_put(w[k], &p, &e) == 0, "%s", e.msg);
+        free(buf);
+        ck_assert_int_eq(ckpt_writer_close(w[k], &e), 0);
+    }
+    commit_ok(dir);
+    ckpt_reader *r = open_ok(dir);
+    ckpt_chunk_info ci;
+    ck_assert_int_eq(ckpt_reader_chunk(r, 0, 0, &ci), 0);
+    ck_assert_uint_eq(ci.nframes, (512 * 500 * 4 + 65535) / 65536);
+    ckpt_frame_info fi;
+    ck_assert_int_eq(ckpt_reader_frame(r, 0, 0, 0, &fi, &e), 0);
+    ck_assert_uint_eq(fi.raw_size, 65536);
+    unsigned char *got = malloc(nb), *want = malloc(nb);
+    ck_assert_int_eq(ckpt_read(r, 0, got, 0, nb, &e), (int64_t)nb);
+    ck_assert(memcmp(got, img, nb) == 0);
+    int64_t off[2] = { 100, 250 }, sz[2] = { 400, 500 };   /* spans both */
+    naive_extract(img, 2, shape, isz, off, sz, want);
+    ck_assert_int_eq(ckpt_read_region(r, 0, off, sz, got, &e), 0);
+    ck_assert(memcmp(got, want, 400 * 500 * isz) == 0);
+    ckpt_reader_close(r);
+    free(img);
+    free(got);
+    free(want);
+    remove_tmpdir(dir);
+}
+END_TEST
+
+/* Writes one 1-D f32 piece [off, off+sz) of a length-n tensor whose
+ * element i holds value i + bias, with writer w. */
+static int put_range(ckpt_writer *w, const char *fqn, int64_t n, int64_t off,
+                     int64_t sz, float bias, ckpt_error *e)
+{
+    float *v = malloc(sizeof(float) * (size_t)(sz + 1));
+    for (int64_t i = 0; i < sz; i++)
+        v[i] = (float)(off + i) + bias;
+    ckpt_piece p = { fqn, CKPT_F32, 1, &n, &off, &sz, v };
+    int rc = ckpt_writer_put(w, &p, e);
+    free(v);
+    return rc;
+}
+
+static void two_writers(const char *dir, int64_t a_off, int64_t a_sz,
+                        int64_t b_off, int64_t b_sz, float b_bias)
+{
+    ckpt_writer *a, *b;
+    ckpt_error e;
+    ck_assert_int_eq(ckpt_writer_open(&a, dir, "rank0", NULL, &e), 0);
+    ck_assert_int_eq(ckpt_writer_open(&b, dir, "rank1", NULL, &e), 0);
+    ck_assert_int_eq(put_range(a, "t", 100, a_off, a_sz, 0, &e), 0);
+    ck_assert_int_eq(put_range(b, "t", 100, b_off, b_sz, b_bias, &e), 0);
+    ck_assert_int_eq(ckpt_writer_close(a, &e), 0);
+    ck_assert_int_eq(ckpt_writer_close(b, &e), 0);
+}
+
+static void expect_commit_error(const char *dir, const char *w1,
+                                const char *w2)
+{
+    ckpt_error e;
+    char idx[4096];
+    ck_assert_int_eq(ckpt_commit(dir, NULL, &e), -EINVAL);
+    ck_assert_msg(strstr(e.msg, "'t'") && strstr(e.msg, w1) &&
+                  (!w2 || strstr(e.msg, w2)), "message: %s", e.msg);
+    snprintf(idx, sizeof idx, "%s/index.db", dir);
+    ck_assert_int_ne(access(idx, F_OK), 0);
+    ck_assert_int_eq(ckpt_dir_probe(dir), CKPT_DIR_PENDING);
+}
+
+START_TEST(test_planner_refusals)
+{
+    char *root = make_tmpdir();
+    char good[4096], dir[4096];
+    snprintf(good, sizeof good, "%s/step-1", root);
+    two_writers(good, 0, 50, 50, 50, 0);
+    commit_ok(good);
+    const struct { int64_t ao, as, bo, bs; float bias; const char *w2; }
+    cases[] = {
+        { 0, 60, 50, 50, 0, "rank1" },     /* partial overlap */
+        { 0, 40, 50, 50, 0, NULL },        /* gap */
+        { 0, 50, 0, 50, 1, "rank1" },      /* replica with other bytes */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        snprintf(dir, sizeof dir, "%s/bad-%zu", root, i);
+        two_writers(dir, cases[i].ao, cases[i].as, cases[i].bo, cases[i].bs,
+                    cases[i].bias);
+        expect_commit_error(dir, "rank0", cases[i].w2);
+    }
+    /* The earlier checkpoint is intact. */
+    ckpt_reader *r = open_ok(good);
+    float v[100];
+    ckpt_error e;
+    ck_assert_int_eq(ckpt_read(r, 0, v, 0, sizeof v, &e), (int64_t)sizeof v);
+    for (int i = 0; i < 100; i++)
+        ck_assert(v[i] == (float)i);
+    ck_assert_int_eq(ckpt_verify(r, NULL, NULL, NULL, &e), 0);
+    ckpt_reader_close(r);
+    remove_tmpdir(root);
+}
+END_TEST
+
+START_TEST(test_replicas_kept_once)
+{
+    char *dir = make_tmpdir();
+    two_writers(dir, 0, 100, 0, 100, 0);
+    commit_ok(dir);
+    ckpt_reader *r = open_ok(dir);
+    ckpt_tensor_info ti;
+    ck_assert_int_eq(ckpt_reader_info(r, 0, &ti), 0);
+    ck_assert_uint_eq(ti.nchunks, 1);
+    ckpt_reader_close(r);
+    remove_tmpdir(dir);
+}
+END_TEST
+
+START_TEST(test_scalar_and_empty)
+{
+    char *dir = make_tmpdir();
+    ckpt_writer *w;
+    ckpt_error e;
+    ck_assert_int_eq(ckpt_writer_open(&w, dir, "rank0", NULL, &e), 0);
+    double pi = 3.25;
+    ckpt_piece s = { "scalar", CKPT_F64, 0, NULL, NULL, NULL, &pi };
+    ck_assert_msg(ckpt_writer_put(w, &s, &e) == 0, "%s", e.msg);
+    int64_t shape[2] = { 0, 5 };
+    ckpt_piece em = { "empty", CKPT_F32, 2, shape, NULL, NULL, NULL };
+    ck_assert_msg(ckpt_writer_put(w, &em, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(ckpt_writer_put_bytes(w, "blob", "hello", 5, &e), 0);
+    ck_assert_int_eq(ckpt_writer_close(w, &e), 0);
+    commit_ok(dir);
+    ckpt_reader *r = open_ok(dir);
+    double got = 0;
+    long t = ckpt_reader_find(r, "scalar");
+    ck_assert_int_eq(ckpt_read(r, (size_t)t, &got, 0, 8, &e), 8);
+    ck_assert(got == pi);
+    ck_assert_int_eq(ckpt_read_region(r, (size_t)t, NULL, NULL, &got, &e), 0);
+    ck_assert(got == pi);
+    t = ckpt_reader_find(r, "empty");
+    ck_assert_int_eq(ckpt_read(r, (size_t)t, &got, 0, 8, &e), 0);
+    char b[8] = { 0 };
+    t = ckpt_reader_find(r, "blob");
+    ckpt_tensor_info ti;
+    ckpt_reader_info(r, (size_t)t, &ti);
+    ck_assert_int_eq(ti.dtype, CKPT_BYTES);
+    ck_assert_int_eq(ckpt_read(r, (size_t)t, b, 1, 100, &e), 4);
+    ck_assert_str_eq(b, "ello");
+    ck_assert_int_eq(ckpt_verify(r, NULL, NULL, NULL, &e), 0);
+    ckpt_reader_close(r);
+    remove_tmpdir(dir);
+}
+END_TEST
+
+START_TEST(test_stream_in_pieces)
+{
+    char *dir = make_tmpdir();
+    rng g = { 777 };
+    int64_t n = 300000;
+    unsigned char *img = malloc((size_t)n * 2);
+    fill_image(img, (uint64_t)n * 2, 1, &g);
+    ckpt_writer *w;
+    ckpt_stream *s;
+    ckpt_error e;
+    ck_assert_int_eq(ckpt_writer_open(&w, dir, "rank0", NULL, &e), 0);
+    ckpt_piece p = { "x", CKPT_BF16, 1, &n, NULL, NULL, NULL };
+    ck_assert_int_eq(ckpt_writer_begin(w, &p, &s, &e), 0);
+    for (uint64_t at = 0; at < (uint64_t)n * 2;) {
+        uint64_t k = (uint64_t)rnd_in(&g, 1, 3 << 20);
+        if (k > (uint64_t)n * 2 - at)
+            k = (uint64_t)n * 2 - at;
+        ck_assert_int_eq(ckpt_stream_write(s, img + at, k, &e), 0);
+        at += k;
+    }
+    ck_assert_int_eq(ckpt_stream_end(s, &e), 0);
+    /* A stream that gets too few bytes is refused at its end. */
+    int64_t m = 10;
+    ckpt_piece q = { "short", CKPT_F32, 1, &m, NULL, NULL, NULL };
+    ck_assert_int_eq(ckpt_writer_begin(w, &q, &s, &e), 0);
+    ck_assert_int_eq(ckpt_stream_write(s, img, 8, &e), 0);
+    ck_assert_int_eq(ckpt_stream_end(s, &e), -EINVAL);
+    ck_assert_msg(strstr(e.msg, "'short'") && strstr(e.msg, "40"), "%s",
+                  e.msg);
+    /* ... and one that gets too many is refused at the write. */
+    ck_assert_int_eq(ckpt_writer_begin(w, &q, &s, &e), 0);
+    ck_assert_int_eq(ckpt_stream_write(s, img, 44, &e), -EINVAL);
+    ckpt_stream_abort(s);
+    ck_assert_int_eq(ckpt_writer_close(w, &e), 0);
+    commit_ok(dir);
+    ckpt_reader *r = open_ok(dir);
+    ck_assert_int_eq(ckpt_reader_count(r), 1);
+    unsigned char *got = malloc((size_t)n * 2);
+    ck_assert_int_eq(ckpt_read(r, 0, got, 0, (uint64_t)n * 2, &e), n * 2);
+    ck_assert(memcmp(got, img, (size_t)n * 2) == 0);
+    ckpt_reader_close(r);
+    free(img);
+    free(got);
+    remove_tmpdir(dir);
+}
+END_TEST
+
+typedef struct fault_log {
+    int n;
+    char last[1024];
+} fault_log;
+
+static void on_fault(void *arg, const ckpt_fault *f)
+{
+    fault_log *l = arg;
+    l->n++;
+    snprintf(l->last, sizeof l->last, "%s chunk=%ld frame=%ld %s: %s",
+             f->fqn, f->chunk, f->frame, f->file ? f->file : "-", f->msg);
+}
+
+START_TEST(test_corruption_detected)
+{
+    char *dir = make_tmpdir();
+    rng g = { 4242 };
+    int64_t n = 40000;   /* 160000 bytes of f32: 3 frames of 64 KiB */
+    unsigned char *img = malloc((size_t)n * 4);
+    fill_image(img, (uint64_t)n * 4, 0, &g);
+    ckpt_write_opts o;
+    ckpt_write_opts_init(&o);
+    o.codec = CKPT_CODEC_RAW;
+    o.frame_size = 65536;
+    ckpt_writer *w;
+    ckpt_error e;
+    ck_assert_int_eq(ckpt_writer_open(&w, dir, "rank0", &o, &e), 0);
+    ckpt_piece p = { "a.b", CKPT_F32, 1, &n, NULL, NULL, img };
+    ck_assert_int_eq(ckpt_writer_put(w, &p, &e), 0);
+    ckpt_piece q = { "other", CKPT_F32, 1, &n, NULL, NULL, img };
+    ck_assert_int_eq(ckpt_writer_put(w, &q, &e), 0);
+    ck_assert_int_eq(ckpt_writer_close(w, &e), 0);
+    commit_ok(dir);
+    /* Flip one byte in the second frame of "a.b" (shard offset 70000). */
+    char path[4096];
+    snprintf(path, sizeof path, "%s/data/rank0.shard", dir);
+    int fd = open(path, O_RDWR);
+    unsigned char c;
+    ck_assert_int_eq(pread(fd, &c, 1, 70000), 1);
+    c ^= 0x20;
+    ck_assert_int_eq(pwrite(fd, &c, 1, 70000), 1);
+    close(fd);
+    ckpt_reader *r = open_ok(dir);
+    long t = ckpt_reader_find(r, "a.b");
+    unsigned char *got = malloc((size_t)n * 4);
+    ck_assert_int_eq(ckpt_read(r, (size_t)t, got, 65536 + 10, 100, &e), -EIO);
+    ck_assert_msg(strstr(e.msg, "'a.b'") && strstr(e.msg, "frame 1") &&
+                  strstr(e.msg, "checksum"), "%s", e.msg);
+    /* Other ranges and tensors still read. */
+    ck_assert_int_eq(ckpt_read(r, (size_t)t, got, 0, 65536, &e), 65536);
+    ck_assert(memcmp(got, img, 65536) == 0);
+    long u = ckpt_reader_find(r, "other");
+    ck_assert_int_eq(ckpt_read(r, (size_t)u, got, 0, (uint64_t)n * 4, &e),
+                     n * 4);
+    ck_assert(memcmp(got, img, (size_t)n * 4) == 0);
+    fault_log log = { 0 };
+    ck_assert_int_eq(ckpt_verify(r, on_fault, &log, NULL, &e), 1);
+    ck_assert_msg(strstr(log.last, "a.b chunk=0 frame=1 data/rank0.shard"),
+                  "%s", log.last);
+    ckpt_reader_close(r);
+    /* A truncated shard: the frames past the end fail, naming the file. */
+    ck_assert_int_eq(truncate(path, 150000), 0);
+    r = open_ok(dir);
+    u = ckpt_reader_find(r, "other");
+    ck_assert_int_eq(ckpt_read(r, (size_t)u, got, 0, (uint64_t)n * 4, &e),
+                     -EIO);
+    ck_assert_msg(strstr(e.msg, "truncated") && strstr(e.msg, "rank0.shard"),
+                  "%s", e.msg);
+    ckpt_reader_close(r);
+    free(img);
+    free(got);
+    remove_tmpdir(dir);
+}
+END_TEST
+
+START_TEST(test_open_refusals)
+{
+    char *dir = make_tmpdir();
+    ckpt_reader *r;
+    ckpt_error e;
+    ck_assert_int_eq(ckpt_reader_open(&r, dir, NULL, &e), -ENOENT);
+    ck_assert_msg(strstr(e.msg, "no index.db"), "%s", e.msg);
+    ck_assert_int_eq(ckpt_commit(dir, NULL, &e), -EINVAL);
+    ck_assert_msg(strstr(e.msg, "nothing to commit"), "%s", e.msg);
+    ckpt_writer *w, *w2;
+    ck_assert_int_eq(ckpt_writer_open(&w, dir, "rank0", NULL, &e), 0);
+    ck_assert_int_eq(ckpt_writer_open(&w2, dir, "rank0", NULL, &e), -EEXIST);
+    ck_assert_msg(strstr(e.msg, "rank0"), "%s", e.msg);
+    ck_assert_int_eq(ckpt_writer_open(&w2, dir, "a/b", NULL, &e), -EINVAL);
+    ck_assert_int_eq(ckpt_reader_open(&r, dir, NULL, &e), -ENOENT);
+    ck_assert_msg(strstr(e.msg, "not a committed checkpoint"), "%s", e.msg);
+    ck_assert_int_eq(ckpt_dir_probe(dir), CKPT_DIR_PENDING);
+    ckpt_writer_abort(w);
+    /* A committed checkpoint takes no more writers. */
+    ck_assert_int_eq(ckpt_writer_open(&w, dir, "rank1", NULL, &e), 0);
+    ck_assert_int_eq(ckpt_writer_close(w, &e), 0);
+    ck_assert_int_eq(ckpt_commit(dir, NULL, &e), 0);
+    ck_assert_int_eq(ckpt_writer_open(&w, dir, "rank2", NULL, &e), -EEXIST);
+    ck_assert_msg(strstr(e.msg, "already a committed"), "%s", e.msg);
+    ck_assert_int_eq(ckpt_commit(dir, NULL, &e), -EEXIST);
+    remove_tmpdir(dir);
+}
+END_TEST
+
+START_TEST(test_bad_pieces)
+{
+    char *dir = make_tmpdir();
+    ckpt_writer *w;
+    ckpt_error e;
+    ck_assert_int_eq(ckpt_writer_open(&w, dir, "rank0", NULL, &e), 0);
+    int64_t shape[2] = { 4, 4 }, off[2] = { 2, 0 }, sz[2] = { 3, 4 };
+    float v[16] = { 0 };
+    ckpt_piece oob = { "w", CKPT_F32, 2, shape, off, sz, v };
+    ck_assert_int_eq(ckpt_writer_put(w, &oob, &e), -EINVAL);
+    ck_assert_msg(strstr(e.msg, "'w'"), "%s", e.msg);
+    int64_t huge[2] = { (int64_t)1 << 62, 4 };
+    ckpt_piece big = { "big", CKPT_F32, 2, huge, NULL, NULL, v };
+    ck_assert_int_eq(ckpt_writer_put(w, &big, &e), -EOVERFLOW);
+    ckpt_piece bad = { "x/y", CKPT_F32, 2, shape, NULL, NULL, v };
+    ck_assert_int_eq(ckpt_writer_put(w, &bad, &e), -EINVAL);
+    ckpt_piece ctl = { "x\ty", CKPT_F32, 2, shape, NULL, NULL, v };
+    ck_assert_int_eq(ckpt_writer_put(w, &ctl, &e), -EINVAL);
+    ckpt_piece nodt = { "n", CKPT_DTYPE_INVALID, 2, shape, NULL, NULL, v };
+    ck_assert_int_eq(ckpt_writer_put(w, &nodt, &e), -EINVAL);
+    ck_assert_int_eq(ckpt_writer_set_meta(w, "created", "x", &e), -EINVAL);
+    ckpt_writer_abort(w);
+    remove_tmpdir(dir);
+}
+END_TEST
+
+typedef struct reader_arg {
+    ckpt_reader *r;
+    const unsigned char *img;
+    uint64_t n;
+    uint64_t seed;
+    int bad;
+} reader_arg;
+
+static void *reader_thread(void *p)
+{
+    reader_arg *a = p;
+    rng g = { a->seed };
+    unsigned char *buf = malloc(a->n);
+    for (int k = 0; k < 300; k++) {
+        uint64_t lo = rnd(&g) % a->n, len = rnd(&g) % 70000 + 1;
+        if (len > a->n - lo)
+            len = a->n - lo;
+        ckpt_error e;
+        if (ckpt_read(a->r, 0, buf, lo, len, &e) != (int64_t)len ||
+            memcmp(buf, a->img + lo, len) != 0)
+            a->bad++;
+    }
+    free(buf);
+    return NULL;
+}
+
+START_TEST(test_concurrent_readers)
+{
+    char *dir = make_tmpdir();
+    rng g = { 99 };
+    int64_t n = 1 << 20;
+    unsigned char *img = malloc((size_t)n);
+    fill_image(img, (uint64_t)n, 1, &g);
+    ckpt_write_opts o;
+    ckpt_write_opts_init(&o);
+    o.frame_size = 16384;
+    ckpt_writer *w;
+    ckpt_error e;
+    ck_assert_int_eq(ckpt_writer_open(&w, dir, "rank0", &o, &e), 0);
+    ckpt_piece p = { "x", CKPT_U8, 1, &n, NULL, NULL, img };
+    ck_assert_int_eq(ckpt_writer_put(w, &p, &e), 0);
+    ck_assert_int_eq(ckpt_writer_close(w, &e), 0);
+    commit_ok(dir);
+    ckpt_read_opts ro;
+    ckpt_read_opts_init(&ro);
+    ro.cache_bytes = 8 * 16384;   /* small: forces evictions */
+    ckpt_reader *r;
+    ck_assert_int_eq(ckpt_reader_open(&r, dir, &ro, &e), 0);
+    pthread_t th[8];
+    reader_arg a[8];
+    for (int i = 0; i < 8; i++) {
+        a[i] = (reader_arg){ r, img, (uint64_t)n, 1000 + (uint64_t)i, 0 };
+        pthread_create(&th[i], NULL, reader_thread, &a[i]);
+    }
+    for (int i = 0; i < 8; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_int_eq(a[i].bad, 0);
+    }
+    ckpt_stats st;
+    ckpt_reader_stats(r, &st);
+    ck_assert_uint_gt(st.frames_decoded, 0);
+    ck_assert_uint_gt(st.bytes_served, 0);
+    ckpt_reader_close(r);
+    free(img);
+    remove_tmpdir(dir);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("readwrite");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, test_random_roundtrip, 0, 40);
+    tcase_add_test(tc, test_large_resharded);
+    tcase_add_test(tc, test_planner_refusals);
+    tcase_add_test(tc, test_replicas_kept_once);
+    tcase_add_test(tc, test_scalar_and_empty);
+    tcase_add_test(tc, test_stream_in_pieces);
+    tcase_add_test(tc, test_corruption_detected);
+    tcase_add_test(tc, test_open_refusals);
+    tcase_add_test(tc, test_bad_pieces);
+    tcase_add_test(tc, test_concurrent_readers);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -12,16 +12,16 @@ example=$CKPT_BUILDDIR/examples/mpi_ranks_save
 command -v mpirun >/dev/null || { echo "no mpirun"; exit 77; }
 
 mpirun_() { mpirun --allow-run-as-root --oversubscribe "$@"; }
-ck=$T/step-1
-mpirun_ -n 3 "$example" "$ck" 100 30 2 >"$T/out" 2>&1
+ck=$TMP/step-1
+mpirun_ -n 3 "$example" "$ck" 100 30 2 >"$TMP/out" 2>&1
 check "3 ranks save and commit" test $? -eq 0
 check "index.db exists" test -f "$ck/index.db"
-"$CKPT" verify "$ck" >"$T/verify" 2>&1
+"$CKPT" verify "$ck" >"$TMP/verify" 2>&1
 check "verify passes" test $? -eq 0
 for l in 0 1; do
-    "$CKPT" cat "$ck" "model.layers.$l.weight" >"$T/w$l.bin"
-    "$CKPT" cat "$ck" "model.layers.$l.bias" >"$T/b$l.bin"
-    /usr/bin/python3 - "$T/w$l.bin" "$T/b$l.bin" "$l" <<'PY'
+    "$CKPT" cat "$ck" "model.layers.$l.weight" >"$TMP/w$l.bin"
+    "$CKPT" cat "$ck" "model.layers.$l.bias" >"$TMP/b$l.bin"
+    /usr/bin/python3 - "$TMP/w$l.bin" "$TMP/b$l.bin" "$l" <<'PY'
 import sys, numpy as np
 l = np.float32(int(sys.argv[3]))
 w = np.fromfile(sys.argv[1], dtype='<f4').reshape(100, 30)
@@ -37,9 +37,9 @@ chunks=$(/usr/bin/python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1])
 check "replicated bias stored once (nchunks=$chunks)" test "$chunks" = 1
 chunks=$(/usr/bin/python3 -c "import sqlite3,sys; c=sqlite3.connect(sys.argv[1]); print(c.execute(\"select nchunks from tensors where fqn='model.layers.0.weight'\").fetchone()[0])" "$ck/index.db")
 check "weight has one chunk per rank (nchunks=$chunks)" test "$chunks" = 3
-mpirun_ -n 2 "$example" "$ck" 100 30 2 >"$T/out2" 2>&1
+mpirun_ -n 2 "$example" "$ck" 100 30 2 >"$TMP/out2" 2>&1
 check "saving into a committed checkpoint fails" test $? -ne 0
-check "... saying it is committed" grep -q "already a committed" "$T/out2"
+check "... saying it is committed" grep -q "already a committed" "$TMP/out2"
 "$CKPT" verify "$ck" >/dev/null 2>&1
 check "... and the checkpoint still verifies" test $? -eq 0
-finish mpi_example
+summary

@@ -1,0 +1,92 @@
+/*
+ * cli.h - declarations shared by the parts of the `ckpt` command-line tool:
+ * the commands, exit codes, error and usage reporting, argument parsing
+ * helpers and formatting helpers (cli_util.c).
+ */
+#ifndef CKPT_CLI_H
+#define CKPT_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "ckptfs.h"
+
+/* Exit statuses of every command. */
+#define CLI_OK 0
+#define CLI_FAIL 1
+#define CLI_USAGE 2
+/* Returned by argument parsers when --help was printed: exit 0 now. */
+#define CLI_HELP_SHOWN (-1)
+
+/* Bytes moved per step by the streaming commands (pack, unpack, cat): the
+ * bound on the tool's own buffers, whatever the tensor size. */
+#define CLI_BLOCK ((size_t)8 << 20)
+
+/* Room for a shape printed by cli_format_shape (32 dims of 20 digits). */
+#define CLI_SHAPE_MAX (CKPT_MAX_DIMS * 21 + 4)
+
+/* The help of one command: its name, its synopsis (one or more lines, each
+ * starting with "ckpt NAME") and the rest of its --help text. */
+typedef struct cli_help {
+    const char *name;
+    const char *synopsis;
+    const char *text;
+} cli_help;
+
+/* The commands: argv[0] is the command's name; they return an exit status. */
+int cmd_pack(int argc, char **argv);
+int cmd_unpack(int argc, char **argv);
+int cmd_ls(int argc, char **argv);
+int cmd_info(int argc, char **argv);
+int cmd_cat(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_gc(int argc, char **argv);
+
+/* ---- reporting (all on stderr, prefixed "ckpt: ") */
+
+/* Prints "ckpt: <message>" and returns CLI_FAIL. */
+int cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints "ckpt: <message>" (a warning; nothing is returned). */
+void cli_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints "ckpt: <message>", the synopsis and a hint to --help; returns
+ * CLI_USAGE. */
+int cli_usage(const cli_help *h, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Prints the whole help of a command on stdout; returns CLI_OK. */
+int cli_help_print(const cli_help *h);
+/* Reports what getopt_long returned for a bad option ('?' or ':', with the
+ * argv being parsed); returns CLI_USAGE. */
+int cli_bad_option(const cli_help *h, int c, char **argv);
+/* Checks the count of positional arguments left after options. */
+int cli_want_args(const cli_help *h, int have, int min, int max);
+
+/* Fills err (when not NULL) with a negative errno and a message; returns
+ * the code. */
+int cli_set_error(ckpt_error *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ---- parsing */
+
+/* Parses a byte count "4096", "64K", "1M", "2G" (also "64KiB", "1MB":
+ * binary multiples).  Returns 0 or -EINVAL. */
+int cli_parse_size(const char *s, uint64_t *out);
+/* Parses a decimal integer in [min, max].  Returns 0 or -EINVAL. */
+int cli_parse_long(const char *s, long min, long max, long *out);
+
+/* ---- formatting */
+
+/* "4096,4096"; "()" for a scalar.  Returns buf. */
+char *cli_format_shape(char *buf, size_t cap, int ndim, const int64_t *dims);
+/* "1.5 MiB", "512 B". */
+void cli_human_size(char *buf, size_t cap, double bytes);
+/* "raw/stored" as "2.50", or "-" when stored is 0. */
+void cli_format_ratio(char *buf, size_t cap, uint64_t raw, uint64_t stored);
+
+/* ---- files */
+
+/* Writes all of buf to fd, retrying short writes and EINTR.  Returns 0 or
+ * a negative errno. */
+int cli_write_full(int fd, const void *buf, size_t n);
+/* Joins "dir/name" into a new string (NULL on out of memory). */
+char *cli_path_join(const char *dir, const char *name);
+
+#endif

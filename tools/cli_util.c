@@ -1,0 +1,217 @@
+/*
+ * cli_util.c - the helpers every `ckpt` command shares: error and usage
+ * reporting ("ckpt: <message>" on stderr), parsing of sizes and integers,
+ * formatting of shapes, sizes and ratios, and complete writes.
+ */
+#include "cli.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void vreport(const char *fmt, va_list ap)
+{
+    fputs("ckpt: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+}
+
+int cli_fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vreport(fmt, ap);
+    va_end(ap);
+    return CLI_FAIL;
+}
+
+void cli_warn(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vreport(fmt, ap);
+    va_end(ap);
+}
+
+/* Prints each line of the synopsis, the first after "usage: " and the
+ * others indented under it. */
+static void print_synopsis(FILE *f, const char *synopsis)
+{
+    fprintf(f, "usage: %s\n", synopsis);
+}
+
+int cli_usage(const cli_help *h, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vreport(fmt, ap);
+    va_end(ap);
+    print_synopsis(stderr, h->synopsis);
+    fprintf(stderr, "Try 'ckpt %s --help' for more information.\n", h->name);
+    return CLI_USAGE;
+}
+
+int cli_help_print(const cli_help *h)
+{
+    print_synopsis(stdout, h->synopsis);
+    fputs("\n", stdout);
+    fputs(h->text, stdout);
+    return fflush(stdout) == 0 ? CLI_OK : CLI_FAIL;
+}
+
+int cli_bad_option(const cli_help *h, int c, char **argv)
+{
+    const char *arg = optind > 0 ? argv[optind - 1] : "?";
+    if (c == ':')
+        return cli_usage(h, "option '%s' needs an argument", arg);
+    if (strncmp(arg, "--", 2) == 0)
+        return cli_usage(h, "unknown option '%s'", arg);
+    if (optopt)
+        return cli_usage(h, "unknown option '-%c'", optopt);
+    return cli_usage(h, "unknown option '%s'", arg);
+}
+
+int cli_want_args(const cli_help *h, int have, int min, int max)
+{
+    if (have < min)
+        return cli_usage(h, "missing argument");
+    if (max >= 0 && have > max)
+        return cli_usage(h, "too many arguments");
+    return CLI_OK;
+}
+
+int cli_set_error(ckpt_error *err, int code, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        err->code = code;
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+/* The multiplier of a size suffix ("", "K", "KiB", "KB", ...), or 0. */
+static uint64_t size_suffix(const char *s)
+{
+    static const char units[] = "KMGT";
+    if (*s == '\0')
+        return 1;
+    const char *u = strchr(units, toupper((unsigned char)*s));
+    if (!u)
+        return 0;
+    const char *rest = s + 1;
+    if (strcmp(rest, "") != 0 && strcmp(rest, "B") != 0 &&
+        strcmp(rest, "iB") != 0)
+        return 0;
+    return (uint64_t)1 << (10 * (u - units + 1));
+}
+
+int cli_parse_size(const char *s, uint64_t *out)
+{
+    if (!isdigit((unsigned char)*s))
+        return -EINVAL;
+    errno = 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno)
+        return -EINVAL;
+    uint64_t mult = size_suffix(end);
+    if (mult == 0 || v > UINT64_MAX / mult)
+        return -EINVAL;
+    *out = (uint64_t)v * mult;
+    return 0;
+}
+
+int cli_parse_long(const char *s, long min, long max, long *out)
+{
+    if (*s == '\0' || isspace((unsigned char)*s))
+        return -EINVAL;
+    errno = 0;
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (errno || *end != '\0' || v < min || v > max)
+        return -EINVAL;
+    *out = v;
+    return 0;
+}
+
+char *cli_format_shape(char *buf, size_t cap, int ndim, const int64_t *dims)
+{
+    if (cap == 0)
+        return buf;
+    if (ndim == 0) {
+        snprintf(buf, cap, "()");
+        return buf;
+    }
+    size_t n = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < ndim && n < cap; i++) {
+        int k = snprintf(buf + n, cap - n, "%s%" PRId64, i ? "," : "",
+                         dims[i]);
+        if (k < 0)
+            break;
+        n += (size_t)k;
+    }
+    return buf;
+}
+
+void cli_human_size(char *buf, size_t cap, double bytes)
+{
+    static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB",
+                                         "PiB", "EiB" };
+    size_t u = 0;
+    while (bytes >= 1024.0 && u + 1 < sizeof units / sizeof units[0]) {
+        bytes /= 1024.0;
+        u++;
+    }
+    if (u == 0)
+        snprintf(buf, cap, "%.0f %s", bytes, units[u]);
+    else
+        snprintf(buf, cap, "%.1f %s", bytes, units[u]);
+}
+
+void cli_format_ratio(char *buf, size_t cap, uint64_t raw, uint64_t stored)
+{
+    if (stored == 0)
+        snprintf(buf, cap, "-");
+    else
+        snprintf(buf, cap, "%.2f", (double)raw / (double)stored);
+}
+
+int cli_write_full(int fd, const void *buf, size_t n)
+{
+    const char *p = buf;
+    while (n > 0) {
+        ssize_t k = write(fd, p, n);
+        if (k < 0) {
+            if (errno == EINTR)
+                continue;
+            return -errno;
+        }
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+char *cli_path_join(const char *dir, const char *name)
+{
+    size_t a = strlen(dir), b = strlen(name);
+    char *p = malloc(a + b + 2);
+    if (!p)
+        return NULL;
+    memcpy(p, dir, a);
+    size_t n = a;
+    if (a > 0 && dir[a - 1] != '/')
+        p[n++] = '/';
+    memcpy(p + n, name, b + 1);
+    return p;
+}

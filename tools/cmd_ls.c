@@ -1,0 +1,242 @@
+/*
+ * cmd_ls.c - `ckpt ls`: lists the tensors of a checkpoint, or the
+ * checkpoints (committed or interrupted) of a root directory with their
+ * size on disk.
+ */
+#include "cli.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const cli_help HELP = {
+    "ls",
+    "ckpt ls PATH",
+    "For a checkpoint PATH: a header line, then one line per tensor:\n"
+    "  FQN DTYPE SHAPE RAW_BYTES STORED_BYTES\n"
+    "(SHAPE is comma-separated, \"()\" for a scalar).\n"
+    "For a root (a directory of checkpoints): one line per subdirectory that\n"
+    "is a checkpoint or an interrupted save, in name order, no header:\n"
+    "  NAME STATE SIZE_ON_DISK TENSORS\n"
+    "STATE is committed or uncommitted; SIZE_ON_DISK is the bytes of disk\n"
+    "blocks its files use; TENSORS is - for uncommitted ones.\n"
+    "\n"
+    "Options:\n"
+    "  -h, --help   show this help\n",
+};
+
+/* ------------------------------------------------------------ checkpoint */
+
+typedef struct ls_row {
+    const char *fqn;
+    const char *dtype;
+    char shape[CLI_SHAPE_MAX];
+    char raw[24], stored[24];
+} ls_row;
+
+static int max_int(int a, int b)
+{
+    return a > b ? a : b;
+}
+
+/* Prints rows in aligned columns under the header. */
+static void print_rows(const ls_row *rows, size_t n)
+{
+    int w[5] = { 3, 5, 5, 9, 12 };   /* widths of the header words */
+    for (size_t i = 0; i < n; i++) {
+        w[0] = max_int(w[0], (int)strlen(rows[i].fqn));
+        w[1] = max_int(w[1], (int)strlen(rows[i].dtype));
+        w[2] = max_int(w[2], (int)strlen(rows[i].shape));
+        w[3] = max_int(w[3], (int)strlen(rows[i].raw));
+        w[4] = max_int(w[4], (int)strlen(rows[i].stored));
+    }
+    printf("%-*s %-*s %-*s %*s %*s\n", w[0], "FQN", w[1], "DTYPE", w[2],
+           "SHAPE", w[3], "RAW_BYTES", w[4], "STORED_BYTES");
+    for (size_t i = 0; i < n; i++)
+        printf("%-*s %-*s %-*s %*s %*s\n", w[0], rows[i].fqn, w[1],
+               rows[i].dtype, w[2], rows[i].shape, w[3], rows[i].raw, w[4],
+               rows[i].stored);
+}
+
+static int list_checkpoint(const char *path)
+{
+    ckpt_reader *r;
+    ckpt_error err = { 0 };
+    if (ckpt_reader_open(&r, path, NULL, &err) != 0)
+        return cli_fail("%s", err.msg);
+    size_t n = ckpt_reader_count(r);
+    ls_row *rows = calloc(n ? n : 1, sizeof *rows);
+    int rc = rows ? CLI_OK : cli_fail("out of memory");
+    for (size_t i = 0; i < n && rc == CLI_OK; i++) {
+        ckpt_tensor_info t;
+        if (ckpt_reader_info(r, i, &t) != 0) {
+            rc = cli_fail("%s: cannot read tensor %zu", path, i);
+            break;
+        }
+        rows[i].fqn = t.fqn;
+        rows[i].dtype = ckpt_dtype_name(t.dtype);
+        cli_format_shape(rows[i].shape, sizeof rows[i].shape, t.ndim,
+                         t.shape);
+        snprintf(rows[i].raw, sizeof rows[i].raw, "%" PRIu64, t.nbytes);
+        snprintf(rows[i].stored, sizeof rows[i].stored, "%" PRIu64,
+                 t.stored_bytes);
+    }
+    if (rc == CLI_OK)
+        print_rows(rows, n);
+    free(rows);
+    ckpt_reader_close(r);
+    return rc;
+}
+
+/* ------------------------------------------------------------ root */
+
+/* Adds the disk usage (st_blocks * 512) of everything under dirfd/name,
+ * not following symbolic links.  Returns 0 or a negative errno. */
+static int disk_usage_at(int dirfd, const char *name, uint64_t *sum)
+{
+    struct stat st;
+    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return -errno;
+    *sum += (uint64_t)st.st_blocks * 512;
+    if (!S_ISDIR(st.st_mode))
+        return 0;
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+                    O_CLOEXEC);
+    if (fd < 0)
+        return -errno;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        int e = -errno;
+        close(fd);
+        return e;
+    }
+    int rc = 0;
+    struct dirent *e;
+    while (rc == 0 && (e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
+            rc = disk_usage_at(fd, e->d_name, sum);
+    closedir(d);
+    return rc;
+}
+
+/* Prints the line of one subdirectory of a root, if it is a checkpoint or
+ * an interrupted save; sets *failed when something could not be read. */
+static void list_entry(const char *root, const char *name, int *failed)
+{
+    char *path = cli_path_join(root, name);
+    if (!path) {
+        *failed = 1;
+        cli_warn("out of memory");
+        return;
+    }
+    ckpt_dir_state st = ckpt_dir_probe(path);
+    if (st == CKPT_DIR_NONE) {
+        free(path);
+        return;
+    }
+    uint64_t size = 0;
+    int rc = disk_usage_at(AT_FDCWD, path, &size);
+    if (rc) {
+        cli_warn("%s: %s", path, strerror(-rc));
+        *failed = 1;
+    }
+    char tensors[24] = "-";
+    if (st == CKPT_DIR_COMMITTED) {
+        ckpt_reader *r;
+        ckpt_error err = { 0 };
+        if (ckpt_reader_open(&r, path, NULL, &err) == 0) {
+            snprintf(tensors, sizeof tensors, "%zu", ckpt_reader_count(r));
+            ckpt_reader_close(r);
+        } else {
+            cli_warn("%s", err.msg);
+            snprintf(tensors, sizeof tensors, "?");
+            *failed = 1;
+        }
+    }
+    printf("%s %s %" PRIu64 " %s\n", name,
+           st == CKPT_DIR_COMMITTED ? "committed" : "uncommitted", size,
+           tensors);
+    free(path);
+}
+
+/* 1 when root/name is a directory (not a symbolic link to one). */
+static int is_subdir(const char *root, const char *name)
+{
+    struct stat st;
+    char *path = cli_path_join(root, name);
+    int yes = path && lstat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    free(path);
+    return yes;
+}
+
+static int cmp_name(const struct dirent **a, const struct dirent **b)
+{
+    return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+static int list_root(const char *root)
+{
+    struct dirent **ents;
+    int n = scandir(root, &ents, NULL, cmp_name);
+    if (n < 0)
+        return cli_fail("cannot read %s: %s", root, strerror(errno));
+    int failed = 0;
+    for (int i = 0; i < n; i++) {
+        const char *name = ents[i]->d_name;
+        if (strcmp(name, ".") != 0 && strcmp(name, "..") != 0 &&
+            is_subdir(root, name))
+            list_entry(root, name, &failed);
+        free(ents[i]);
+    }
+    free(ents);
+    return failed ? CLI_FAIL : CLI_OK;
+}
+
+/* ------------------------------------------------------------ main */
+
+static int list_path(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return cli_fail("%s: %s", path, strerror(errno));
+    if (!S_ISDIR(st.st_mode))
+        return cli_fail("%s is not a directory", path);
+    switch (ckpt_dir_probe(path)) {
+    case CKPT_DIR_COMMITTED:
+        return list_checkpoint(path);
+    case CKPT_DIR_PENDING:
+        return cli_fail("%s is an uncommitted checkpoint (an interrupted or "
+                        "unfinished save; 'ckpt gc' removes it)", path);
+    default:
+        return list_root(path);
+    }
+}
+
+int cmd_ls(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        if (c == 'h')
+            return cli_help_print(&HELP);
+        return cli_bad_option(&HELP, c, argv);
+    }
+    int rc = cli_want_args(&HELP, argc - optind, 1, 1);
+    if (rc)
+        return rc;
+    rc = list_path(argv[optind]);
+    if (fflush(stdout) != 0 && rc == CLI_OK)
+        rc = cli_fail("cannot write the listing: %s", strerror(errno));
+    return rc;
+}

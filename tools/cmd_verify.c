@@ -1,0 +1,137 @@
+/*
+ * cmd_verify.c - `ckpt verify`: decodes every frame of a checkpoint, checks
+ * every checksum, the coverage of every tensor and the shard files' sizes,
+ * printing one FAULT line per problem on stdout (exit 1) or an "ok:" line.
+ */
+#include "cli.h"
+#include "progress.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <string.h>
+
+static const cli_help HELP = {
+    "verify",
+    "ckpt verify CKPT",
+    "Decodes every frame, checks every checksum, the coverage of every tensor\n"
+    "by its chunks and the shard files' sizes.  Prints\n"
+    "  ok: N tensors, M frames, B bytes verified\n"
+    "and exits 0 when all is intact (B counts the tensors' raw bytes);\n"
+    "otherwise prints one line per fault on stdout,\n"
+    "  FAULT tensor=<fqn> chunk=<i> frame=<j> file=<shard> offset=<o>: <what>\n"
+    "('-' for a field that does not apply), and exits 1.\n"
+    "\n"
+    "Options:\n"
+    "  -h, --help   show this help\n",
+};
+
+/* Shared with the callbacks, which the library may call from its threads. */
+typedef struct verify_ctx {
+    pthread_mutex_t mu;
+    progress prog;
+    int64_t faults;
+} verify_ctx;
+
+/* Formats a chunk or frame number, or "-" when it is -1. */
+static const char *num_or_dash(char *buf, size_t cap, long v)
+{
+    if (v < 0)
+        return "-";
+    snprintf(buf, cap, "%ld", v);
+    return buf;
+}
+
+static void on_fault(void *arg, const ckpt_fault *f)
+{
+    verify_ctx *v = arg;
+    char chunk[24], frame[24], offset[24] = "-";
+    if (f->file)
+        snprintf(offset, sizeof offset, "%" PRIu64, f->file_offset);
+    pthread_mutex_lock(&v->mu);
+    progress_clear(&v->prog);
+    printf("FAULT tensor=%s chunk=%s frame=%s file=%s offset=%s: %s\n",
+           f->fqn ? f->fqn : "-", num_or_dash(chunk, sizeof chunk, f->chunk),
+           num_or_dash(frame, sizeof frame, f->frame),
+           f->file ? f->file : "-", offset, f->msg ? f->msg : "fault");
+    fflush(stdout);
+    v->faults++;
+    pthread_mutex_unlock(&v->mu);
+}
+
+static void on_progress(void *arg, uint64_t done, uint64_t total)
+{
+    verify_ctx *v = arg;
+    pthread_mutex_lock(&v->mu);
+    v->prog.total = total;
+    progress_set(&v->prog, done);
+    pthread_mutex_unlock(&v->mu);
+}
+
+/* Prints the "ok:" line: tensors, frames and raw bytes. */
+static void print_ok(const ckpt_reader *r)
+{
+    uint64_t frames = 0, bytes = 0;
+    size_t n = ckpt_reader_count(r);
+    for (size_t i = 0; i < n; i++) {
+        ckpt_tensor_info t;
+        if (ckpt_reader_info(r, i, &t) == 0) {
+            frames += t.nframes;
+            bytes += t.nbytes;
+        }
+    }
+    printf("ok: %zu tensors, %" PRIu64 " frames, %" PRIu64
+           " bytes verified\n", n, frames, bytes);
+}
+
+static int verify(ckpt_reader *r, const char *ckpt)
+{
+    verify_ctx v;
+    memset(&v, 0, sizeof v);
+    pthread_mutex_init(&v.mu, NULL);
+    progress_init(&v.prog, "verifying", 0);
+    ckpt_error err = { 0 };
+    int64_t faults = ckpt_verify(r, on_fault, &v, on_progress, &err);
+    progress_clear(&v.prog);
+    pthread_mutex_destroy(&v.mu);
+    if (faults < 0)
+        return cli_fail("%s", err.msg);
+    if (faults < v.faults)
+        faults = v.faults;
+    if (faults > 0) {
+        fflush(stdout);
+        return cli_fail("%s: %" PRId64 " fault%s found", ckpt, faults,
+                        faults == 1 ? "" : "s");
+    }
+    print_ok(r);
+    return CLI_OK;
+}
+
+int cmd_verify(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        if (c == 'h')
+            return cli_help_print(&HELP);
+        return cli_bad_option(&HELP, c, argv);
+    }
+    int rc = cli_want_args(&HELP, argc - optind, 1, 1);
+    if (rc)
+        return rc;
+    ckpt_reader *r;
+    ckpt_error err = { 0 };
+    if (ckpt_reader_open(&r, argv[optind], NULL, &err) != 0)
+        return cli_fail("%s", err.msg);
+    rc = verify(r, argv[optind]);
+    ckpt_reader_close(r);
+    if (fflush(stdout) != 0 && rc == CLI_OK)
+        rc = cli_fail("cannot write to stdout: %s", strerror(errno));
+    return rc;
+}

@@ -1,0 +1,65 @@
+/*
+ * npy.h - the NumPy .npy format as `ckpt` needs it: reading the header of a
+ * file (versions 1.0, 2.0 and 3.0) to find its dtype, order, shape and where
+ * its data starts; writing a version 1.0 header; widening the dtypes NumPy
+ * lacks (bf16, f8e4m3, f8e5m2) to float32 exactly.
+ */
+#ifndef CKPT_NPY_H
+#define CKPT_NPY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "ckptfs.h"
+
+/* Bytes of the fixed prefix: magic (6), version (2), header length (2 in
+ * version 1.0, 4 in 2.0 and 3.0). */
+#define NPY_PREFIX_V1 10
+#define NPY_PREFIX_V2 12
+/* The largest header dictionary accepted when reading. */
+#define NPY_MAX_HEADER ((size_t)1 << 20)
+
+typedef struct npy_header {
+    int major, minor;           /* format version */
+    ckpt_dtype dtype;
+    int fortran_order;          /* 1 when the data is column-major */
+    int ndim;
+    int64_t shape[CKPT_MAX_DIMS];
+    uint64_t data_offset;       /* where the array's bytes start */
+    uint64_t nbytes;            /* numel * itemsize */
+} npy_header;
+
+/* Parses the header at the start of buf (len bytes, the file's first
+ * bytes; it need not hold the data).  Needs at least the prefix; when buf
+ * is shorter than the whole header, returns -EAGAIN with *need set to the
+ * header's full length.  Refuses, with a message naming `what`, a file that
+ * is not .npy, an unknown version, big-endian data, object, string,
+ * structured and raw-void dtypes, and shapes that overflow.  Returns 0 or a
+ * negative errno. */
+int npy_parse_header(const void *buf, size_t len, const char *what,
+                     npy_header *h, size_t *need, ckpt_error *err);
+
+/* Reads and parses the header of the open file fd (named `path` in
+ * messages) and checks that the file holds at least the array's bytes. */
+int npy_read_header(int fd, const char *path, npy_header *h, ckpt_error *err);
+
+/* The NumPy descr ("<f4", "|b1") under which dtype dt is written, and the
+ * dtype of the written data (dt itself, or CKPT_F32 for bf16, f8e4m3 and
+ * f8e5m2, which are widened).  NULL for dtypes .npy cannot hold (bytes). */
+const char *npy_descr(ckpt_dtype dt, ckpt_dtype *stored);
+
+/* Formats a version 1.0 header for (descr, shape) into buf: the total
+ * length is a multiple of 64 and it ends with '\n', as NumPy writes it.
+ * Returns its length, or -ENAMETOOLONG when cap is too small. */
+int npy_format_header(char *buf, size_t cap, const char *descr, int ndim,
+                      const int64_t *shape);
+
+/* Widens n elements of dt (CKPT_BF16, CKPT_F8E4M3 or CKPT_F8E5M2) at src
+ * to little-endian float32 at dst (4*n bytes).  Exact: every value of those
+ * dtypes is a float32.  Returns 0, or -EINVAL for another dtype. */
+int npy_widen_f32(ckpt_dtype dt, const void *src, size_t n, void *dst);
+
+/* The float32 bit patterns of the 8-bit float formats. */
+uint32_t npy_f8e4m3_bits(uint8_t b);
+uint32_t npy_f8e5m2_bits(uint8_t b);
+
+#endif

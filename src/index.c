@@ -320,6 +320,12 @@ static int run(iwrite *w, int which, const ckpt_db_val *v, int n)
                        w->err);
 }
 
+/* A writer's name for messages. */
+static const char *who(const char *writer)
+{
+    return writer ? writer : "unnamed";
+}
+
 /* A shard path must stay inside the checkpoint: relative, no "..". */
 static int safe_relpath(const char *p)
 {
@@ -351,11 +357,10 @@ static int stat_file(iwrite *w, file_ent *f)
     struct stat st;
     if (stat(full, &st))
         return ckpt_err_sys(w->err, -errno, "shard file %s (writer %s)",
-                            full, f->writer ? f->writer : "unnamed");
+                            full, who(f->writer));
     if (!S_ISREG(st.st_mode))
         return ckpt_err(w->err, -EINVAL, "shard file %s (writer %s) is not "
-                        "a regular file", full,
-                        f->writer ? f->writer : "unnamed");
+                        "a regular file", full, who(f->writer));
     f->size = (uint64_t)st.st_size;
     return 0;
 }
@@ -372,8 +377,8 @@ static int collect_files(iwrite *w)
         if (!safe_relpath(p->file))
             return ckpt_err(w->err, -EINVAL, "tensor '%s' (writer %s): shard "
                             "path '%s' is not a relative path inside the "
-                            "checkpoint", p->fqn, p->writer ? p->writer :
-                            "unnamed", p->file ? p->file : "");
+                            "checkpoint", p->fqn, who(p->writer),
+                            p->file ? p->file : "");
         w->files[i] = (file_ent){ p->file, p->writer, i, 0 };
     }
     qsort(w->files, n, sizeof *w->files, cmp_file);
@@ -434,7 +439,7 @@ static int check_frames(iwrite *w, const ckpt_piece_rec *p, size_t seq,
             return ckpt_err(w->err, -EINVAL, "tensor '%s' chunk %zu (writer "
                             "%s): frame %zu holds raw bytes [%llu,+%llu) but "
                             "the next frame must start at %llu of %llu",
-                            p->fqn, seq, p->writer ? p->writer : "unnamed", k,
+                            p->fqn, seq, who(p->writer), k,
                             (unsigned long long)fr->raw_offset,
                             (unsigned long long)fr->raw_size,
                             (unsigned long long)raw,
@@ -444,7 +449,7 @@ static int check_frames(iwrite *w, const ckpt_piece_rec *p, size_t seq,
             return ckpt_err(w->err, -EIO, "tensor '%s' chunk %zu (writer %s): "
                             "frame %zu at bytes [%llu,+%llu) lies beyond the "
                             "end of %s (%llu bytes)", p->fqn, seq,
-                            p->writer ? p->writer : "unnamed", k,
+                            who(p->writer), k,
                             (unsigned long long)fr->file_offset,
                             (unsigned long long)fr->stored_size, f->path,
                             (unsigned long long)f->size);
@@ -460,7 +465,7 @@ static int check_frames(iwrite *w, const ckpt_piece_rec *p, size_t seq,
         return ckpt_err(w->err, -EINVAL, "tensor '%s' chunk %zu (writer %s): "
                         "frames hold %llu raw / %llu stored bytes, the piece "
                         "%llu / %llu", p->fqn, seq,
-                        p->writer ? p->writer : "unnamed",
+                        who(p->writer),
                         (unsigned long long)raw, (unsigned long long)stored,
                         (unsigned long long)p->raw_bytes,
                         (unsigned long long)p->stored_bytes);
@@ -579,9 +584,8 @@ static int write_meta(iwrite *w, const ckpt_kv *meta, size_t nmeta)
             if (strcmp(kv[i]->value, kv[i - 1]->value))
                 rc = ckpt_err(w->err, -EINVAL, "metadata key '%s': '%s' "
                               "(writer %s) vs '%s' (writer %s)", kv[i]->key,
-                              kv[i - 1]->value, kv[i - 1]->writer ?
-                              kv[i - 1]->writer : "unnamed", kv[i]->value,
-                              kv[i]->writer ? kv[i]->writer : "unnamed");
+                              kv[i - 1]->value, who(kv[i - 1]->writer),
+                              kv[i]->value, who(kv[i]->writer));
             continue;
         }
         ckpt_db_val v[] = { CKPT_DB_TEXT(kv[i]->key),

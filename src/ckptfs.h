@@ -231,7 +231,7 @@ int ckpt_read_region(ckpt_reader *r, size_t idx, const int64_t *offsets,
                      const int64_t *sizes, void *dst, ckpt_error *err);
 
 typedef struct ckpt_fault {
-    const char *fqn;
+    const char *fqn;        /* "-" for a fault of a shard file as a whole */
     long chunk;             /* -1 when the fault is not in one chunk */
     long frame;             /* -1 when the fault is not in one frame */
     const char *file;       /* shard file, or NULL */

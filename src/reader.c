@@ -203,9 +203,11 @@ static int shard_fd(ckpt_reader *r, int file, ckpt_error *err)
     fd = atomic_load(&r->fds[file]);
     if (fd < 0) {
         fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0)
-            rc = ckpt_err_sys(err, errno == ENOENT ? -EIO : -errno,
-                              "shard file %s cannot be opened",
+        if (fd < 0 && errno == ENOENT)
+            rc = ckpt_err(err, -EIO, "shard file %s is missing",
+                          r->d.files[file].path);
+        else if (fd < 0)
+            rc = ckpt_err_sys(err, -errno, "shard file %s cannot be opened",
                               r->d.files[file].path);
         else
             atomic_store(&r->fds[file], fd);
@@ -1111,7 +1113,7 @@ static void verify_files(verifier *v)
         snprintf(msg, sizeof msg, "shard file %s %s (recorded %llu bytes)",
                  r->d.files[i].path, what,
                  (unsigned long long)r->d.files[i].size);
-        ckpt_fault fault = { .fqn = "", .chunk = -1, .frame = -1,
+        ckpt_fault fault = { .fqn = "-", .chunk = -1, .frame = -1,
                              .file = r->d.files[i].path, .msg = msg };
         v->faults++;
         if (v->fn)

@@ -64,10 +64,18 @@ static int strset_add(strset *s, const char *str, size_t len)
     return 0;
 }
 
+/* 1 when a tensor's codec list names no codec (it has no frames). */
+static int no_codecs(const char *list)
+{
+    return !list || !*list || strcmp(list, "none") == 0;
+}
+
 /* Adds each name of a '+'-joined list ("raw+zstd"). */
 static int strset_add_list(strset *s, const char *list)
 {
-    while (list && *list) {
+    if (no_codecs(list))
+        return 0;
+    while (*list) {
         size_t len = strcspn(list, "+");
         if (len && strset_add(s, list, len))
             return -ENOMEM;
@@ -234,7 +242,7 @@ static int print_tensor(ckpt_reader *r, const char *ckpt, const char *fqn)
     printf("raw_bytes: %" PRIu64 "\n", t.nbytes);
     printf("stored_bytes: %" PRIu64 "\n", t.stored_bytes);
     printf("ratio: %s\n", ratio);
-    printf("codecs: %s\n", t.codecs && *t.codecs ? t.codecs : "-");
+    printf("codecs: %s\n", no_codecs(t.codecs) ? "-" : t.codecs);
     printf("chunks: %zu\n", t.nchunks);
     return print_chunks(r, (size_t)idx, &t);
 }

@@ -35,13 +35,17 @@
 
 /* The most grid cells (writers) a pack may use. */
 #define MAX_CELLS 4096
+/* Contiguous pieces larger than this are streamed from their mapping in
+ * slices of this size (a multiple of every frame size up to 64 MiB). */
+#define PUT_STEP ((uint64_t)64 << 20)
 
 static const cli_help HELP = {
     "pack",
     "ckpt pack [--grid RxC[x...]] [--codec raw|zstd[:LEVEL]] "
     "[--frame-size N[K|M]]\n"
     "                 [--threads N] [--meta KEY=VALUE]... OUT "
-    "NAME=FILE.npy... [NAME=FILE:DTYPE:D0,D1,...]... [NAME=FILE]...",
+    "NAME=FILE.npy...\n"
+    "                 [NAME=FILE:DTYPE:D0,D1,...]... [NAME=FILE]...",
     "Makes the checkpoint directory OUT (it must not exist, or be empty) from\n"
     "NumPy .npy files (little-endian, C or Fortran order), raw files\n"
     "(FILE:DTYPE:SHAPE: exactly numel*itemsize bytes; an empty SHAPE is a\n"
@@ -106,7 +110,7 @@ static int parse_grid(pack_job *job, const char *s)
     long cells = 1;
     job->ngrid = 0;
     for (;;) {
-        char *end;
+        char *end = (char *)p;
         errno = 0;
         long f = isdigit((unsigned char)*p) ? strtol(p, &end, 10) : 0;
         if (f < 1 || errno || job->ngrid >= CKPT_MAX_DIMS ||
@@ -227,8 +231,11 @@ static int ends_with_npy(const char *s)
 static int parse_input(const char *arg, pack_input *in)
 {
     const char *eq = strchr(arg, '=');
-    if (!eq || eq == arg || eq[1] == '\0')
+    if (!eq || eq[1] == '\0')
         return cli_usage(&HELP, "bad input '%s': expected NAME=FILE", arg);
+    if (eq == arg)
+        return cli_usage(&HELP, "bad input '%s': the tensor name (FQN) is "
+                         "empty", arg);
     in->name = strndup(arg, (size_t)(eq - arg));
     if (!in->name)
         return cli_fail("out of memory");
@@ -573,6 +580,36 @@ static int stream_piece(pack_job *job, ckpt_writer *w, const ckpt_piece *p,
     return CLI_OK;
 }
 
+/* Writes a piece whose bytes lie contiguous at p->data: whole with
+ * ckpt_writer_put when small, else streamed straight from the mapping in
+ * PUT_STEP slices (no copy) so that the progress bar moves. */
+static int put_contiguous(pack_job *job, ckpt_writer *w, const ckpt_piece *p,
+                          uint64_t nbytes)
+{
+    ckpt_error err = { 0 };
+    if (nbytes <= PUT_STEP) {
+        if (ckpt_writer_put(w, p, &err))
+            return cli_fail("%s", err.msg);
+        progress_add(&job->prog, nbytes);
+        return CLI_OK;
+    }
+    ckpt_stream *s;
+    if (ckpt_writer_begin(w, p, &s, &err))
+        return cli_fail("%s", err.msg);
+    const unsigned char *data = p->data;
+    for (uint64_t off = 0; off < nbytes; off += PUT_STEP) {
+        size_t n = (size_t)(nbytes - off < PUT_STEP ? nbytes - off : PUT_STEP);
+        if (ckpt_stream_write(s, data + off, n, &err)) {
+            ckpt_stream_abort(s);
+            return cli_fail("%s", err.msg);
+        }
+        progress_add(&job->prog, n);
+    }
+    if (ckpt_stream_end(s, &err))
+        return cli_fail("%s", err.msg);
+    return CLI_OK;
+}
+
 /* Writes the piece [off, off+size) of an input with writer w. */
 static int put_piece(pack_job *job, ckpt_writer *w, const pack_input *in,
                      const mapping *m, const int64_t *off, const int64_t *size)
@@ -588,11 +625,7 @@ static int put_piece(pack_job *job, ckpt_writer *w, const pack_input *in,
     for (int k = 0; k < in->ndim; k++)
         at += (uint64_t)(off[k] * stride[k]);
     p.data = m->data + at * isz;
-    ckpt_error err = { 0 };
-    if (ckpt_writer_put(w, &p, &err))
-        return cli_fail("%s", err.msg);
-    progress_add(&job->prog, ckpt_box_numel(in->ndim, size) * isz);
-    return CLI_OK;
+    return put_contiguous(job, w, &p, ckpt_box_numel(in->ndim, size) * isz);
 }
 
 /* Writes a byte object, a scalar or an empty tensor whole. */

@@ -35,6 +35,12 @@ typedef struct verify_ctx {
     int64_t faults;
 } verify_ctx;
 
+/* A name, or "-" when there is none (NULL or empty). */
+static const char *str_or_dash(const char *s)
+{
+    return s && *s ? s : "-";
+}
+
 /* Formats a chunk or frame number, or "-" when it is -1. */
 static const char *num_or_dash(char *buf, size_t cap, long v)
 {
@@ -48,14 +54,14 @@ static void on_fault(void *arg, const ckpt_fault *f)
 {
     verify_ctx *v = arg;
     char chunk[24], frame[24], offset[24] = "-";
-    if (f->file)
+    if (f->file && *f->file)
         snprintf(offset, sizeof offset, "%" PRIu64, f->file_offset);
     pthread_mutex_lock(&v->mu);
     progress_clear(&v->prog);
     printf("FAULT tensor=%s chunk=%s frame=%s file=%s offset=%s: %s\n",
-           f->fqn ? f->fqn : "-", num_or_dash(chunk, sizeof chunk, f->chunk),
-           num_or_dash(frame, sizeof frame, f->frame),
-           f->file ? f->file : "-", offset, f->msg ? f->msg : "fault");
+           str_or_dash(f->fqn), num_or_dash(chunk, sizeof chunk, f->chunk),
+           num_or_dash(frame, sizeof frame, f->frame), str_or_dash(f->file),
+           offset, f->msg && *f->msg ? f->msg : "fault");
     fflush(stdout);
     v->faults++;
     pthread_mutex_unlock(&v->mu);

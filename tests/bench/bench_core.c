@@ -1,0 +1,754 @@
+/*
+ * bench_core.c - the C half of `make bench` (driven by tests/bench/run.sh).
+ *
+ *   bench_core gen DIR [--mb N]
+ *       Generates a deterministic state dict of about N MiB (default 1024):
+ *       per layer i a bf16 1024x1024 "layers.i.weight" ~ N(0, 0.02) and two
+ *       fp32 1024x1024 Adam moments "optim.layers.i.exp_avg" ~ N(0, 1e-3) and
+ *       "optim.layers.i.exp_avg_sq" ~ N(0, 1e-3)^2.  Writes DIR/state.bin
+ *       (all tensors back to back) and DIR/state.idx (one line per tensor:
+ *       "fqn dtype rows cols offset nbytes"), which dd/cat and dcp_bench.py
+ *       use too.
+ *   bench_core save DIR OUT --codec raw|zstd [--level L] [--threads N]
+ *       Reads the state into memory, then times a libckptfs save of it into
+ *       the new checkpoint OUT (writer open, put every tensor, close, commit;
+ *       everything fdatasync'ed).  Reports peak RSS before and after.
+ *   bench_core load DIR CKPT [--name NAME] [--threads N]
+ *       Times opening CKPT and reading every tensor into preallocated,
+ *       pre-faulted buffers; after the clock stops, compares every byte with
+ *       DIR/state.bin.
+ *   bench_core resident FILE
+ *       Prints the percentage of FILE's pages in the page cache (mincore),
+ *       so that run.sh can check that dropping the cache worked.
+ *
+ * Every timed command prints one machine-readable line
+ *   RESULT name=... seconds=... bytes_logical=... bytes_on_disk=... [k=v...]
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE
+#endif
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ckptfs.h"
+
+#define DIM 1024                      /* every tensor is DIM x DIM */
+#define FQN_MAX 96
+#define MIB ((uint64_t)1 << 20)
+
+typedef struct tensor_desc {
+    char fqn[FQN_MAX];
+    ckpt_dtype dtype;
+    int64_t shape[2];
+    uint64_t offset;                  /* within state.bin */
+    uint64_t nbytes;
+} tensor_desc;
+
+typedef struct state_dict {
+    tensor_desc *t;
+    size_t n;
+    uint64_t total;                   /* logical bytes */
+} state_dict;
+
+/* ------------------------------------------------------------ utilities */
+
+static void die(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("bench_core: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+static void die_ckpt(const char *what, const ckpt_error *err)
+{
+    die("%s: %s (%d)", what, err->msg, err->code);
+}
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p)
+        die("out of memory (%zu bytes)", n);
+    return p;
+}
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static long peak_rss_kb(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return -1;
+    return ru.ru_maxrss;
+}
+
+/* User + system CPU seconds of all threads so far. */
+static double cpu_s(void)
+{
+    struct rusage ru;
+    if (getrusage(RUSAGE_SELF, &ru) != 0)
+        return 0;
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
+}
+
+static void path_join(char *out, size_t cap, const char *dir, const char *name)
+{
+    int n = snprintf(out, cap, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= cap)
+        die("path too long: %s/%s", dir, name);
+}
+
+static void pread_full(int fd, void *buf, size_t len, uint64_t off,
+                       const char *path)
+{
+    char *p = buf;
+    while (len > 0) {
+        ssize_t k = pread(fd, p, len, (off_t)off);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k <= 0)
+            die("read %s: %s", path, k < 0 ? strerror(errno) : "short file");
+        p += k;
+        len -= (size_t)k;
+        off += (uint64_t)k;
+    }
+}
+
+static void pwrite_full(int fd, const void *buf, size_t len, uint64_t off,
+                        const char *path)
+{
+    const char *p = buf;
+    while (len > 0) {
+        ssize_t k = pwrite(fd, p, len, (off_t)off);
+        if (k < 0 && errno == EINTR)
+            continue;
+        if (k < 0)
+            die("write %s: %s", path, strerror(errno));
+        p += k;
+        len -= (size_t)k;
+        off += (uint64_t)k;
+    }
+}
+
+/* Bytes held by the regular files under a directory (apparent size, like
+ * `du -sb`); nftw has no user pointer, hence the file-scope accumulator. */
+static uint64_t du_total;
+
+static int du_visit(const char *path, const struct stat *st, int type,
+                    struct FTW *ftw)
+{
+    if (type == FTW_F && S_ISREG(st->st_mode))
+        du_total += (uint64_t)st->st_size;
+    return 0;
+}
+
+static uint64_t disk_bytes(const char *dir)
+{
+    du_total = 0;
+    if (nftw(dir, du_visit, 16, FTW_PHYS) != 0)
+        die("cannot walk %s: %s", dir, strerror(errno));
+    return du_total;
+}
+
+/* ------------------------------------------------------------ random data */
+
+/* xoshiro256+ seeded through splitmix64: fast, and plenty for test data. */
+typedef struct rng { uint64_t s[4]; } rng;
+
+static uint64_t splitmix64(uint64_t *x)
+{
+    uint64_t z = (*x += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static void rng_seed(rng *r, uint64_t seed)
+{
+    for (int i = 0; i < 4; i++)
+        r->s[i] = splitmix64(&seed);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t rng_next(rng *r)
+{
+    uint64_t *s = r->s, res = s[0] + s[3], t = s[1] << 17;
+    s[2] ^= s[0]; s[3] ^= s[1]; s[1] ^= s[2]; s[0] ^= s[3];
+    s[2] ^= t; s[3] = rotl(s[3], 45);
+    return res;
+}
+
+/* Uniform in [-1, 1). */
+static double rng_sym(rng *r)
+{
+    return (double)(rng_next(r) >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+}
+
+/*
+ * The Makefile links bench_core without libm, so log and sqrt are done here
+ * (to ~1e-12 relative, far more than test data needs).
+ * ln(x) for normal x > 0: x = m * 2^e with m in [0.71, 1.42), then
+ * ln(m) = 2 atanh((m - 1) / (m + 1)) by its series.
+ */
+static double ln_pos(double x)
+{
+    uint64_t b;
+    double m, s = 1.0 / 19;
+    memcpy(&b, &x, sizeof b);
+    int e = (int)((b >> 52) & 0x7ff) - 1023;
+    b = (b & 0x000fffffffffffffULL) | 0x3ff0000000000000ULL;
+    memcpy(&m, &b, sizeof m);
+    if (m > 1.4142135623730951) {
+        m *= 0.5;
+        e++;
+    }
+    double t = (m - 1) / (m + 1), t2 = t * t;
+    for (int k = 17; k >= 1; k -= 2)
+        s = s * t2 + 1.0 / k;
+    return 2 * t * s + e * 0.6931471805599453;
+}
+
+/* sqrt(x) for x > 0: exponent-halving guess, then Newton. */
+static double sqrt_pos(double x)
+{
+    uint64_t b;
+    double y;
+    memcpy(&b, &x, sizeof b);
+    b = (b >> 1) + 0x1ff8000000000000ULL;
+    memcpy(&y, &b, sizeof y);
+    for (int i = 0; i < 5; i++)
+        y = 0.5 * (y + x / y);
+    return y;
+}
+
+/* Two independent N(0, 1) samples (Marsaglia's polar method). */
+static void normal_pair(rng *r, double *a, double *b)
+{
+    double u, v, s;
+    do {
+        u = rng_sym(r);
+        v = rng_sym(r);
+        s = u * u + v * v;
+    } while (s >= 1.0 || s == 0.0);
+    double f = sqrt_pos(-2.0 * ln_pos(s) / s);
+    *a = u * f;
+    *b = v * f;
+}
+
+/* fp32 -> bf16 with round-to-nearest-even (no NaNs occur here). */
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+typedef enum fill_kind { FILL_WEIGHT, FILL_MOMENT, FILL_MOMENT_SQ } fill_kind;
+
+/* Fills one tensor's bytes (n elements) deterministically from its seed. */
+static void fill_tensor(void *dst, size_t n, fill_kind kind, uint64_t seed)
+{
+    rng r;
+    rng_seed(&r, seed);
+    for (size_t i = 0; i < n; i += 2) {
+        double v[2];
+        normal_pair(&r, &v[0], &v[1]);
+        for (size_t k = 0; k < 2 && i + k < n; k++) {
+            if (kind == FILL_WEIGHT) {
+                ((uint16_t *)dst)[i + k] = f32_to_bf16((float)(v[k] * 0.02));
+            } else {
+                double x = v[k] * 1e-3;
+                ((float *)dst)[i + k] = (float)(kind == FILL_MOMENT ? x : x * x);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------ layout */
+
+static void add_tensor(state_dict *sd, const char *fqn, ckpt_dtype dt)
+{
+    tensor_desc *t = &sd->t[sd->n++];
+    int n = snprintf(t->fqn, sizeof t->fqn, "%s", fqn);
+    if (n < 0 || (size_t)n >= sizeof t->fqn)
+        die("tensor name too long: %s", fqn);
+    t->dtype = dt;
+    t->shape[0] = DIM;
+    t->shape[1] = DIM;
+    t->offset = sd->total;
+    t->nbytes = (uint64_t)DIM * DIM * ckpt_dtype_size(dt);
+    sd->total += t->nbytes;
+}
+
+/* 10 MiB per layer: bf16 weight (2 MiB) + two fp32 moments (4 MiB each). */
+static void layout_state(state_dict *sd, uint64_t mb)
+{
+    size_t layers = (size_t)((mb + 5) / 10);
+    char name[FQN_MAX];
+    if (layers == 0)
+        layers = 1;
+    sd->t = xmalloc(3 * layers * sizeof *sd->t);
+    sd->n = 0;
+    sd->total = 0;
+    for (size_t i = 0; i < layers; i++) {
+        snprintf(name, sizeof name, "layers.%zu.weight", i);
+        add_tensor(sd, name, CKPT_BF16);
+        snprintf(name, sizeof name, "optim.layers.%zu.exp_avg", i);
+        add_tensor(sd, name, CKPT_F32);
+        snprintf(name, sizeof name, "optim.layers.%zu.exp_avg_sq", i);
+        add_tensor(sd, name, CKPT_F32);
+    }
+}
+
+static fill_kind kind_of(const tensor_desc *t)
+{
+    if (t->dtype == CKPT_BF16)
+        return FILL_WEIGHT;
+    size_t len = strlen(t->fqn);
+    return len > 3 && strcmp(t->fqn + len - 3, "_sq") == 0 ? FILL_MOMENT_SQ
+                                                           : FILL_MOMENT;
+}
+
+static void manifest_write(const state_dict *sd, const char *dir)
+{
+    char path[4096];
+    path_join(path, sizeof path, dir, "state.idx");
+    FILE *f = fopen(path, "w");
+    if (!f)
+        die("cannot create %s: %s", path, strerror(errno));
+    for (size_t i = 0; i < sd->n; i++) {
+        const tensor_desc *t = &sd->t[i];
+        fprintf(f, "%s %s %lld %lld %llu %llu\n", t->fqn,
+                ckpt_dtype_name(t->dtype), (long long)t->shape[0],
+                (long long)t->shape[1], (unsigned long long)t->offset,
+                (unsigned long long)t->nbytes);
+    }
+    int bad = ferror(f);
+    if (fclose(f) != 0 || bad)
+        die("cannot write %s", path);
+}
+
+static void manifest_read(state_dict *sd, const char *dir)
+{
+    char path[4096], fqn[FQN_MAX], dt[16];
+    long long r0, r1;
+    unsigned long long off, nb;
+    size_t cap = 64;
+    path_join(path, sizeof path, dir, "state.idx");
+    FILE *f = fopen(path, "r");
+    if (!f)
+        die("cannot open %s: %s (run `bench_core gen` first)", path,
+            strerror(errno));
+    sd->t = xmalloc(cap * sizeof *sd->t);
+    sd->n = 0;
+    sd->total = 0;
+    while (fscanf(f, "%95s %15s %lld %lld %llu %llu", fqn, dt, &r0, &r1, &off,
+                  &nb) == 6) {
+        if (sd->n == cap) {
+            cap *= 2;
+            sd->t = realloc(sd->t, cap * sizeof *sd->t);
+            if (!sd->t)
+                die("out of memory");
+        }
+        tensor_desc *t = &sd->t[sd->n++];
+        snprintf(t->fqn, sizeof t->fqn, "%s", fqn);
+        t->dtype = ckpt_dtype_parse(dt);
+        t->shape[0] = r0;
+        t->shape[1] = r1;
+        t->offset = off;
+        t->nbytes = nb;
+        if (t->dtype == CKPT_DTYPE_INVALID || off != sd->total ||
+            nb != (uint64_t)r0 * (uint64_t)r1 * ckpt_dtype_size(t->dtype))
+            die("%s: bad line for %s", path, fqn);
+        sd->total += nb;
+    }
+    fclose(f);
+    if (sd->n == 0)
+        die("%s: no tensors", path);
+}
+
+/* ------------------------------------------------------------ gen */
+
+typedef struct gen_job {
+    const state_dict *sd;
+    int fd;
+    const char *path;
+    atomic_size_t next;
+} gen_job;
+
+static void *gen_worker(void *arg)
+{
+    gen_job *job = arg;
+    void *buf = xmalloc((size_t)DIM * DIM * 4);
+    size_t i;
+    while ((i = atomic_fetch_add(&job->next, 1)) < job->sd->n) {
+        const tensor_desc *t = &job->sd->t[i];
+        fill_tensor(buf, (size_t)(t->shape[0] * t->shape[1]), kind_of(t),
+                    0x636b7074ULL * (i + 1));
+        pwrite_full(job->fd, buf, t->nbytes, t->offset, job->path);
+    }
+    free(buf);
+    return NULL;
+}
+
+static int cpu_count(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > 64 ? 64 : (int)n;
+}
+
+static int cmd_gen(const char *dir, uint64_t mb)
+{
+    state_dict sd;
+    char path[4096];
+    pthread_t th[64];
+    int nth = cpu_count();
+    layout_state(&sd, mb);
+    path_join(path, sizeof path, dir, "state.bin");
+    gen_job job = { .sd = &sd, .path = path };
+    atomic_init(&job.next, 0);
+    job.fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (job.fd < 0)
+        die("cannot create %s: %s", path, strerror(errno));
+    double t0 = now_s();
+    for (int i = 0; i < nth; i++)
+        if (pthread_create(&th[i], NULL, gen_worker, &job) != 0)
+            die("pthread_create failed");
+    for (int i = 0; i < nth; i++)
+        pthread_join(th[i], NULL);
+    if (close(job.fd) != 0)
+        die("close %s: %s", path, strerror(errno));
+    manifest_write(&sd, dir);
+    printf("RESULT name=gen seconds=%.4f bytes_logical=%llu tensors=%zu\n",
+           now_s() - t0, (unsigned long long)sd.total, sd.n);
+    free(sd.t);
+    return 0;
+}
+
+/* ------------------------------------------------------------ save */
+
+/* Reads all of state.bin into one buffer (untimed). */
+static unsigned char *state_load(const state_dict *sd, const char *dir)
+{
+    char path[4096];
+    path_join(path, sizeof path, dir, "state.bin");
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        die("cannot open %s: %s", path, strerror(errno));
+    unsigned char *buf = xmalloc(sd->total);
+    pread_full(fd, buf, sd->total, 0, path);
+    close(fd);
+    return buf;
+}
+
+static void put_all(ckpt_writer *w, const state_dict *sd,
+                    const unsigned char *data)
+{
+    ckpt_error err;
+    for (size_t i = 0; i < sd->n; i++) {
+        const tensor_desc *t = &sd->t[i];
+        ckpt_piece p = { .fqn = t->fqn, .dtype = t->dtype, .ndim = 2,
+                         .shape = t->shape, .data = data + t->offset };
+        if (ckpt_writer_put(w, &p, &err) != 0)
+            die_ckpt("ckpt_writer_put", &err);
+    }
+}
+
+static double timed_save(const state_dict *sd, const unsigned char *data,
+                         const char *out, const ckpt_write_opts *wo)
+{
+    ckpt_error err;
+    ckpt_writer *w;
+    ckpt_commit_opts co;
+    ckpt_commit_opts_init(&co);
+    co.expect_writers = 1;
+    double t0 = now_s();
+    if (ckpt_writer_open(&w, out, "rank0", wo, &err) != 0)
+        die_ckpt("ckpt_writer_open", &err);
+    put_all(w, sd, data);
+    if (ckpt_writer_close(w, &err) != 0)
+        die_ckpt("ckpt_writer_close", &err);
+    if (ckpt_commit(out, &co, &err) != 0)
+        die_ckpt("ckpt_commit", &err);
+    return now_s() - t0;
+}
+
+static int cmd_save(const char *dir, const char *out, const char *codec,
+                    int level, int threads)
+{
+    state_dict sd;
+    ckpt_write_opts wo;
+    ckpt_write_opts_init(&wo);
+    if (strcmp(codec, "raw") == 0)
+        wo.codec = CKPT_CODEC_RAW;
+    else if (strcmp(codec, "zstd") == 0)
+        wo.codec = CKPT_CODEC_ZSTD;
+    else
+        die("unknown codec '%s' (raw or zstd)", codec);
+    if (level > 0)
+        wo.level = level;
+    wo.threads = threads;
+    manifest_read(&sd, dir);
+    unsigned char *data = state_load(&sd, dir);
+    long rss0 = peak_rss_kb();
+    double cpu0 = cpu_s();
+    double secs = timed_save(&sd, data, out, &wo);
+    double cpu = cpu_s() - cpu0;
+    long rss1 = peak_rss_kb();
+    printf("RESULT name=libckptfs_save_%s seconds=%.4f cpu_seconds=%.3f "
+           "bytes_logical=%llu bytes_on_disk=%llu rss_before_mb=%.1f "
+           "rss_peak_mb=%.1f rss_growth_mb=%.1f level=%d threads=%d\n",
+           codec, secs, cpu, (unsigned long long)sd.total,
+           (unsigned long long)disk_bytes(out), rss0 / 1024.0, rss1 / 1024.0,
+           (rss1 - rss0) / 1024.0, wo.codec == CKPT_CODEC_ZSTD ? wo.level : 0,
+           threads);
+    free(data);
+    free(sd.t);
+    return 0;
+}
+
+/* ------------------------------------------------------------ load */
+
+typedef struct load_job {
+    ckpt_reader *r;
+    const state_dict *sd;
+    unsigned char *dst;
+    atomic_size_t next;
+    atomic_int failed;
+    ckpt_error err;                   /* first failure, under the flag */
+} load_job;
+
+static int read_tensor(ckpt_reader *r, const tensor_desc *t, void *dst,
+                       ckpt_error *err)
+{
+    long idx = ckpt_reader_find(r, t->fqn);
+    if (idx < 0) {
+        err->code = (int)idx;
+        snprintf(err->msg, sizeof err->msg, "tensor %s not in checkpoint",
+                 t->fqn);
+        return -1;
+    }
+    int64_t got = ckpt_read(r, (size_t)idx, dst, 0, t->nbytes, err);
+    if (got < 0)
+        return -1;
+    if ((uint64_t)got != t->nbytes) {
+        err->code = -EIO;
+        snprintf(err->msg, sizeof err->msg, "%s: read %lld of %llu bytes",
+                 t->fqn, (long long)got, (unsigned long long)t->nbytes);
+        return -1;
+    }
+    return 0;
+}
+
+static void *load_worker(void *arg)
+{
+    load_job *job = arg;
+    ckpt_error err;
+    size_t i;
+    while (!atomic_load(&job->failed) &&
+           (i = atomic_fetch_add(&job->next, 1)) < job->sd->n) {
+        const tensor_desc *t = &job->sd->t[i];
+        if (read_tensor(job->r, t, job->dst + t->offset, &err) != 0 &&
+            atomic_exchange(&job->failed, 1) == 0)
+            job->err = err;
+    }
+    return NULL;
+}
+
+static double timed_load(const state_dict *sd, const char *ckpt,
+                         unsigned char *dst, int threads)
+{
+    ckpt_read_opts ro;
+    pthread_t th[64];
+    load_job job = { .sd = sd, .dst = dst };
+    atomic_init(&job.next, 0);
+    atomic_init(&job.failed, 0);
+    ckpt_read_opts_init(&ro);
+    double t0 = now_s();
+    if (ckpt_reader_open(&job.r, ckpt, &ro, &job.err) != 0)
+        die_ckpt("ckpt_reader_open", &job.err);
+    if (threads <= 1) {
+        load_worker(&job);
+    } else {
+        for (int i = 0; i < threads; i++)
+            if (pthread_create(&th[i], NULL, load_worker, &job) != 0)
+                die("pthread_create failed");
+        for (int i = 0; i < threads; i++)
+            pthread_join(th[i], NULL);
+    }
+    ckpt_reader_close(job.r);
+    double secs = now_s() - t0;
+    if (atomic_load(&job.failed))
+        die_ckpt("ckpt_read", &job.err);
+    return secs;
+}
+
+/* Compares the loaded bytes with state.bin, one tensor at a time. */
+static void verify_loaded(const state_dict *sd, const char *dir,
+                          const unsigned char *got)
+{
+    char path[4096];
+    path_join(path, sizeof path, dir, "state.bin");
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        die("cannot open %s: %s", path, strerror(errno));
+    unsigned char *want = xmalloc((size_t)DIM * DIM * 8);
+    for (size_t i = 0; i < sd->n; i++) {
+        const tensor_desc *t = &sd->t[i];
+        if (t->nbytes > (uint64_t)DIM * DIM * 8)
+            die("%s: tensor larger than expected", t->fqn);
+        pread_full(fd, want, t->nbytes, t->offset, path);
+        if (memcmp(want, got + t->offset, t->nbytes) != 0)
+            die("VERIFY FAILED: %s differs from the saved bytes", t->fqn);
+    }
+    free(want);
+    close(fd);
+}
+
+static int cmd_load(const char *dir, const char *ckpt, const char *name,
+                    int threads)
+{
+    state_dict sd;
+    manifest_read(&sd, dir);
+    unsigned char *dst = xmalloc(sd.total);
+    memset(dst, 0xa5, sd.total);              /* fault the pages in now */
+    if (threads > 64)
+        threads = 64;
+    double cpu0 = cpu_s();
+    double secs = timed_load(&sd, ckpt, dst, threads);
+    double cpu = cpu_s() - cpu0;
+    verify_loaded(&sd, dir, dst);
+    printf("RESULT name=%s seconds=%.4f cpu_seconds=%.3f bytes_logical=%llu "
+           "bytes_on_disk=%llu threads=%d verified=1\n",
+           name, secs, cpu, (unsigned long long)sd.total,
+           (unsigned long long)disk_bytes(ckpt), threads < 1 ? 1 : threads);
+    free(dst);
+    free(sd.t);
+    return 0;
+}
+
+/* ------------------------------------------------------------ resident */
+
+static int cmd_resident(const char *path)
+{
+    struct stat st;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0 || fstat(fd, &st) != 0)
+        die("cannot open %s: %s", path, strerror(errno));
+    size_t len = (size_t)st.st_size, pg = (size_t)sysconf(_SC_PAGESIZE);
+    size_t npages = (len + pg - 1) / pg, in = 0;
+    if (npages > 0) {
+        void *m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+        unsigned char *vec = xmalloc(npages);
+        if (m == MAP_FAILED || mincore(m, len, vec) != 0)
+            die("mincore %s: %s", path, strerror(errno));
+        for (size_t i = 0; i < npages; i++)
+            in += vec[i] & 1;
+        munmap(m, len);
+        free(vec);
+    }
+    close(fd);
+    printf("%.1f\n", npages ? 100.0 * (double)in / (double)npages : 0.0);
+    return 0;
+}
+
+/* ------------------------------------------------------------ main */
+
+static void usage(void)
+{
+    fputs("usage: bench_core gen DIR [--mb N]\n"
+          "       bench_core save DIR OUT --codec raw|zstd [--level L] "
+          "[--threads N]\n"
+          "       bench_core load DIR CKPT [--name NAME] [--threads N]\n"
+          "       bench_core resident FILE\n", stderr);
+    exit(2);
+}
+
+typedef struct cli_opts {
+    uint64_t mb;
+    const char *codec;
+    const char *name;
+    int level;
+    int threads;
+} cli_opts;
+
+static long parse_num(const char *s, const char *what)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < 0)
+        die("bad %s: '%s'", what, s);
+    return v;
+}
+
+/* Parses the options after the positional arguments. */
+static void parse_opts(cli_opts *o, int argc, char **argv, int first)
+{
+    for (int i = first; i < argc; i++) {
+        if (i + 1 >= argc)
+            usage();
+        const char *k = argv[i], *v = argv[++i];
+        if (strcmp(k, "--mb") == 0)
+            o->mb = (uint64_t)parse_num(v, "--mb");
+        else if (strcmp(k, "--codec") == 0)
+            o->codec = v;
+        else if (strcmp(k, "--name") == 0)
+            o->name = v;
+        else if (strcmp(k, "--level") == 0)
+            o->level = (int)parse_num(v, "--level");
+        else if (strcmp(k, "--threads") == 0)
+            o->threads = (int)parse_num(v, "--threads");
+        else
+            usage();
+    }
+}
+
+int main(int argc, char **argv)
+{
+    cli_opts o = { .mb = 1024, .codec = "zstd", .name = "libckptfs_load" };
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc < 3)
+        usage();
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "gen") == 0) {
+        parse_opts(&o, argc, argv, 3);
+        return cmd_gen(argv[2], o.mb);
+    }
+    if (strcmp(cmd, "resident") == 0 && argc == 3)
+        return cmd_resident(argv[2]);
+    if (argc < 4)
+        usage();
+    parse_opts(&o, argc, argv, 4);
+    if (strcmp(cmd, "save") == 0)
+        return cmd_save(argv[2], argv[3], o.codec, o.level, o.threads);
+    if (strcmp(cmd, "load") == 0)
+        return cmd_load(argv[2], argv[3], o.name, o.threads);
+    usage();
+    return 2;
+}

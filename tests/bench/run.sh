@@ -1,0 +1,328 @@
+#!/bin/bash
+# run.sh - `make bench`: save/load throughput of libckptfs (raw and zstd)
+# against a flat file (dd conv=fdatasync / cat) and PyTorch's distributed
+# checkpoint (FileSystemWriter, single_file_per_rank, sync_files), on a
+# ~1 GiB state dict generated in the run.  See tests/bench/README.md.
+#
+# Environment: CKPT_BENCH_CORE (bench_core binary, required), CKPT (ckpt
+# binary, optional), CKPT_SRCDIR, CKPT_BENCH_MB (state size in MiB, default
+# 1024), CKPT_BENCH_REPS (default 3), CKPT_BENCH_DIR (scratch parent, default
+# the build directory), CKPT_BENCH_LOAD_THREADS (threads calling ckpt_read,
+# default 1), CKPT_BENCH_PYTHON (default /usr/bin/python3),
+# CKPT_BENCH_STRICT=1 (exit 1 when a target is missed).
+set -euo pipefail
+export LC_ALL=C
+
+die() { echo "bench: $*" >&2; exit 1; }
+
+core=${CKPT_BENCH_CORE:?set CKPT_BENCH_CORE to the bench_core binary (make bench does)}
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+srcdir=${CKPT_SRCDIR:-$(cd "$here/../.." && pwd)}
+dcp_py=$srcdir/tests/bench/dcp_bench.py
+py=${CKPT_BENCH_PYTHON:-/usr/bin/python3}
+mb=${CKPT_BENCH_MB:-1024}
+reps=${CKPT_BENCH_REPS:-3}
+load_threads=${CKPT_BENCH_LOAD_THREADS:-1}
+[[ -x $core ]] || die "bench_core not found at $core"
+[[ $mb =~ ^[0-9]+$ && $mb -ge 10 ]] || die "CKPT_BENCH_MB must be an integer >= 10"
+[[ $reps =~ ^[0-9]+$ && $reps -ge 1 ]] || die "CKPT_BENCH_REPS must be >= 1"
+
+# ------------------------------------------------------------ scratch dir
+base=${CKPT_BENCH_DIR:-$(dirname "$core")}
+mkdir -p "$base"
+work=$(mktemp -d "$base/ckptfs-bench.XXXXXX")
+cleanup() { rm -rf "$work"; }
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+state=$work/state
+mkdir "$state"
+results=$work/results      # name seconds bytes_logical bytes_on_disk cpu_seconds
+rawlog=$work/raw.log       # every RESULT line as printed
+
+fstype=$(stat -f -c %T "$work")
+need=$(( mb * 1048576 * 6 ))   # state, flat, raw, zstd, DCP + slack
+avail=$(df -P -B1 "$work" | awk 'NR == 2 { print $4 }')
+(( avail > need )) || die "need $(( need >> 20 )) MiB free in $base, have $(( avail >> 20 )) MiB (set CKPT_BENCH_DIR or CKPT_BENCH_MB)"
+
+# ------------------------------------------------------------ helpers
+# Runs a contender that prints a RESULT line; records it.
+run_result() {
+    local out line
+    out=$("$@") || die "failed: $*"
+    line=$(grep '^RESULT ' <<<"$out" | tail -n 1) || die "no RESULT from: $*"
+    echo "$line" >>"$rawlog"
+    awk '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+           cpu = v["cpu_seconds"] == "" ? "-" : v["cpu_seconds"]
+           print v["name"], v["seconds"], v["bytes_logical"], v["bytes_on_disk"], cpu }' \
+        <<<"$line" >>"$results"
+    progress "$line"
+}
+
+progress() {
+    awk -v rep="$rep/$reps" '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+           printf "  [%s] %-28s %8.3f s\n", rep, v["name"], v["seconds"] }' <<<"$1"
+}
+
+# Times a shell command (dd, cat) and records it like a RESULT line.
+time_cmd() {
+    local name=$1 logical=$2 disk=$3 t0 t1 secs
+    shift 3
+    t0=$EPOCHREALTIME
+    "$@" || die "failed: $*"
+    t1=$EPOCHREALTIME
+    secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.4f", b - a }')
+    run_result echo "RESULT name=$name seconds=$secs bytes_logical=$logical bytes_on_disk=$disk"
+}
+
+dd_write() { dd if="$state/state.bin" of="$work/flat.bin" bs=4M conv=fdatasync status=none; }
+cat_read() { cat "$work/flat.bin" >/dev/null; }
+
+drop_caches() { sync && echo 3 >/proc/sys/vm/drop_caches; } 2>/dev/null
+
+# Reads every file under $1 so that a warm load finds it all in the cache.
+warm_up() { find "$1" -type f -exec cat {} + >/dev/null; }
+
+# Removes the previous output and flushes dirty pages before a timed save.
+fresh() { rm -rf "$1"; sync; }
+
+disk_of() { du -sb "$1" | awk '{ print $1 }'; }
+
+# ------------------------------------------------------------ contenders
+flat_round() {
+    warm_up "$state/state.bin"
+    fresh "$work/flat.bin"
+    time_cmd flat_write "$logical" "$logical" dd_write
+    if (( cold )); then
+        drop_caches
+        time_cmd flat_read_cold "$logical" "$logical" cat_read
+    fi
+    warm_up "$work/flat.bin"
+    time_cmd flat_read_warm "$logical" "$logical" cat_read
+}
+
+# Save, cold load, warm load of libckptfs with codec $1.
+lib_round() {
+    fresh "$work/$1"
+    run_result "$core" save "$state" "$work/$1" --codec "$1"
+    if (( cold )); then
+        drop_caches
+        run_result "$core" load "$state" "$work/$1" --threads "$load_threads" \
+            --name "libckptfs_load_${1}_cold"
+    fi
+    warm_up "$work/$1"
+    run_result "$core" load "$state" "$work/$1" --threads "$load_threads" \
+        --name "libckptfs_load_${1}_warm"
+}
+
+dcp_round() {
+    local out
+    fresh "$work/dcp"
+    out=$("$py" "$dcp_py" save "$state" "$work/dcp") || die "DCP save failed"
+    if grep -q '^SKIP' <<<"$out"; then
+        dcp_skip=$(grep '^SKIP' <<<"$out" | head -n 1)
+        echo "  $dcp_skip"
+        return
+    fi
+    run_result echo "$out"
+    if (( cold )); then
+        drop_caches
+        run_result "$py" "$dcp_py" load "$state" "$work/dcp" dcp_load_cold
+    fi
+    warm_up "$work/dcp"
+    run_result "$py" "$dcp_py" load "$state" "$work/dcp" dcp_load_warm
+}
+
+# ------------------------------------------------------------ report
+# Prints "median min max" of column $2 of contender $1's results, or "-".
+med_col() {
+    awk -v n="$1" -v c="$2" '$1 == n && $c != "-" { print $c }' "$results" |
+        sort -g | awk '
+        { s[NR] = $1 }
+        END { if (NR == 0) { print "-"; exit }
+              m = NR % 2 ? s[(NR + 1) / 2] : (s[NR / 2] + s[NR / 2 + 1]) / 2
+              print m, s[1], s[NR] }'
+}
+
+# Prints "median min max logical disk cpu" for a contender, or nothing:
+# seconds as median/min/max, the rest as medians.
+stats_of() {
+    local t
+    t=$(med_col "$1" 2)
+    [[ $t != - ]] || return 0
+    echo "$t $(med_col "$1" 3 | cut -d' ' -f1) $(med_col "$1" 4 | cut -d' ' -f1) $(med_col "$1" 5 | cut -d' ' -f1)"
+}
+
+median_of() { stats_of "$1" | awk '{ print $1 }'; }
+
+row() {
+    local st
+    st=$(stats_of "$1")
+    [[ -n $st ]] || return 0
+    awk -v label="$2" '{ cpu = $6 == "-" ? "-" : sprintf("%.2f", $6)
+        printf "%-36s %8.3f %8.3f %8.3f %6s %7.2f %9.1f %7.3f\n",
+        label, $1, $2, $3, cpu, $4 / $1 / 1e9, $5 / 1e6, $5 / $4 }' <<<"$st"
+}
+
+table() {
+    printf "%-36s %8s %8s %8s %6s %7s %9s %7s\n" contender median min max cpu \
+        GB/s "disk MB" "disk/"
+    printf "%-36s %8s %8s %8s %6s %7s %9s %7s\n" "" s s s s "" "" logical
+    row flat_write "flat file write (dd conv=fdatasync)"
+    row libckptfs_save_raw "libckptfs save raw"
+    row libckptfs_save_zstd "libckptfs save zstd"
+    row dcp_save "DCP save"
+    row flat_read_cold "flat file read (cat), cold"
+    row libckptfs_load_raw_cold "libckptfs load raw, cold"
+    row libckptfs_load_zstd_cold "libckptfs load zstd, cold"
+    row dcp_load_cold "DCP load, cold"
+    row flat_read_warm "flat file read (cat), warm"
+    row libckptfs_load_raw_warm "libckptfs load raw, warm"
+    row libckptfs_load_zstd_warm "libckptfs load zstd, warm"
+    row dcp_load_warm "DCP load, warm"
+}
+
+# ratio A B: median(A) / median(B), or empty when either is missing.
+ratio() {
+    local a b
+    a=$(median_of "$1")
+    b=$(median_of "$2")
+    [[ -n $a && -n $b ]] || return 0
+    awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f", a / b }'
+}
+
+ratio_line() {
+    local r
+    r=$(ratio "$2" "$3")
+    [[ -n $r ]] && printf "  %-52s %6sx\n" "$1" "$r"
+    return 0
+}
+
+ratios() {
+    echo "speedup vs DCP (DCP seconds / libckptfs seconds; > 1 = libckptfs faster):"
+    for c in raw zstd; do
+        ratio_line "save $c" dcp_save "libckptfs_save_$c"
+    done
+    for t in cold warm; do
+        for c in raw zstd; do
+            ratio_line "load $c, $t" "dcp_load_$t" "libckptfs_load_${c}_$t"
+        done
+    done
+    echo "speed vs flat file (flat seconds / libckptfs seconds; 1 = as fast as dd/cat):"
+    for c in raw zstd; do
+        ratio_line "save $c vs dd conv=fdatasync" flat_write "libckptfs_save_$c"
+    done
+    for t in cold warm; do
+        for c in raw zstd; do
+            ratio_line "load $c, $t vs cat" "flat_read_$t" "libckptfs_load_${c}_$t"
+        done
+    done
+    ratio_line "DCP save vs dd conv=fdatasync" flat_write dcp_save
+    ratio_line "DCP load, cold vs cat" flat_read_cold dcp_load_cold
+}
+
+disk_bytes_of() { stats_of "$1" | awk '{ print $5 }'; }
+
+rss_lines() {
+    echo "peak RSS during save (the process holds the whole state dict first):"
+    awk '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+           if (v["rss_peak_mb"] != "" && v["rss_growth_mb"] + 0 > g[v["name"]] + 0)
+               g[v["name"]] = v["rss_growth_mb"]
+           if (v["rss_peak_mb"] != "") { p[v["name"]] = v["rss_peak_mb"]; b[v["name"]] = v["rss_before_mb"]; seen[v["name"]] = 1 }
+           delete v }
+         END { for (n in seen) printf "  %-22s before %8.1f MiB  peak %8.1f MiB  growth (max over reps) %7.1f MiB\n", n, b[n], p[n], g[n] }' \
+        "$rawlog" | sort
+}
+
+verdict() {   # verdict LABEL VALUE OK(0/1) -> prints the target line
+    local word=FAIL
+    (( $3 )) && word=PASS
+    (( $3 )) || missed=1
+    printf "target %-44s %s %s\n" "$1:" "$2" "$word"
+}
+
+targets() {
+    local t r ok dz dd
+    if [[ -n ${dcp_skip:-} ]]; then
+        echo "targets against DCP: not measured ($dcp_skip)"
+        return
+    fi
+    t=warm
+    (( cold )) && t=cold
+    for c in raw zstd; do
+        r=$(ratio "dcp_load_$t" "libckptfs_load_${c}_$t")
+        ok=$(awk -v r="$r" 'BEGIN { print (r >= 5) }')
+        verdict "load >= 5x DCP ($c, $t cache)" "${r}x" "$ok"
+    done
+    r=$(ratio dcp_save libckptfs_save_zstd)
+    ok=$(awk -v r="$r" 'BEGIN { print (r >= 1) }')
+    verdict "save zstd no slower than DCP" "${r}x" "$ok"
+    dz=$(disk_bytes_of libckptfs_save_zstd)
+    dd=$(disk_bytes_of dcp_save)
+    r=$(awk -v a="$dz" -v b="$dd" 'BEGIN { printf "%.3f", a / b }')
+    ok=$(awk -v r="$r" 'BEGIN { print (r < 1) }')
+    verdict "zstd writes fewer bytes than DCP" "${r} of DCP's bytes" "$ok"
+}
+
+ckpt_summary() {
+    [[ -n ${CKPT:-} && -x ${CKPT:-} && -d $work/zstd ]] || return 0
+    echo "ckpt info of the zstd checkpoint:"
+    "$CKPT" info "$work/zstd" 2>&1 | head -n 12 | sed 's/^/  /' || true
+}
+
+# ------------------------------------------------------------ main
+t_start=$EPOCHREALTIME
+echo "ckptfs benchmark: scratch $work ($fstype), $(nproc) CPUs, $reps reps"
+[[ $fstype == tmpfs ]] && echo "WARNING: scratch is on tmpfs: figures measure memory, not storage"
+gen_line=$("$core" gen "$state" --mb "$mb") || die "bench_core gen failed"
+logical=$(awk '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); if (kv[1] == "bytes_logical") print kv[2] } }' <<<"$gen_line")
+sync
+echo "state dict: $(( $(wc -l <"$state/state.idx") / 3 )) layers x (bf16 1024x1024 weight ~ N(0,0.02), f32 exp_avg, f32 exp_avg_sq) = $logical bytes (generated in $(awk '{ split($3, kv, "="); print kv[2] }' <<<"$gen_line") s)"
+
+cold=0
+cache_note="cannot drop the page cache here (needs root and a writable /proc/sys/vm/drop_caches): every load is measured warm, for every contender alike"
+if drop_caches; then
+    pct=$("$core" resident "$state/state.bin")
+    if awk -v p="$pct" 'BEGIN { exit !(p < 5) }'; then
+        cold=1
+        cache_note="page cache dropped (sync; echo 3 > /proc/sys/vm/drop_caches) before every cold load; warm loads read files just read with cat"
+    else
+        cache_note="drop_caches accepted but $pct% of state.bin stayed cached: cold figures are not trustworthy, measuring warm loads only"
+    fi
+fi
+echo "cache: $cache_note"
+if [[ ! -x $py ]]; then
+    dcp_skip="SKIP dcp: $py not found"
+fi
+echo "libckptfs load threads calling ckpt_read: $load_threads"
+echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# Each contender runs as a block (save, cold load, warm load); the blocks
+# are interleaved and their order rotates every repetition, so that drifts
+# and order effects (who follows a cache drop) spread over all of them.
+blocks=("flat_round" "lib_round raw" "lib_round zstd" "dcp_round")
+for (( rep = 1; rep <= reps; rep++ )); do
+    for (( k = 0; k < ${#blocks[@]}; k++ )); do
+        b=${blocks[(k + rep - 1) % ${#blocks[@]}]}
+        [[ $b == dcp_round && -n ${dcp_skip:-} ]] && continue
+        $b
+    done
+done
+
+echo
+echo "== ckptfs benchmark: $logical logical bytes, median of $reps runs; GB/s = logical bytes / median seconds / 1e9; MB = 1e6 bytes"
+table
+echo
+ratios
+echo
+rss_lines
+ckpt_summary
+echo
+missed=0
+targets
+[[ -n ${dcp_skip:-} ]] && echo "DCP: $dcp_skip"
+echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg) (above $(nproc) means other work shared the CPUs)"
+echo "total bench time: $(awk -v a="$t_start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s"
+if (( missed )) && [[ ${CKPT_BENCH_STRICT:-0} == 1 ]]; then
+    exit 1
+fi
+exit 0

@@ -5,7 +5,9 @@
  */
 #include "cli.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -24,6 +26,7 @@ static const cli_help HELP = {
     "  ratio: X.XX          raw_bytes / stored_bytes ('-' if 0)\n"
     "  codecs: raw+zstd     the codecs frames use\n"
     "  shards: N            then one '  FILE BYTES' line per shard file\n"
+    "                       (BYTES is 'missing' for a file that is gone)\n"
     "With FQN, prints the tensor's fqn, dtype, shape, numel, raw_bytes,\n"
     "stored_bytes, ratio, codecs and chunks, then per chunk\n"
     "  chunk I: offsets=.. sizes=.. file=.. frames=N raw_bytes=N "
@@ -149,6 +152,32 @@ static int collect(const ckpt_reader *r, uint64_t *raw, uint64_t *stored,
     return CLI_OK;
 }
 
+/* Adds the shard files present in CKPT/data (a writer that stored no piece
+ * still has one), as "data/<name>.shard". */
+static int add_shard_files(const char *ckpt, strset *files)
+{
+    char *dir = cli_path_join(ckpt, "data");
+    if (!dir)
+        return cli_fail("out of memory");
+    DIR *d = opendir(dir);
+    free(dir);
+    if (!d)
+        return CLI_OK;   /* a missing data/ shows as missing files */
+    int rc = CLI_OK;
+    struct dirent *e;
+    while (rc == CLI_OK && (e = readdir(d)) != NULL) {
+        size_t n = strlen(e->d_name);
+        char rel[NAME_MAX + 8];
+        if (n <= 6 || strcmp(e->d_name + n - 6, ".shard") != 0)
+            continue;
+        snprintf(rel, sizeof rel, "data/%s", e->d_name);
+        if (strset_add(files, rel, strlen(rel)))
+            rc = cli_fail("out of memory");
+    }
+    closedir(d);
+    return rc;
+}
+
 static void print_shards(const char *ckpt, const strset *files)
 {
     printf("shards: %zu\n", files->n);
@@ -158,7 +187,7 @@ static void print_shards(const char *ckpt, const strset *files)
         if (path && stat(path, &st) == 0)
             printf("  %s %" PRIu64 "\n", files->v[i], (uint64_t)st.st_size);
         else
-            printf("  %s ?\n", files->v[i]);
+            printf("  %s missing\n", files->v[i]);
         free(path);
     }
 }
@@ -168,6 +197,8 @@ static int print_summary(const ckpt_reader *r, const char *ckpt)
     uint64_t raw = 0, stored = 0;
     strset codecs = { 0 }, files = { 0 };
     int rc = collect(r, &raw, &stored, &codecs, &files);
+    if (rc == CLI_OK)
+        rc = add_shard_files(ckpt, &files);
     if (rc == CLI_OK) {
         char ratio[32];
         cli_format_ratio(ratio, sizeof ratio, raw, stored);

@@ -11,7 +11,14 @@ example=$CKPT_BUILDDIR/examples/mpi_ranks_save
 [ -x "$example" ] || { echo "mpi example not built (no MPI)"; exit 77; }
 command -v mpirun >/dev/null || { echo "no mpirun"; exit 77; }
 
-mpirun_() { mpirun --allow-run-as-root --oversubscribe "$@"; }
+# Open MPI leaks at exit, largely from dlopen'ed components that LSan cannot
+# name (so no suppression file can match them): leak checking is off for
+# the MPI processes only.  libckptfs's own leaks are checked by every other
+# test of the sanitizer build.
+mpirun_() {
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
+        mpirun --allow-run-as-root --oversubscribe "$@"
+}
 ck=$TMP/step-1
 mpirun_ -n 3 "$example" "$ck" 100 30 2 >"$TMP/out" 2>&1
 check "3 ranks save and commit" test $? -eq 0

@@ -264,6 +264,27 @@ int ckpt_mkdir(const char *path, ckpt_error *err)
     return 0;
 }
 
+int ckpt_mkdirs(const char *path, ckpt_error *err)
+{
+    char buf[PATH_MAX];
+    size_t n = path ? strlen(path) : 0;
+    if (n == 0 || n >= sizeof buf)
+        return ckpt_err(err, -ENAMETOOLONG, "cannot create directory '%s': "
+                        "empty or too long a path", path ? path : "");
+    memcpy(buf, path, n + 1);
+    /* Create each missing ancestor, then the directory itself. */
+    for (size_t i = 1; i < n; i++) {
+        if (buf[i] != '/' || buf[i - 1] == '/')
+            continue;
+        buf[i] = '\0';
+        int rc = ckpt_mkdir(buf, err);
+        buf[i] = '/';
+        if (rc)
+            return rc;
+    }
+    return ckpt_mkdir(buf, err);
+}
+
 /* State of one ckpt_remove_tree: the path of the entry being worked on,
  * kept for messages (truncated if it ever outgrows the buffer). */
 typedef struct rm_walk {

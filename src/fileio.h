@@ -41,6 +41,9 @@ int ckpt_fsync_dir(const char *dir, ckpt_error *err);
 /* mkdir -p for one level with mode 0755; EEXIST is success. */
 int ckpt_mkdir(const char *path, ckpt_error *err);
 
+/* mkdir -p: creates path and its missing ancestors (mode 0755). */
+int ckpt_mkdirs(const char *path, ckpt_error *err);
+
 /* rm -rf of path (files and directories, not following symlinks). */
 int ckpt_remove_tree(const char *path, ckpt_error *err);
 

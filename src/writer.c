@@ -135,7 +135,7 @@ static int writer_failed(ckpt_writer *w, ckpt_error *err)
 static int make_layout(const char *dir, ckpt_error *err)
 {
     char path[4096];
-    int rc = ckpt_mkdir(dir, err);
+    int rc = ckpt_mkdirs(dir, err);
     if (rc == 0)
         rc = ckpt_path_join(path, sizeof path, dir, "data", err);
     if (rc == 0)

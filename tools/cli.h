@@ -81,6 +81,17 @@ void cli_human_size(char *buf, size_t cap, double bytes);
 /* "raw/stored" as "2.50", or "-" when stored is 0. */
 void cli_format_ratio(char *buf, size_t cap, uint64_t raw, uint64_t stored);
 
+/* ---- reading */
+
+/* Decoded-frame cache of the streaming commands (cat, unpack, verify,
+ * info): they read each frame about once, so a small cache bounds their
+ * memory without slowing them. */
+#define CLI_READ_CACHE ((size_t)32 << 20)
+
+/* Opens a committed checkpoint for streaming reads; prints the library's
+ * message and returns CLI_FAIL when it cannot be opened. */
+int cli_open_reader(ckpt_reader **r, const char *dir);
+
 /* ---- files */
 
 /* Writes all of buf to fd, retrying short writes and EINTR.  Returns 0 or

@@ -186,6 +186,17 @@ void cli_format_ratio(char *buf, size_t cap, uint64_t raw, uint64_t stored)
         snprintf(buf, cap, "%.2f", (double)raw / (double)stored);
 }
 
+int cli_open_reader(ckpt_reader **r, const char *dir)
+{
+    ckpt_read_opts opts;
+    ckpt_error err = { 0 };
+    ckpt_read_opts_init(&opts);
+    opts.cache_bytes = CLI_READ_CACHE;
+    if (ckpt_reader_open(r, dir, &opts, &err) != 0)
+        return cli_fail("%s", err.msg);
+    return CLI_OK;
+}
+
 int cli_write_full(int fd, const void *buf, size_t n)
 {
     const char *p = buf;

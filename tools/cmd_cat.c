@@ -171,9 +171,8 @@ int cmd_cat(int argc, char **argv)
     /* A closed pipe shows up as EPIPE from write(), handled quietly. */
     signal(SIGPIPE, SIG_IGN);
     ckpt_reader *r;
-    ckpt_error err = { 0 };
-    if (ckpt_reader_open(&r, argv[optind], NULL, &err) != 0)
-        return cli_fail("%s", err.msg);
+    if (cli_open_reader(&r, argv[optind]) != CLI_OK)
+        return CLI_FAIL;
     rc = cat_tensor(r, argv[optind], argv[optind + 1], slice);
     ckpt_reader_close(r);
     return rc;

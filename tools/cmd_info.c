@@ -296,9 +296,8 @@ int cmd_info(int argc, char **argv)
         return rc;
     const char *ckpt = argv[optind];
     ckpt_reader *r;
-    ckpt_error err = { 0 };
-    if (ckpt_reader_open(&r, ckpt, NULL, &err) != 0)
-        return cli_fail("%s", err.msg);
+    if (cli_open_reader(&r, ckpt) != CLI_OK)
+        return CLI_FAIL;
     if (argc - optind == 2)
         rc = print_tensor(r, ckpt, argv[optind + 1]);
     else

@@ -68,9 +68,8 @@ static void print_rows(const ls_row *rows, size_t n)
 static int list_checkpoint(const char *path)
 {
     ckpt_reader *r;
-    ckpt_error err = { 0 };
-    if (ckpt_reader_open(&r, path, NULL, &err) != 0)
-        return cli_fail("%s", err.msg);
+    if (cli_open_reader(&r, path) != CLI_OK)
+        return CLI_FAIL;
     size_t n = ckpt_reader_count(r);
     ls_row *rows = calloc(n ? n : 1, sizeof *rows);
     int rc = rows ? CLI_OK : cli_fail("out of memory");

@@ -179,9 +179,8 @@ int cmd_unpack(int argc, char **argv)
     if (rc)
         return rc;
     unpack_job job = { NULL, argv[optind + 1], NULL, NULL, { 0 } };
-    ckpt_error err = { 0 };
-    if (ckpt_reader_open(&job.r, argv[optind], NULL, &err) != 0)
-        return cli_fail("%s", err.msg);
+    if (cli_open_reader(&job.r, argv[optind]) != CLI_OK)
+        return CLI_FAIL;
     rc = unpack_all(&job);
     ckpt_reader_close(job.r);
     free(job.in);

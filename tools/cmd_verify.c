@@ -132,9 +132,8 @@ int cmd_verify(int argc, char **argv)
     if (rc)
         return rc;
     ckpt_reader *r;
-    ckpt_error err = { 0 };
-    if (ckpt_reader_open(&r, argv[optind], NULL, &err) != 0)
-        return cli_fail("%s", err.msg);
+    if (cli_open_reader(&r, argv[optind]) != CLI_OK)
+        return CLI_FAIL;
     rc = verify(r, argv[optind]);
     ckpt_reader_close(r);
     if (fflush(stdout) != 0 && rc == CLI_OK)

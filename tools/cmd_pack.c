@@ -96,7 +96,9 @@ typedef struct pack_job {
     const char *out;
     pack_input *inputs;
     size_t ninputs;
-    int created;            /* OUT did not exist before */
+    char *created;          /* the topmost directory pack created (OUT or
+                               an ancestor), or NULL */
+    int out_ready;          /* OUT exists, is empty and is ours to fill */
     unsigned char *buf;     /* gather buffer, CLI_BLOCK bytes */
     progress prog;
 } pack_job;
@@ -762,6 +764,36 @@ static int dir_is_empty(const char *path)
     return empty;
 }
 
+/* Makes OUT and its missing ancestors (mkdir -p), remembering the topmost
+ * one made so that a failure removes all of them. */
+static int make_dirs(pack_job *job)
+{
+    char *path = strdup(job->out);
+    if (!path)
+        return cli_fail("out of memory");
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/')
+        path[--n] = '\0';   /* "a/b/" is "a/b" */
+    int rc = CLI_OK;
+    for (char *s = path + 1; rc == CLI_OK; s++) {
+        if (*s != '/' && *s != '\0')
+            continue;
+        char c = *s;
+        *s = '\0';
+        if (mkdir(path, 0777) == 0) {
+            if (!job->created && !(job->created = strdup(path)))
+                rc = cli_fail("out of memory");
+        } else if (errno != EEXIST || c == '\0') {
+            rc = cli_fail("cannot create %s: %s", path, strerror(errno));
+        }
+        *s = c;
+        if (c == '\0')
+            break;
+    }
+    free(path);
+    return rc;
+}
+
 /* Makes OUT, or accepts it if it is an empty directory. */
 static int prepare_out(pack_job *job)
 {
@@ -774,24 +806,25 @@ static int prepare_out(pack_job *job)
             return cli_fail("cannot read %s: %s", job->out, strerror(-e));
         if (!e)
             return cli_fail("%s exists and is not empty", job->out);
+        job->out_ready = 1;
         return CLI_OK;
     }
     if (errno != ENOENT)
         return cli_fail("%s: %s", job->out, strerror(errno));
-    if (mkdir(job->out, 0777) != 0)
-        return cli_fail("cannot create %s: %s", job->out, strerror(errno));
-    job->created = 1;
-    return CLI_OK;
+    int rc = make_dirs(job);
+    job->out_ready = rc == CLI_OK;
+    return rc;
 }
 
-/* Removes what this pack put in OUT: OUT itself if pack created it, else
- * everything inside it (it was empty). */
+/* Removes what this pack made: the directories it created (OUT and any
+ * ancestors), or else everything inside OUT (it was empty when pack
+ * checked it: out_ready). */
 static void remove_out(const pack_job *job)
 {
     ckpt_error err = { 0 };
     if (job->created) {
-        if (ckpt_remove_tree(job->out, &err))
-            cli_warn("could not remove %s: %s", job->out, err.msg);
+        if (ckpt_remove_tree(job->created, &err))
+            cli_warn("could not remove %s: %s", job->created, err.msg);
         return;
     }
     DIR *d = opendir(job->out);
@@ -839,6 +872,7 @@ static void job_free(pack_job *job)
     free(job->inputs);
     free(job->meta);
     free(job->buf);
+    free(job->created);
 }
 
 static int parse_args(pack_job *job, int argc, char **argv)
@@ -882,11 +916,10 @@ int cmd_pack(int argc, char **argv)
         rc = probe_input(&job.inputs[i]);
     if (rc == CLI_OK)
         rc = prepare_out(&job);
-    if (rc == CLI_OK) {
+    if (rc == CLI_OK)
         rc = write_and_commit(&job);
-        if (rc)
-            remove_out(&job);
-    }
+    if (rc != CLI_OK && (job.created || job.out_ready))
+        remove_out(&job);
     job_free(&job);
     return rc == CLI_HELP_SHOWN ? CLI_OK : rc;
 }

@@ -43,8 +43,24 @@ TMP=$(mktemp -d "${TMPDIR:-/tmp}/ckpt-$T_NAME.XXXXXX") || {
     echo "ERROR: mktemp -d failed" >&2
     exit 99
 }
-trap 'rm -rf "$TMP"' EXIT
-trap 'exit 99' INT TERM HUP
+# A watchdog bounds the whole script (make check has no timeout of its own):
+# after CKPT_TEST_TIMEOUT seconds it terminates the script's children (a hung
+# ckpt) and the script, which then exits 99.  Single ckpt runs through
+# run_ckpt have their own, shorter limit (CKPT_TIMEOUT).
+CKPT_TEST_TIMEOUT=${CKPT_TEST_TIMEOUT:-600}
+_SELF=$$
+(
+    # polls, so that it ends by itself within a second of the script
+    for ((_i = 0; _i < CKPT_TEST_TIMEOUT; _i++)); do
+        sleep 1
+        kill -0 "$_SELF" 2>/dev/null || exit 0
+    done
+    _me=$BASHPID
+    kill -TERM $(pgrep -P "$_SELF" 2>/dev/null | grep -v "^$_me\$") "$_SELF" 2>/dev/null
+) </dev/null >/dev/null 2>&1 &
+_WATCHDOG=$!
+trap 'kill "$_WATCHDOG" 2>/dev/null; rm -rf "$TMP"' EXIT
+trap 'echo "ERROR: $T_NAME: terminated (interrupted, or over CKPT_TEST_TIMEOUT=${CKPT_TEST_TIMEOUT}s)" >&2; exit 99' INT TERM HUP
 
 N_PASS=0
 N_FAIL=0

@@ -240,6 +240,21 @@ else
 fi
 intact "trunc"
 
+# ------------------------------------------------------------ grown shard
+echo "# ---- shard with bytes appended"
+CK=$ROOT/grown
+run_ckpt pack --codec raw "$CK" a=$IN/a.npy b=$IN/b.npy
+expect_ok "grown: pack"
+printf 'appended junk' >>"$CK/data/rank0.shard"
+run_ckpt verify "$CK"
+expect_rc 1 "grown: verify (the shard's size differs from the recorded one)"
+if grep -q 'rank0\.shard' "$OUT" && grep -E -q -i 'grown|size|longer|larger' "$OUT"; then
+    ok "grown: verify names rank0.shard and its size"
+else
+    bad "grown: verify names rank0.shard and its size"; _show
+fi
+intact "grown"
+
 # ---------------------------------------------------------- 4. missing shard
 echo "# ---- missing shard"
 CK=$ROOT/noshard
@@ -325,6 +340,15 @@ for name in garbage foreign; do
         expect_rc 1 "$name index: $cmd"
         expect_err_re 'not a ckptfs index' "$name index: $cmd says 'not a ckptfs index'"
     done
+done
+mkidx truncidx
+head -c 3000 "$GOOD/index.db" >"$ROOT/truncidx/index.db"
+for cmd in ls info verify cat; do
+    args=("$ROOT/truncidx")
+    [ "$cmd" = cat ] && args+=(a)
+    run_ckpt $cmd "${args[@]}"
+    expect_rc 1 "truncated index: $cmd"
+    expect_err_re 'truncidx/index\.db' "truncated index: $cmd names the index file"
 done
 for cmd in info verify; do
     run_ckpt $cmd "$ROOT/newer"
@@ -474,6 +498,9 @@ if [ "$(cat "$R2/notes/todo.txt" 2>/dev/null)" = "keep me" ] && [ "$(cat "$R2/RE
 else
     bad "gc: unrelated 'notes' or README touched"
 fi
+run_ckpt gc "$R2"
+expect_ok "gc again"
+expect_empty_out "gc again: nothing left to remove"
 # A single uncommitted checkpoint directory as ROOT.
 mkdir -p "$R2/step-4/.pending"
 run_ckpt gc "$R2/step-4"

@@ -22,9 +22,12 @@
     ckinfo.py checksum FILE [OFFSET SIZE]
         XXH3-64 (hex) of a file's bytes via libxxhash through ctypes; exit 77
         when libxxhash cannot be loaded
-    ckinfo.py checkindex INDEX_DB MANIFEST APP_ID USER_VERSION
+    ckinfo.py checkindex INDEX_DB MANIFEST APP_ID USER_VERSION [INFO_DIR]
         opens index.db with Python's sqlite3: application_id, user_version,
-        row count of the tensors table, a JSON shape per tensor
+        row count of the tensors table, a JSON shape per tensor, then the
+        schema and relations of docs/FORMAT.md, and (with INFO_DIR, holding
+        `ckpt info CKPT FQN` outputs as <fqn>.txt) that ckpt info shows
+        exactly the chunks and frames the index holds
 """
 import ctypes
 import ctypes.util
@@ -146,7 +149,13 @@ def check_info(man, fqn, grid, frame_size, ckdir, text):
            t + " 'chunks:' count matches the chunk lines",
            "%r vs %d" % (top.get("chunks"), len(chunks)))
     if nbytes == 0:
-        return   # how an empty tensor is cut is not specified
+        # docs/FORMAT.md: a tensor with a 0 in its shape has only chunks that
+        # hold no elements, and those have no frames.
+        expect(chunks and all(c.get("raw_bytes") == "0" and c.get("frames") == "0"
+                              and not c["_frames"] for c in chunks),
+               t + " empty tensor: only empty chunks, without frames",
+               repr([(c.get("raw_bytes"), c.get("frames")) for c in chunks]))
+        return
     # --- chunks against the grid
     if m["kind"] == "bytes" or not shape:
         want = [((), (0,) * len(shape), shape)]
@@ -297,7 +306,7 @@ def check_index(path, man, app_id, user_version):
         got_app = c.execute("PRAGMA application_id").fetchone()[0]
     except sqlite3.Error as e:
         fail("index.db opens with Python's sqlite3: %s" % e)
-        return
+        return None
     ok("index.db opens with Python's sqlite3 (read-only, immutable)")
     expect(got_app == app_id, "PRAGMA application_id = 0x%08x" % app_id,
            "got 0x%08x" % got_app)
@@ -308,7 +317,7 @@ def check_index(path, man, app_id, user_version):
     tables = {r[0] for r in c.execute(
         "SELECT name FROM sqlite_master WHERE type='table'")}
     if not expect("tensors" in tables, "index.db has a 'tensors' table", sorted(tables)):
-        return
+        return None
     n = c.execute("SELECT count(*) FROM tensors").fetchone()[0]
     expect(n == len(man), "tensors table has %d rows" % len(man), "got %d" % n)
     for t in ("chunks", "frames"):
@@ -346,6 +355,116 @@ def check_index(path, man, app_id, user_version):
             expect(bad == 0, "json_valid(tensors.%s) for every row" % sc, "%d invalid" % bad)
         except sqlite3.Error as e:
             fail("json functions on tensors.%s: %s" % (sc, e))
+    return c
+
+
+def check_index_format(c, man, ckdir, info_dir):
+    """The relations docs/FORMAT.md states, and `ckpt info` against SQL."""
+    q = lambda sql, *a: c.execute(sql, a).fetchall()
+    rows = {r[0]: r for r in q("SELECT fqn, dtype, shape, numel, nbytes, "
+                               "stored_bytes, nchunks, id FROM tensors")}
+    bad = []
+    for fqn, m in man.items():
+        r = rows.get(fqn)
+        if r is None:
+            bad.append("%s missing" % fqn)
+            continue
+        want_shape = json.dumps(m["shape"], separators=(",", ":"))
+        numel = int(np.prod(m["shape"], dtype=np.int64)) if m["shape"] else 1
+        if (r[1], r[2], r[3], r[4]) != (m["dtype"], want_shape, numel, m["nbytes"]):
+            bad.append("%s: (%s, %s, %s, %s) want (%s, %s, %s, %s)" % (
+                fqn, r[1], r[2], r[3], r[4], m["dtype"], want_shape, numel, m["nbytes"]))
+    expect(not bad, "tensors rows: dtype, shape as JSON without spaces, numel, nbytes",
+           "; ".join(bad[:4]))
+    ids = [r[0] for r in q("SELECT fqn FROM tensors ORDER BY id")]
+    expect(ids == sorted(ids, key=lambda x: x.encode()), "tensor ids in fqn order")
+    n = q("SELECT count(*) FROM tensors WHERE json_array_length(shape) != "
+          "(SELECT count(*) FROM json_each(tensors.shape))")[0][0]
+    expect(n == 0, "json_array_length/json_each work on tensors.shape")
+    meta = dict(q("SELECT key, value FROM meta"))
+    for k in ("format_version", "created", "producer", "world_size"):
+        expect(k in meta, "meta has '%s'" % k, repr(sorted(meta)))
+    files = q("SELECT id, path, size FROM files ORDER BY id")
+    bad = ["%s: %d vs %s" % (p, sz, os.path.getsize(os.path.join(ckdir, p))
+                             if os.path.exists(os.path.join(ckdir, p)) else "missing")
+           for (_, p, sz) in files
+           if not os.path.exists(os.path.join(ckdir, p))
+           or os.path.getsize(os.path.join(ckdir, p)) != sz]
+    expect(files and not bad, "files: every recorded size is the shard's size", "; ".join(bad))
+    expect([p for (_, p, _) in files] == sorted(p for (_, p, _) in files),
+           "files: ids in path order")
+    # Relations between tensors, chunks and frames.
+    checks = [
+        ("tensors.nchunks = count of its chunks",
+         "SELECT count(*) FROM tensors t WHERE nchunks != "
+         "(SELECT count(*) FROM chunks WHERE tensor_id = t.id)"),
+        ("tensors.stored_bytes = sum of its chunks'",
+         "SELECT count(*) FROM tensors t WHERE stored_bytes != "
+         "(SELECT coalesce(sum(stored_bytes), 0) FROM chunks WHERE tensor_id = t.id)"),
+        ("chunks.nframes = count of its frames",
+         "SELECT count(*) FROM chunks k WHERE nframes != "
+         "(SELECT count(*) FROM frames WHERE chunk_id = k.id)"),
+        ("chunks.raw_bytes = sum of its frames' raw_size",
+         "SELECT count(*) FROM chunks k WHERE raw_bytes != "
+         "(SELECT coalesce(sum(raw_size), 0) FROM frames WHERE chunk_id = k.id)"),
+        ("chunks.stored_bytes = sum of its frames' stored_size",
+         "SELECT count(*) FROM chunks k WHERE stored_bytes != "
+         "(SELECT coalesce(sum(stored_size), 0) FROM frames WHERE chunk_id = k.id)"),
+        ("chunks.codec_mask = the codecs of its frames",
+         "SELECT count(*) FROM chunks k WHERE codec_mask != "
+         "(SELECT coalesce(sum(DISTINCT 1 << codec), 0) FROM frames WHERE chunk_id = k.id)"),
+        ("frames: raw_size > 0, raw stored as is",
+         "SELECT count(*) FROM frames WHERE raw_size <= 0 "
+         "OR (codec = 0 AND stored_size != raw_size)"),
+        ("frames lie inside their shard's recorded size",
+         "SELECT count(*) FROM frames f JOIN chunks k ON k.id = f.chunk_id "
+         "JOIN files s ON s.id = k.file_id WHERE f.file_offset + f.stored_size > s.size"),
+        ("codecs table names raw (0) and zstd (1)",
+         "SELECT 2 - count(*) FROM codecs WHERE (id, name) IN (VALUES (0, 'raw'), (1, 'zstd'))"),
+    ]
+    for what, sql in checks:
+        try:
+            n = q(sql)[0][0]
+            expect(n == 0, "index: " + what, "%d rows break it" % n)
+        except sqlite3.Error as e:
+            fail("index: %s: %s" % (what, e))
+    # Frames of one shard never overlap.
+    fr = q("SELECT k.file_id, f.file_offset, f.stored_size FROM frames f "
+           "JOIN chunks k ON k.id = f.chunk_id ORDER BY 1, 2")
+    ov = [(a, b) for a, b in zip(fr, fr[1:]) if a[0] == b[0] and a[1] + a[2] > b[1]]
+    expect(not ov, "index: frames of a shard do not overlap", repr(ov[:3]))
+    # `ckpt info FQN` shows exactly what the index holds.
+    if info_dir:
+        bad = []
+        for fqn in sorted(man):
+            path = os.path.join(info_dir, fqn + ".txt")
+            if not os.path.exists(path):
+                continue
+            with open(path) as f:
+                info = parse_info(f.read())
+            got = [(ch["index"], fr["index"], ch.get("file"), int(fr["file_offset"]),
+                    int(fr["stored"]), int(fr["raw_offset"]), int(fr["raw_size"]),
+                    fr.get("codec"), fr.get("checksum"))
+                   for ch in info["chunks"] for fr in ch["_frames"]]
+            want = [tuple(r) for r in q(
+                "SELECT k.seq, f.seq, s.path, f.file_offset, f.stored_size, "
+                "f.raw_offset, f.raw_size, d.name, printf('%016x', f.checksum) "
+                "FROM frames f JOIN chunks k ON k.id = f.chunk_id "
+                "JOIN tensors t ON t.id = k.tensor_id JOIN files s ON s.id = k.file_id "
+                "JOIN codecs d ON d.id = f.codec WHERE t.fqn = ? "
+                "ORDER BY k.seq, f.seq", fqn)]
+            if got != want:
+                bad.append("%s: info %s... vs sql %s..." % (fqn, got[:1], want[:1]))
+            gch = [(ch["index"], ch.get("offsets"), ch.get("sizes"))
+                   for ch in info["chunks"]]
+            wch = [(r[0], ",".join(map(str, json.loads(r[1]))) or "()",
+                    ",".join(map(str, json.loads(r[2]))) or "()") for r in q(
+                "SELECT k.seq, k.offsets, k.sizes FROM chunks k JOIN tensors t "
+                "ON t.id = k.tensor_id WHERE t.fqn = ? ORDER BY k.seq", fqn)]
+            if gch != wch:
+                bad.append("%s chunks: info %s vs sql %s" % (fqn, gch[:2], wch[:2]))
+        expect(not bad, "ckpt info FQN lists exactly the chunks and frames of index.db",
+               "; ".join(bad[:3]))
 
 
 def main(argv):
@@ -400,7 +519,10 @@ def main(argv):
     elif cmd == "checkindex":
         with open(args[1]) as f:
             man = json.load(f)
-        check_index(args[0], man, int(args[2], 0), int(args[3]))
+        c = check_index(args[0], man, int(args[2], 0), int(args[3]))
+        if c is not None:
+            check_index_format(c, man, os.path.dirname(os.path.abspath(args[0])),
+                               args[4] if len(args) > 4 else None)
     else:
         sys.stderr.write(__doc__)
         return 2

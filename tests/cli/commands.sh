@@ -67,6 +67,7 @@ mkdir -p "$ROOT/step-000200/data" "$ROOT/step-000200/.pending" "$ROOT/notes" "$R
 head -c 3000 /dev/urandom >"$ROOT/step-000200/data/rank0.shard"
 echo "notes" >"$ROOT/notes/todo.txt"
 echo "file" >"$ROOT/README"
+ln -s step-000150 "$ROOT/latest"
 run_ckpt ls "$ROOT"
 expect_ok "ls ROOT"
 cat "$OUT" | sed 's/^/     | /'
@@ -95,10 +96,14 @@ ls_root_line step-000100 committed "$NT"
 ls_root_line step-000150 committed 3
 ls_root_line step-000200 uncommitted -
 ls_root_line step-000300 uncommitted -
-if grep -E -q '^(notes|README) ' "$OUT"; then bad "ls ROOT lists unrelated entries"; else ok "ls ROOT: unrelated 'notes' and README not listed"; fi
+if grep -E -q '^(notes|README|latest) ' "$OUT"; then bad "ls ROOT lists unrelated entries or the 'latest' link"; else ok "ls ROOT: unrelated 'notes', README and the 'latest' link not listed"; fi
 if [ "$(wc -l <"$OUT")" -eq 5 ]; then ok "ls ROOT: exactly 5 lines"; else bad "ls ROOT: $(wc -l <"$OUT") lines, want 5"; fi
 if [ "$(awk '{print $1}' "$OUT")" = "$(awk '{print $1}' "$OUT" | LC_ALL=C sort)" ]; then ok "ls ROOT: in name order"; else bad "ls ROOT: not in name order"; fi
-rm -rf "$ROOT/step-000200" "$ROOT/step-000300" "$ROOT/notes" "$ROOT/README"
+rm -rf "$ROOT/step-000200" "$ROOT/step-000300" "$ROOT/notes" "$ROOT/README" "$ROOT/latest"
+mkdir -p "$TMP/emptyroot"
+run_ckpt ls "$TMP/emptyroot"
+expect_ok "ls of an empty root"
+expect_empty_out "ls of an empty root lists nothing"
 
 # ------------------------------------------------------------- info summary
 echo "# ---- info CKPT"
@@ -160,10 +165,64 @@ for cmd in pack unpack ls info cat verify gc; do
 done
 run_ckpt --version
 expect_ok "ckpt --version"
-expect_out_re "(^| )$VERSION\$" "ckpt --version prints $VERSION (CKPT_VERSION_STRING)"
+expect_out_re "^ckpt \(ckptfs\) ${VERSION//./\\.}\$" "ckpt --version prints 'ckpt (ckptfs) $VERSION' (CKPT_VERSION_STRING)"
+cp "$OUT" "$TMP/version.out"
+run_ckpt -V
+same_bytes "ckpt -V = ckpt --version" "$TMP/version.out" "$OUT"
+run_ckpt --help
+cp "$OUT" "$TMP/help.out"
+run_ckpt -h
+expect_ok "ckpt -h"
+same_bytes "ckpt -h = ckpt --help" "$TMP/help.out" "$OUT"
+run_ckpt pack --help
+cp "$OUT" "$TMP/packhelp.out"
+run_ckpt help pack
+expect_ok "ckpt help pack"
+same_bytes "ckpt help pack = ckpt pack --help" "$TMP/packhelp.out" "$OUT"
+run_ckpt ls -- "$CK3"
+expect_ok "ls -- CKPT ('--' ends the options)"
+run_ckpt info "$CK3" --help
+expect_ok "options after the positional arguments (info CKPT --help)"
+expect_out_re '^usage: ckpt info' "info CKPT --help prints info's usage"
 run_ckpt frobnicate
 expect_rc 2 "unknown command"
 expect_err_re "^ckpt: .*frobnicate" "unknown command: 'ckpt:' message naming it"
+
+# ------------------------------------------------------------ cat edge cases
+echo "# ---- cat: clamped and empty slices, EPIPE"
+# NumPy clamps ranges and allows empty ones; ckpt cat does the same.
+edge_slice() {   # FQN SPEC
+    local fqn=$1 spec=$2 kind file dtype shape
+    IFS='|' read -r _ kind dtype shape _ file _ < <(awk -F'|' -v n="$fqn" '$1 == n' "$MAN")
+    [ "$kind" = raw ] && file="$file:$dtype:$shape"
+    "$PY" "$REF" slice "$file" "$spec" >"$TMP/edge.ref" || { bad "ref.py slice $fqn '$spec'"; return; }
+    run_ckpt cat "$CK1" "$fqn" --slice "$spec"
+    if [ "$RC" -eq 0 ] && cmp -s "$TMP/edge.ref" "$OUT"; then
+        ok "cat $fqn --slice '$spec' = NumPy ($(stat -c %s "$OUT") bytes)"
+    else
+        bad "cat $fqn --slice '$spec': exit $RC, $(stat -c %s "$OUT") bytes, NumPy $(stat -c %s "$TMP/edge.ref")"
+        _show
+    fi
+}
+edge_slice model.embed.weight '0:100000'
+edge_slice model.embed.weight '-100000:3,1020:5000'
+edge_slice model.embed.weight '5:2'
+edge_slice model.embed.weight '10:10,:'
+edge_slice model.embed.weight ':,-1'
+edge_slice data.u64 '1'
+edge_slice data.u64 '-1,0:0'
+edge_slice opt.state.i32_4d '4:100,-100:2,6:,:-8'
+edge_slice meta.notes '100:-100'
+edge_slice lowp.bf16 '36,128'
+edge_slice fortran.i32 '1:3,-1'
+# A reader that goes away: cat stops quietly with status 0 (docs/CLI.md).
+"$CKPT" cat "$CK1" model.embed.weight 2>"$TMP/epipe.err" | head -c 10 >/dev/null
+st=${PIPESTATUS[0]}
+if [ "$st" -eq 0 ] && [ ! -s "$TMP/epipe.err" ]; then
+    ok "cat | head -c 10: status 0, nothing on stderr"
+else
+    bad "cat | head -c 10: status $st, stderr: $(head -c 300 "$TMP/epipe.err")"
+fi
 
 # ------------------------------------------------------------------ index.db
 echo "# ---- index.db with Python's sqlite3"

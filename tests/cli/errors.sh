@@ -43,6 +43,16 @@ open(d + "/hello.txt", "wb").write(b"hello, checkpoint\n")
 raw = open(d + "/a.npy", "rb").read()
 open(d + "/cut.npy", "wb").write(raw[:len(raw) // 2])
 open(d + "/junk.npy", "wb").write(b"this is not a numpy file\n" * 10)
+# .npy format versions 2.0 and 3.0, and bytes after the data (ignored)
+v = rng.integers(-50, 50, (3, 4, 5), dtype="<i2")
+for ver in ((2, 0), (3, 0)):
+    with open(d + "/v%d.npy" % ver[0], "wb") as f:
+        np.lib.format.write_array(f, v, version=ver)
+with open(d + "/trail.npy", "wb") as f:
+    np.lib.format.write_array(f, v, version=(1, 0))
+    f.write(b"trailing bytes NumPy ignores")
+np.save(d + "/v.npy", v)
+rng.integers(0, 256, 24, dtype=np.uint8).tofile(d + "/raw24.bin")
 EOF
 IN=$TMP/in
 
@@ -161,6 +171,8 @@ if frames "$CK" a >"$TMP/fa"; then
     fi
     no_fault_for b "flip-raw"
     fault_fields_ok "flip-raw: verify"
+    nf=$(grep -c '^FAULT' "$OUT")
+    expect_err_re "^ckpt: .*flip-raw: $nf faults? found" "flip-raw: verify counts its $nf FAULT line(s) on stderr"
     run_ckpt cat "$CK" a
     expect_rc 1 "flip-raw: cat a"
     expect_err_re 'checksum' "flip-raw: cat a reports the checksum"
@@ -265,6 +277,9 @@ run_ckpt verify "$CK"
 expect_rc 1 "noshard: verify"
 if grep -q 'rank1\.shard' "$OUT" "$ERR"; then ok "noshard: verify names rank1.shard"; else bad "noshard: verify names rank1.shard"; _show; fi
 fault_fields_ok "noshard: verify"
+run_ckpt info "$CK"
+expect_ok "noshard: info still shows the summary"
+expect_out_re '^  data/rank1\.shard missing$' "noshard: info marks data/rank1.shard missing"
 run_ckpt cat "$CK" a
 expect_rc 1 "noshard: cat a"
 expect_err_re 'rank1\.shard' "noshard: cat a names the missing file"
@@ -350,6 +365,24 @@ for cmd in ls info verify cat; do
     expect_rc 1 "truncated index: $cmd"
     expect_err_re 'truncidx/index\.db' "truncated index: $cmd names the index file"
 done
+# ls of the root: the broken ones are listed with TENSORS '?', ls exits 1.
+run_ckpt ls "$ROOT"
+expect_rc 1 "ls ROOT with unreadable indexes"
+for n in garbage foreign; do
+    if awk -v n=$n '$1 == n && $2 == "committed" && $NF == "?"' "$OUT" | grep -q .; then
+        ok "ls ROOT: $n committed, tensors '?'"
+    else
+        bad "ls ROOT: $n line: $(awk -v n=$n '$1 == n' "$OUT")"
+    fi
+done
+expect_err_re 'garbage/index\.db' "ls ROOT names the unreadable garbage/index.db"
+if awk '$1 == "step-1" && $2 == "committed" && $NF == "2"' "$OUT" | grep -q . &&
+   awk '$1 == "pending" && $2 == "uncommitted" && $NF == "-"' "$OUT" | grep -q . &&
+   ! grep -q '^emptydir ' "$OUT"; then
+    ok "ls ROOT: the readable ones are listed as usual (step-1 2 tensors, pending uncommitted, emptydir not listed)"
+else
+    bad "ls ROOT: $(tr '\n' ';' <"$OUT")"
+fi
 for cmd in info verify; do
     run_ckpt $cmd "$ROOT/newer"
     expect_rc 1 "newer format: $cmd"
@@ -359,41 +392,47 @@ intact "foreign indexes"
 
 # --------------------------------------------------------- 7. bad pack input
 echo "# ---- bad pack input"
-# pack_fails NAME ERE DESC ARGS...: pack into $ROOT/NAME fails, message ~ ERE,
-# no index.db, step-1 intact.
+# pack_fails RC NAME ERE DESC ARGS...: pack into $ROOT/NAME (which does not
+# exist) fails with status RC ('-' = any failure; docs/CLI.md: 2 for usage
+# errors, 1 for other failures), message ~ ERE, and leaves nothing: no
+# index.db, and not even the directories it made; step-1 intact.
 pack_fails() {
-    local name=$1 re=$2 desc=$3
-    shift 3
+    local want=$1 name=$2 re=$3 desc=$4
+    shift 4
     run_ckpt pack "$ROOT/$name" "$@"
-    expect_fail "$desc: pack fails"
+    if [ "$want" = - ]; then expect_fail "$desc: pack fails"; else expect_rc "$want" "$desc: pack fails"; fi
     expect_err_prefix "$desc"
     expect_err_re "$re" "$desc: message"
     no_index "$ROOT/$name" "$desc"
+    local top=$ROOT/${name%%/*}
+    if [ ! -e "$top" ]; then ok "$desc: pack removed the directories it made"; else bad "$desc: pack left $top behind"; fi
     intact "$desc"
 }
-pack_fails bad-dtype 'f17' "unknown dtype" x=$IN/f32x4.bin:f17:4
-pack_fails bad-shape-ovf 'overflow|too large|too big' "overflowing shape" \
+pack_fails 2 bad-dtype 'f17' "unknown dtype" x=$IN/f32x4.bin:f17:4
+pack_fails - bad-shape-ovf 'overflow|too large|too big' "overflowing shape" \
     x=$IN/f32x4.bin:f32:4611686018427387904,4
-pack_fails bad-shape-neg 'shape|-1|negative' "negative dim" x=$IN/f32x4.bin:f32:-1,4
-pack_fails bad-size 'f32x4_short\.bin' "raw file of the wrong size" x=$IN/f32x4_short.bin:f32:4
+pack_fails 2 bad-shape-neg 'shape|-1|negative' "negative dim" x=$IN/f32x4.bin:f32:-1,4
+pack_fails 1 bad-size 'f32x4_short\.bin' "raw file of the wrong size" x=$IN/f32x4_short.bin:f32:4
 expect_err_re '15|16|size|bytes' "raw file of the wrong size: says the sizes"
-pack_fails bad-slash 'a/b' "FQN with '/'" a/b=$IN/a.npy
+pack_fails - bad-slash 'a/b' "FQN with '/'" a/b=$IN/a.npy
 expect_err_re "'/'|slash|character|invalid|not allowed" "FQN with '/': says why"
-pack_fails bad-ctl 'control|character|invalid|not allowed' "FQN with a tab" $'a\tb'=$IN/a.npy
-pack_fails bad-empty-name 'name|fqn|empty' "empty FQN" =$IN/a.npy
-pack_fails bad-missing 'nonexistent\.npy' "missing input file" x=$IN/nonexistent.npy
-pack_fails bad-bigendian 'be\.npy' "big-endian .npy" x=$IN/be.npy
+pack_fails - bad-ctl 'control|character|invalid|not allowed' "FQN with a tab" $'a\tb'=$IN/a.npy
+pack_fails 2 bad-empty-name 'name|fqn|empty' "empty FQN" =$IN/a.npy
+pack_fails 1 bad-missing 'nonexistent\.npy' "missing input file" x=$IN/nonexistent.npy
+pack_fails 1 bad-bigendian 'be\.npy' "big-endian .npy" x=$IN/be.npy
 expect_err_re 'endian|>f4|byte order' "big-endian .npy: says why"
-pack_fails bad-void 'void\.npy' "|V2 .npy" x=$IN/void.npy
-pack_fails bad-complex 'cplx\.npy' "complex .npy" x=$IN/cplx.npy
-pack_fails bad-cut 'cut\.npy' "truncated .npy" x=$IN/cut.npy
-pack_fails bad-junk 'junk\.npy' "not a .npy" x=$IN/junk.npy
-pack_fails bad-dup 'dup\.name' "same FQN twice, different dtype and shape" \
+pack_fails 1 bad-void 'void\.npy' "|V2 .npy" x=$IN/void.npy
+pack_fails 1 bad-complex 'cplx\.npy' "complex .npy" x=$IN/cplx.npy
+pack_fails 1 bad-cut 'cut\.npy' "truncated .npy" x=$IN/cut.npy
+pack_fails 1 bad-junk 'junk\.npy' "not a .npy" x=$IN/junk.npy
+pack_fails 2 bad-dup 'dup\.name' "same FQN twice" \
     dup.name=$IN/a.npy dup.name=$IN/b.npy
-pack_fails bad-codec 'lz4' "unknown codec" --codec lz4 x=$IN/a.npy
-pack_fails bad-fsize 'frame' "frame size below 4K" --frame-size 100 x=$IN/a.npy
-pack_fails bad-grid 'grid' "grid 0" --grid 0 x=$IN/a.npy
-pack_fails bad-grid2 'grid' "grid 2x" --grid 2x x=$IN/a.npy
+pack_fails 2 bad-codec 'lz4' "unknown codec" --codec lz4 x=$IN/a.npy
+pack_fails 2 bad-fsize 'frame' "frame size below 4K" --frame-size 100 x=$IN/a.npy
+pack_fails 2 bad-grid 'grid' "grid 0" --grid 0 x=$IN/a.npy
+pack_fails 2 bad-grid2 'grid' "grid 2x" --grid 2x x=$IN/a.npy
+pack_fails - bad-meta 'world_size' "--meta of a key ckptfs sets itself" --meta world_size=3 x=$IN/a.npy
+pack_fails 1 new-parent/deep/ck 'cut\.npy' "bad input, OUT under missing parents" x=$IN/cut.npy
 # Into a committed checkpoint: refused, and it stays as it was.
 run_ckpt pack "$GOOD" c=$IN/c.npy
 expect_fail "pack into the committed step-1"
@@ -411,8 +450,10 @@ echo "# ---- empty tensors, scalars, empty byte objects"
 CK=$ROOT/edge
 run_ckpt pack --grid 2x3 "$CK" e=$IN/empty.npy s=$IN/scalar.npy \
     eraw=$IN/empty.bin:f32:0,5 sraw=$IN/scalar.bin:f64: \
-    etxt=$IN/empty.txt h=$IN/hello.txt
-expect_ok "edge: pack empty tensors, scalars and byte objects"
+    etxt=$IN/empty.txt h=$IN/hello.txt v2=$IN/v2.npy v3=$IN/v3.npy \
+    trail=$IN/trail.npy sp1=$IN/raw24.bin:float32:2,3 sp2="$IN/raw24.bin:<i4:[2, 3]" \
+    sp3=$IN/raw24.bin:torch.bfloat16:12 bobj=$IN/raw24.bin:bytes:24
+expect_ok "edge: pack empty tensors, scalars, byte objects, .npy 2.0/3.0, dtype spellings"
 for t in e eraw etxt; do
     run_ckpt cat "$CK" $t
     expect_ok "edge: cat $t (empty)"
@@ -428,13 +469,33 @@ expect_ok "edge: cat sraw (0-d raw)"
 same_bytes "edge: cat sraw = the file's 8 bytes" "$TMP/sraw.ref" "$OUT"
 run_ckpt cat "$CK" h
 same_bytes "edge: cat h = the text file" "$IN/hello.txt" "$OUT"
+"$PY" "$REF" bytes "$IN/v.npy" >"$TMP/v.ref"
+for t in v2 v3 trail; do
+    run_ckpt cat "$CK" $t
+    same_bytes "edge: cat $t (.npy $t) = the array's bytes" "$TMP/v.ref" "$OUT"
+done
+for t in sp1 sp2 sp3 bobj; do
+    run_ckpt cat "$CK" $t
+    same_bytes "edge: cat $t = the raw file's bytes" "$IN/raw24.bin" "$OUT"
+done
+run_ckpt ls "$CK"
+for want in "sp1 f32 2,3" "sp2 i32 2,3" "sp3 bf16 12" "bobj bytes 24" "v3 i16 3,4,5" "s f64 ()" "e f32 0,5"; do
+    set -- $want
+    if awk -v n=$1 -v d=$2 -v s=$3 '$1 == n && $2 == d && $3 == s' "$OUT" | grep -q .; then
+        ok "edge: ls shows $1 as $2 [$3]"
+    else
+        bad "edge: ls shows $1 as $2 [$3]: $(awk -v n=$1 '$1 == n' "$OUT")"
+    fi
+done
 run_ckpt verify "$CK"
 expect_ok "edge: verify"
-expect_out_re '^ok: 6 tensors' "edge: verify counts 6 tensors"
+expect_out_re '^ok: 13 tensors' "edge: verify counts 13 tensors"
 run_ckpt unpack "$CK" "$TMP/edge-un"
 expect_ok "edge: unpack"
 if [ $RC -eq 0 ]; then
     printf '%s\n' "$IN/empty.npy|$TMP/edge-un/e.npy" "$IN/scalar.npy|$TMP/edge-un/s.npy" \
+        "$IN/v.npy|$TMP/edge-un/v3.npy" "$IN/raw24.bin:bf16:12|$TMP/edge-un/sp3.npy" \
+        "$IN/raw24.bin|$TMP/edge-un/bobj.bin" \
         "$IN/empty.bin:f32:0,5|$TMP/edge-un/eraw.npy" "$IN/scalar.bin:f64:|$TMP/edge-un/sraw.npy" \
         "$IN/empty.txt|$TMP/edge-un/etxt.bin" "$IN/hello.txt|$TMP/edge-un/h.bin" |
         "$PY" "$REF" cmpmany >"$TMP/cmp"
@@ -506,9 +567,27 @@ mkdir -p "$R2/step-4/.pending"
 run_ckpt gc "$R2/step-4"
 expect_ok "gc of a single uncommitted directory"
 if [ ! -e "$R2/step-4" ]; then ok "gc removed the single uncommitted step-4"; else bad "gc left the single uncommitted step-4"; fi
-# A committed checkpoint as ROOT: never removed.
+# A committed checkpoint as ROOT: refused, never removed.
 run_ckpt gc "$R2/step-1"
-if [ -f "$R2/step-1/index.db" ]; then ok "gc of a committed checkpoint leaves it (exit $RC)"; else bad "gc removed the committed step-1"; fi
+expect_rc 1 "gc of a committed checkpoint is refused"
+if [ -f "$R2/step-1/index.db" ]; then ok "gc of a committed checkpoint leaves it"; else bad "gc removed the committed step-1"; fi
+# A candidate with an unexpected subdirectory is skipped with a warning;
+# a symbolic link to an uncommitted save is neither followed nor removed.
+mkdir -p "$R2/step-5/data" "$R2/step-5/mine" "$TMP/elsewhere/data"
+echo keep >"$R2/step-5/mine/file"
+ln -s "$TMP/elsewhere" "$R2/link-6"
+mkdir -p "$R2/step-7/.pending"
+run_ckpt gc -n "$R2"
+expect_rc 1 "gc -n with a suspicious candidate exits 1"
+expect_out_re '^would remove .*step-7$' "gc -n (= --dry-run) lists step-7"
+[ -d "$R2/step-7" ] && ok "gc -n removes nothing" || bad "gc -n removed step-7"
+run_ckpt gc "$R2"
+expect_rc 1 "gc with a suspicious candidate exits 1"
+expect_err_re '^ckpt: skipping .*step-5' "gc warns that it skips step-5"
+expect_out_re '^removed .*step-7$' "gc still removes step-7"
+if [ -f "$R2/step-5/mine/file" ] && [ -d "$R2/step-5/data" ]; then ok "gc left step-5 (it has a 'mine/' subdirectory) whole"; else bad "gc touched step-5"; fi
+if [ -L "$R2/link-6" ] && [ -d "$TMP/elsewhere/data" ]; then ok "gc neither removed nor followed the link link-6"; else bad "gc removed link-6 or its target"; fi
+if grep -q 'link-6' "$OUT"; then bad "gc mentions link-6"; else ok "gc does not mention link-6"; fi
 run_ckpt verify "$R2/step-1"
 expect_ok "gc: step-1 still verifies after 'gc step-1'"
 intact "gc"

@@ -137,6 +137,8 @@ for cfg in "${CONFIGS[@]}"; do
                 bad "$tag unpack $rest"
             fi
         done <"$TMP/cmp"
+        "$PY" "$HELPERS/ref.py" npyhdr "$un"/*.npy >"$TMP/hdr"
+        report "$TMP/hdr" "$tag unpack: "
         nfiles=$(find "$un" -type f | wc -l)
         if [ "$nfiles" -eq "$NT" ]; then
             ok "$tag unpack wrote exactly $NT files"

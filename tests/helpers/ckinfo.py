@@ -259,6 +259,8 @@ def check_ls(man, codec, text):
            "extra %s missing %s" % (sorted(set(rows) - set(man)),
                                     sorted(set(man) - set(rows))))
     expect(len(lines) - 1 == len(man), "ls: no other lines", "%d rows" % (len(lines) - 1))
+    order = [ln.split()[0] for ln in lines[1:] if ln.split()]
+    expect(order == sorted(order, key=lambda x: x.encode()), "ls: rows in FQN order")
     for fqn, m in sorted(man.items()):
         r = rows.get(fqn)
         if r is None:

@@ -32,6 +32,9 @@ Subcommands:
                                 'fqn|k|spec|reffile' lines in OUTDIR/slices.lst
     region TENSOR OFFS SIZES    raw bytes of the region [OFFS, OFFS+SIZES)
                                 (comma-separated; empty for 0-d) to stdout
+    npyhdr FILE...              one 'ok ...' or 'FAIL ...' line: every file is
+                                .npy version 1.0 in C order (what `ckpt
+                                unpack` writes, docs/CLI.md)
     decode DTYPE FILE           decode raw bf16/f8e4m3/f8e5m2 bits to float32
                                 and print them (debug aid)
 """
@@ -310,6 +313,25 @@ def main(argv):
                     with open(rf, "wb") as f:
                         f.write(do_slice(t, spec))
                     lst.write("%s|%d|%s|%s\n" % (fqn, k, spec, rf))
+    elif cmd == "npyhdr":
+        bad = []
+        for path in args:
+            with open(path, "rb") as f:
+                try:
+                    ver = np.lib.format.read_magic(f)
+                    rd = (np.lib.format.read_array_header_1_0 if ver == (1, 0)
+                          else np.lib.format.read_array_header_2_0)
+                    _, fortran, _ = rd(f)
+                except Exception as x:  # noqa: BLE001
+                    bad.append("%s: %s" % (os.path.basename(path), x))
+                    continue
+            if ver != (1, 0) or fortran:
+                bad.append("%s: version %s, fortran_order %s" % (
+                    os.path.basename(path), ver, fortran))
+        if bad:
+            print("FAIL .npy headers: " + "; ".join(bad[:4]))
+        else:
+            print("ok %d .npy files are version 1.0, C order" % len(args))
     elif cmd == "decode" and len(args) == 2:
         bits = np.fromfile(args[1], dtype=np.dtype(NP_OF[args[0]]))
         print(decode_lowp(args[0], bits))

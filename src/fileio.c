@@ -30,9 +30,15 @@
 /* Deepest directory nesting ckpt_remove_tree descends into. */
 #define REMOVE_MAX_DEPTH 256
 
+/* Writeback of appended data is started every this many bytes, so that
+ * the disk works while later frames are still being encoded and the final
+ * fdatasync has little left to wait for. */
+#define WRITEBACK_STEP ((uint64_t)32 << 20)
+
 struct ckpt_shard {
     int fd;
     uint64_t size;
+    uint64_t flushed;   /* writeback started for [0, flushed) */
     char *path;
 };
 
@@ -100,6 +106,19 @@ static int pwrite_full(int fd, const void *buf, size_t n, uint64_t off,
     return 0;
 }
 
+/* Asks the kernel to start writing what was appended since the last call
+ * (without waiting).  Only a hint: durability comes from ckpt_shard_sync,
+ * so a failure here is not an error. */
+static void start_writeback(ckpt_shard *s)
+{
+    if (s->size - s->flushed < WRITEBACK_STEP)
+        return;
+    (void)sync_file_range(s->fd, (off64_t)s->flushed,
+                          (off64_t)(s->size - s->flushed),
+                          SYNC_FILE_RANGE_WRITE);
+    s->flushed = s->size;
+}
+
 int ckpt_shard_append(ckpt_shard *s, const void *buf, size_t n,
                       uint64_t *offset, ckpt_error *err)
 {
@@ -111,6 +130,7 @@ int ckpt_shard_append(ckpt_shard *s, const void *buf, size_t n,
     if (offset)
         *offset = s->size;
     s->size += n;
+    start_writeback(s);
     return 0;
 }
 

@@ -289,8 +289,9 @@ int ckpt_mkdirs(const char *path, ckpt_error *err)
     char buf[PATH_MAX];
     size_t n = path ? strlen(path) : 0;
     if (n == 0 || n >= sizeof buf)
-        return ckpt_err(err, -ENAMETOOLONG, "cannot create directory '%s': "
-                        "empty or too long a path", path ? path : "");
+        return ckpt_err(err, -ENAMETOOLONG, "cannot create directory "
+                        "'%.300s': empty or too long a path (%zu bytes)",
+                        path ? path : "", n);
     memcpy(buf, path, n + 1);
     /* Create each missing ancestor, then the directory itself. */
     for (size_t i = 1; i < n; i++) {

@@ -53,6 +53,7 @@ with open(d + "/trail.npy", "wb") as f:
     f.write(b"trailing bytes NumPy ignores")
 np.save(d + "/v.npy", v)
 rng.integers(0, 256, 24, dtype=np.uint8).tofile(d + "/raw24.bin")
+rng.integers(0, 256, 4, dtype=np.uint8).tofile(d + "/raw4.bin")
 EOF
 IN=$TMP/in
 
@@ -432,6 +433,13 @@ pack_fails 2 bad-fsize 'frame' "frame size below 4K" --frame-size 100 x=$IN/a.np
 pack_fails 2 bad-grid 'grid' "grid 0" --grid 0 x=$IN/a.npy
 pack_fails 2 bad-grid2 'grid' "grid 2x" --grid 2x x=$IN/a.npy
 pack_fails - bad-meta 'world_size' "--meta of a key ckptfs sets itself" --meta world_size=3 x=$IN/a.npy
+DIMS32=$(printf '1,%.0s' $(seq 31))1
+pack_fails 2 bad-dims33 'dimension' "33 dimensions (more than 32)" x=$IN/raw4.bin:f32:$DIMS32,1
+pack_fails - bad-utf8 'UTF-8|utf8|invalid' "FQN that is not UTF-8" $'bad\xff.x'=$IN/raw4.bin
+pack_fails - bad-dots 'a\.\.b' "FQN with an empty dotted component" a..b=$IN/raw4.bin
+pack_fails - bad-dots2 "'\.a'|component|empty" "FQN starting with a dot" .a=$IN/raw4.bin
+pack_fails - bad-dir 'regular|directory' "an input that is a directory" x=$IN
+pack_fails - bad-devnull 'regular|/dev/null' "an input that is /dev/null" x=/dev/null
 pack_fails 1 new-parent/deep/ck 'cut\.npy' "bad input, OUT under missing parents" x=$IN/cut.npy
 # Into a committed checkpoint: refused, and it stays as it was.
 run_ckpt pack "$GOOD" c=$IN/c.npy
@@ -504,6 +512,28 @@ if [ $RC -eq 0 ]; then
     done <"$TMP/cmp"
 fi
 intact "edge"
+
+# 32 dimensions, a non-ASCII FQN, a long FQN that unpack cannot use as a name
+CK=$ROOT/names
+LONG=$(printf 'x%.0s' $(seq 300))
+run_ckpt pack "$CK" d32=$IN/raw4.bin:f32:$DIMS32 '模型.权重'=$IN/hello.txt "$LONG"=$IN/raw4.bin
+expect_ok "names: pack 32 dims, a UTF-8 FQN and a 300-byte FQN"
+run_ckpt cat "$CK" d32
+same_bytes "names: cat of the 32-d tensor" "$IN/raw4.bin" "$OUT"
+run_ckpt cat "$CK" '模型.权重'
+same_bytes "names: cat of the UTF-8 FQN" "$IN/hello.txt" "$OUT"
+run_ckpt cat "$CK" "$LONG"
+same_bytes "names: cat of the 300-byte FQN" "$IN/raw4.bin" "$OUT"
+run_ckpt unpack "$CK" "$TMP/names-un"
+expect_rc 1 "names: unpack fails for a 300-byte file name"
+expect_err_re 'too long' "names: unpack says the name is too long"
+run_ckpt pack "$ROOT/names2" d32=$IN/raw4.bin:f32:$DIMS32 '模型.权重'=$IN/hello.txt
+run_ckpt unpack "$ROOT/names2" "$TMP/names2-un"
+expect_ok "names: unpack of the UTF-8 FQN and the 32-d tensor"
+same_bytes "names: unpack wrote 模型.权重.bin" "$IN/hello.txt" "$TMP/names2-un/模型.权重.bin"
+printf '%s\n' "$IN/raw4.bin:f32:$DIMS32|$TMP/names2-un/d32.npy" | "$PY" "$REF" cmpmany >"$TMP/cmp"
+report "$TMP/cmp" "names: unpack 32-d: "
+intact "names"
 
 # ------------------------------------------------------------ 9. bad slices
 echo "# ---- bad slices and names"
@@ -617,6 +647,9 @@ usage2 "verify without arguments" verify
 usage2 "verify with two checkpoints" verify "$GOOD" "$GOOD"
 usage2 "gc without arguments" gc
 usage2 "gc with an unknown option" gc --force "$ROOT"
+run_ckpt gc "$ROOT/no-such-root"
+expect_rc 1 "gc of a missing ROOT"
+expect_err_re 'no-such-root' "gc of a missing ROOT names it"
 for x in x1 x2 x3; do no_index "$ROOT/$x" "usage error $x"; done
 intact "bad usage"
 

@@ -130,6 +130,8 @@ def main():
         add_npy("model.embed.weight", "f32", (max(3, int(513 * s)), 1025),
                 "small")
         add_npy("model.pos.ids", "i32", (max(5, int(300007 * s)),), "small")
+    # Exactly 128 KiB: frames of 4K/64K/1M fit a whole number of times.
+    add_npy("model.exact", "f32", (128, 256), "small")
     # Every NumPy dtype, odd shapes of 1..4 dims.
     add_npy("model.layers.0.attn.w", "f64", (31, 17), "special")
     add_npy("model.layers.0.attn.b", "f64", (37,), "random")

@@ -58,6 +58,12 @@ int cli_help_print(const cli_help *h);
 int cli_bad_option(const cli_help *h, int c, char **argv);
 /* Checks the count of positional arguments left after options. */
 int cli_want_args(const cli_help *h, int have, int min, int max);
+/* For a command whose only option is --help: parses argv and checks that
+ * min..max operands follow.  Returns CLI_GO_ON when the command should go
+ * on with its operands at argv[optind], else the exit status to return. */
+#define CLI_GO_ON (-2)
+int cli_parse_operands(const cli_help *h, int argc, char **argv, int min,
+                       int max);
 
 /* Fills err (when not NULL) with a negative errno and a message; returns
  * the code. */

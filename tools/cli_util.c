@@ -6,6 +6,7 @@
 #include "cli.h"
 
 #include <ctype.h>
+#include <getopt.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -225,4 +226,22 @@ char *cli_path_join(const char *dir, const char *name)
         p[n++] = '/';
     memcpy(p + n, name, b + 1);
     return p;
+}
+
+int cli_parse_operands(const cli_help *h, int argc, char **argv, int min,
+                       int max)
+{
+    static const struct option longopts[] = {
+        { "help", no_argument, NULL, 'h' },
+        { NULL, 0, NULL, 0 },
+    };
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        if (c == 'h')
+            return cli_help_print(h);
+        return cli_bad_option(h, c, argv);
+    }
+    int rc = cli_want_args(h, argc - optind, min, max);
+    return rc ? rc : CLI_GO_ON;
 }

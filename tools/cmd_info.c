@@ -8,9 +8,9 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -280,19 +280,8 @@ static int print_tensor(ckpt_reader *r, const char *ckpt, const char *fqn)
 
 int cmd_info(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
-    };
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        if (c == 'h')
-            return cli_help_print(&HELP);
-        return cli_bad_option(&HELP, c, argv);
-    }
-    int rc = cli_want_args(&HELP, argc - optind, 1, 2);
-    if (rc)
+    int rc = cli_parse_operands(&HELP, argc, argv, 1, 2);
+    if (rc != CLI_GO_ON)
         return rc;
     const char *ckpt = argv[optind];
     ckpt_reader *r;

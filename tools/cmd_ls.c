@@ -8,7 +8,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,19 +219,8 @@ static int list_path(const char *path)
 
 int cmd_ls(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
-    };
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        if (c == 'h')
-            return cli_help_print(&HELP);
-        return cli_bad_option(&HELP, c, argv);
-    }
-    int rc = cli_want_args(&HELP, argc - optind, 1, 1);
-    if (rc)
+    int rc = cli_parse_operands(&HELP, argc, argv, 1, 1);
+    if (rc != CLI_GO_ON)
         return rc;
     rc = list_path(argv[optind]);
     if (fflush(stdout) != 0 && rc == CLI_OK)

@@ -9,7 +9,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -164,19 +163,8 @@ static int unpack_all(unpack_job *job)
 
 int cmd_unpack(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
-    };
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        if (c == 'h')
-            return cli_help_print(&HELP);
-        return cli_bad_option(&HELP, c, argv);
-    }
-    int rc = cli_want_args(&HELP, argc - optind, 2, 2);
-    if (rc)
+    int rc = cli_parse_operands(&HELP, argc, argv, 2, 2);
+    if (rc != CLI_GO_ON)
         return rc;
     unpack_job job = { NULL, argv[optind + 1], NULL, NULL, { 0 } };
     if (cli_open_reader(&job.r, argv[optind]) != CLI_OK)

@@ -7,10 +7,10 @@
 #include "progress.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <string.h>
 
 static const cli_help HELP = {
@@ -117,19 +117,8 @@ static int verify(ckpt_reader *r, const char *ckpt)
 
 int cmd_verify(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        { "help", no_argument, NULL, 'h' },
-        { NULL, 0, NULL, 0 },
-    };
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        if (c == 'h')
-            return cli_help_print(&HELP);
-        return cli_bad_option(&HELP, c, argv);
-    }
-    int rc = cli_want_args(&HELP, argc - optind, 1, 1);
-    if (rc)
+    int rc = cli_parse_operands(&HELP, argc, argv, 1, 1);
+    if (rc != CLI_GO_ON)
         return rc;
     ckpt_reader *r;
     if (cli_open_reader(&r, argv[optind]) != CLI_OK)

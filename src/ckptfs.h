@@ -251,6 +251,8 @@ int64_t ckpt_verify(ckpt_reader *r, ckpt_fault_fn fn, void *arg,
 
 typedef struct ckpt_stats {
     uint64_t frames_decoded;
+    uint64_t bytes_decoded;  /* raw bytes of the frames decoded: over
+                                bytes_served, the read amplification */
     uint64_t cache_hits;
     uint64_t cache_misses;
     uint64_t bytes_read;     /* read from shard files */

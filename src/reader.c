@@ -58,7 +58,7 @@ struct ckpt_reader {
     ckpt_pool *pool;
     scratch *free_scratch;
     pthread_mutex_t scratch_mu;
-    _Atomic uint64_t frames_decoded, bytes_read, bytes_served;
+    _Atomic uint64_t frames_decoded, bytes_decoded, bytes_read, bytes_served;
 };
 
 /* Where a frame is, for messages and cache keys. */
@@ -266,6 +266,7 @@ static int decode_frame(const frame_ref *fr, void *dst, scratch *s,
         return frame_fail(fr, err, rc);
     atomic_fetch_add(&r->bytes_read, f->stored_size);
     atomic_fetch_add(&r->frames_decoded, 1);
+    atomic_fetch_add(&r->bytes_decoded, f->raw_size);
     uint64_t sum = ckpt_checksum(dst, f->raw_size);
     if (sum != f->checksum) {
         ckpt_err(err, -EIO, "checksum mismatch (index has %016llx, data "
@@ -973,6 +974,7 @@ void ckpt_reader_stats(const ckpt_reader *r, ckpt_stats *out)
     ckpt_cache_stats_get(r->cache, &cs);
     *out = (ckpt_stats){
         .frames_decoded = atomic_load(&r->frames_decoded),
+        .bytes_decoded = atomic_load(&r->bytes_decoded),
         .cache_hits = cs.hits, .cache_misses = cs.misses,
         .bytes_read = atomic_load(&r->bytes_read),
         .bytes_served = atomic_load(&r->bytes_served),

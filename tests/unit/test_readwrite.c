@@ -304,6 +304,16 @@ START_TEST(test_large_resharded)
     ck_assert_int_eq(ckpt_reader_frame(r, 0, 0, 0, &fi, &e), 0);
     ck_assert_uint_eq(fi.raw_size, 65536);
     unsigned char *got = malloc(nb), *want = malloc(nb);
+    /* Rows [0,16) need frame 0 of each chunk and nothing else. */
+    int64_t top_off[2] = { 0, 0 }, top_sz[2] = { 16, 1000 };
+    ckpt_stats st;
+    naive_extract(img, 2, shape, isz, top_off, top_sz, want);
+    ck_assert_int_eq(ckpt_read_region(r, 0, top_off, top_sz, got, &e), 0);
+    ck_assert(memcmp(got, want, 16 * 1000 * isz) == 0);
+    ckpt_reader_stats(r, &st);
+    ck_assert_uint_eq(st.frames_decoded, 2);
+    ck_assert_uint_eq(st.bytes_decoded, 2 * 65536);
+    ck_assert_uint_eq(st.bytes_served, 16 * 1000 * isz);
     ck_assert_int_eq(ckpt_read(r, 0, got, 0, nb, &e), (int64_t)nb);
     ck_assert(memcmp(got, img, nb) == 0);
     int64_t off[2] = { 100, 250 }, sz[2] = { 400, 500 };   /* spans both */

@@ -1,0 +1,540 @@
+/*
+ * views.c - generated file content: the .npy view of a tensor (header, data
+ * read through ckpt_read, float formats NumPy lacks widened to float32 in
+ * vectorizable loops), metadata.json and the stats text (see views.h).
+ */
+#include "views.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "ckptfs's .npy view assumes a little-endian host"
+#endif
+
+/* Elements widened per ckpt_read: bounds the temporary buffer of one read
+ * (256 KiB of bf16) while keeping each library read large. */
+#define WIDEN_BATCH ((uint64_t)128 << 10)
+
+static const char npy_magic[6] = { '\x93', 'N', 'U', 'M', 'P', 'Y' };
+
+/* ------------------------------------------------------------ float8 */
+
+/* float8 e4m3fn: sign, 4 exponent bits (bias 7), 3 mantissa bits; no
+ * infinities; S.1111.111 is NaN.  Every value is a float32. */
+static float f8e4m3_value(unsigned b)
+{
+    unsigned e = (b >> 3) & 15, m = b & 7;
+    float v;
+    if (e == 15 && m == 7)
+        v = NAN;
+    else if (e == 0)
+        v = ldexpf((float)m, -9);
+    else
+        v = ldexpf(1.0f + (float)m / 8.0f, (int)e - 7);
+    return (b & 0x80) ? -v : v;
+}
+
+/* float8 e5m2: sign, 5 exponent bits (bias 15), 2 mantissa bits: the top
+ * byte of an IEEE binary16, with infinities and NaNs. */
+static float f8e5m2_value(unsigned b)
+{
+    unsigned e = (b >> 2) & 31, m = b & 3;
+    float v;
+    if (e == 31)
+        v = m ? NAN : INFINITY;
+    else if (e == 0)
+        v = ldexpf((float)m, -16);
+    else
+        v = ldexpf(1.0f + (float)m / 4.0f, (int)e - 15);
+    return (b & 0x80) ? -v : v;
+}
+
+void views_tables_init(views_tables *t)
+{
+    for (unsigned b = 0; b < 256; b++) {
+        float a = f8e4m3_value(b), c = f8e5m2_value(b);
+        memcpy(&t->f8e4m3[b], &a, 4);
+        memcpy(&t->f8e5m2[b], &c, 4);
+    }
+}
+
+/* ------------------------------------------------------------ widening */
+
+/* The loops work in blocks of WIDEN_BLOCK elements whose inner loop has a
+ * constant trip count, so that GCC vectorizes them at -O2 too (its cheap
+ * cost model leaves loops of unknown length alone). */
+#define WIDEN_BLOCK 16
+
+/* bf16 is the top half of a float32: shift it up. */
+static void widen_bf16(const unsigned char *restrict src, size_t n,
+                       unsigned char *restrict dst)
+{
+    size_t i = 0;
+    for (; i + WIDEN_BLOCK <= n; i += WIDEN_BLOCK) {
+        uint16_t h[WIDEN_BLOCK];
+        uint32_t v[WIDEN_BLOCK];
+        memcpy(h, src + 2 * i, sizeof h);
+        for (int k = 0; k < WIDEN_BLOCK; k++)
+            v[k] = (uint32_t)h[k] << 16;
+        memcpy(dst + 4 * i, v, sizeof v);
+    }
+    for (; i < n; i++) {
+        uint16_t h;
+        memcpy(&h, src + 2 * i, 2);
+        uint32_t v = (uint32_t)h << 16;
+        memcpy(dst + 4 * i, &v, 4);
+    }
+}
+
+/* float8 goes through a 256-entry table. */
+static void widen_table(const uint32_t *restrict table,
+                        const unsigned char *restrict src, size_t n,
+                        unsigned char *restrict dst)
+{
+    size_t i = 0;
+    for (; i + WIDEN_BLOCK <= n; i += WIDEN_BLOCK) {
+        uint32_t v[WIDEN_BLOCK];
+        for (int k = 0; k < WIDEN_BLOCK; k++)
+            v[k] = table[src[i + (size_t)k]];
+        memcpy(dst + 4 * i, v, sizeof v);
+    }
+    for (; i < n; i++) {
+        uint32_t v = table[src[i]];
+        memcpy(dst + 4 * i, &v, 4);
+    }
+}
+
+static void widen(ckpt_dtype dt, const views_tables *tab,
+                  const unsigned char *src, size_t n, unsigned char *dst)
+{
+    if (dt == CKPT_BF16)
+        widen_bf16(src, n, dst);
+    else
+        widen_table(dt == CKPT_F8E4M3 ? tab->f8e4m3 : tab->f8e5m2, src, n,
+                    dst);
+}
+
+/* ------------------------------------------------------------ header */
+
+/* The NumPy descr of dt and the dtype of the .npy data (dt, or f32 when
+ * dt is widened); NULL when NumPy cannot hold dt. */
+static const char *npy_descr(ckpt_dtype dt, ckpt_dtype *stored)
+{
+    *stored = dt;
+    switch (dt) {
+    case CKPT_F64: return "<f8";
+    case CKPT_F32: return "<f4";
+    case CKPT_F16: return "<f2";
+    case CKPT_BF16: case CKPT_F8E4M3: case CKPT_F8E5M2:
+        *stored = CKPT_F32;
+        return "<f4";
+    case CKPT_I64: return "<i8";
+    case CKPT_I32: return "<i4";
+    case CKPT_I16: return "<i2";
+    case CKPT_I8: return "|i1";
+    case CKPT_U64: return "<u8";
+    case CKPT_U32: return "<u4";
+    case CKPT_U16: return "<u2";
+    case CKPT_U8: return "|u1";
+    case CKPT_BOOL: return "|b1";
+    case CKPT_BYTES: return "|u1";
+    default: return NULL;
+    }
+}
+
+/* The Python repr of the shape tuple, like snprintf: "()", "(5,)",
+ * "(3, 4)".  A byte object is the 1-D array of its bytes. */
+static size_t shape_tuple(const ckpt_tensor_info *ti, char *buf, size_t cap)
+{
+    int64_t flat = (int64_t)ti->numel;
+    int ndim = ti->dtype == CKPT_BYTES ? 1 : ti->ndim;
+    const int64_t *dims = ti->dtype == CKPT_BYTES ? &flat : ti->shape;
+    size_t n = 0;
+    int k = snprintf(buf, cap, "(");
+    for (int i = 0; k >= 0 && i <= ndim; i++) {
+        n += (size_t)k;
+        char *at = n < cap ? buf + n : NULL;
+        size_t room = n < cap ? cap - n : 0;
+        if (i == ndim)
+            k = snprintf(at, room, ndim == 1 ? ",)" : ")");
+        else
+            k = snprintf(at, room, "%s%" PRId64, i ? ", " : "", dims[i]);
+    }
+    return n + (size_t)(k < 0 ? 0 : k);
+}
+
+int views_npy_header(const ckpt_tensor_info *ti, char *buf, size_t cap)
+{
+    ckpt_dtype stored;
+    const char *descr = npy_descr(ti->dtype, &stored);
+    char tuple[CKPT_MAX_DIMS * 24 + 8];
+    if (!descr)
+        return -EINVAL;
+    if (shape_tuple(ti, tuple, sizeof tuple) >= sizeof tuple || cap < 10)
+        return -ENAMETOOLONG;
+    char *dict = buf + 10;
+    size_t room = cap - 10;
+    int k = snprintf(dict, room,
+                     "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
+                     descr, tuple);
+    if (k < 0 || (size_t)k >= room)
+        return -ENAMETOOLONG;
+    size_t total = (10 + (size_t)k + 1 + 63) / 64 * 64;   /* + '\n' */
+    if (total > cap || total - 10 > 0xffff)
+        return -ENAMETOOLONG;
+    memset(dict + k, ' ', total - 10 - (size_t)k - 1);
+    buf[total - 1] = '\n';
+    size_t hlen = total - 10;
+    memcpy(buf, npy_magic, sizeof npy_magic);
+    buf[6] = 1;
+    buf[7] = 0;
+    buf[8] = (char)(hlen & 0xff);
+    buf[9] = (char)(hlen >> 8);
+    return (int)total;
+}
+
+int views_npy_layout(const ckpt_tensor_info *ti, views_npy *out)
+{
+    char hdr[VIEWS_NPY_HEADER_MAX];
+    ckpt_dtype stored;
+    if (!npy_descr(ti->dtype, &stored))
+        return -EINVAL;
+    int h = views_npy_header(ti, hdr, sizeof hdr);
+    if (h < 0)
+        return h;
+    size_t isz = ckpt_dtype_size(stored);
+    if (ti->numel > ((uint64_t)INT64_MAX - (uint64_t)h) / isz)
+        return -EOVERFLOW;
+    *out = (views_npy){
+        .header_len = (uint32_t)h,
+        .out_itemsize = (uint32_t)isz,
+        .widen = stored != ti->dtype ? ti->dtype : CKPT_DTYPE_INVALID,
+        .size = (uint64_t)h + ti->numel * isz,
+    };
+    return 0;
+}
+
+/* ------------------------------------------------------------ reading */
+
+/* Fills err (when given) and returns code. */
+static int fail(ckpt_error *err, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static int fail(ckpt_error *err, int code, const char *fmt, ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        err->code = code;
+        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
+        va_end(ap);
+    }
+    return code;
+}
+
+/* Reads bytes [doff, doff + dlen) of the widened data: the stored elements
+ * they cover are read batch by batch into tmp, then widened into dst; a
+ * partly covered first or last element goes through a 4-byte buffer. */
+static int read_widened(ckpt_reader *r, size_t idx, ckpt_dtype dt,
+                        const views_tables *tab, unsigned char *dst,
+                        uint64_t doff, uint64_t dlen, ckpt_error *err)
+{
+    size_t in = ckpt_dtype_size(dt);
+    uint64_t end = doff + dlen, e_end = (end + 3) / 4;
+    uint64_t batch = e_end - doff / 4;
+    if (batch > WIDEN_BATCH)
+        batch = WIDEN_BATCH;
+    unsigned char *tmp = malloc((size_t)batch * in);
+    if (!tmp)
+        return fail(err, -ENOMEM, "out of memory widening a read");
+    int rc = 0;
+    uint64_t pos = doff;
+    while (rc == 0 && pos < end) {
+        uint64_t e = pos / 4, stop_e = e + batch < e_end ? e + batch : e_end;
+        uint64_t stop = stop_e * 4 < end ? stop_e * 4 : end;
+        int64_t got = ckpt_read(r, idx, tmp, e * in, (stop_e - e) * in, err);
+        if (got < 0 || (uint64_t)got != (stop_e - e) * in) {
+            rc = got < 0 ? (int)got
+                         : fail(err, -EIO, "short read of %" PRIu64
+                                " elements at element %" PRIu64, stop_e - e,
+                                e);
+            break;
+        }
+        const unsigned char *s = tmp;
+        unsigned char one[4];
+        if (pos % 4) {                       /* head: part of an element */
+            uint64_t skip = pos % 4, k = 4 - skip;
+            if (k > stop - pos)
+                k = stop - pos;
+            widen(dt, tab, s, 1, one);
+            memcpy(dst, one + skip, (size_t)k);
+            dst += k;
+            pos += k;
+            s += in;
+        }
+        uint64_t full = (stop - pos) / 4;
+        widen(dt, tab, s, (size_t)full, dst);
+        dst += 4 * full;
+        pos += 4 * full;
+        s += full * in;
+        if (pos < stop) {                    /* tail: part of an element */
+            widen(dt, tab, s, 1, one);
+            memcpy(dst, one, (size_t)(stop - pos));
+            dst += stop - pos;
+            pos = stop;
+        }
+    }
+    free(tmp);
+    return rc;
+}
+
+int64_t views_npy_read(ckpt_reader *r, size_t idx, const ckpt_tensor_info *ti,
+                       const views_npy *lay, const views_tables *tab,
+                       unsigned char *dst, uint64_t off, uint64_t len,
+                       ckpt_error *err)
+{
+    if (off >= lay->size || len == 0)
+        return 0;
+    if (len > lay->size - off)
+        len = lay->size - off;
+    uint64_t done = 0;
+    if (off < lay->header_len) {
+        char hdr[VIEWS_NPY_HEADER_MAX];
+        int h = views_npy_header(ti, hdr, sizeof hdr);
+        if (h != (int)lay->header_len)
+            return fail(err, -EIO, "tensor '%s': .npy header of %d bytes "
+                        "instead of %u", ti->fqn, h, lay->header_len);
+        done = lay->header_len - off < len ? lay->header_len - off : len;
+        memcpy(dst, hdr + off, (size_t)done);
+    }
+    if (done == len)
+        return (int64_t)len;
+    uint64_t doff = off + done - lay->header_len;
+    if (lay->widen != CKPT_DTYPE_INVALID) {
+        int rc = read_widened(r, idx, lay->widen, tab, dst + done, doff,
+                              len - done, err);
+        return rc < 0 ? rc : (int64_t)len;
+    }
+    int64_t got = ckpt_read(r, idx, dst + done, doff, len - done, err);
+    return got < 0 ? got : (int64_t)done + got;
+}
+
+/* ------------------------------------------------------------ JSON */
+
+typedef struct strbuf {
+    char *p;
+    size_t n, cap;
+    int failed;
+} strbuf;
+
+static void sb_add(strbuf *b, const char *s, size_t n)
+{
+    if (b->failed)
+        return;
+    if (b->n + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->n + n + 1)
+            cap *= 2;
+        char *p = realloc(b->p, cap);
+        if (!p) {
+            b->failed = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, s, n);
+    b->n += n;
+    b->p[b->n] = '\0';
+}
+
+static void sb_puts(strbuf *b, const char *s)
+{
+    sb_add(b, s, strlen(s));
+}
+
+static void sb_printf(strbuf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+static void sb_printf(strbuf *b, const char *fmt, ...)
+{
+    char tmp[256];
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(tmp, sizeof tmp, fmt, ap);
+    va_end(ap);
+    if (k < 0 || (size_t)k >= sizeof tmp)
+        b->failed = 1;
+    else
+        sb_add(b, tmp, (size_t)k);
+}
+
+/* Length of the valid UTF-8 sequence at s, or 0 if there is none. */
+static size_t utf8_valid(const unsigned char *s)
+{
+    unsigned c = s[0];
+    size_t n;
+    uint32_t cp, min;
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf) {
+        n = 2, cp = c & 0x1f, min = 0x80;
+    } else if ((c & 0xf0) == 0xe0) {
+        n = 3, cp = c & 0x0f, min = 0x800;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+        n = 4, cp = c & 0x07, min = 0x10000;
+    } else {
+        return 0;
+    }
+    for (size_t i = 1; i < n; i++) {
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+        cp = cp << 6 | (s[i] & 0x3f);
+    }
+    if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return n;
+}
+
+/* A JSON string: quotes, backslashes and control bytes escaped; bytes
+ * that are not UTF-8 become U+FFFD, so the document is always valid. */
+static void sb_json_string(strbuf *b, const char *str)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    sb_add(b, "\"", 1);
+    while (*s) {
+        size_t run = 0;
+        while (s[run] >= 0x20 && s[run] < 0x80 && s[run] != '"' &&
+               s[run] != '\\')
+            run++;
+        sb_add(b, (const char *)s, run);
+        s += run;
+        if (!*s)
+            break;
+        size_t n = utf8_valid(s);
+        if (*s == '"' || *s == '\\') {
+            char esc[2] = { '\\', (char)*s };
+            sb_add(b, esc, 2);
+        } else if (*s < 0x20) {
+            sb_printf(b, "\\u%04x", *s);
+        } else if (n > 1) {
+            sb_add(b, (const char *)s, n);
+            s += n - 1;
+        } else {
+            sb_puts(b, "\\ufffd");
+        }
+        s++;
+    }
+    sb_add(b, "\"", 1);
+}
+
+static void sb_json_dims(strbuf *b, int ndim, const int64_t *dims)
+{
+    sb_add(b, "[", 1);
+    for (int i = 0; i < ndim; i++)
+        sb_printf(b, "%s%" PRId64, i ? ", " : "", dims[i]);
+    sb_add(b, "]", 1);
+}
+
+static void json_meta(strbuf *b, const ckpt_reader *r)
+{
+    size_t n = ckpt_reader_meta_count(r);
+    sb_puts(b, "{\n  \"meta\": {");
+    for (size_t i = 0; i < n; i++) {
+        const char *k, *v;
+        if (ckpt_reader_meta_at(r, i, &k, &v) != 0)
+            continue;
+        sb_puts(b, i ? ",\n    " : "\n    ");
+        sb_json_string(b, k);
+        sb_puts(b, ": ");
+        sb_json_string(b, v);
+    }
+    sb_puts(b, n ? "\n  },\n" : "},\n");
+}
+
+static void json_chunk(strbuf *b, const ckpt_chunk_info *ch, int ndim)
+{
+    sb_puts(b, "{\"offsets\": ");
+    sb_json_dims(b, ndim, ch->offsets);
+    sb_puts(b, ", \"sizes\": ");
+    sb_json_dims(b, ndim, ch->sizes);
+    sb_puts(b, ", \"file\": ");
+    sb_json_string(b, ch->file);
+    sb_printf(b, ", \"nframes\": %" PRIu64 ", \"raw_bytes\": %" PRIu64
+              ", \"stored_bytes\": %" PRIu64 "}", ch->nframes, ch->raw_bytes,
+              ch->stored_bytes);
+}
+
+static void json_tensor(strbuf *b, const ckpt_reader *r, size_t t,
+                        const ckpt_tensor_info *ti)
+{
+    sb_json_string(b, ti->fqn);
+    sb_puts(b, ": {\n      \"dtype\": ");
+    sb_json_string(b, ckpt_dtype_name(ti->dtype));
+    sb_puts(b, ", \"shape\": ");
+    sb_json_dims(b, ti->ndim, ti->shape);
+    sb_printf(b, ", \"numel\": %" PRIu64 ", \"nbytes\": %" PRIu64
+              ",\n      \"stored_bytes\": %" PRIu64 ", \"codecs\": ",
+              ti->numel, ti->nbytes, ti->stored_bytes);
+    sb_json_string(b, ti->codecs);
+    sb_printf(b, ", \"nframes\": %" PRIu64 ",\n      \"chunks\": [",
+              ti->nframes);
+    for (size_t c = 0; c < ti->nchunks; c++) {
+        ckpt_chunk_info ch;
+        if (ckpt_reader_chunk(r, t, c, &ch) != 0) {
+            b->failed = 1;
+            return;
+        }
+        sb_puts(b, c ? ",\n        " : "\n        ");
+        json_chunk(b, &ch, ti->ndim);
+    }
+    sb_puts(b, ti->nchunks ? "\n      ]\n    }" : "]\n    }");
+}
+
+int views_metadata_json(const ckpt_reader *r, char **out, size_t *len)
+{
+    strbuf b = { 0 };
+    size_t n = ckpt_reader_count(r);
+    json_meta(&b, r);
+    sb_puts(&b, "  \"tensors\": {");
+    for (size_t t = 0; t < n && !b.failed; t++) {
+        ckpt_tensor_info ti;
+        if (ckpt_reader_info(r, t, &ti) != 0) {
+            b.failed = 1;
+            break;
+        }
+        sb_puts(&b, t ? ",\n    " : "\n    ");
+        json_tensor(&b, r, t, &ti);
+    }
+    sb_puts(&b, n ? "\n  }\n}\n" : "}\n}\n");
+    if (b.failed) {
+        free(b.p);
+        return -ENOMEM;
+    }
+    *out = b.p;
+    *len = b.n;
+    return 0;
+}
+
+/* ------------------------------------------------------------ stats */
+
+size_t views_stats(const ckpt_reader *r, char *buf, size_t cap)
+{
+    ckpt_stats st;
+    ckpt_reader_stats(r, &st);
+    int k = snprintf(buf, cap,
+                     "frames_decoded %" PRIu64 "\n"
+                     "cache_hits %" PRIu64 "\n"
+                     "cache_misses %" PRIu64 "\n"
+                     "bytes_read %" PRIu64 "\n"
+                     "bytes_served %" PRIu64 "\n",
+                     st.frames_decoded, st.cache_hits, st.cache_misses,
+                     st.bytes_read, st.bytes_served);
+    return k < 0 ? 0 : (size_t)k;
+}

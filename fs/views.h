@@ -1,0 +1,63 @@
+/*
+ * views.h - the content ckptfs generates rather than stores: the NumPy
+ * view of a tensor (a version 1.0 .npy header, then the tensor's bytes, or
+ * for bf16/f8e4m3/f8e5m2 the values widened to float32 on the fly),
+ * .ckptfs/metadata.json (the whole index as JSON) and .ckptfs/stats.
+ * No FUSE here: these work on a ckpt_reader and plain buffers.
+ */
+#ifndef CKPTFS_FS_VIEWS_H
+#define CKPTFS_FS_VIEWS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckptfs.h"
+
+/* The longest .npy header views_npy_header writes (32 dims of 19 digits
+ * fit well below it). */
+#define VIEWS_NPY_HEADER_MAX 1024
+
+/* Where things are in a tensor's .npy file. */
+typedef struct views_npy {
+    uint32_t header_len;    /* bytes before the data: a multiple of 64 */
+    uint32_t out_itemsize;  /* bytes per element in the file's data */
+    ckpt_dtype widen;       /* dtype widened to f32, or CKPT_DTYPE_INVALID
+                               when the data is the stored image itself */
+    uint64_t size;          /* header_len + numel * out_itemsize */
+} views_npy;
+
+/* float32 bit patterns of every float8 value, built once. */
+typedef struct views_tables {
+    uint32_t f8e4m3[256];
+    uint32_t f8e5m2[256];
+} views_tables;
+
+void views_tables_init(views_tables *t);
+
+/* Lays out the .npy file of tensor ti.  -EOVERFLOW when its size does not
+ * fit in 63 bits, -EINVAL for a dtype with no NumPy spelling. */
+int views_npy_layout(const ckpt_tensor_info *ti, views_npy *out);
+
+/* Writes the header (magic, version 1.0, dict padded with spaces and '\n'
+ * so the data starts at a multiple of 64) into buf; returns its length, or
+ * a negative errno when cap is too small. */
+int views_npy_header(const ckpt_tensor_info *ti, char *buf, size_t cap);
+
+/* Reads bytes [off, off + len) of tensor idx's .npy file into dst.
+ * Returns the bytes read (short only at the end of the file) or the
+ * library's negative errno with err filled.  Widening reads the stored
+ * elements through a temporary buffer of at most a few hundred KiB. */
+int64_t views_npy_read(ckpt_reader *r, size_t idx, const ckpt_tensor_info *ti,
+                       const views_npy *lay, const views_tables *tab,
+                       unsigned char *dst, uint64_t off, uint64_t len,
+                       ckpt_error *err);
+
+/* Renders the index as JSON (see docs/MOUNT.md) into a malloc'd buffer.
+ * Returns 0 or -ENOMEM. */
+int views_metadata_json(const ckpt_reader *r, char **out, size_t *len);
+
+/* Renders the reader's counters, one "name value" line each, like
+ * snprintf (returns the length needed). */
+size_t views_stats(const ckpt_reader *r, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,72 @@
+/*
+ * tree.h - the namespace of one checkpoint as the mount shows it, built
+ * once from the reader's tensor list and immutable afterwards (so any
+ * number of threads may read it without locks):
+ *
+ *   /a/b/c                  tensor a.b.c (a/b.tensor when a.b is also a
+ *                           module, see docs/MOUNT.md)
+ *   /.npy/a/b/c.npy         its NumPy view
+ *   /.ckptfs/metadata.json  the index as JSON
+ *   /.ckptfs/stats          the reader's counters
+ *
+ * Nodes are numbered from 0 (the checkpoint's root directory); a node's
+ * number is stable for the life of the tree, so it can be part of an inode
+ * number.  Each directory's children are sorted by name (bytewise) for
+ * readdir, and (parent, name) pairs are hashed for lookup.
+ */
+#ifndef CKPTFS_FS_TREE_H
+#define CKPTFS_FS_TREE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckptfs.h"
+
+#define TREE_ROOT 0u
+/* The longest path component the kernel passes (NAME_MAX); tensors with a
+ * longer component are left out of the tree, with a warning. */
+#define TREE_NAME_MAX 255
+
+typedef enum tree_kind {
+    TREE_DIR,
+    TREE_TENSOR,      /* the tensor's row-major image */
+    TREE_NPY,         /* the tensor's .npy view */
+    TREE_METADATA,    /* .ckptfs/metadata.json */
+    TREE_STATS        /* .ckptfs/stats */
+} tree_kind;
+
+typedef struct tree_node {
+    uint64_t size;        /* TENSOR, NPY: file size */
+    uint32_t parent;      /* the root is its own parent */
+    uint32_t name;        /* offset of the NUL-terminated name */
+    uint32_t child0;      /* DIR: first of its children in the child list */
+    uint32_t nchild;      /* DIR: number of children */
+    uint32_t nsubdirs;    /* DIR: children that are directories */
+    uint32_t tensor;      /* TENSOR, NPY: the reader's tensor index */
+    uint16_t npy_header;  /* NPY: header length (data starts there) */
+    uint8_t kind;         /* tree_kind */
+} tree_node;
+
+typedef struct fs_tree fs_tree;
+
+/* Called for each tensor left out (its message names it and says why). */
+typedef void (*tree_warn_fn)(void *arg, const char *msg);
+
+/* Builds the tree of reader r.  Returns 0, -ENOMEM, or -EOVERFLOW when the
+ * checkpoint has more nodes than 32 bits can number. */
+int tree_build(fs_tree **out, const ckpt_reader *r, tree_warn_fn warn,
+               void *arg);
+void tree_free(fs_tree *t);
+
+/* Number of nodes; nodes are 0 .. tree_size() - 1. */
+uint32_t tree_size(const fs_tree *t);
+/* Node i, or NULL when out of range. */
+const tree_node *tree_node_at(const fs_tree *t, uint32_t i);
+const char *tree_name(const fs_tree *t, const tree_node *n);
+/* The k-th child (by name) of directory n, k < n->nchild. */
+uint32_t tree_child(const fs_tree *t, const tree_node *n, uint32_t k);
+/* The child `name` of node dir: its number, -ENOENT, or -ENOTDIR when dir
+ * is not a directory. */
+long tree_lookup(const fs_tree *t, uint32_t dir, const char *name);
+
+#endif

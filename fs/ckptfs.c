@@ -1,0 +1,383 @@
+/*
+ * ckptfs.c - the ckptfs daemon: parses the command line (ckptfs's -o
+ * options, then FUSE's own), refuses a SOURCE that is not a checkpoint or
+ * a root of checkpoints before mounting, mounts read-only, daemonizes
+ * unless -f, runs the (multithreaded unless -s) FUSE loop, and after the
+ * loop's threads are gone unmounts and closes every reader.
+ *
+ * Exit status: 0 after a clean unmount or a terminating signal, 1 when
+ * SOURCE is refused or mounting fails, 2 for usage errors.
+ */
+#include "ops.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <syslog.h>
+#include <fuse3/fuse_log.h>
+
+#include <fuse3/fuse_opt.h>
+
+#include "source.h"
+
+enum { EXIT_USAGE = 2 };
+
+/* What the command line asks for. */
+typedef struct cli {
+    const char *source;
+    int nonopts;           /* non-option arguments after SOURCE */
+    int help, version;
+    int bad;               /* a usage error was reported */
+    ckpt_read_opts ro;
+} cli;
+
+enum { KEY_CACHE, KEY_PREFETCH, KEY_THREADS, KEY_HELP, KEY_VERSION };
+
+static const struct fuse_opt cli_opts[] = {
+    FUSE_OPT_KEY("cache_size=", KEY_CACHE),
+    FUSE_OPT_KEY("prefetch=", KEY_PREFETCH),
+    FUSE_OPT_KEY("threads=", KEY_THREADS),
+    FUSE_OPT_KEY("-h", KEY_HELP),
+    FUSE_OPT_KEY("--help", KEY_HELP),
+    FUSE_OPT_KEY("-V", KEY_VERSION),
+    FUSE_OPT_KEY("--version", KEY_VERSION),
+    FUSE_OPT_END
+};
+
+/* ------------------------------------------------------------ options */
+
+/* A decimal number, all of s, at most max. */
+static int parse_count(const char *s, unsigned long long max,
+                       unsigned long long *out)
+{
+    char *end;
+    if (*s < '0' || *s > '9')
+        return -EINVAL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno == ERANGE || v > max)
+        return -ERANGE;
+    *out = v;
+    return *end ? -EINVAL : 0;
+}
+
+/* N, NK, NM or NG (binary units, either case) in bytes. */
+static int parse_size(const char *s, size_t *out)
+{
+    size_t len = strlen(s);
+    unsigned shift = 0;
+    char digits[32];
+    if (len == 0 || len >= sizeof digits)
+        return -EINVAL;
+    switch (s[len - 1]) {
+    case 'k': case 'K': shift = 10; break;
+    case 'm': case 'M': shift = 20; break;
+    case 'g': case 'G': shift = 30; break;
+    default: break;
+    }
+    memcpy(digits, s, len - (shift ? 1 : 0));
+    digits[len - (shift ? 1 : 0)] = '\0';
+    unsigned long long v;
+    int rc = parse_count(digits, SIZE_MAX >> shift, &v);
+    if (rc == 0)
+        *out = (size_t)v << shift;
+    return rc;
+}
+
+static int bad_value(cli *c, const char *arg, const char *expected)
+{
+    fprintf(stderr, "ckptfs: bad option '%s': expected %s\n", arg, expected);
+    c->bad = 1;
+    return -1;
+}
+
+/* Applies one of ckptfs's -o options ("name=value" in arg). */
+static int cli_option(cli *c, const char *arg, int key)
+{
+    const char *v = strchr(arg, '=') + 1;
+    unsigned long long n;
+    switch (key) {
+    case KEY_CACHE:
+        return parse_size(v, &c->ro.cache_bytes) == 0
+                   ? 0 : bad_value(c, arg, "cache_size=N[K|M|G]");
+    case KEY_PREFETCH:
+        if (parse_count(v, 1024, &n) != 0)
+            return bad_value(c, arg, "prefetch=N with N from 0 to 1024");
+        c->ro.prefetch = (int)n;
+        return 0;
+    default:
+        if (parse_count(v, 4096, &n) != 0)
+            return bad_value(c, arg, "threads=N with N from 0 (one per "
+                             "CPU) to 4096");
+        c->ro.threads = (int)n;
+        return 0;
+    }
+}
+
+/* fuse_opt_parse's callback: keeps FUSE's options and MOUNTPOINT in args
+ * for fuse_parse_cmdline and fuse_session_new, takes out the rest. */
+static int cli_proc(void *data, const char *arg, int key,
+                    struct fuse_args *outargs)
+{
+    cli *c = data;
+    (void)outargs;
+    switch (key) {
+    case KEY_CACHE: case KEY_PREFETCH: case KEY_THREADS:
+        return cli_option(c, arg, key);
+    case KEY_HELP:
+        c->help = 1;
+        return 0;
+    case KEY_VERSION:
+        c->version = 1;
+        return 0;
+    case FUSE_OPT_KEY_NONOPT:
+        if (!c->source) {
+            c->source = arg;
+            return 0;
+        }
+        if (c->nonopts++ == 0)
+            return 1;
+        fprintf(stderr, "ckptfs: unexpected argument '%s'\n", arg);
+        c->bad = 1;
+        return -1;
+    default:
+        return 1;
+    }
+}
+
+static void print_help(void)
+{
+    printf("usage: ckptfs [options] SOURCE MOUNTPOINT\n"
+           "\n"
+           "Mounts the committed checkpoint SOURCE, or every checkpoint in "
+           "the root\ndirectory SOURCE, read-only at MOUNTPOINT; unmount "
+           "with 'fusermount3 -u MOUNTPOINT'.\n"
+           "\n"
+           "ckptfs options:\n"
+           "    -o cache_size=N[K|M|G] decoded-frame cache of each open "
+           "checkpoint (256M)\n"
+           "    -o prefetch=N          frames decoded ahead of a sequential "
+           "reader (4; 0: off)\n"
+           "    -o threads=N           decoder threads per open checkpoint "
+           "(0: one per CPU)\n"
+           "    -h   --help            print this help and exit\n"
+           "    -V   --version         print the version and exit\n"
+           "\n"
+           "FUSE options:\n");
+    fuse_cmdline_help();
+    fuse_lowlevel_help();
+}
+
+static void usage_hint(void)
+{
+    fprintf(stderr, "usage: ckptfs [options] SOURCE MOUNTPOINT\n"
+            "Try 'ckptfs --help' for more information.\n");
+}
+
+/* Parses argv into c (ckptfs's part) and fo (FUSE's).  Returns -1 to go
+ * on mounting, or the exit status. */
+static int parse_args(struct fuse_args *args, cli *c,
+                      struct fuse_cmdline_opts *fo)
+{
+    if (fuse_opt_parse(args, c, cli_opts, cli_proc) != 0) {
+        if (!c->bad)
+            fprintf(stderr, "ckptfs: cannot parse the command line\n");
+        usage_hint();
+        return EXIT_USAGE;
+    }
+    if (c->help) {
+        print_help();
+        return EXIT_SUCCESS;
+    }
+    if (c->version) {
+        printf("ckptfs (ckptfs) %s\nFUSE library version %s\n",
+               ckpt_version(), fuse_pkgversion());
+        return EXIT_SUCCESS;
+    }
+    if (fuse_parse_cmdline(args, fo) != 0)
+        return EXIT_FAILURE;     /* libfuse said why: a bad MOUNTPOINT */
+    if (!c->source || !fo->mountpoint) {
+        fprintf(stderr, "ckptfs: missing %s\n",
+                c->source ? "MOUNTPOINT" : "SOURCE and MOUNTPOINT");
+        usage_hint();
+        return EXIT_USAGE;
+    }
+    return -1;
+}
+
+/* Mount options ckptfs adds before the user's (so those win): read-only,
+ * "fuse.ckptfs" as the type and SOURCE as the device in /proc/mounts. */
+static int add_mount_defaults(struct fuse_args *args, const char *source)
+{
+    char *opts = NULL, *fsname = NULL, *arg = NULL;
+    int rc = -1;
+    if (asprintf(&fsname, "fsname=%s", source) >= 0 &&
+        fuse_opt_add_opt(&opts, "ro") == 0 &&
+        fuse_opt_add_opt(&opts, "subtype=ckptfs") == 0 &&
+        fuse_opt_add_opt_escaped(&opts, fsname) == 0 &&
+        asprintf(&arg, "-o%s", opts) >= 0)
+        rc = fuse_opt_insert_arg(args, 1, arg);
+    free(fsname);
+    free(opts);
+    free(arg);
+    return rc;
+}
+
+/* ------------------------------------------------------------ readahead */
+
+/* The readahead ckptfs asks for: FUSE's largest request (256 pages with
+ * libfuse 3.14), and the library's default frame size. */
+#define READAHEAD_KB 1024
+
+/* Undoes mountinfo's octal escapes (" " is "\040") in place. */
+static void unescape_mountinfo(char *s)
+{
+    char *out = s;
+    for (; *s; s++) {
+        if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' &&
+            s[2] <= '7' && s[3] >= '0' && s[3] <= '7') {
+            *out++ = (char)((s[1] - '0') << 6 | (s[2] - '0') << 3 |
+                            (s[3] - '0'));
+            s += 3;
+        } else {
+            *out++ = *s;
+        }
+    }
+    *out = '\0';
+}
+
+/* The "major:minor" of the FUSE file system mounted last on mountpoint,
+ * from /proc/self/mountinfo (without touching the mount itself, which
+ * does not answer yet). */
+static int mount_device(const char *mountpoint, char *dev, size_t cap)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "r");
+    if (!f)
+        return -errno;
+    char *line = NULL;
+    size_t len = 0;
+    int found = -ENOENT;
+    while (getline(&line, &len, f) > 0) {
+        char mdev[64], mpoint[4096], fstype[256];
+        const char *sep = strstr(line, " - ");
+        if (!sep || sscanf(line, "%*s %*s %63s %*s %4095s", mdev, mpoint) != 2
+            || sscanf(sep, " - %255s", fstype) != 1)
+            continue;
+        unescape_mountinfo(mpoint);
+        if (strcmp(mpoint, mountpoint) == 0 && strncmp(fstype, "fuse", 4) == 0
+            && snprintf(dev, cap, "%s", mdev) < (int)cap)
+            found = 0;
+    }
+    free(line);
+    fclose(f);
+    return found;
+}
+
+/* Raises the mount's readahead to READAHEAD_KB so that sequential reads
+ * come in requests of 1 MiB rather than the kernel's default 128 KiB
+ * (op_init then keeps it).  Best effort: writing sysfs needs root. */
+static void raise_readahead(const char *mountpoint)
+{
+    char dev[64], path[128];
+    int rc = mount_device(mountpoint, dev, sizeof dev);
+    if (rc == 0)
+        snprintf(path, sizeof path, "/sys/class/bdi/%s/read_ahead_kb", dev);
+    FILE *f = rc == 0 ? fopen(path, "r+") : NULL;
+    unsigned long kb = 0;
+    if (f && fscanf(f, "%lu", &kb) == 1 && kb < READAHEAD_KB) {
+        rewind(f);
+        fprintf(f, "%d\n", READAHEAD_KB);
+    }
+    if (!f || fclose(f) != 0)
+        fuse_log(FUSE_LOG_DEBUG, "ckptfs: readahead left at the kernel's "
+                 "default (%s)\n", rc ? strerror(-rc) : strerror(errno));
+}
+
+/* ------------------------------------------------------------ running */
+
+/* Once daemonized, messages go to syslog (fuse_log levels are syslog's). */
+static void log_to_syslog(enum fuse_log_level level, const char *fmt,
+                          va_list ap)
+{
+    vsyslog((int)level, fmt, ap);
+}
+
+static int loop(struct fuse_session *se, const struct fuse_cmdline_opts *fo)
+{
+    if (fo->singlethread)
+        return fuse_session_loop(se);
+    /* libfuse's defaults unless -o clone_fd or -o max_idle_threads=N
+     * (its "unset" idle count is refused when passed back explicitly). */
+    if (!fo->clone_fd && fo->max_idle_threads == UINT_MAX)
+        return fuse_session_loop_mt(se, NULL);
+    struct fuse_loop_config cfg = {
+        .clone_fd = fo->clone_fd,
+        .max_idle_threads = fo->max_idle_threads,
+    };
+    return fuse_session_loop_mt(se, &cfg);
+}
+
+/* Mounts, serves until unmounted or signalled, unmounts.  Returns the
+ * exit status. */
+static int serve(struct fuse_args *args, const struct fuse_cmdline_opts *fo,
+                 fs_ctx *ctx)
+{
+    struct fuse_lowlevel_ops ops;
+    ops_fill(&ops);
+    struct fuse_session *se = fuse_session_new(args, &ops, sizeof ops, ctx);
+    if (!se)
+        return EXIT_USAGE;     /* libfuse said why (an unknown option) */
+    int status = EXIT_FAILURE;
+    if (fuse_set_signal_handlers(se) != 0)
+        goto out;
+    if (fuse_session_mount(se, fo->mountpoint) != 0)
+        goto out_signals;
+    raise_readahead(fo->mountpoint);
+    if (!fo->foreground) {
+        openlog("ckptfs", LOG_PID, LOG_DAEMON);
+        fuse_set_log_func(log_to_syslog);
+    }
+    if (fuse_daemonize(fo->foreground) == 0)
+        status = loop(se, fo) < 0 ? EXIT_FAILURE : EXIT_SUCCESS;
+    fuse_session_unmount(se);
+out_signals:
+    fuse_remove_signal_handlers(se);
+out:
+    fuse_session_destroy(se);   /* every worker thread has ended */
+    return status;
+}
+
+int main(int argc, char **argv)
+{
+    struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
+    struct fuse_cmdline_opts fo;
+    cli c = { 0 };
+    memset(&fo, 0, sizeof fo);
+    ckpt_read_opts_init(&c.ro);
+    int status = parse_args(&args, &c, &fo);
+    if (status >= 0)
+        goto out;
+    fs_ctx ctx;
+    ckpt_error err = { 0 };
+    ops_ctx_init(&ctx);
+    if (source_open(&ctx.src, c.source, &c.ro, &err) != 0) {
+        fprintf(stderr, "ckptfs: %s\n", err.msg);
+        ops_ctx_destroy(&ctx);
+        status = EXIT_FAILURE;
+        goto out;
+    }
+    if (add_mount_defaults(&args, source_path(ctx.src)) != 0) {
+        fprintf(stderr, "ckptfs: out of memory\n");
+        status = EXIT_FAILURE;
+    } else {
+        status = serve(&args, &fo, &ctx);
+    }
+    ops_ctx_destroy(&ctx);     /* files still open when the session ended */
+    source_free(ctx.src);
+out:
+    free(fo.mountpoint);
+    fuse_opt_free_args(&args);
+    return status;
+}

@@ -233,13 +233,14 @@ static void lookup_root(fs_ctx *c, fuse_req_t req, const char *name)
         return;
     }
     fs_ckpt *ck = source_find(c->src, name);
-    if (!ck) {
-        reply_err(req, -ENOENT);
-        return;
-    }
-    const fs_tree *t = tree_of(ck);
-    stat_node(c, ck, TREE_ROOT, t ? tree_node_at(t, TREE_ROOT) : NULL, &st);
-    reply_entry(req, &st, OPS_ROOT_TIMEOUT, OPS_ROOT_TIMEOUT);
+    const fs_tree *t = ck ? tree_of(ck) : NULL;
+    int rc = ck ? stat_node(c, ck, TREE_ROOT,
+                            t ? tree_node_at(t, TREE_ROOT) : NULL, &st)
+                : -ENOENT;
+    if (rc)
+        reply_err(req, rc);
+    else
+        reply_entry(req, &st, OPS_ROOT_TIMEOUT, OPS_ROOT_TIMEOUT);
 }
 
 static void lookup_node(fs_ctx *c, fuse_req_t req, fs_ref *p,
@@ -436,7 +437,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
 }
 
 /* Entry i of the root listing h (0 ".", 1 "..", then `latest` and the
- * checkpoints); 0, or 1 past the end. */
+ * checkpoints); 0, 1 past the end, or a negative errno. */
 static int root_entry_at(fs_ctx *c, const dir_handle *h, size_t i,
                          dir_entry *e)
 {
@@ -458,9 +459,8 @@ static int root_entry_at(fs_ctx *c, const dir_handle *h, size_t i,
     fs_ckpt *ck = h->list.v[i];
     const fs_tree *t = tree_of(ck);
     e->name = ck->name;
-    stat_node(c, ck, TREE_ROOT, t ? tree_node_at(t, TREE_ROOT) : NULL,
-              &e->st);
-    return 0;
+    return stat_node(c, ck, TREE_ROOT, t ? tree_node_at(t, TREE_ROOT) : NULL,
+                     &e->st);
 }
 
 /* Entry i of directory r of a checkpoint (0 ".", 1 "..", then its
@@ -682,7 +682,16 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     if (h->kind == TREE_METADATA || h->kind == TREE_STATS) {
         size_t o = (uint64_t)off < h->len ? (size_t)off : h->len;
         size_t n = h->len - o < size ? h->len - o : size;
-        fuse_reply_buf(req, h->data + o, n);
+        char text[sizeof h->text];
+        if (h->kind == TREE_STATS) {
+            /* Reply from a copy: the handle may be released (by another
+             * thread) as soon as the kernel has the data, even before
+             * the reply's writev returns, which sanitizers then flag. */
+            memcpy(text, h->data + o, n);
+            fuse_reply_buf(req, text, n);
+        } else {
+            fuse_reply_buf(req, h->data + o, n);   /* lives until unmount */
+        }
         return;
     }
     char *buf = malloc(size ? size : 1);

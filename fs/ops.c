@@ -516,11 +516,14 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
     int rc = resolve(c, ino, &r);
     if (rc == 0)
         rc = ref_open(c, &r);
+    const dir_handle *h = (const dir_handle *)(uintptr_t)fi->fh;
+    if (rc == 0 && (r.kind == REF_ROOT ? !h : r.kind == REF_LATEST ||
+                                             r.n->kind != TREE_DIR))
+        rc = -ENOTDIR;           /* not opened by opendir: cannot be */
     if (rc) {
         reply_err(req, rc);
         return;
     }
-    const dir_handle *h = (const dir_handle *)(uintptr_t)fi->fh;
     char *buf = malloc(size ? size : 1);
     if (!buf) {
         reply_err(req, -ENOMEM);
@@ -529,8 +532,8 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
     size_t pos = 0;
     for (size_t i = off < 0 ? 0 : (size_t)off;; i++) {
         dir_entry e;
-        rc = r.kind == REF_ROOT && h ? root_entry_at(c, h, i, &e)
-                                     : node_entry_at(c, &r, i, &e);
+        rc = r.kind == REF_ROOT ? root_entry_at(c, h, i, &e)
+                                : node_entry_at(c, &r, i, &e);
         if (rc)
             break;
         size_t add = add_entry(req, buf + pos, size - pos, &e,

@@ -277,8 +277,9 @@ static int mount_device(const char *mountpoint, char *dev, size_t cap)
 
 /* Raises the mount's readahead to READAHEAD_KB so that sequential reads
  * come in requests of 1 MiB rather than the kernel's default 128 KiB
- * (op_init then keeps it).  Best effort: writing sysfs needs root. */
-static void raise_readahead(const char *mountpoint)
+ * (op_init then keeps it).  Best effort: writing sysfs needs root; a
+ * failure is only reported with -d. */
+static void raise_readahead(const char *mountpoint, int debug)
 {
     char dev[64], path[128];
     int rc = mount_device(mountpoint, dev, sizeof dev);
@@ -290,7 +291,7 @@ static void raise_readahead(const char *mountpoint)
         rewind(f);
         fprintf(f, "%d\n", READAHEAD_KB);
     }
-    if (!f || fclose(f) != 0)
+    if ((!f || fclose(f) != 0) && debug)
         fuse_log(FUSE_LOG_DEBUG, "ckptfs: readahead left at the kernel's "
                  "default (%s)\n", rc ? strerror(-rc) : strerror(errno));
 }
@@ -334,7 +335,7 @@ static int serve(struct fuse_args *args, const struct fuse_cmdline_opts *fo,
         goto out;
     if (fuse_session_mount(se, fo->mountpoint) != 0)
         goto out_signals;
-    raise_readahead(fo->mountpoint);
+    raise_readahead(fo->mountpoint, fo->debug);
     if (!fo->foreground) {
         openlog("ckptfs", LOG_PID, LOG_DAEMON);
         fuse_set_log_func(log_to_syslog);

@@ -833,12 +833,18 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
     fuse_reply_statfs(req, &st);
 }
 
+/* Everyone may read everything and enter every directory (0444, 0555);
+ * nobody may write, and files are not executable. */
 static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 {
     fs_ref r;
     int rc = resolve(ctx_of(req), ino, &r);
+    int is_file = rc == 0 && r.kind == REF_NODE && r.n &&
+                  r.n->kind != TREE_DIR;
     if (rc == 0 && (mask & W_OK))
         rc = -EROFS;
+    else if (rc == 0 && (mask & X_OK) && is_file)
+        rc = -EACCES;
     reply_err(req, rc);
 }
 

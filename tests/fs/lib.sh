@@ -21,9 +21,11 @@
 #                                  'hung' (then it was killed)
 #   expect_daemon_clean DESC LOG   after umount_ck: exit status 0 and no
 #                                  sanitizer/crash report in LOG
-#   refuse_mount DESC ERE SRC      the daemon must refuse SRC: exit status 1
-#                                  within 10 s, a log line matching ERE
-#                                  (grep -E -i), and nothing mounted
+#   refuse_mount DESC ERE SRC [WANT_RC [OPTS...]]
+#                                  the daemon (with OPTS) must refuse SRC:
+#                                  exit status WANT_RC (1; 'nonzero': any
+#                                  failure) within 10 s, a log line matching
+#                                  ERE (grep -E -i), and nothing mounted
 #   expect_erofs DESC CMD...       CMD fails saying 'Read-only file system'
 #   stat_val FILE NAME             the value of 'NAME VALUE' in FILE
 #   xattr_get FILE NAME            an extended attribute's value
@@ -202,15 +204,17 @@ expect_daemon_clean() {
     fi
 }
 
-# refuse_mount DESC ERE SRC
+# refuse_mount DESC ERE SRC [WANT_RC [OPTS...]]  (WANT_RC: 1, or 'nonzero')
 refuse_mount() {
-    local desc=$1 re=$2 src=$3 mnt pid rc i
+    local desc=$1 re=$2 src=$3 want=${4:-1} mnt pid rc i
+    shift 3
+    [ $# -gt 0 ] && shift
     _NMOUNT=$((_NMOUNT + 1))
     mnt=$TMP/refuse.$_NMOUNT
     mkdir -p "$mnt"
     local log=$TMP/ckptfs.$_NMOUNT.log
-    echo "     \$ ckptfs -f $src $mnt"
-    "$CKPTFS" -f "$src" "$mnt" </dev/null >"$log" 2>&1 &
+    echo "     \$ ckptfs -f ${*:+$* }$src $mnt"
+    "$CKPTFS" -f "$@" "$src" "$mnt" </dev/null >"$log" 2>&1 &
     pid=$!
     _MNTS+=("$mnt")
     _MPIDS+=("$pid")
@@ -225,10 +229,10 @@ refuse_mount() {
     else
         ok "$desc: nothing mounted"
     fi
-    if [ "$rc" = 1 ]; then
-        ok "$desc: the daemon exits with status 1"
+    if [ "$rc" = "$want" ] || { [ "$want" = nonzero ] && [[ "$rc" =~ ^[0-9]+$ ]] && [ "$rc" -ne 0 ] && [ "$rc" -lt 124 ]; }; then
+        ok "$desc: the daemon exits with status $rc"
     else
-        bad "$desc: the daemon's exit status is $rc, want 1"
+        bad "$desc: the daemon's exit status is $rc, want $want"
     fi
     if grep -E -i -q -- "$re" "$log"; then
         ok "$desc: its message says why (~ /$re/): $(head -c 200 "$log" | tr '\n' ' ')"

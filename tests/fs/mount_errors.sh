@@ -5,9 +5,12 @@
 #     O_DIRECT pread), every time; the daemon's log names the tensor, chunk,
 #     frame, shard file and offset; other ranges of the same tensor and other
 #     tensors read correctly, and the daemon keeps running;
+#   - missing frames (a shard cut short, a shard removed): EIO for those,
+#     the rest reads;
 #   - SOURCE refused before mounting (missing, a file, an empty directory,
 #     a directory of unrelated files, an uncommitted checkpoint): exit
-#     status 1, a message saying why, nothing mounted;
+#     status 1, a message saying why, nothing mounted; malformed -o values
+#     refused too;
 #   - every kind of write fails with EROFS and changes nothing;
 #   - unmounting (fusermount3 -uz) while a reader is mid-read: the reader
 #     gets EOF or an error without hanging, the daemon exits 0.
@@ -213,10 +216,15 @@ echo hi >"$TMP/junk/sub/readme"
 refuse_mount "a directory of unrelated files" '(no|not an?|neither an?) (committed )?checkpoint|holds no|contains no|no checkpoints' "$TMP/junk"
 run_ckpt pack "$TMP/unc" "x=$IN/s.npy"
 expect_ok "pack a checkpoint to make uncommitted"
+cp -r "$TMP/unc" "$TMP/unc-ok"     # committed: for the option checks
 mv "$TMP/unc/index.db" "$TMP/unc-index.db"
 mkdir -p "$TMP/unc/.pending"
 echo "rank0" >"$TMP/unc/.pending/rank0.plan"
 refuse_mount "an uncommitted checkpoint (data/ and .pending/, no index.db)" 'uncommitted|not committed|no index\.db|in progress|interrupted' "$TMP/unc"
+# malformed option values (docs/MOUNT.md, "Options"): a usage error
+refuse_mount "-o cache_size=bogus" 'cache_size' "$TMP/unc-ok" nonzero -o cache_size=bogus
+refuse_mount "-o prefetch=-1" 'prefetch' "$TMP/unc-ok" nonzero -o prefetch=-1
+refuse_mount "-o threads=many" 'threads' "$TMP/unc-ok" nonzero -o threads=many
 
 # ---------------------------------------------------------------- writes
 echo "# ---- writes fail with EROFS"

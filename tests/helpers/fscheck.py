@@ -31,7 +31,8 @@ of a tensor come from its source file through ref.py, never from ckptfs.
     content MANIFEST MNT
         numpy.fromfile on each tensor file equals the reference; numpy.load
         on the .npy view equals it (bf16/fp8 as exact float32, bool |b1,
-        byte objects |u1), .npy version 1.0 C order, stat size = bytes read
+        byte objects |u1), .npy version 1.0 C order, stat size = bytes read,
+        random O_DIRECT preads of the view agree with the whole read
     xattrs MANIFEST MNT INFO_DIR LS_FILE < GETFATTR_OUTPUT
         `getfattr -d -e hex -m ^user\\.ckpt\\. --absolute-names FILES` output
         checked against the manifest, `ckpt info CK FQN` (INFO_DIR/<fqn>.txt)
@@ -441,10 +442,29 @@ def cmd_content(manifest, mnt):
                 why.append("shape %s, want %s" % (a.shape, t.arr.shape))
             elif ref.cbytes(a) != ref.cbytes(t.arr):
                 why.append("values differ")
+        # random O_DIRECT preads of the view (header, data, conversions at
+        # odd offsets, past the end) return the same bytes as the whole read
+        if not why:
+            rng = np.random.default_rng(len(raw))
+            fd = os.open(p, os.O_RDONLY | os.O_DIRECT)
+            try:
+                for _ in range(16):
+                    off = int(rng.integers(0, len(raw) + 1))
+                    L = int(rng.integers(1, 3000))
+                    got = os.pread(fd, L, off)
+                    if got != raw[off:off + L]:
+                        why.append("O_DIRECT pread(%d, %d) differs from the whole read"
+                                   % (L, off))
+                        break
+            except OSError as e:
+                why.append("O_DIRECT pread: %s" % e)
+            finally:
+                os.close(fd)
         if why:
             fail("%s: %s" % (what, "; ".join(why)))
         else:
-            ok("%s equals the reference (%s %s)" % (what, a.dtype.str, list(a.shape)))
+            ok("%s equals the reference (%s %s; 16 random O_DIRECT preads agree)"
+               % (what, a.dtype.str, list(a.shape)))
     return 0
 
 

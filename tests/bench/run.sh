@@ -11,6 +11,8 @@
 # default 1), CKPT_BENCH_PYTHON (default /usr/bin/python3),
 # CKPT_BENCH_COLD=0 (never drop the page cache; warm loads only),
 # CKPT_BENCH_STRICT=1 (exit 1 when a target is missed).
+# Then, when CKPTFS, CKPT, CKPT_BENCH_PASSTHROUGH and CKPT_BENCH_LATENCY name
+# binaries and /dev/fuse exists, the mount benchmark (mount.sh).
 set -euo pipefail
 export LC_ALL=C
 
@@ -325,7 +327,23 @@ missed=0
 targets
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg) (above $(nproc) means other work shared the CPUs)"
 echo "total bench time: $(awk -v a="$t_start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.0f", b - a }') s"
+
+# ------------------------------------------------------------ the mount
+# tests/bench/mount.sh reads through a ckptfs mount, with the same size,
+# repetitions, scratch parent and cache policy; it needs ~6x the size free
+# again, so this run's scratch is removed first.
+mount_rc=0
+if [[ -z ${CKPTFS:-} || ! -x ${CKPTFS:-} ]]; then
+    echo "SKIP mount bench: no ckptfs binary (CKPTFS=${CKPTFS:-unset}; built only when configure finds fuse3)"
+elif [[ ! -c /dev/fuse ]]; then
+    echo "SKIP mount bench: /dev/fuse is missing"
+elif [[ ! -x ${CKPT:-} || ! -x ${CKPT_BENCH_PASSTHROUGH:-} || ! -x ${CKPT_BENCH_LATENCY:-} ]]; then
+    echo "SKIP mount bench: set CKPT, CKPT_BENCH_PASSTHROUGH and CKPT_BENCH_LATENCY (make bench does)"
+else
+    cleanup
+    CKPT_BENCH_DIR=$base bash "$here/mount.sh" || mount_rc=$?
+fi
 if (( missed )) && [[ ${CKPT_BENCH_STRICT:-0} == 1 ]]; then
     exit 1
 fi
-exit 0
+exit "$mount_rc"

@@ -49,6 +49,8 @@ struct ckpt_reader {
     pthread_mutex_t ix_mu;          /* the index handle, lazy frame loads */
     ckpt_index_data d;
     size_t *chunk_base;             /* per tensor: first global chunk no. */
+    uint64_t *frame_base;           /* per global chunk: first global frame
+                                       no. (the cache keys) */
     _Atomic(ckpt_frame_rec *) *frames;   /* per global chunk, lazily */
     _Atomic int *fds;               /* per shard file, -1 until opened */
     pthread_mutex_t fd_mu;
@@ -294,10 +296,11 @@ static int cache_load(void *arg, void *dst, size_t n, ckpt_error *err)
     return decode_with_scratch(arg, dst, err);
 }
 
+/* Frames are numbered across the whole checkpoint, so keys never clash. */
 static uint64_t frame_key(const ckpt_reader *r, size_t t, size_t c,
                           uint64_t i)
 {
-    return ((uint64_t)(r->chunk_base[t] + c) << 24) ^ i;
+    return r->frame_base[r->chunk_base[t] + c] + i;
 }
 
 /* ---------------------------------------------------------------- segments */
@@ -785,12 +788,17 @@ static int alloc_tables(ckpt_reader *r, ckpt_error *err)
                         sizeof r->codecs[t]);
         atomic_init(&r->seq_end[t], UINT64_MAX);
     }
-    if (total >= ((size_t)1 << 40))
-        return ckpt_err(err, -EINVAL, "too many chunks (%zu)", total);
     r->frames = calloc(total + 1, sizeof *r->frames);
+    r->frame_base = calloc(total + 1, sizeof *r->frame_base);
     r->fds = calloc(r->d.nfiles + 1, sizeof *r->fds);
-    if (!r->frames || !r->fds)
+    if (!r->frames || !r->frame_base || !r->fds)
         return ckpt_err(err, -ENOMEM, "out of memory");
+    uint64_t frames = 0;
+    for (size_t t = 0; t < nt; t++)
+        for (size_t c = 0; c < r->d.tensors[t].nchunks; c++) {
+            r->frame_base[r->chunk_base[t] + c] = frames;
+            frames += r->d.tensors[t].chunks[c].nframes;
+        }
     for (size_t i = 0; i < total; i++)
         atomic_init(&r->frames[i], NULL);
     for (size_t i = 0; i < r->d.nfiles; i++)
@@ -823,6 +831,7 @@ void ckpt_reader_close(ckpt_reader *r)
         ckpt_index_close(r->ix);
     ckpt_index_data_free(&r->d);
     free(r->frames);
+    free(r->frame_base);
     free(r->fds);
     free(r->chunk_base);
     free(r->codecs);

@@ -36,6 +36,25 @@ say ckpt verify "$step"
 say sqlite3 "$step/index.db" "SELECT fqn, dtype, shape, nchunks FROM tensors"
 sqlite3 "$step/index.db" "SELECT fqn, dtype, shape, nchunks FROM tensors"
 
+if [ -x fs/ckptfs ] && [ -e /dev/fuse ]; then
+    mnt=$root.mnt
+    mkdir -p "$mnt"
+    trap 'fusermount3 -u "$mnt" 2>/dev/null; rmdir "$mnt" 2>/dev/null' EXIT
+    say ckptfs "$root" "$mnt"
+    fs/ckptfs "$root" "$mnt"
+    say ls -l "$mnt" "$mnt/latest/model/layers/1"
+    ls -l "$mnt" "$mnt/latest/model/layers/1"
+    say getfattr -d "$mnt/latest/model/layers/1/weight"
+    getfattr -d "$mnt/latest/model/layers/1/weight"
+    say "dd if=$mnt/latest/model/layers/1/weight bs=4 skip=\$((300*1024)) count=4 | od -A d -t f4"
+    dd if="$mnt/latest/model/layers/1/weight" bs=4 skip=$((300 * 1024)) count=4 status=none | od -A d -t f4
+    say "python3: numpy.load('$mnt/latest/.npy/model/layers/1/bias.npy')[:4]"
+    /usr/bin/python3 -c "import numpy, sys; a = numpy.load(sys.argv[1]); print(a.dtype, a.shape, a[:4])" \
+        "$mnt/latest/.npy/model/layers/1/bias.npy"
+    say cmp "$mnt/latest/model/layers/3/weight" "<(ckpt cat $step model.layers.3.weight)"
+    cmp "$mnt/latest/model/layers/3/weight" <("$ckpt" cat "$step" model.layers.3.weight) && echo identical
+fi
+
 say "check every element with NumPy"
 "$ckpt" cat "$step" model.layers.3.weight > "$root/w3.bin"
 /usr/bin/python3 - "$root/w3.bin" <<'PY'

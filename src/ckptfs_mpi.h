@@ -7,7 +7,10 @@
  * status.  When any rank fails (a bad piece, an I/O error, ENOSPC, a
  * planner refusal), every rank returns that error, with a message that
  * names the failing rank and the cause; nothing is committed and no rank
- * hangs.
+ * hangs.  A rank's own failure reads "rank R: <cause>" (the first failing
+ * rank's, with "(and N more ranks failed)" when others failed too); a
+ * planner refusal reads "planner: <cause>" and names ranks as writers
+ * "rank<R>".
  *
  * Save flow: each rank describes its pieces -> the descriptions are gathered
  * on rank 0 -> the planner validates them and deduplicates replicas, choosing
@@ -34,9 +37,12 @@
  *     ... ti.dtype, ti.ndim, ti.shape[] ...
  *     ckpt_reader_close(r);
  *
- * MPI errors: the calls expect the communicator's default error handler
- * (MPI_ERRORS_ARE_FATAL); a failing MPI call under MPI_ERRORS_RETURN is
- * reported as -EIO on the rank that saw it.
+ * MPI: the calls make MPI calls only from the calling thread (their
+ * encoder and decoder threads never call MPI), so MPI_THREAD_FUNNELED is
+ * enough; like any collective, they must be called in the same order on
+ * every rank of `comm`.  They expect the communicator's default error
+ * handler (MPI_ERRORS_ARE_FATAL); a failing MPI call under
+ * MPI_ERRORS_RETURN is reported as -EIO on the rank that saw it.
  */
 #ifndef CKPTFS_MPI_H
 #define CKPTFS_MPI_H

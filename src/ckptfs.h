@@ -66,20 +66,37 @@ ckpt_dtype ckpt_dtype_parse(const char *s);
 
 /* ------------------------------------------------------------------ codecs */
 
-/* Codec ids as stored per frame in the index.  Ids are never reused; a
- * reader refuses a frame whose id it does not know, naming the id. */
+/* Codec ids as stored per frame in the index (docs/FORMAT.md).  Ids are
+ * never reused and stay below 32; a reader refuses a frame whose id it does
+ * not know, naming the id.  The byte-grouped codecs split each element into
+ * byte planes (for floats: the exponent in a plane of its own, the sign
+ * beside the mantissa) and code each plane as suits it. */
 typedef enum ckpt_codec {
+    /* A write option only, never stored: the writer picks per tensor by
+     * dtype (bf16, f16, f32, f64 -> their byte-grouped float codec; 2-,
+     * 4-, 8-byte integers -> bg2, bg4, bg8; 1-byte types -> zstd). */
+    CKPT_CODEC_AUTO = -1,
     CKPT_CODEC_RAW = 0,
-    CKPT_CODEC_ZSTD = 1
+    CKPT_CODEC_ZSTD = 1,
+    CKPT_CODEC_BG_BF16 = 2,   /* "bgbf16": bfloat16 split */
+    CKPT_CODEC_BG_F16 = 3,    /* "bgf16": binary16 split */
+    CKPT_CODEC_BG_F32 = 4,    /* "bgf32": binary32 split */
+    CKPT_CODEC_BG_F64 = 5,    /* "bgf64": binary64 split */
+    CKPT_CODEC_BG_2 = 6,      /* "bg2": bytes of 2-byte elements */
+    CKPT_CODEC_BG_4 = 7,      /* "bg4": bytes of 4-byte elements */
+    CKPT_CODEC_BG_8 = 8       /* "bg8": bytes of 8-byte elements */
 } ckpt_codec;
 
+/* "raw", "zstd", "bgbf16", ..., "auto" for CKPT_CODEC_AUTO; "unknown" for
+ * any other value. */
 const char *ckpt_codec_name(int codec);
 
 /* ------------------------------------------------------------------ writing */
 
 typedef struct ckpt_write_opts {
-    int codec;          /* CKPT_CODEC_RAW or CKPT_CODEC_ZSTD (default zstd) */
-    int level;          /* zstd level (default 1) */
+    int codec;          /* a ckpt_codec (default CKPT_CODEC_AUTO) */
+    int level;          /* zstd level, for zstd and for the planes that a
+                           byte-grouped codec codes with zstd (default 1) */
     size_t frame_size;  /* raw bytes per frame (default 1 MiB, min 4 KiB) */
     int threads;        /* encoder threads; 0 = online CPUs */
     int sync;           /* fdatasync shard and plan files (default 1) */

@@ -2,9 +2,10 @@
  * codec.h - encoding and decoding one frame, and its checksum.
  *
  * A frame is at most the frame size of raw bytes, cut on an element
- * boundary, coded with one codec (raw or zstd; ids in ckptfs.h, never
- * reused), and carries the XXH3-64 of its raw bytes.  A zstd-coded frame is
- * one standard zstd frame with its content size recorded.
+ * boundary, coded with one codec (ids in ckptfs.h, never reused), and
+ * carries the XXH3-64 of its raw bytes.  A zstd-coded frame is one standard
+ * zstd frame with its content size recorded.  A byte-grouped frame is a
+ * small header and one coded stream per byte plane (docs/FORMAT.md).
  */
 #ifndef CKPT_CODEC_H
 #define CKPT_CODEC_H
@@ -25,19 +26,28 @@ size_t ckpt_codec_bound(size_t raw_n);
 /* XXH3-64 of buf. */
 uint64_t ckpt_checksum(const void *buf, size_t n);
 
-/* 1 when this build can decode codec id `codec`. */
+/* 1 when this build can decode codec id `codec` (CKPT_CODEC_AUTO is not
+ * a stored id: 0). */
 int ckpt_codec_known(int codec);
 
-/* Parses "raw", "zstd" or "zstd:LEVEL" (LEVEL 1..22, negative for fast
- * modes down to -7).  Returns 0 or -EINVAL naming the text. */
+/* The codec to store a tensor of dtype `dt` with: `codec` itself, or for
+ * CKPT_CODEC_AUTO the one that suits the dtype (see ckptfs.h). */
+int ckpt_codec_resolve(int codec, ckpt_dtype dt);
+
+/* Parses "auto", "raw", "zstd", "bgbf16", "bgf16", "bgf32", "bgf64",
+ * "bg2", "bg4" or "bg8", all but raw with an optional ":LEVEL" (the zstd
+ * level, 1..22, or -7..-1 for fast modes; default 1).  Returns 0 or
+ * -EINVAL naming the text. */
 int ckpt_codec_parse(const char *s, int *codec, int *level, ckpt_error *err);
 
 /* Encodes src[0..n) with `codec` at `level` into dst (cap bytes, at least
- * ckpt_codec_bound(n)).  itemsize is the dtype's element size (for codecs
- * that group bytes; ignored by raw and zstd).  On return *out_codec is the
- * codec actually used: CKPT_CODEC_RAW when compression does not save at
- * least 1/32 of the bytes, in which case dst is untouched and the caller
- * stores src as is (*out_n == n).  Returns 0 or a negative errno. */
+ * ckpt_codec_bound(n)).  itemsize is the dtype's element size (unused: the
+ * byte-grouped codecs take theirs from the codec id, and code a final
+ * partial element as it is).  On return *out_codec is the codec actually
+ * used: CKPT_CODEC_RAW when compression does not save at least 1/32 of the
+ * bytes, in which case the caller stores src as is (*out_n == n) and dst
+ * holds nothing of use (zstd leaves it untouched).  CKPT_CODEC_AUTO must be
+ * resolved first (ckpt_codec_resolve).  Returns 0 or a negative errno. */
 int ckpt_codec_encode(ckpt_codec_ctx *c, int codec, int level,
                       size_t itemsize, const void *src, size_t n, void *dst,
                       size_t cap, size_t *out_n, int *out_codec,

@@ -65,6 +65,7 @@ struct ckpt_stream {
     ckpt_writer *w;
     ckpt_piece_rec rec;
     size_t itemsize, frame;
+    int codec;                   /* opts.codec resolved for the dtype */
     uint64_t received;
     uint64_t raw_pos;            /* raw offset of the next frame submitted */
     XXH3_state_t *hash;
@@ -82,7 +83,7 @@ struct ckpt_stream {
 void ckpt_write_opts_init(ckpt_write_opts *o)
 {
     memset(o, 0, sizeof *o);
-    o->codec = CKPT_CODEC_ZSTD;
+    o->codec = CKPT_CODEC_AUTO;
     o->level = 1;
     o->frame_size = CKPT_DEFAULT_FRAME_SIZE;
     o->threads = 0;
@@ -113,7 +114,7 @@ static int check_writer_name(const char *name, ckpt_error *err)
 
 static int validate_opts(const ckpt_write_opts *o, ckpt_error *err)
 {
-    if (!ckpt_codec_known(o->codec))
+    if (o->codec != CKPT_CODEC_AUTO && !ckpt_codec_known(o->codec))
         return ckpt_err(err, -EINVAL, "unknown codec id %d", o->codec);
     if (o->frame_size < MIN_FRAME_SIZE || o->frame_size > ((size_t)1 << 30))
         return ckpt_err(err, -EINVAL,
@@ -331,8 +332,8 @@ static void encode_task(void *arg, int worker)
     int out_codec = CKPT_CODEC_RAW;
     sl->checksum = ckpt_checksum(sl->src, sl->n);
     sl->rc = 0;
-    if (w->opts.codec != CKPT_CODEC_RAW)
-        sl->rc = ckpt_codec_encode(w->ctx[worker], w->opts.codec,
+    if (s->codec != CKPT_CODEC_RAW)
+        sl->rc = ckpt_codec_encode(w->ctx[worker], s->codec,
                                    w->opts.level, s->itemsize, sl->src,
                                    sl->n, sl->enc, ckpt_codec_bound(sl->n),
                                    &out_n, &out_codec, &sl->err);
@@ -502,6 +503,7 @@ int ckpt_writer_begin(ckpt_writer *w, const ckpt_piece *desc,
     rc = fill_record(w, desc, &s->rec, err);
     if (rc == 0) {
         s->itemsize = ckpt_dtype_size(s->rec.dtype);
+        s->codec = ckpt_codec_resolve(w->opts.codec, s->rec.dtype);
         s->frame = w->opts.frame_size - w->opts.frame_size % s->itemsize;
         s->hash = XXH3_createState();
         if (!s->hash || XXH3_64bits_reset(s->hash) != XXH_OK)

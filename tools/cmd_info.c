@@ -1,7 +1,7 @@
 /*
- * cmd_info.c - `ckpt info`: the summary of a checkpoint (metadata, tensor
- * count, raw and stored bytes, ratio, codecs, shard files), or every
- * detail of one tensor down to its chunks and frames.
+ * cmd_info.c - `ckpt info`: the summary of a checkpoint (metadata, tensors
+ * with their codecs and ratios, raw and stored bytes, ratio, codecs, shard
+ * files), or every detail of one tensor down to its chunks and frames.
  */
 #include "cli.h"
 
@@ -20,7 +20,9 @@ static const cli_help HELP = {
     "ckpt info CKPT [FQN]",
     "Without FQN, prints the checkpoint's summary:\n"
     "  metadata:            then one '  KEY = VALUE' line per key\n"
-    "  tensors: N\n"
+    "  tensors: N           then one '  FQN DTYPE CODECS RATIO' line per\n"
+    "                       tensor, in FQN order (CODECS as below, RATIO\n"
+    "                       its raw_bytes / stored_bytes)\n"
     "  raw_bytes: N         total bytes of the tensors' images\n"
     "  stored_bytes: N      total bytes of their frames in shard files\n"
     "  ratio: X.XX          raw_bytes / stored_bytes ('-' if 0)\n"
@@ -128,6 +130,22 @@ static void print_metadata(const ckpt_reader *r)
     }
 }
 
+/* Prints "tensors: N", then per tensor its dtype, codecs and ratio. */
+static int print_tensor_lines(const ckpt_reader *r)
+{
+    printf("tensors: %zu\n", ckpt_reader_count(r));
+    for (size_t i = 0; i < ckpt_reader_count(r); i++) {
+        ckpt_tensor_info t;
+        if (ckpt_reader_info(r, i, &t) != 0)
+            return cli_fail("cannot read tensor %zu", i);
+        char ratio[32];
+        cli_format_ratio(ratio, sizeof ratio, t.nbytes, t.stored_bytes);
+        printf("  %s %s %s %s\n", t.fqn, ckpt_dtype_name(t.dtype),
+               no_codecs(t.codecs) ? "-" : t.codecs, ratio);
+    }
+    return CLI_OK;
+}
+
 /* Collects the totals, codecs and shard files of all tensors. */
 static int collect(const ckpt_reader *r, uint64_t *raw, uint64_t *stored,
                    strset *codecs, strset *files)
@@ -200,12 +218,14 @@ static int print_summary(const ckpt_reader *r, const char *ckpt)
     if (rc == CLI_OK)
         rc = add_shard_files(ckpt, &files);
     if (rc == CLI_OK) {
-        char ratio[32];
-        cli_format_ratio(ratio, sizeof ratio, raw, stored);
         strset_sort(&codecs);
         strset_sort(&files);
         print_metadata(r);
-        printf("tensors: %zu\n", ckpt_reader_count(r));
+        rc = print_tensor_lines(r);
+    }
+    if (rc == CLI_OK) {
+        char ratio[32];
+        cli_format_ratio(ratio, sizeof ratio, raw, stored);
         printf("raw_bytes: %" PRIu64 "\n", raw);
         printf("stored_bytes: %" PRIu64 "\n", stored);
         printf("ratio: %s\n", ratio);

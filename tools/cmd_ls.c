@@ -1,7 +1,7 @@
 /*
- * cmd_ls.c - `ckpt ls`: lists the tensors of a checkpoint, or the
- * checkpoints (committed or interrupted) of a root directory with their
- * size on disk.
+ * cmd_ls.c - `ckpt ls`: lists the tensors of a checkpoint (with their
+ * sizes, codecs and compression ratio), or the checkpoints (committed or
+ * interrupted) of a root directory with their size on disk.
  */
 #include "cli.h"
 
@@ -19,8 +19,10 @@ static const cli_help HELP = {
     "ls",
     "ckpt ls PATH",
     "For a checkpoint PATH: a header line, then one line per tensor:\n"
-    "  FQN DTYPE SHAPE RAW_BYTES STORED_BYTES\n"
-    "(SHAPE is comma-separated, \"()\" for a scalar).\n"
+    "  FQN DTYPE SHAPE RAW_BYTES STORED_BYTES CODEC RATIO\n"
+    "(SHAPE is comma-separated, \"()\" for a scalar; CODEC the codecs its\n"
+    "frames use, '+'-joined, \"-\" for none; RATIO is RAW_BYTES /\n"
+    "STORED_BYTES with 2 decimals, \"-\" when nothing is stored).\n"
     "For a root (a directory of checkpoints): one line per subdirectory that\n"
     "is a checkpoint or an interrupted save, in name order, no header:\n"
     "  NAME STATE SIZE_ON_DISK TENSORS\n"
@@ -38,6 +40,8 @@ typedef struct ls_row {
     const char *dtype;
     char shape[CLI_SHAPE_MAX];
     char raw[24], stored[24];
+    const char *codec;
+    char ratio[32];
 } ls_row;
 
 static int max_int(int a, int b)
@@ -48,20 +52,29 @@ static int max_int(int a, int b)
 /* Prints rows in aligned columns under the header. */
 static void print_rows(const ls_row *rows, size_t n)
 {
-    int w[5] = { 3, 5, 5, 9, 12 };   /* widths of the header words */
+    int w[7] = { 3, 5, 5, 9, 12, 5, 5 };   /* widths of the header words */
     for (size_t i = 0; i < n; i++) {
         w[0] = max_int(w[0], (int)strlen(rows[i].fqn));
         w[1] = max_int(w[1], (int)strlen(rows[i].dtype));
         w[2] = max_int(w[2], (int)strlen(rows[i].shape));
         w[3] = max_int(w[3], (int)strlen(rows[i].raw));
         w[4] = max_int(w[4], (int)strlen(rows[i].stored));
+        w[5] = max_int(w[5], (int)strlen(rows[i].codec));
+        w[6] = max_int(w[6], (int)strlen(rows[i].ratio));
     }
-    printf("%-*s %-*s %-*s %*s %*s\n", w[0], "FQN", w[1], "DTYPE", w[2],
-           "SHAPE", w[3], "RAW_BYTES", w[4], "STORED_BYTES");
+    printf("%-*s %-*s %-*s %*s %*s %-*s %*s\n", w[0], "FQN", w[1], "DTYPE",
+           w[2], "SHAPE", w[3], "RAW_BYTES", w[4], "STORED_BYTES", w[5],
+           "CODEC", w[6], "RATIO");
     for (size_t i = 0; i < n; i++)
-        printf("%-*s %-*s %-*s %*s %*s\n", w[0], rows[i].fqn, w[1],
+        printf("%-*s %-*s %-*s %*s %*s %-*s %*s\n", w[0], rows[i].fqn, w[1],
                rows[i].dtype, w[2], rows[i].shape, w[3], rows[i].raw, w[4],
-               rows[i].stored);
+               rows[i].stored, w[5], rows[i].codec, w[6], rows[i].ratio);
+}
+
+/* The codecs of a tensor's frames, "-" when it has none. */
+static const char *codec_column(const char *codecs)
+{
+    return !codecs || !*codecs || strcmp(codecs, "none") == 0 ? "-" : codecs;
 }
 
 static int list_checkpoint(const char *path)
@@ -85,6 +98,9 @@ static int list_checkpoint(const char *path)
         snprintf(rows[i].raw, sizeof rows[i].raw, "%" PRIu64, t.nbytes);
         snprintf(rows[i].stored, sizeof rows[i].stored, "%" PRIu64,
                  t.stored_bytes);
+        rows[i].codec = codec_column(t.codecs);
+        cli_format_ratio(rows[i].ratio, sizeof rows[i].ratio, t.nbytes,
+                         t.stored_bytes);
     }
     if (rc == CLI_OK)
         print_rows(rows, n);

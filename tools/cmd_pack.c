@@ -41,7 +41,7 @@
 
 static const cli_help HELP = {
     "pack",
-    "ckpt pack [--grid RxC[x...]] [--codec raw|zstd[:LEVEL]] "
+    "ckpt pack [--grid RxC[x...]] [--codec CODEC[:LEVEL]] "
     "[--frame-size N[K|M]]\n"
     "                 [--threads N] [--meta KEY=VALUE]... OUT "
     "NAME=FILE.npy...\n"
@@ -55,7 +55,13 @@ static const cli_help HELP = {
     "  --grid RxC[x...]     cut dim 0 into R parts, dim 1 into C parts, ...\n"
     "                       (as numpy.array_split does), one writer rank<i>\n"
     "                       per grid cell, row-major (default 1)\n"
-    "  --codec CODEC        raw, zstd or zstd:LEVEL (default zstd:1)\n"
+    "  --codec CODEC        auto (default): per tensor by dtype, bf16,\n"
+    "                       f16, f32, f64 byte-grouped with the exponent\n"
+    "                       split off (bgbf16, bgf16, bgf32, bgf64), 2-,\n"
+    "                       4-, 8-byte integers byte-grouped (bg2, bg4,\n"
+    "                       bg8), 1-byte types zstd; or one of those names,\n"
+    "                       raw or zstd for every tensor.  :LEVEL sets the\n"
+    "                       zstd level (1..22, -7..-1 fast; default 1)\n"
     "  --frame-size N       raw bytes per frame, K/M/G suffixes (default 1M,\n"
     "                       at least 4K)\n"
     "  --threads N          encoder threads per writer (default 0: one per\n"

@@ -47,6 +47,7 @@ expect_ok "ls step-000042"
 if [ -s "$ERR" ]; then bad "ls: clean stderr"; _show; else ok "ls: clean stderr"; fi
 "$PY" "$CKI" checkls "$MANJ" zstd <"$OUT" >"$TMP/chk"
 report "$TMP/chk" "[zstd] "
+cp "$OUT" "$TMP/ls1"
 # zstd must really compress the compressible tensors
 st=$(awk '$1 == "model.embed.weight" {print $5}' "$OUT")
 rw=$(awk '$1 == "model.embed.weight" {print $4}' "$OUT")
@@ -60,6 +61,11 @@ run_ckpt ls "$CK2"
 expect_ok "ls step-000100"
 "$PY" "$CKI" checkls "$MANJ" raw <"$OUT" >"$TMP/chk"
 report "$TMP/chk" "[raw] "
+# Default options: --codec auto picks the codec per dtype (CODEC column).
+run_ckpt ls "$CK3"
+expect_ok "ls step-000150"
+"$PY" "$CKI" checkls "$MANJ" auto subset <"$OUT" >"$TMP/chk"
+report "$TMP/chk" "[auto] "
 
 # ------------------------------------------------------------- ls of a root
 echo "# ---- ls ROOT"
@@ -145,6 +151,15 @@ for r in 0 1 2 3 4 5; do
     sz=$(stat -c %s "$CK1/data/rank$r.shard" 2>/dev/null)
     info_has "^  data/rank$r\\.shard $sz\$" "shard data/rank$r.shard $sz bytes"
 done
+# One '  FQN DTYPE CODECS RATIO' line per tensor after 'tensors: N', the
+# same codecs and ratio as ls shows.
+awk 'NR > 1 {print "  " $1 " " $2 " " $6 " " $7}' "$TMP/ls1" >"$TMP/info.want"
+awk '/^tensors: / {on = 1; next} on && /^  / {print; next} {on = 0}' "$OUT" >"$TMP/info.got"
+if cmp -s "$TMP/info.want" "$TMP/info.got"; then
+    ok "info: a line per tensor with its dtype, codecs and ratio, as ls shows them"
+else
+    bad "info: per-tensor lines differ from ls: $(diff "$TMP/info.want" "$TMP/info.got" | head -5 | tr '\n' '~')"
+fi
 run_ckpt info "$CK2"
 expect_ok "info step-000100"
 info_has '^codecs: raw$' "codecs: raw (with --codec raw)"

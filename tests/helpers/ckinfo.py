@@ -17,8 +17,11 @@
     ckinfo.py checkinfoall MANIFEST GRID FRAME_SIZE CKPT_DIR INFO_DIR
         the same for every tensor of the manifest, reading INFO_DIR/<fqn>.txt;
         also prints 'codecs: A+B' with the codecs the frames use
-    ckinfo.py checkls MANIFEST CODEC < LS_OUTPUT
-        checks `ckpt ls CKPT` (header, one row per tensor, columns)
+    ckinfo.py checkls MANIFEST CODEC [subset] < LS_OUTPUT
+        checks `ckpt ls CKPT` (header, one row per tensor, columns; CODEC is
+        the --codec used: raw, zstd or auto, whose choice per dtype the
+        CODEC column must show; with `subset`, the checkpoint holds only
+        some of the manifest's tensors)
     ckinfo.py checksum FILE [OFFSET SIZE]
         XXH3-64 (hex) of a file's bytes via libxxhash through ctypes; exit 77
         when libxxhash cannot be loaded
@@ -242,22 +245,51 @@ def check_info(man, fqn, grid, frame_size, ckdir, text):
            "%r vs %d" % (top.get("stored_bytes"), total_stored))
 
 
-def check_ls(man, codec, text):
+# The codec `--codec auto` picks per dtype (docs/CLI.md).
+AUTO_CODEC = {"bf16": "bgbf16", "f16": "bgf16", "f32": "bgf32", "f64": "bgf64",
+              "i16": "bg2", "u16": "bg2", "i32": "bg4", "u32": "bg4",
+              "i64": "bg8", "u64": "bg8"}
+LS_HEADER = ["FQN", "DTYPE", "SHAPE", "RAW_BYTES", "STORED_BYTES", "CODEC",
+             "RATIO"]
+
+
+def ls_codec_problems(codec, dtype, nbytes, col):
+    """What is wrong with the CODEC column of a tensor stored with --codec
+    `codec` (frames may fall back to raw)."""
+    if nbytes == 0:
+        return [] if col == "-" else ["codec %r for no frames, want -" % col]
+    want = {"raw": "raw", "zstd": "zstd"}.get(codec) or AUTO_CODEC.get(dtype, "zstd")
+    names = col.split("+")
+    if not set(names) <= {"raw", want} or len(set(names)) != len(names):
+        return ["codec %r, want %s or raw+%s or raw" % (col, want, want)]
+    return []
+
+
+def ls_ratio_problems(nbytes, stored, col):
+    want = "-" if stored == 0 else "%.2f" % (nbytes / stored)
+    return [] if col == want else ["ratio %r, want %s" % (col, want)]
+
+
+def check_ls(man, codec, text, subset=False):
     lines = text.splitlines()
-    if not expect(len(lines) >= 1 and lines[0].split()[:5] ==
-                  ["FQN", "DTYPE", "SHAPE", "RAW_BYTES", "STORED_BYTES"],
+    if not expect(len(lines) >= 1 and lines[0].split() == LS_HEADER,
                   "ls: header line", repr(lines[:1])):
         return
     rows = {}
     for ln in lines[1:]:
         f = ln.split()
-        if len(f) != 5:
-            fail("ls: row of 5 columns: %r" % ln)
+        if len(f) != len(LS_HEADER):
+            fail("ls: row of %d columns: %r" % (len(LS_HEADER), ln))
             continue
         rows[f[0]] = f
-    expect(sorted(rows) == sorted(man), "ls: one row per tensor (%d)" % len(man),
-           "extra %s missing %s" % (sorted(set(rows) - set(man)),
-                                    sorted(set(man) - set(rows))))
+    if subset:
+        man = {k: v for k, v in man.items() if k in rows}
+        expect(len(man) == len(rows), "ls: rows are tensors of the manifest",
+               "extra %s" % sorted(set(rows) - set(man)))
+    else:
+        expect(sorted(rows) == sorted(man), "ls: one row per tensor (%d)" % len(man),
+               "extra %s missing %s" % (sorted(set(rows) - set(man)),
+                                        sorted(set(man) - set(rows))))
     expect(len(lines) - 1 == len(man), "ls: no other lines", "%d rows" % (len(lines) - 1))
     order = [ln.split()[0] for ln in lines[1:] if ln.split()]
     expect(order == sorted(order, key=lambda x: x.encode()), "ls: rows in FQN order")
@@ -283,10 +315,13 @@ def check_ls(man, codec, text):
                 probs.append("stored %d > raw %d" % (stored, m["nbytes"]))
             if codec == "raw" and stored != m["nbytes"]:
                 probs.append("raw codec but stored %d != %d" % (stored, m["nbytes"]))
+            probs += ls_ratio_problems(m["nbytes"], stored, r[6])
         except ValueError:
             probs.append("stored %r not a number" % r[4])
-        expect(not probs, "ls: %s %s [%s] %d bytes" % (fqn, m["dtype"],
-               ",".join(map(str, m["shape"])), m["nbytes"]), "; ".join(probs))
+        probs += ls_codec_problems(codec, m["dtype"], m["nbytes"], r[5])
+        expect(not probs, "ls: %s %s [%s] %d bytes %s %s" % (
+               fqn, m["dtype"], ",".join(map(str, m["shape"])), m["nbytes"],
+               r[5], r[6]), "; ".join(probs))
 
 
 def xxh3(data):
@@ -506,7 +541,8 @@ def main(argv):
     elif cmd == "checkls":
         with open(args[0]) as f:
             man = json.load(f)
-        check_ls(man, args[1], sys.stdin.read())
+        check_ls(man, args[1], sys.stdin.read(),
+                 subset=len(args) > 2 and args[2] == "subset")
     elif cmd == "checksum":
         with open(args[0], "rb") as f:
             if len(args) == 3:

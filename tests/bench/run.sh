@@ -30,6 +30,23 @@ load_threads=${CKPT_BENCH_LOAD_THREADS:-1}
 [[ $mb =~ ^[0-9]+$ && $mb -ge 10 ]] || die "CKPT_BENCH_MB must be an integer >= 10"
 [[ $reps =~ ^[0-9]+$ && $reps -ge 1 ]] || die "CKPT_BENCH_REPS must be >= 1"
 
+# ------------------------------------------------------------ codecs
+# First the codecs (tests/bench/codec_bench.c): ratio, encode and decode
+# MB/s per core of zstd-1, zstd-3 and auto on generated bf16/f16/f32 data
+# against the exponent-entropy bound, then save/load with 1 and all threads
+# and 4 KiB random reads.  CKPT_BENCH_CODEC names the binary (make bench
+# sets it), CKPT_BENCH_CODEC_MB the size per data set (default 64).  With
+# CKPT_BENCH_STRICT=1 a missed codec target ends the run at once.
+if [[ -n ${CKPT_BENCH_CODEC:-} ]]; then
+    [[ -x $CKPT_BENCH_CODEC ]] || die "codec_bench not found at $CKPT_BENCH_CODEC"
+    strict=()
+    [[ ${CKPT_BENCH_STRICT:-0} == 1 ]] && strict=(--strict)
+    "$CKPT_BENCH_CODEC" --mb "${CKPT_BENCH_CODEC_MB:-64}" --reps "$reps" \
+        "${strict[@]}" || die "codec bench failed or missed a target (exit $?)"
+else
+    echo "SKIP codec bench: set CKPT_BENCH_CODEC to the codec_bench binary (make bench does)"
+fi
+
 # ------------------------------------------------------------ scratch dir
 base=${CKPT_BENCH_DIR:-$(dirname "$core")}
 mkdir -p "$base"

@@ -21,9 +21,9 @@
  * Load (two-phase): every rank opens the index and checks its regions; the
  * regions are all-gathered and every rank computes the same exchange plan:
  * each frame that some region needs is owned by one of the ranks that need
- * it (greedily balancing decoded bytes, preferring the rank that needs most
- * of it), which decodes it once and sends the other ranks their parts with
- * MPI_Alltoallv, in rounds bounded by exchange_bytes per rank.
+ * it (greedily balancing their work: decoding, and a quarter as much per
+ * byte sent), which decodes it once and sends the other ranks their parts
+ * with MPI_Alltoallv, in rounds bounded by exchange_bytes per rank.
  */
 #include "ckptfs_mpi.h"
 
@@ -702,7 +702,7 @@ typedef struct loader {
     size_t nunits, ucap;
     group *groups;
     size_t ngroups, gcap;
-    uint64_t *load;      /* per rank: raw bytes of the frames it owns */
+    uint64_t *load;      /* per rank: work of the frames it owns */
     uint64_t *ov;        /* per rank: scratch */
     uint64_t *sendt, *recvt;     /* per rank: bytes in the current round */
     int *scount, *sdispl, *rcount, *rdispl;
@@ -1001,33 +1001,37 @@ static int add_parts(loader *ld, const chunk_view *cv, const size_t *reqs,
     return 0;
 }
 
-/* The owner of a frame: among the ranks that need at least 3/4 as much of
- * it as the rank that needs most, the one that owns the fewest bytes so far
- * (ties: the one that needs more of it, then the lowest rank).  So a frame
- * mostly needed by one rank stays there, and frames that several ranks
- * need alike are spread over them.  Resets the ov entries. */
+/* Work of a rank that owns a frame of `raw` bytes and needs `ov` of them:
+ * decoding it, plus sending the rest, counted a quarter (moving a byte
+ * costs much less than decoding it, within a node or over a network). */
+static uint64_t owner_cost(uint64_t raw, uint64_t ov)
+{
+    return raw + (raw > ov ? raw - ov : 0) / 4;
+}
+
+/* The owner of a frame: among the ranks that need it, the one with the
+ * least work once it takes the frame (greedy; ties: the rank that needs
+ * more of it, then the lowest).  Frames that several ranks need alike are
+ * spread over them; a rank needing a frame much more than the others
+ * takes it unless it is already busier.  Adds the work to the owner and
+ * resets the ov entries. */
 static int choose_owner(loader *ld, const group *g)
 {
-    uint64_t most = 0;
-    for (size_t u = g->u0; u < g->u0 + g->nu; u++) {
-        uint64_t ov = ld->ov[unit_rank(ld, &ld->units[u])];
-        most = ov > most ? ov : most;
-    }
     int best = -1;
-    uint64_t floor = most - most / 4, best_load = 0, best_ov = 0;
+    uint64_t best_key = 0, best_ov = 0;
     for (size_t u = g->u0; u < g->u0 + g->nu; u++) {
         int r = unit_rank(ld, &ld->units[u]);
-        uint64_t ov = ld->ov[r], load = ld->load[r];
-        if (ov < floor)
-            continue;   /* needs too little of it, or already seen */
-        if (best < 0 || load < best_load ||
-            (load == best_load &&
-             (ov > best_ov || (ov == best_ov && r < best)))) {
+        uint64_t ov = ld->ov[r];
+        uint64_t key = ld->load[r] + owner_cost(g->raw, ov);
+        int tie = key == best_key &&
+                  (ov > best_ov || (ov == best_ov && r < best));
+        if (best < 0 || key < best_key || tie) {
             best = r;
-            best_load = load;
+            best_key = key;
             best_ov = ov;
         }
     }
+    ld->load[best] = best_key;
     for (size_t u = g->u0; u < g->u0 + g->nu; u++)
         ld->ov[unit_rank(ld, &ld->units[u])] = 0;
     return best;
@@ -1066,7 +1070,6 @@ static int add_group(loader *ld, const chunk_view *cv, size_t p0, size_t p1,
         return 0;
     g.raw = f->raw_size;
     g.owner = choose_owner(ld, &g);
-    ld->load[g.owner] += f->raw_size;
     for (size_t u = g.u0; u < g.u0 + g.nu; u++)
         if (ld->req[ld->parts[ld->units[u].part].req].rank != g.owner)
             g.remote = 1;

@@ -93,7 +93,7 @@ typedef struct ckpt_mpi_region {
 typedef struct ckpt_mpi_load_opts {
     ckpt_read_opts read;     /* cache, decoder threads, prefetch */
     /* Bytes each rank sends, and receives, per exchange round at most
-     * (its staging memory is about twice this); default 256 MiB. */
+     * (its staging memory is about twice this); default 64 MiB. */
     size_t exchange_bytes;
 } ckpt_mpi_load_opts;
 

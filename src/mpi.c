@@ -44,7 +44,7 @@
 #include "region.h"
 
 #define PATH_CAP 4096
-#define DEFAULT_EXCHANGE_BYTES ((size_t)256 << 20)
+#define DEFAULT_EXCHANGE_BYTES ((size_t)64 << 20)
 #define MIN_EXCHANGE_BYTES ((size_t)4 << 10)
 #define MAX_EXCHANGE_BYTES ((size_t)1 << 30)
 /* Own frames are handed to the thread pool in batches of about this many

@@ -9,9 +9,11 @@
  *       every tensor before the clock starts, then ckpt_mpi_save writes
  *       them into CKPT (fdatasync'ed, committed).
  *   mpirun -n N mpi_bench load STATE CKPT --layout dim0|dim1 [--name NAME]
+ *                                              [--exchange-mib MIB]
  *       Each rank allocates and touches its shard of every tensor (dim-0
- *       rows or dim-1 columns), ckpt_mpi_load fills them, and after the
- *       clock stops every byte is compared with state.bin.
+ *       rows or dim-1 columns), ckpt_mpi_load fills them (exchanging at
+ *       most MIB per round, default 64), and after the clock stops every
+ *       byte is compared with state.bin.
  *
  * The clock runs from a barrier to the end of the collective call on the
  * slowest rank.  Rank 0 prints one line
@@ -58,7 +60,7 @@ typedef struct shard_set {
 } shard_set;
 
 typedef struct bench_opts {
-    const char *cmd, *state, *ckpt, *codec, *layout, *name;
+    const char *cmd, *state, *ckpt, *codec, *layout, *name, *exchange;
 } bench_opts;
 
 static void die(const char *fmt, ...)
@@ -297,9 +299,13 @@ static int cmd_load(const bench_opts *o, int r, int k)
                                   s.buf[i] };
     ckpt_stats st;
     ckpt_error err;
+    ckpt_mpi_load_opts lo;
+    ckpt_mpi_load_opts_init(&lo);
+    if (o->exchange)
+        lo.exchange_bytes = (size_t)atoll(o->exchange) << 20;
     MPI_Barrier(MPI_COMM_WORLD);
     double c0 = cpu_now(), t0 = MPI_Wtime();
-    int rc = ckpt_mpi_load(MPI_COMM_WORLD, o->ckpt, g, sd.n, NULL, &st, &err);
+    int rc = ckpt_mpi_load(MPI_COMM_WORLD, o->ckpt, g, sd.n, &lo, &st, &err);
     double secs = max_seconds(t0), cpu = sum_cpu(c0);
     if (rc)
         die("rank %d: load: %s", r, err.msg);
@@ -324,18 +330,22 @@ static int cmd_load(const bench_opts *o, int r, int k)
 static void usage(void)
 {
     die("usage: mpi_bench save STATE CKPT [--codec raw|zstd] [--name N]\n"
-        "       mpi_bench load STATE CKPT [--layout dim0|dim1] [--name N]");
+        "       mpi_bench load STATE CKPT [--layout dim0|dim1] [--name N]\n"
+        "                 [--exchange-mib MIB]");
 }
 
 static void parse(bench_opts *o, int argc, char **argv)
 {
     if (argc < 4)
         usage();
-    *o = (bench_opts){ argv[1], argv[2], argv[3], "zstd", "dim0", NULL };
+    *o = (bench_opts){ argv[1], argv[2], argv[3], "zstd", "dim0", NULL,
+                       NULL };
     for (int i = 4; i < argc; i++) {
         const char **slot = !strcmp(argv[i], "--codec") ? &o->codec
                           : !strcmp(argv[i], "--layout") ? &o->layout
-                          : !strcmp(argv[i], "--name") ? &o->name : NULL;
+                          : !strcmp(argv[i], "--name") ? &o->name
+                          : !strcmp(argv[i], "--exchange-mib") ? &o->exchange
+                                                               : NULL;
         if (!slot || i + 1 >= argc)
             usage();
         *slot = argv[++i];

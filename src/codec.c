@@ -368,6 +368,11 @@ static unsigned width_of(const uint32_t hist[256])
     return k;
 }
 
+/* Huffman codes cost at least the entropy: above this many bits per byte
+ * they cannot save 1/32 of a stored plane (7.75, and a margin for the
+ * entropy's approximation). */
+#define HUF_HOPELESS_BITS 7.76
+
 /* The fastest method that saves 1/32 of a plane (bit packing, else
  * storing), replaced by Huffman coding when that saves another 1/32. */
 static void choose_fast(const uint32_t hist[256], size_t n,
@@ -377,6 +382,8 @@ static void choose_fast(const uint32_t hist[256], size_t n,
     *pc = (plane_code){ BG_STORED, n };
     if (k < 8 && 1 + ckpt_bg_packed_size(n, k) <= keep_limit(n))
         *pc = (plane_code){ BG_BITS, 1 + ckpt_bg_packed_size(n, k) };
+    if (k == 8 && ckpt_hist_entropy(hist, n) > HUF_HOPELESS_BITS)
+        return;
     if (ckpt_huf_build(hist, code) == 0 &&
         code->size + (n + 31) / 32 <= pc->len)
         *pc = (plane_code){ BG_HUFF, code->size };

@@ -23,6 +23,7 @@
 #define TSIZE (1u << MAXB)
 #define TMASK (TSIZE - 1)
 #define MULTI_MAX 7          /* symbols per multi-symbol table entry */
+#define MULTI_MIN 16384      /* fewer symbols are decoded one at a time */
 #define NSTREAMS 4
 #define JUMP_BYTES 12        /* three u32 stream sizes */
 
@@ -484,7 +485,31 @@ static void decode4(bitrd *s, const uint64_t *multi)
     s[3] = d;
 }
 
-/* Finishes one stream; checks that it ends in its last byte. */
+/* Decodes the rest of one stream a symbol at a time (up to 5 per refill,
+ * 5 x 11 bits <= 56), reading zeros past its end; checks that it ends in
+ * its last byte. */
+static int decode_single(bitrd *b, const ckpt_huf_dtable *t)
+{
+    while (b->out < b->end) {
+        if (b->pos + 8 <= b->size)
+            refill_fast(b);
+        else
+            refill_safe(b);
+        for (int r = 0; r < 5 && b->out < b->end; r++) {
+            uint16_t e = t->single[b->buf & TMASK];
+            *b->out++ = (uint8_t)e;
+            b->buf >>= e >> 8;
+            b->cnt -= e >> 8;
+        }
+        if (b->pos * 8 - b->cnt > b->size * 8)
+            return -1;              /* ran past the end of the stream */
+    }
+    size_t used = b->pos * 8 - b->cnt;
+    return (used + 7) / 8 == b->size ? 0 : -1;
+}
+
+/* Finishes one stream after decode4: multi-symbol lookups while there is
+ * room, then one symbol at a time. */
 static int decode_rest(bitrd *b, const ckpt_huf_dtable *t)
 {
     while (fast_ok(b)) {
@@ -492,17 +517,7 @@ static int decode_rest(bitrd *b, const ckpt_huf_dtable *t)
         for (int r = 0; r < 5; r++)
             step_multi(b, t->multi);
     }
-    while (b->out < b->end) {
-        refill_safe(b);
-        uint16_t e = t->single[b->buf & TMASK];
-        *b->out++ = (uint8_t)e;
-        b->buf >>= e >> 8;
-        b->cnt -= e >> 8;
-        if (b->pos * 8 - b->cnt > b->size * 8)
-            return -1;              /* ran past the end of the stream */
-    }
-    size_t used = b->pos * 8 - b->cnt;
-    return (used + 7) / 8 == b->size ? 0 : -1;
+    return decode_single(b, t);
 }
 
 int ckpt_huf_decode(ckpt_huf_dtable *t, const uint8_t *src, size_t sn,
@@ -511,7 +526,6 @@ int ckpt_huf_decode(ckpt_huf_dtable *t, const uint8_t *src, size_t sn,
     size_t h = read_code(t, src, sn);
     if (h == 0)
         return -1;
-    build_multi(t);
     bitrd s[NSTREAMS];
     size_t off = h, left = sn - h;
     for (int k = 0; k < NSTREAMS; k++) {
@@ -526,6 +540,13 @@ int ckpt_huf_decode(ckpt_huf_dtable *t, const uint8_t *src, size_t sn,
         off += sz;
         left -= sz;
     }
+    if (n < MULTI_MIN) {         /* the multi table would cost more */
+        for (int k = 0; k < NSTREAMS; k++)
+            if (decode_single(&s[k], t))
+                return -1;
+        return 0;
+    }
+    build_multi(t);
     decode4(s, t->multi);
     for (int k = 0; k < NSTREAMS; k++)
         if (decode_rest(&s[k], t))

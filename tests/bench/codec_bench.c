@@ -19,6 +19,8 @@
  * coding the exponent field at its entropy (measured on the whole data set)
  * and storing sign and mantissa bits as they are.
  *
+ * Then the codec on T threads at once (each with its own frames), against
+ * one thread, per thread CPU second: whether threads slow each other down.
  * The library part saves and loads a bf16, an f32 and a random tensor of N
  * MiB with raw, zstd and auto through ckpt_writer / ckpt_read (no fsync) in
  * DIR (default /dev/shm, else $TMPDIR or /tmp), with 1 thread and with T
@@ -33,6 +35,7 @@
 #include <errno.h>
 #include <ftw.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -432,6 +435,107 @@ static void codec_table(dataset *ds, int reps, targets *tg)
     }
 }
 
+/* ------------------------------------------------------------ parallel */
+
+/* One thread's share of a parallel run: frames [f0, f1) of a data set,
+ * encoded (then decoded) with its own context, as the library's pool
+ * workers do. */
+typedef struct par_job {
+    const dataset *d;
+    int codec;
+    size_t f0, f1;
+    double enc_cpu, dec_cpu;
+} par_job;
+
+static void *par_run(void *arg)
+{
+    par_job *j = arg;
+    ckpt_codec_ctx *cx = ckpt_codec_ctx_new();
+    unsigned char *st = xmalloc(ckpt_codec_bound(FRAME)), *out = xmalloc(FRAME);
+    if (!cx)
+        die("out of memory");
+    size_t es = ckpt_dtype_size(j->d->dtype);
+    j->enc_cpu = j->dec_cpu = 0;
+    for (size_t f = j->f0; f < j->f1; f++) {
+        const unsigned char *src = j->d->data + f * FRAME;
+        size_t on;
+        int oc;
+        double t0 = cpu_now();
+        if (ckpt_codec_encode(cx, j->codec, 1, es, src, FRAME, st,
+                              ckpt_codec_bound(FRAME), &on, &oc, NULL))
+            die("parallel encode failed");
+        double t1 = cpu_now();
+        if (oc == CKPT_CODEC_RAW)
+            memcpy(st, src, FRAME);
+        double t2 = cpu_now();
+        if (ckpt_codec_decode(cx, oc, st, on, out, FRAME, NULL) ||
+            memcmp(out, src, FRAME) != 0)
+            die("parallel decode failed");
+        j->enc_cpu += t1 - t0;
+        j->dec_cpu += cpu_now() - t2;
+    }
+    ckpt_codec_ctx_free(cx);
+    free(st);
+    free(out);
+    return NULL;
+}
+
+/* Runs nt threads over the frames of d; returns per-thread MB per CPU
+ * second (encode, decode) and the wall time. */
+static void par_once(const dataset *d, int codec, int nt, double *enc,
+                     double *dec, double *wall)
+{
+    par_job jobs[64];
+    pthread_t th[64];
+    size_t nf = d->n / FRAME;
+    double t0 = now();
+    for (int i = 0; i < nt; i++) {
+        jobs[i] = (par_job){ d, codec, nf * (size_t)i / (size_t)nt,
+                             nf * (size_t)(i + 1) / (size_t)nt, 0, 0 };
+        if (pthread_create(&th[i], NULL, par_run, &jobs[i]))
+            die("cannot start a thread");
+    }
+    double ec = 0, dc = 0;
+    for (int i = 0; i < nt; i++) {
+        pthread_join(th[i], NULL);
+        ec += jobs[i].enc_cpu;
+        dc += jobs[i].dec_cpu;
+    }
+    *wall = now() - t0;
+    *enc = (double)(nf * FRAME) / 1e6 / ec;
+    *dec = (double)(nf * FRAME) / 1e6 / dc;
+}
+
+/* Whether codec threads slow each other down (shared state, caches,
+ * memory bandwidth): per-thread CPU throughput with nt threads at once
+ * against one thread.  Near 1 means frames encode and decode in parallel
+ * as fast as alone, so throughput grows with the cores given. */
+static void parallel_table(dataset *ds, int nt, int reps)
+{
+    if (nt > 64)
+        nt = 64;
+    printf("\nparallel codec (auto, each thread its own frames and context): "
+           "MB per thread-CPU second\nwith 1 and %d threads at once, and "
+           "their ratio (1.00 = no slowdown from running together)\n", nt);
+    printf("%-28s %9s %9s %6s %9s %9s %6s\n", "data set", "enc 1", "enc N",
+           "eff", "dec 1", "dec N", "eff");
+    static const int kinds[] = { DS_BF16, DS_AVG };
+    for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+        const dataset *d = &ds[kinds[k]];
+        int codec = ckpt_codec_resolve(CKPT_CODEC_AUTO, d->dtype);
+        double e1[MAX_REPS], en[MAX_REPS], d1[MAX_REPS], dn[MAX_REPS], w;
+        for (int r = 0; r < reps; r++) {
+            par_once(d, codec, 1, &e1[r], &d1[r], &w);
+            par_once(d, codec, nt, &en[r], &dn[r], &w);
+        }
+        double E1 = median(e1, reps), EN = median(en, reps);
+        double D1 = median(d1, reps), DN = median(dn, reps);
+        printf("%-28s %9.0f %9.0f %6.2f %9.0f %9.0f %6.2f\n", d->name, E1, EN,
+               EN / E1, D1, DN, DN / D1);
+        fflush(stdout);
+    }
+}
+
 /* ------------------------------------------------------------ library */
 
 static int rm_entry(const char *p, const struct stat *sb, int flag,
@@ -688,6 +792,7 @@ int main(int argc, char **argv)
     }
     targets tg = { 0 };
     codec_table(ds, o.reps, &tg);
+    parallel_table(ds, o.threads, o.reps);
     library_table(base, ds, o.threads, o.reps, &tg);
     rmdir(base);
     for (int k = 0; k < NDS; k++)

@@ -25,7 +25,10 @@
  *    written straight into dst.  Before splitting a
  *    float frame, a sample of it is split and its order-0 entropy estimated:
  *    when even that cannot save 1/32 of the frame, the frame goes raw at
- *    once, so incompressible data costs almost nothing to encode.
+ *    once, so incompressible data costs almost nothing to encode.  A frame
+ *    of one repeated element (zeros) is found first, with one memcmp that
+ *    stops at once for other data, and made of constant planes, which
+ *    decode by filling.
  */
 #include "codec.h"
 
@@ -601,6 +604,30 @@ static int split_frame(ckpt_codec_ctx *c, const uint8_t *src, frame_planes *f,
     return 0;
 }
 
+/* 1 when the n elements of es bytes at src are all the same (the check
+ * stops at the first difference, at once for real data). */
+static int same_elements(const uint8_t *src, size_t n, size_t es)
+{
+    return n < 2 || memcmp(src, src + es, (n - 1) * es) == 0;
+}
+
+/* Codes a frame of one repeated element: every plane constant.  Returns
+ * the end offset after the planes. */
+static size_t encode_constant(const frame_planes *f, const uint8_t *src,
+                              unsigned char *dst, size_t head)
+{
+    uint8_t b[CKPT_BG_MAX_PLANES], *pl[CKPT_BG_MAX_PLANES];
+    for (int k = 0; k < f->np; k++)
+        pl[k] = &b[k];
+    ckpt_bg_split(f->layout, src, 1, pl);
+    for (int k = 0; k < f->np; k++) {
+        plane_code pc = { BG_CONST, 1 };
+        put_plane_head(dst, k, &pc);
+        dst[head + (size_t)k] = b[k];
+    }
+    return head + (size_t)f->np;
+}
+
 static int encode_bg(ckpt_codec_ctx *c, int codec, int level,
                      const uint8_t *src, size_t n, unsigned char *dst,
                      size_t cap, size_t *out_n, int *out_codec,
@@ -618,17 +645,21 @@ static int encode_bg(ckpt_codec_ctx *c, int codec, int level,
         return ckpt_err(err, -EINVAL,
                         "encode: destination of %zu bytes is too small (need "
                         "ckpt_codec_bound(%zu))", cap, n);
-    sample_verdict v = sample_frame(c, f.layout, src, f.n);
-    if (v.hopeless)
-        return 0;
-    f.stored = v.stored;
-    memcpy(f.entropy, v.entropy, sizeof f.entropy);
-    int rc = split_frame(c, src, &f, dst, head, limit - tail, err);
     size_t pos = head;
-    if (rc == 0)
-        rc = encode_planes(c, level, &f, dst, limit - tail, &pos, err);
-    if (rc || pos == SIZE_MAX)
-        return rc;
+    if (same_elements(src, f.n, es)) {
+        pos = encode_constant(&f, src, dst, head);
+    } else {
+        sample_verdict v = sample_frame(c, f.layout, src, f.n);
+        if (v.hopeless)
+            return 0;
+        f.stored = v.stored;
+        memcpy(f.entropy, v.entropy, sizeof f.entropy);
+        int rc = split_frame(c, src, &f, dst, head, limit - tail, err);
+        if (rc == 0)
+            rc = encode_planes(c, level, &f, dst, limit - tail, &pos, err);
+        if (rc || pos == SIZE_MAX)
+            return rc;
+    }
     dst[0] = BG_VERSION;
     dst[1] = (unsigned char)f.layout;
     dst[2] = (unsigned char)es;
@@ -830,6 +861,32 @@ static int decode_plane(ckpt_codec_ctx *c, const plane_in *p, uint8_t *buf,
     }
 }
 
+/* Fills n elements at dst with the one element that constant planes
+ * make. */
+static void decode_constant(int layout, const plane_in *pi, size_t n,
+                            unsigned char *dst)
+{
+    size_t es = ckpt_bg_esize(layout);
+    const uint8_t *pl[CKPT_BG_MAX_PLANES];
+    for (int k = 0; k < ckpt_bg_nplanes(layout); k++)
+        pl[k] = pi[k].src;
+    ckpt_bg_merge(layout, pl, 1, dst);
+    if (same_elements(dst, es, 1)) {
+        memset(dst, dst[0], n * es);
+        return;
+    }
+    for (size_t have = 1; have < n; have *= 2)
+        memcpy(dst + have * es, dst, (have < n - have ? have : n - have) * es);
+}
+
+static int all_constant(const plane_in *pi, int np)
+{
+    for (int k = 0; k < np; k++)
+        if (pi[k].method != BG_CONST)
+            return 0;
+    return 1;
+}
+
 static int decode_bg(ckpt_codec_ctx *c, int codec, const unsigned char *src,
                      size_t sn, unsigned char *dst, size_t raw_n,
                      ckpt_error *err)
@@ -840,6 +897,11 @@ static int decode_bg(ckpt_codec_ctx *c, int codec, const unsigned char *src,
     int rc = bg_check_head(codec, src, sn, raw_n, err);
     if (rc == 0)
         rc = bg_read_planes(codec, src, sn, raw_n, pi, err);
+    if (rc == 0 && all_constant(pi, np)) {
+        decode_constant(layout, pi, ne, dst);
+        memcpy(dst + ne * es, src + sn - raw_n % es, raw_n % es);
+        return 0;
+    }
     for (int k = 0; rc == 0 && k < np; k++)
         coded += pi[k].method != BG_STORED;
     if (rc == 0)

@@ -774,6 +774,42 @@ START_TEST(test_bg_compresses)
 }
 END_TEST
 
+/* Frames of one repeated element (zeros, or bytes that differ within the
+ * element) are all constant planes, with or without a partial element. */
+START_TEST(test_bg_constant)
+{
+    ckpt_codec_ctx *cx = ckpt_codec_ctx_new();
+    static const unsigned char elem[8] = {0x08, 0x07, 0x06, 0x05, 0x04,
+                                          0x03, 0xf2, 0xbf};
+    static const size_t elems[] = {64, 65, 1000, 4097, 262144};
+    for (size_t c = 0; c < NBG; c++) {
+        int codec = BG_CODECS[c], oc;
+        size_t es = ckpt_dtype_size(bg_dtype(codec)), sn;
+        int np = codec == CKPT_CODEC_BG_BF16 || codec == CKPT_CODEC_BG_2
+                     ? 2 : codec == CKPT_CODEC_BG_F16 ? 3
+                     : codec == CKPT_CODEC_BG_F32 || codec == CKPT_CODEC_BG_4
+                     ? 4 : 8;
+        for (size_t i = 0; i < sizeof elems / sizeof elems[0]; i++) {
+            for (size_t tail = 0; tail < es; tail += es - 1) {
+                size_t n = elems[i] * es + tail;
+                unsigned char *src = xmalloc(n);
+                for (size_t j = 0; j < n; j++)
+                    src[j] = elem[j % es];
+                unsigned char *st = encode(cx, codec, 1, src, n, &sn, &oc);
+                ck_assert_int_eq(oc, codec);
+                ck_assert_uint_eq(sn, 4 + 6 * (size_t)np + tail);
+                free(st);
+                bg_round_trip(cx, codec, 1, src, n, 1);
+                memset(src, 0, n);
+                bg_round_trip(cx, codec, 1, src, n, 1);
+                free(src);
+            }
+        }
+    }
+    ckpt_codec_ctx_free(cx);
+}
+END_TEST
+
 START_TEST(test_bg_fallback_random)
 {
     ckpt_codec_ctx *cx = ckpt_codec_ctx_new();
@@ -1113,6 +1149,7 @@ static Suite *codec_suite(void)
     tcase_add_test(bg, test_bg_odd_lengths);
     tcase_add_test(bg, test_bg_edge_values);
     tcase_add_test(bg, test_bg_compresses);
+    tcase_add_test(bg, test_bg_constant);
     tcase_add_test(bg, test_bg_fallback_random);
     tcase_add_test(bg, test_bg_methods);
     tcase_add_test(bg, test_bg_corrupt);

@@ -497,12 +497,19 @@ def parse_ls(path):
     rows = {}
     with open(path, encoding="utf-8") as f:
         lines = f.read().splitlines()
+    # Columns come from the header (FQN DTYPE SHAPE RAW_BYTES STORED_BYTES
+    # CODEC RATIO ...); only the FQN, the first, may contain spaces.
+    names = [h.lower() for h in lines[0].split()]
+    alias = {"raw_bytes": "raw", "stored_bytes": "stored"}
     for line in lines[1:]:
         if not line.strip():
             continue
-        parts = line.rsplit(None, 4)
-        rows[parts[0].strip()] = dict(dtype=parts[1], shape=parts[2],
-                                      raw=parts[3], stored=parts[4])
+        parts = line.rsplit(None, len(names) - 1)
+        if len(parts) != len(names):
+            raise SystemExit("ckpt ls row does not match its header %r: %r"
+                             % (lines[0], line))
+        row = {alias.get(n, n): v for n, v in zip(names[1:], parts[1:])}
+        rows[parts[0].strip()] = row
     return rows
 
 
@@ -540,7 +547,9 @@ def cmd_xattrs(manifest, mnt, info_dir, ls_file):
             want["codec"] = ["-", "", "none"]
         # `ckpt ls` says the same as the manifest and ckpt info
         lshape = lrow.get("shape")
-        if lrow and (lrow["dtype"] != m["dtype"] or
+        if not lrow:
+            fail("ckpt ls has no row for %s" % fqn)
+        elif (lrow["dtype"] != m["dtype"] or
                      (lshape if lshape != "()" else "") != shape or
                      lrow["stored"] != info.get("stored_bytes")):
             fail("ckpt ls row of %s agrees with ckpt info: %s" % (fqn, lrow))

@@ -4,7 +4,7 @@
  * that `bench_core gen` wrote (STATE/state.bin and STATE/state.idx, one
  * line per 2-D tensor: "fqn dtype rows cols offset nbytes").
  *
- *   mpirun -n N mpi_bench save STATE CKPT [--codec raw|zstd]
+ *   mpirun -n N mpi_bench save STATE CKPT [--codec raw|zstd|auto]
  *       Each rank reads its dim-0 shard (rows cut as numpy.array_split) of
  *       every tensor before the clock starts, then ckpt_mpi_save writes
  *       them into CKPT (fdatasync'ed, committed).
@@ -263,9 +263,14 @@ static int cmd_save(const bench_opts *o, int r, int k)
                              s.off[i], s.size[i], s.buf[i] };
     ckpt_mpi_save_opts so;
     ckpt_mpi_save_opts_init(&so);
+    /* Named explicitly: the library's default is now auto. */
     if (strcmp(o->codec, "raw") == 0)
         so.write.codec = CKPT_CODEC_RAW;
-    else if (strcmp(o->codec, "zstd") != 0)
+    else if (strcmp(o->codec, "zstd") == 0)
+        so.write.codec = CKPT_CODEC_ZSTD;
+    else if (strcmp(o->codec, "auto") == 0)
+        so.write.codec = CKPT_CODEC_AUTO;
+    else
         die("unknown codec '%s'", o->codec);
     ckpt_error err;
     MPI_Barrier(MPI_COMM_WORLD);
@@ -329,7 +334,7 @@ static int cmd_load(const bench_opts *o, int r, int k)
 
 static void usage(void)
 {
-    die("usage: mpi_bench save STATE CKPT [--codec raw|zstd] [--name N]\n"
+    die("usage: mpi_bench save STATE CKPT [--codec raw|zstd|auto] [--name N]\n"
         "       mpi_bench load STATE CKPT [--layout dim0|dim1] [--name N]\n"
         "                 [--exchange-mib MIB]");
 }

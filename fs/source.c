@@ -13,7 +13,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +20,7 @@
 
 #include <fuse3/fuse_log.h>
 
+#include "error.h"
 #include "views.h"
 
 /* A subdirectory of the root that is a checkpoint or a save. */
@@ -54,21 +54,6 @@ struct fs_source {
 };
 
 /* ------------------------------------------------------------ helpers */
-
-static int set_err(ckpt_error *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int set_err(ckpt_error *err, int code, const char *fmt, ...)
-{
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        err->code = code;
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
 
 /* "dir/name" in a new string, or NULL. */
 static char *join(const char *dir, const char *name)
@@ -430,13 +415,13 @@ static int open_single(fs_source *s, ckpt_error *err)
     int64_t step = 0;
     int rc = probe(s->path, &has_step, &step, err);
     if (rc == 0 && (rc = stat_index(s->path, &idx)) != 0)
-        return set_err(err, rc, "%s/index.db: %s", s->path, strerror(-rc));
+        return ckpt_err(err, rc, "%s/index.db: %s", s->path, strerror(-rc));
     if (rc)
         return rc;
     s->slots = malloc(sizeof *s->slots);
     if (!s->slots || !(s->slots[0] = ckpt_new("", s->path, &idx, has_step,
                                               step)))
-        return set_err(err, -ENOMEM, "out of memory");
+        return ckpt_err(err, -ENOMEM, "out of memory");
     s->nslots = 1;
     return 0;
 }
@@ -448,9 +433,9 @@ static int open_root(fs_source *s, const char *path, ckpt_error *err)
     int rc = scan(s);
     clock_gettime(CLOCK_MONOTONIC, &s->last_scan);
     if (rc)
-        return set_err(err, rc, "cannot scan %s: %s", path, strerror(-rc));
+        return ckpt_err(err, rc, "cannot scan %s: %s", path, strerror(-rc));
     if (s->nlist == 0)
-        return set_err(err, -ENOENT, "%s holds no checkpoint: neither it "
+        return ckpt_err(err, -ENOENT, "%s holds no checkpoint: neither it "
                        "nor any of its subdirectories has an index.db",
                        path);
     return 0;
@@ -463,16 +448,16 @@ int source_open(fs_source **out, const char *path, const ckpt_read_opts *ro,
     struct stat st;
     char *abs = realpath(path, NULL);
     if (!abs)
-        return set_err(err, -errno, "%s: %s", path, strerror(errno));
+        return ckpt_err(err, -errno, "%s: %s", path, strerror(errno));
     if (stat(abs, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        int rc = set_err(err, -ENOTDIR, "%s is not a directory", path);
+        int rc = ckpt_err(err, -ENOTDIR, "%s is not a directory", path);
         free(abs);
         return rc;
     }
     fs_source *s = source_new(abs, ro);
     if (!s) {
         free(abs);
-        return set_err(err, -ENOMEM, "out of memory");
+        return ckpt_err(err, -ENOMEM, "out of memory");
     }
     int rc;
     switch (ckpt_dir_probe(abs)) {
@@ -480,7 +465,7 @@ int source_open(fs_source **out, const char *path, const ckpt_read_opts *ro,
         rc = open_single(s, err);
         break;
     case CKPT_DIR_PENDING:
-        rc = set_err(err, -ENOENT, "%s is not a committed checkpoint: it has "
+        rc = ckpt_err(err, -ENOENT, "%s is not a committed checkpoint: it has "
                      "no index.db (a save in progress or interrupted)", path);
         break;
     default:

@@ -13,6 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "dtype.h"
+#include "error.h"
+
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "ckptfs's .npy view assumes a little-endian host"
 #endif
@@ -122,32 +125,6 @@ static void widen(ckpt_dtype dt, const views_tables *tab,
 
 /* ------------------------------------------------------------ header */
 
-/* The NumPy descr of dt and the dtype of the .npy data (dt, or f32 when
- * dt is widened); NULL when NumPy cannot hold dt. */
-static const char *npy_descr(ckpt_dtype dt, ckpt_dtype *stored)
-{
-    *stored = dt;
-    switch (dt) {
-    case CKPT_F64: return "<f8";
-    case CKPT_F32: return "<f4";
-    case CKPT_F16: return "<f2";
-    case CKPT_BF16: case CKPT_F8E4M3: case CKPT_F8E5M2:
-        *stored = CKPT_F32;
-        return "<f4";
-    case CKPT_I64: return "<i8";
-    case CKPT_I32: return "<i4";
-    case CKPT_I16: return "<i2";
-    case CKPT_I8: return "|i1";
-    case CKPT_U64: return "<u8";
-    case CKPT_U32: return "<u4";
-    case CKPT_U16: return "<u2";
-    case CKPT_U8: return "|u1";
-    case CKPT_BOOL: return "|b1";
-    case CKPT_BYTES: return "|u1";
-    default: return NULL;
-    }
-}
-
 /* The Python repr of the shape tuple, like snprintf: "()", "(5,)",
  * "(3, 4)".  A byte object is the 1-D array of its bytes. */
 static size_t shape_tuple(const ckpt_tensor_info *ti, char *buf, size_t cap)
@@ -172,7 +149,7 @@ static size_t shape_tuple(const ckpt_tensor_info *ti, char *buf, size_t cap)
 int views_npy_header(const ckpt_tensor_info *ti, char *buf, size_t cap)
 {
     ckpt_dtype stored;
-    const char *descr = npy_descr(ti->dtype, &stored);
+    const char *descr = ckpt_dtype_npy_descr(ti->dtype, &stored);
     char tuple[CKPT_MAX_DIMS * 24 + 8];
     if (!descr)
         return -EINVAL;
@@ -203,7 +180,7 @@ int views_npy_layout(const ckpt_tensor_info *ti, views_npy *out)
 {
     char hdr[VIEWS_NPY_HEADER_MAX];
     ckpt_dtype stored;
-    if (!npy_descr(ti->dtype, &stored))
+    if (!ckpt_dtype_npy_descr(ti->dtype, &stored))
         return -EINVAL;
     int h = views_npy_header(ti, hdr, sizeof hdr);
     if (h < 0)
@@ -222,22 +199,6 @@ int views_npy_layout(const ckpt_tensor_info *ti, views_npy *out)
 
 /* ------------------------------------------------------------ reading */
 
-/* Fills err (when given) and returns code. */
-static int fail(ckpt_error *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(ckpt_error *err, int code, const char *fmt, ...)
-{
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        err->code = code;
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 /* Reads bytes [doff, doff + dlen) of the widened data: the stored elements
  * they cover are read batch by batch into tmp, then widened into dst; a
  * partly covered first or last element goes through a 4-byte buffer. */
@@ -252,7 +213,7 @@ static int read_widened(ckpt_reader *r, size_t idx, ckpt_dtype dt,
         batch = WIDEN_BATCH;
     unsigned char *tmp = malloc((size_t)batch * in);
     if (!tmp)
-        return fail(err, -ENOMEM, "out of memory widening a read");
+        return ckpt_err(err, -ENOMEM, "out of memory widening a read");
     int rc = 0;
     uint64_t pos = doff;
     while (rc == 0 && pos < end) {
@@ -261,7 +222,7 @@ static int read_widened(ckpt_reader *r, size_t idx, ckpt_dtype dt,
         int64_t got = ckpt_read(r, idx, tmp, e * in, (stop_e - e) * in, err);
         if (got < 0 || (uint64_t)got != (stop_e - e) * in) {
             rc = got < 0 ? (int)got
-                         : fail(err, -EIO, "short read of %" PRIu64
+                         : ckpt_err(err, -EIO, "short read of %" PRIu64
                                 " elements at element %" PRIu64, stop_e - e,
                                 e);
             break;
@@ -308,7 +269,7 @@ int64_t views_npy_read(ckpt_reader *r, size_t idx, const ckpt_tensor_info *ti,
         char hdr[VIEWS_NPY_HEADER_MAX];
         int h = views_npy_header(ti, hdr, sizeof hdr);
         if (h != (int)lay->header_len)
-            return fail(err, -EIO, "tensor '%s': .npy header of %d bytes "
+            return ckpt_err(err, -EIO, "tensor '%s': .npy header of %d bytes "
                         "instead of %u", ti->fqn, h, lay->header_len);
         done = lay->header_len - off < len ? lay->header_len - off : len;
         memcpy(dst, hdr + off, (size_t)done);

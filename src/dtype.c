@@ -10,6 +10,7 @@
  * (">f4") are refused rather than silently misread.
  */
 #include "ckptfs.h"
+#include "dtype.h"
 
 #include <string.h>
 
@@ -160,4 +161,28 @@ ckpt_dtype ckpt_dtype_parse(const char *s)
     if (dt != CKPT_DTYPE_INVALID)
         return dt;
     return find_alias(strip_module(s));
+}
+
+const char *ckpt_dtype_npy_descr(ckpt_dtype dt, ckpt_dtype *stored)
+{
+    *stored = dt;
+    switch (dt) {
+    case CKPT_F64: return "<f8";
+    case CKPT_F32: return "<f4";
+    case CKPT_F16: return "<f2";
+    case CKPT_BF16: case CKPT_F8E4M3: case CKPT_F8E5M2:
+        *stored = CKPT_F32;
+        return "<f4";
+    case CKPT_I64: return "<i8";
+    case CKPT_I32: return "<i4";
+    case CKPT_I16: return "<i2";
+    case CKPT_I8: return "|i1";
+    case CKPT_U64: return "<u8";
+    case CKPT_U32: return "<u4";
+    case CKPT_U16: return "<u2";
+    case CKPT_U8: return "|u1";
+    case CKPT_BOOL: return "|b1";
+    case CKPT_BYTES: return "|u1";
+    default: return NULL;
+    }
 }

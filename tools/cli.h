@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "ckptfs.h"
+#include "error.h"
 
 /* Exit statuses of every command. */
 #define CLI_OK 0
@@ -64,11 +65,6 @@ int cli_want_args(const cli_help *h, int have, int min, int max);
 #define CLI_GO_ON (-2)
 int cli_parse_operands(const cli_help *h, int argc, char **argv, int min,
                        int max);
-
-/* Fills err (when not NULL) with a negative errno and a message; returns
- * the code. */
-int cli_set_error(ckpt_error *err, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
 
 /* ---- parsing */
 

@@ -87,18 +87,6 @@ int cli_want_args(const cli_help *h, int have, int min, int max)
     return CLI_OK;
 }
 
-int cli_set_error(ckpt_error *err, int code, const char *fmt, ...)
-{
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        err->code = code;
-        vsnprintf(err->msg, sizeof err->msg, fmt, ap);
-        va_end(ap);
-    }
-    return code;
-}
-
 /* The multiplier of a size suffix ("", "K", "KiB", "KB", ...), or 0. */
 static uint64_t size_suffix(const char *s)
 {

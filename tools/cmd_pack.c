@@ -569,11 +569,11 @@ static int stream_piece(pack_job *job, ckpt_writer *w, const ckpt_piece *p,
                                           gather_cb, &g);
         size_t n = (size_t)(g.cursor - job->buf);
         if (rc == 0 && n != (hi - lo) * g.isz)
-            rc = cli_set_error(&err, -EIO, "tensor '%s': gathered %zu bytes "
+            rc = ckpt_err(&err, -EIO, "tensor '%s': gathered %zu bytes "
                                "of a %" PRIu64 "-byte block", in->name, n,
                                (hi - lo) * g.isz);
         else if (rc)
-            cli_set_error(&err, rc, "tensor '%s': cannot split the piece "
+            ckpt_err(&err, rc, "tensor '%s': cannot split the piece "
                           "into boxes", in->name);
         if (rc == 0)
             rc = ckpt_stream_write(s, job->buf, n, &err);

@@ -41,7 +41,7 @@ typedef struct unpack_job {
 static int write_header(int fd, const char *path, const ckpt_tensor_info *t)
 {
     ckpt_dtype stored;
-    const char *descr = npy_descr(t->dtype, &stored);
+    const char *descr = ckpt_dtype_npy_descr(t->dtype, &stored);
     char hdr[4096];
     int n = npy_format_header(hdr, sizeof hdr, descr, t->ndim, t->shape);
     if (n < 0)
@@ -58,7 +58,7 @@ static int write_data(unpack_job *job, size_t idx, const ckpt_tensor_info *t,
 {
     ckpt_dtype stored = t->dtype;
     if (t->dtype != CKPT_BYTES)
-        npy_descr(t->dtype, &stored);
+        ckpt_dtype_npy_descr(t->dtype, &stored);
     int widen = stored != t->dtype;
     size_t isz = ckpt_dtype_size(t->dtype);
     /* Widened output is 4/isz times the input: keep it within CLI_BLOCK. */

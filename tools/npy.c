@@ -36,7 +36,7 @@ typedef struct dict_parser {
 
 static int syntax_error(dict_parser *d, const char *expected)
 {
-    return cli_set_error(d->err, -EINVAL,
+    return ckpt_err(d->err, -EINVAL,
                          "%s: malformed .npy header: expected %s at offset "
                          "%td of the header", d->what, expected,
                          d->p - d->start);
@@ -74,7 +74,7 @@ static int parse_string(dict_parser *d, char *buf, size_t cap)
     size_t n = (size_t)(d->p - s);
     d->p++;
     if (n >= cap)
-        return cli_set_error(d->err, -EINVAL,
+        return ckpt_err(d->err, -EINVAL,
                              "%s: .npy header string too long", d->what);
     memcpy(buf, s, n);
     buf[n] = '\0';
@@ -108,7 +108,7 @@ static int parse_dim(dict_parser *d, int64_t *out)
     while (d->p < d->end && isdigit((unsigned char)*d->p)) {
         unsigned digit = (unsigned)(*d->p++ - '0');
         if (v > ((uint64_t)INT64_MAX - digit) / 10)
-            return cli_set_error(d->err, -EOVERFLOW,
+            return ckpt_err(d->err, -EOVERFLOW,
                                  "%s: .npy shape dimension too large",
                                  d->what);
         v = v * 10 + digit;
@@ -129,7 +129,7 @@ static int parse_shape(dict_parser *d, int64_t *dims, int *ndim)
         return 0;
     for (;;) {
         if (*ndim >= CKPT_MAX_DIMS)
-            return cli_set_error(d->err, -EINVAL,
+            return ckpt_err(d->err, -EINVAL,
                                  "%s: .npy shape has more than %d dims",
                                  d->what, CKPT_MAX_DIMS);
         int rc = parse_dim(d, &dims[(*ndim)++]);
@@ -162,7 +162,7 @@ static int refuse_kind(const char *what, const char *descr, char kind,
     case 'M': case 'm': why = "datetime arrays are not supported"; break;
     default: why = "unsupported dtype"; break;
     }
-    return cli_set_error(err, -ENOTSUP, "%s: dtype '%s': %s", what, descr,
+    return ckpt_err(err, -ENOTSUP, "%s: dtype '%s': %s", what, descr,
                          why);
 }
 
@@ -176,16 +176,16 @@ static int parse_descr(const char *what, const char *descr, ckpt_dtype *out,
         order = *s++;
     char kind = *s;
     if (kind == '\0')
-        return cli_set_error(err, -EINVAL, "%s: empty dtype in .npy header",
+        return ckpt_err(err, -EINVAL, "%s: empty dtype in .npy header",
                              what);
     if (!strchr("fiub", kind))
         return refuse_kind(what, descr, kind, err);
     long size = 0;
     if (cli_parse_long(s + 1, 1, 64, &size))
-        return cli_set_error(err, -ENOTSUP, "%s: unsupported dtype '%s'",
+        return ckpt_err(err, -ENOTSUP, "%s: unsupported dtype '%s'",
                              what, descr);
     if (order == '>' && size > 1)
-        return cli_set_error(err, -ENOTSUP,
+        return ckpt_err(err, -ENOTSUP,
                              "%s: big-endian data (dtype '%s') is not "
                              "supported; save it with "
                              "arr.astype(arr.dtype.newbyteorder('<'))",
@@ -195,7 +195,7 @@ static int parse_descr(const char *what, const char *descr, ckpt_dtype *out,
              size);
     ckpt_dtype dt = ckpt_dtype_parse(norm);
     if (dt == CKPT_DTYPE_INVALID || ckpt_dtype_size(dt) != (size_t)size)
-        return cli_set_error(err, -ENOTSUP, "%s: unsupported dtype '%s'",
+        return ckpt_err(err, -ENOTSUP, "%s: unsupported dtype '%s'",
                              what, descr);
     *out = dt;
     return 0;
@@ -215,7 +215,7 @@ static int parse_entry(dict_parser *d, npy_header *h, unsigned *seen)
     if (strcmp(key, "descr") == 0) {
         skip_space(d);
         if (d->p < d->end && (*d->p == '[' || *d->p == '{'))
-            return cli_set_error(d->err, -ENOTSUP,
+            return ckpt_err(d->err, -ENOTSUP,
                                  "%s: structured dtypes are not supported",
                                  d->what);
         char descr[64];
@@ -230,7 +230,7 @@ static int parse_entry(dict_parser *d, npy_header *h, unsigned *seen)
         rc = parse_shape(d, h->shape, &h->ndim);
         *seen |= 4;
     } else {
-        rc = cli_set_error(d->err, -EINVAL,
+        rc = ckpt_err(d->err, -EINVAL,
                            "%s: unexpected key '%s' in .npy header",
                            d->what, key);
     }
@@ -253,7 +253,7 @@ static int parse_dict(dict_parser *d, npy_header *h)
         }
     }
     if (seen != 7)
-        return cli_set_error(d->err, -EINVAL,
+        return ckpt_err(d->err, -EINVAL,
                              "%s: .npy header lacks '%s'", d->what,
                              !(seen & 1) ? "descr" :
                              !(seen & 2) ? "fortran_order" : "shape");
@@ -266,7 +266,7 @@ static int parse_prefix(const unsigned char *b, size_t len, const char *what,
                         ckpt_error *err)
 {
     if (len < NPY_PREFIX_V1 || memcmp(b, npy_magic, sizeof npy_magic) != 0)
-        return cli_set_error(err, -EINVAL, "%s: not a .npy file", what);
+        return ckpt_err(err, -EINVAL, "%s: not a .npy file", what);
     h->major = b[6];
     h->minor = b[7];
     if (h->major == 1) {
@@ -274,18 +274,18 @@ static int parse_prefix(const unsigned char *b, size_t len, const char *what,
         *hlen = (size_t)b[8] | (size_t)b[9] << 8;
     } else if (h->major == 2 || h->major == 3) {
         if (len < NPY_PREFIX_V2)
-            return cli_set_error(err, -EINVAL, "%s: truncated .npy header",
+            return ckpt_err(err, -EINVAL, "%s: truncated .npy header",
                                  what);
         *prefix = NPY_PREFIX_V2;
         *hlen = (size_t)b[8] | (size_t)b[9] << 8 | (size_t)b[10] << 16 |
                 (size_t)b[11] << 24;
     } else {
-        return cli_set_error(err, -ENOTSUP,
+        return ckpt_err(err, -ENOTSUP,
                              "%s: unsupported .npy format version %d.%d",
                              what, h->major, h->minor);
     }
     if (*hlen > NPY_MAX_HEADER)
-        return cli_set_error(err, -EINVAL,
+        return ckpt_err(err, -EINVAL,
                              "%s: .npy header of %zu bytes is too large",
                              what, *hlen);
     return 0;
@@ -324,7 +324,7 @@ static int read_start(int fd, const char *path, void *buf, size_t n,
         if (k < 0 && errno == EINTR)
             continue;
         if (k < 0)
-            return cli_set_error(err, -errno, "%s: read failed: %s", path,
+            return ckpt_err(err, -errno, "%s: read failed: %s", path,
                                  strerror(errno));
         if (k == 0)
             break;
@@ -340,10 +340,10 @@ static int check_length(int fd, const char *path, const npy_header *h,
 {
     struct stat st;
     if (fstat(fd, &st) != 0)
-        return cli_set_error(err, -errno, "%s: %s", path, strerror(errno));
+        return ckpt_err(err, -errno, "%s: %s", path, strerror(errno));
     uint64_t have = (uint64_t)st.st_size;
     if (have < h->data_offset || have - h->data_offset < h->nbytes)
-        return cli_set_error(err, -EINVAL,
+        return ckpt_err(err, -EINVAL,
                              "%s: truncated .npy file: its shape needs %"
                              PRIu64 " data bytes, the file holds %" PRIu64,
                              path, h->nbytes,
@@ -363,14 +363,14 @@ int npy_read_header(int fd, const char *path, npy_header *h, ckpt_error *err)
     if (rc == -EAGAIN && got == sizeof small) {
         char *big = malloc(need);
         if (!big)
-            return cli_set_error(err, -ENOMEM, "%s: out of memory", path);
+            return ckpt_err(err, -ENOMEM, "%s: out of memory", path);
         rc = read_start(fd, path, big, need, &got, err);
         if (rc == 0)
             rc = npy_parse_header(big, got, path, h, &need, err);
         free(big);
     }
     if (rc == -EAGAIN)
-        return cli_set_error(err, -EINVAL, "%s: truncated .npy header",
+        return ckpt_err(err, -EINVAL, "%s: truncated .npy header",
                              path);
     if (rc)
         return rc;
@@ -378,29 +378,6 @@ int npy_read_header(int fd, const char *path, npy_header *h, ckpt_error *err)
 }
 
 /* ------------------------------------------------------------ writing */
-
-const char *npy_descr(ckpt_dtype dt, ckpt_dtype *stored)
-{
-    *stored = dt;
-    switch (dt) {
-    case CKPT_F64: return "<f8";
-    case CKPT_F32: return "<f4";
-    case CKPT_F16: return "<f2";
-    case CKPT_BF16: case CKPT_F8E4M3: case CKPT_F8E5M2:
-        *stored = CKPT_F32;
-        return "<f4";
-    case CKPT_I64: return "<i8";
-    case CKPT_I32: return "<i4";
-    case CKPT_I16: return "<i2";
-    case CKPT_I8: return "|i1";
-    case CKPT_U64: return "<u8";
-    case CKPT_U32: return "<u4";
-    case CKPT_U16: return "<u2";
-    case CKPT_U8: return "|u1";
-    case CKPT_BOOL: return "|b1";
-    default: return NULL;
-    }
-}
 
 /* The Python repr of a shape tuple: "()", "(5,)", "(3, 4)". */
 static int format_tuple(char *buf, size_t cap, int ndim, const int64_t *shape)

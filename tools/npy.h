@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "ckptfs.h"
+#include "dtype.h"
 
 /* Bytes of the fixed prefix: magic (6), version (2), header length (2 in
  * version 1.0, 4 in 2.0 and 3.0). */
@@ -41,11 +42,6 @@ int npy_parse_header(const void *buf, size_t len, const char *what,
 /* Reads and parses the header of the open file fd (named `path` in
  * messages) and checks that the file holds at least the array's bytes. */
 int npy_read_header(int fd, const char *path, npy_header *h, ckpt_error *err);
-
-/* The NumPy descr ("<f4", "|b1") under which dtype dt is written, and the
- * dtype of the written data (dt itself, or CKPT_F32 for bf16, f8e4m3 and
- * f8e5m2, which are widened).  NULL for dtypes .npy cannot hold (bytes). */
-const char *npy_descr(ckpt_dtype dt, ckpt_dtype *stored);
 
 /* Formats a version 1.0 header for (descr, shape) into buf: the total
  * length is a multiple of 64 and it ends with '\n', as NumPy writes it.

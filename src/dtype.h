@@ -1,0 +1,17 @@
+/*
+ * dtype.h - internal dtype helpers beyond the public names and sizes: how a
+ * dtype is written in NumPy's .npy format (used by `ckpt unpack` and the
+ * mount's .npy view).
+ */
+#ifndef CKPT_DTYPE_H
+#define CKPT_DTYPE_H
+
+#include "ckptfs.h"
+
+/* The NumPy descr ("<f4", "|b1") under which dtype dt is shown, and in
+ * *stored the dtype of the data shown: dt itself, or CKPT_F32 for bf16,
+ * f8e4m3 and f8e5m2, which NumPy lacks and which widen to float32 exactly.
+ * Byte objects are "|u1".  NULL for an invalid dtype. */
+const char *ckpt_dtype_npy_descr(ckpt_dtype dt, ckpt_dtype *stored);
+
+#endif

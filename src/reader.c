@@ -523,6 +523,16 @@ static int split_segments(seg_list *l, uint64_t share)
     return 0;
 }
 
+/* End (exclusive) of the task that starts at segment k: consecutive
+ * segments up to about `share` bytes, at least one. */
+static size_t task_end(const seg_list *l, size_t k, uint64_t share)
+{
+    uint64_t b = 0;
+    while (k < l->n && (b == 0 || b + l->v[k].n <= share))
+        b += l->v[k++].n;
+    return k;
+}
+
 static int copy_parallel(ckpt_reader *r, seg_list *l, ckpt_error *err)
 {
     int nt = ckpt_pool_threads(r->pool);
@@ -532,35 +542,28 @@ static int copy_parallel(ckpt_reader *r, seg_list *l, ckpt_error *err)
     if (split_segments(l, share))
         return ckpt_err(err, -ENOMEM, "out of memory");
     /* Group consecutive segments into tasks of about `share` bytes. */
-    size_t ntasks = 0, cap = (size_t)(l->bytes / share) + 2;
-    copy_task *tasks = calloc(cap, sizeof *tasks);
+    size_t ntasks = 0;
+    for (size_t k = 0; k < l->n; k = task_end(l, k, share))
+        ntasks++;
+    copy_task *tasks = calloc(ntasks + 1, sizeof *tasks);
     if (!tasks)
         return ckpt_err(err, -ENOMEM, "out of memory");
     ckpt_taskgroup tg;
     ckpt_tg_init(&tg);
-    size_t k = 0;
-    while (k < l->n) {
-        size_t start = k;
-        uint64_t b = 0;
-        while (k < l->n && (b == 0 || b + l->v[k].n <= share))
-            b += l->v[k++].n;
-        if (ntasks == cap)
-            break;
-        tasks[ntasks] = (copy_task){ r, l->t, &l->v[start], k - start, 0,
-                                     { 0 }, &tg };
-        ntasks++;
+    for (size_t i = 0, k = 0; i < ntasks; i++) {
+        size_t end = task_end(l, k, share);
+        tasks[i] = (copy_task){ r, l->t, &l->v[k], end - k, 0, { 0 }, &tg };
+        k = end;
     }
-    size_t rest = k;   /* anything not given a task is copied here */
     ckpt_tg_add(&tg, (long)ntasks);
     for (size_t i = 1; i < ntasks; i++)
         if (ckpt_pool_submit(r->pool, copy_task_run, &tasks[i]))
             copy_task_run(&tasks[i], -1);
     if (ntasks)
         copy_task_run(&tasks[0], -1);
-    int rc = rest < l->n ? copy_range(r, l->t, &l->v[rest], l->n - rest, err)
-                         : 0;
     ckpt_tg_wait(&tg);
     ckpt_tg_destroy(&tg);
+    int rc = 0;
     for (size_t i = 0; i < ntasks && rc == 0; i++)
         if (tasks[i].rc) {
             rc = tasks[i].rc;

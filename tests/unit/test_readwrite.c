@@ -328,6 +328,51 @@ START_TEST(test_large_resharded)
 }
 END_TEST
 
+/* A read whose segments are of very unequal sizes (dim-1 chunks of 0.3 and
+ * 0.8 MiB per row), split over 8 decoder threads: every byte must arrive,
+ * however the segments group into parallel tasks. */
+START_TEST(test_parallel_uneven_segments)
+{
+    char *dir = make_tmpdir();
+    rng g = { 31337 };
+    int64_t w0 = 78643, w1 = 209715, rows = 12;
+    int64_t shape[2] = { rows, w0 + w1 };
+    size_t isz = 4;
+    uint64_t nb = (uint64_t)(rows * (w0 + w1)) * isz;
+    unsigned char *img = malloc(nb);
+    fill_image(img, nb, 0, &g);
+    ckpt_write_opts o;
+    ckpt_write_opts_init(&o);
+    o.codec = CKPT_CODEC_RAW;
+    ckpt_writer *w;
+    ckpt_error e;
+    ck_assert_int_eq(ckpt_writer_open(&w, dir, "rank0", &o, &e), 0);
+    for (int k = 0; k < 2; k++) {
+        int64_t off[2] = { 0, k ? w0 : 0 }, sz[2] = { rows, k ? w1 : w0 };
+        unsigned char *buf = malloc((size_t)(rows * sz[1]) * isz);
+        naive_extract(img, 2, shape, isz, off, sz, buf);
+        ckpt_piece p = { "w", CKPT_F32, 2, shape, off, sz, buf };
+        ck_assert_msg(ckpt_writer_put(w, &p, &e) == 0, "%s", e.msg);
+        free(buf);
+    }
+    ck_assert_int_eq(ckpt_writer_close(w, &e), 0);
+    commit_ok(dir);
+    ckpt_read_opts ro;
+    ckpt_read_opts_init(&ro);
+    ro.threads = 8;
+    ckpt_reader *r;
+    ck_assert_int_eq(ckpt_reader_open(&r, dir, &ro, &e), 0);
+    unsigned char *got = malloc(nb);
+    memset(got, 0xA5, nb);
+    ck_assert_int_eq(ckpt_read(r, 0, got, 0, nb, &e), (int64_t)nb);
+    ck_assert_msg(memcmp(got, img, nb) == 0, "bytes lost in a parallel read");
+    ckpt_reader_close(r);
+    free(img);
+    free(got);
+    remove_tmpdir(dir);
+}
+END_TEST
+
 /* Writes one 1-D f32 piece [off, off+sz) of a length-n tensor whose
  * element i holds value i + bias, with writer w. */
 static int put_range(ckpt_writer *w, const char *fqn, int64_t n, int64_t off,
@@ -703,6 +748,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, test_random_roundtrip, 0, 40);
     tcase_add_test(tc, test_large_resharded);
+    tcase_add_test(tc, test_parallel_uneven_segments);
     tcase_add_test(tc, test_planner_refusals);
     tcase_add_test(tc, test_replicas_kept_once);
     tcase_add_test(tc, test_scalar_and_empty);

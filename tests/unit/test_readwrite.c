@@ -408,7 +408,8 @@ static void expect_commit_error(const char *dir, const char *w1,
     ck_assert_int_eq(ckpt_commit(dir, NULL, &e), -EINVAL);
     ck_assert_msg(strstr(e.msg, "'t'") && strstr(e.msg, w1) &&
                   (!w2 || strstr(e.msg, w2)), "message: %s", e.msg);
-    snprintf(idx, sizeof idx, "%s/index.db", dir);
+    ck_assert_int_eq(ckpt_path_join(idx, sizeof idx, dir, "index.db", NULL),
+                     0);
     ck_assert_int_ne(access(idx, F_OK), 0);
     ck_assert_int_eq(ckpt_dir_probe(dir), CKPT_DIR_PENDING);
 }

@@ -21,7 +21,9 @@
 
 #include <fuse3/fuse_opt.h>
 
+#include "codec.h"
 #include "source.h"
+#include "wsave.h"
 
 enum { EXIT_USAGE = 2 };
 
@@ -32,14 +34,23 @@ typedef struct cli {
     int help, version;
     int bad;               /* a usage error was reported */
     ckpt_read_opts ro;
+    int rw;                /* -o rw: saves may be written */
+    int world;             /* -o world=N: ranks that commit a save */
+    ckpt_write_opts wo;
 } cli;
 
-enum { KEY_CACHE, KEY_PREFETCH, KEY_THREADS, KEY_HELP, KEY_VERSION };
+enum { KEY_CACHE, KEY_PREFETCH, KEY_THREADS, KEY_HELP, KEY_VERSION, KEY_RW,
+       KEY_RO, KEY_WORLD, KEY_CODEC, KEY_FRAME };
 
 static const struct fuse_opt cli_opts[] = {
     FUSE_OPT_KEY("cache_size=", KEY_CACHE),
     FUSE_OPT_KEY("prefetch=", KEY_PREFETCH),
     FUSE_OPT_KEY("threads=", KEY_THREADS),
+    FUSE_OPT_KEY("rw", KEY_RW),
+    FUSE_OPT_KEY("ro", KEY_RO),
+    FUSE_OPT_KEY("world=", KEY_WORLD),
+    FUSE_OPT_KEY("codec=", KEY_CODEC),
+    FUSE_OPT_KEY("frame_size=", KEY_FRAME),
     FUSE_OPT_KEY("-h", KEY_HELP),
     FUSE_OPT_KEY("--help", KEY_HELP),
     FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -108,11 +119,27 @@ static int cli_option(cli *c, const char *arg, int key)
             return bad_value(c, arg, "prefetch=N with N from 0 to 1024");
         c->ro.prefetch = (int)n;
         return 0;
+    case KEY_WORLD:
+        if (parse_count(v, 1 << 20, &n) != 0 || n == 0)
+            return bad_value(c, arg, "world=N with N from 1 to 1048576");
+        c->world = (int)n;
+        return 0;
+    case KEY_CODEC:
+        if (ckpt_codec_parse(v, &c->wo.codec, &c->wo.level, NULL) != 0)
+            return bad_value(c, arg, "codec=auto|raw|zstd[:LEVEL]|a "
+                             "byte-grouped codec (docs/CLI.md)");
+        return 0;
+    case KEY_FRAME:
+        if (parse_size(v, &c->wo.frame_size) != 0 ||
+            c->wo.frame_size < 4096)
+            return bad_value(c, arg, "frame_size=N[K|M] of at least 4K");
+        return 0;
     default:
         if (parse_count(v, 4096, &n) != 0)
             return bad_value(c, arg, "threads=N with N from 0 (one per "
                              "CPU) to 4096");
         c->ro.threads = (int)n;
+        c->wo.threads = (int)n;
         return 0;
     }
 }
@@ -125,8 +152,15 @@ static int cli_proc(void *data, const char *arg, int key,
     cli *c = data;
     (void)outargs;
     switch (key) {
-    case KEY_CACHE: case KEY_PREFETCH: case KEY_THREADS:
+    case KEY_CACHE: case KEY_PREFETCH: case KEY_THREADS: case KEY_WORLD:
+    case KEY_CODEC: case KEY_FRAME:
         return cli_option(c, arg, key);
+    case KEY_RW:
+        c->rw = 1;
+        return 0;
+    case KEY_RO:
+        c->rw = 0;
+        return 0;
     case KEY_HELP:
         c->help = 1;
         return 0;
@@ -153,16 +187,23 @@ static void print_help(void)
     printf("usage: ckptfs [options] SOURCE MOUNTPOINT\n"
            "\n"
            "Mounts the committed checkpoint SOURCE, or every checkpoint in "
-           "the root\ndirectory SOURCE, read-only at MOUNTPOINT; unmount "
-           "with 'fusermount3 -u MOUNTPOINT'.\n"
+           "the root\ndirectory SOURCE, read-only at MOUNTPOINT; with -o rw, "
+           "new checkpoints are\nwritten there too (docs/MOUNT.md). "
+           "Unmount with 'fusermount3 -u MOUNTPOINT'.\n"
            "\n"
            "ckptfs options:\n"
            "    -o cache_size=N[K|M|G] decoded-frame cache of each open "
            "checkpoint (256M)\n"
            "    -o prefetch=N          frames decoded ahead of a sequential "
            "reader (4; 0: off)\n"
-           "    -o threads=N           decoder threads per open checkpoint "
-           "(0: one per CPU)\n"
+           "    -o threads=N           decoder (and encoder) threads per "
+           "checkpoint (0: one per CPU)\n"
+           "    -o rw,world=N          also write new checkpoints in the root "
+           "SOURCE, each\n"
+           "                           committed once its N ranks have "
+           "written .ckptfs/commit\n"
+           "    -o codec=C             codec of what is written (auto)\n"
+           "    -o frame_size=N[K|M]   frame size of what is written (1M)\n"
            "    -h   --help            print this help and exit\n"
            "    -V   --version         print the version and exit\n"
            "\n"
@@ -199,6 +240,12 @@ static int parse_args(struct fuse_args *args, cli *c,
     }
     if (fuse_parse_cmdline(args, fo) != 0)
         return EXIT_FAILURE;     /* libfuse said why: a bad MOUNTPOINT */
+    if (c->rw && c->world == 0) {
+        fprintf(stderr, "ckptfs: -o rw needs -o world=N, the number of "
+                "ranks that commit each save\n");
+        usage_hint();
+        return EXIT_USAGE;
+    }
     if (!c->source || !fo->mountpoint) {
         fprintf(stderr, "ckptfs: missing %s\n",
                 c->source ? "MOUNTPOINT" : "SOURCE and MOUNTPOINT");
@@ -210,12 +257,13 @@ static int parse_args(struct fuse_args *args, cli *c,
 
 /* Mount options ckptfs adds before the user's (so those win): read-only,
  * "fuse.ckptfs" as the type and SOURCE as the device in /proc/mounts. */
-static int add_mount_defaults(struct fuse_args *args, const char *source)
+static int add_mount_defaults(struct fuse_args *args, const char *source,
+                              int rw)
 {
     char *opts = NULL, *fsname = NULL, *arg = NULL;
     int rc = -1;
     if (asprintf(&fsname, "fsname=%s", source) >= 0 &&
-        fuse_opt_add_opt(&opts, "ro") == 0 &&
+        fuse_opt_add_opt(&opts, rw ? "rw" : "ro") == 0 &&
         fuse_opt_add_opt(&opts, "subtype=ckptfs") == 0 &&
         fuse_opt_add_opt_escaped(&opts, fsname) == 0 &&
         asprintf(&arg, "-o%s", opts) >= 0)
@@ -371,25 +419,30 @@ int main(int argc, char **argv)
     cli c = { 0 };
     memset(&fo, 0, sizeof fo);
     ckpt_read_opts_init(&c.ro);
+    ckpt_write_opts_init(&c.wo);
     int status = parse_args(&args, &c, &fo);
     if (status >= 0)
         goto out;
     fs_ctx ctx;
     ckpt_error err = { 0 };
     ops_ctx_init(&ctx);
-    if (source_open(&ctx.src, c.source, &c.ro, &err) != 0) {
+    if (source_open(&ctx.src, c.source, &c.ro, c.rw, &err) != 0 ||
+        (c.rw && ws_set_new(&ctx.ws, source_path(ctx.src), c.world, &c.wo,
+                            &err) != 0)) {
         fprintf(stderr, "ckptfs: %s\n", err.msg);
         ops_ctx_destroy(&ctx);
+        source_free(ctx.src);
         status = EXIT_FAILURE;
         goto out;
     }
-    if (add_mount_defaults(&args, source_path(ctx.src)) != 0) {
+    if (add_mount_defaults(&args, source_path(ctx.src), c.rw) != 0) {
         fprintf(stderr, "ckptfs: out of memory\n");
         status = EXIT_FAILURE;
     } else {
         status = serve(&args, &fo, &ctx);
     }
     ops_ctx_destroy(&ctx);     /* files still open when the session ended */
+    ws_set_free(ctx.ws);
     source_free(ctx.src);
 out:
     free(fo.mountpoint);

@@ -21,21 +21,25 @@
 
 #include "shape.h"
 #include "tree.h"
+#include "wops.h"
 
 #define INO_LATEST 2
+/* .ckptfs/status of a committed checkpoint (a save's reads the same). */
+#define STATUS_COMMITTED "committed\n"
 /* st_blksize: what cat, cp and friends take as their buffer size. */
 #define OPS_BLKSIZE (1 << 20)
 
 /* ------------------------------------------------------------ inodes */
 
-typedef enum ref_kind { REF_ROOT, REF_LATEST, REF_NODE } ref_kind;
+typedef enum ref_kind { REF_ROOT, REF_LATEST, REF_NODE, REF_SAVE } ref_kind;
 
 /* What an inode number stands for. */
 typedef struct fs_ref {
     ref_kind kind;
     fs_ckpt *ck;             /* REF_NODE */
-    uint32_t node;           /* REF_NODE */
+    uint32_t node;           /* REF_NODE, REF_SAVE */
     const tree_node *n;      /* REF_NODE, once ck's tree is open */
+    ws_save *w;              /* REF_SAVE */
 } fs_ref;
 
 static fs_ctx *ctx_of(fuse_req_t req)
@@ -56,10 +60,39 @@ static const fs_tree *tree_of(const fs_ckpt *ck)
                                 memory_order_acquire) ? ck->tree : NULL;
 }
 
+/* The committed node that save node r->node became, if r->w has been
+ * committed and the node is part of the checkpoint: turns r into it. */
+static void follow_commit(fs_ctx *c, fs_ref *r)
+{
+    if (!ws_save_committed(r->w))
+        return;
+    source_rescan(c->src);
+    fs_ckpt *ck = source_find(c->src, ws_save_name(r->w));
+    char path[8192];
+    int n = ws_path(r->w, r->node, path, sizeof path);
+    if (!ck || n < 0 || (size_t)n >= sizeof path ||
+        source_ckpt_open(c->src, ck) != 0)
+        return;
+    long node = TREE_ROOT;
+    for (char *save, *comp = strtok_r(path, "/", &save); comp && node >= 0;
+         comp = strtok_r(NULL, "/", &save))
+        node = tree_lookup(ck->tree, (uint32_t)node, comp);
+    if (node >= 0)
+        *r = (fs_ref){ REF_NODE, ck, (uint32_t)node,
+                       tree_node_at(ck->tree, (uint32_t)node), NULL };
+}
+
 static int resolve(fs_ctx *c, fuse_ino_t ino, fs_ref *r)
 {
     int root = source_is_root(c->src);
     *r = (fs_ref){ .kind = REF_NODE };
+    if (wops_is_ino(ino)) {
+        r->kind = REF_SAVE;
+        int rc = wops_resolve(c, ino, &r->w, &r->node);
+        if (rc == 0)
+            follow_commit(c, r);
+        return rc;
+    }
     if (root && ino == FUSE_ROOT_ID) {
         r->kind = REF_ROOT;
         return 0;
@@ -83,7 +116,7 @@ static int resolve(fs_ctx *c, fuse_ino_t ino, fs_ref *r)
 static int ref_open(fs_ctx *c, fs_ref *r)
 {
     if (r->kind != REF_NODE)
-        return 0;
+        return 0;   /* REF_SAVE: wops.c's */
     if (!r->n) {
         int rc = source_ckpt_open(c->src, r->ck);
         if (rc)
@@ -126,6 +159,10 @@ static int generated_size(const fs_ckpt *ck, const tree_node *n,
 {
     if (n->kind == TREE_STATS) {
         *size = views_stats(ck->reader, NULL, 0);
+        return 0;
+    }
+    if (n->kind == TREE_STATUS) {
+        *size = strlen(STATUS_COMMITTED);
         return 0;
     }
     if (n->kind == TREE_METADATA) {
@@ -233,8 +270,15 @@ static void lookup_root(fs_ctx *c, fuse_req_t req, const char *name)
         return;
     }
     fs_ckpt *ck = source_find(c->src, name);
+    int rc = ck || !c->ws ? -ENOENT : wops_lookup_root(c, req, name);
+    if (rc == 0)
+        return;
+    if (rc == -EAGAIN) {          /* just committed */
+        source_rescan(c->src);
+        ck = source_find(c->src, name);
+    }
     const fs_tree *t = ck ? tree_of(ck) : NULL;
-    int rc = ck ? stat_node(c, ck, TREE_ROOT,
+    rc = ck ? stat_node(c, ck, TREE_ROOT,
                             t ? tree_node_at(t, TREE_ROOT) : NULL, &st)
                 : -ENOENT;
     if (rc)
@@ -261,7 +305,7 @@ static void lookup_node(fs_ctx *c, fuse_req_t req, fs_ref *p,
         return;
     }
     fs_ref r = { REF_NODE, p->ck, (uint32_t)i,
-                 tree_node_at(p->ck->tree, (uint32_t)i) };
+                 tree_node_at(p->ck->tree, (uint32_t)i), NULL };
     struct stat st;
     rc = stat_node(c, r.ck, r.node, r.n, &st);
     if (rc) {
@@ -286,6 +330,10 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
     }
     if (p.kind == REF_LATEST) {
         reply_err(req, -ENOTDIR);
+        return;
+    }
+    if (p.kind == REF_SAVE) {
+        wops_lookup(req, p.w, p.node, name);
         return;
     }
     lookup_node(c, req, &p, name);
@@ -316,13 +364,18 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino,
     fs_ref r;
     struct stat st;
     int rc = resolve(c, ino, &r);
+    if (rc == 0 && r.kind == REF_SAVE) {
+        wops_getattr(req, r.w, r.node);
+        return;
+    }
     if (rc == 0)
         rc = ref_stat(c, &r, &st);
     if (rc) {
         reply_err(req, rc);
         return;
     }
-    fuse_reply_attr(req, &st, attr_timeout(c, &r));
+    st.st_ino = ino;    /* a committed save's node keeps its number */
+    fuse_reply_attr(req, &st, wops_is_ino(ino) ? 0.0 : attr_timeout(c, &r));
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -348,14 +401,9 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 
 /* ------------------------------------------------------------ handles */
 
-struct ops_handle {
-    ops_handle *prev, *next;
-    int is_dir;
-};
-
-static void handle_add(fs_ctx *c, ops_handle *h, int is_dir)
+void ops_handle_add(fs_ctx *c, ops_handle *h, ops_handle_kind kind)
 {
-    h->is_dir = is_dir;
+    h->kind = kind;
     h->prev = NULL;
     pthread_mutex_lock(&c->handles_mu);
     h->next = c->handles;
@@ -365,7 +413,7 @@ static void handle_add(fs_ctx *c, ops_handle *h, int is_dir)
     pthread_mutex_unlock(&c->handles_mu);
 }
 
-static void handle_remove(fs_ctx *c, ops_handle *h)
+void ops_handle_remove(fs_ctx *c, ops_handle *h)
 {
     pthread_mutex_lock(&c->handles_mu);
     if (h->prev)
@@ -384,11 +432,14 @@ static void handle_remove(fs_ctx *c, ops_handle *h)
 typedef struct dir_handle {
     ops_handle link;          /* first: a dir_handle is an ops_handle */
     fs_listing list;
+    ws_save **saves;          /* writable mount: saves in progress */
+    size_t nsaves;
 } dir_handle;
 
 static void dir_handle_free(dir_handle *h)
 {
     source_listing_free(&h->list);
+    free(h->saves);
     free(h);
 }
 
@@ -419,15 +470,21 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
         return;
     }
     fi->fh = 0;
+    if (r.kind == REF_SAVE) {
+        fuse_reply_open(req, fi);   /* read afresh at every offset */
+        return;
+    }
     if (r.kind == REF_ROOT) {
         dir_handle *h = calloc(1, sizeof *h);
         source_refresh(c->src);
-        if (!h || source_listing(c->src, &h->list) != 0) {
-            free(h);
+        if (!h || source_listing(c->src, &h->list) != 0 ||
+            (c->ws && ws_set_list(c->ws, &h->saves, &h->nsaves) != 0)) {
+            if (h)
+                dir_handle_free(h);
             reply_err(req, -ENOMEM);
             return;
         }
-        handle_add(c, &h->link, 1);
+        ops_handle_add(c, &h->link, OPS_H_ROOTDIR);
         fi->fh = (uint64_t)(uintptr_t)h;
     } else {
         fi->cache_readdir = 1;   /* a checkpoint never changes */
@@ -454,8 +511,14 @@ static int root_entry_at(fs_ctx *c, const dir_handle *h, size_t i,
         stat_latest(h->list.latest, &e->st);
         return 0;
     }
-    if (i >= h->list.n)
-        return 1;
+    if (i >= h->list.n) {
+        i -= h->list.n;
+        if (i >= h->nsaves)
+            return 1;
+        e->name = ws_save_name(h->saves[i]);
+        e->entry_timeout = e->attr_timeout = 0.0;
+        return wops_stat(h->saves[i], WS_ROOT, &e->st);
+    }
     fs_ckpt *ck = h->list.v[i];
     const fs_tree *t = tree_of(ck);
     e->name = ck->name;
@@ -514,6 +577,10 @@ static void do_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
     fs_ctx *c = ctx_of(req);
     fs_ref r;
     int rc = resolve(c, ino, &r);
+    if (rc == 0 && r.kind == REF_SAVE) {
+        wops_readdir(req, r.w, r.node, size, off, plus);
+        return;
+    }
     if (rc == 0)
         rc = ref_open(c, &r);
     const dir_handle *h = (const dir_handle *)(uintptr_t)fi->fh;
@@ -566,7 +633,7 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino,
 {
     dir_handle *h = (dir_handle *)(uintptr_t)fi->fh;
     if (h) {
-        handle_remove(ctx_of(req), &h->link);
+        ops_handle_remove(ctx_of(req), &h->link);
         dir_handle_free(h);
     }
     fuse_reply_err(req, 0);
@@ -598,6 +665,10 @@ static int handle_fill(fs_ckpt *ck, const tree_node *n, open_file *h)
     }
     if (n->kind == TREE_METADATA)
         return source_ckpt_json(ck, &h->data, &h->len);
+    if (n->kind == TREE_STATUS) {
+        h->data = STATUS_COMMITTED;
+        h->len = strlen(STATUS_COMMITTED);
+    }
     if (n->kind == TREE_STATS) {
         h->len = views_stats(ck->reader, h->text, sizeof h->text);
         if (h->len >= sizeof h->text)
@@ -610,12 +681,15 @@ static int handle_fill(fs_ckpt *ck, const tree_node *n, open_file *h)
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
     fs_ctx *c = ctx_of(req);
-    if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
-        reply_err(req, -EROFS);
-        return;
-    }
     fs_ref r;
     int rc = resolve(c, ino, &r);
+    if (rc == 0 && r.kind == REF_SAVE) {
+        wops_open(c, req, r.w, r.node, fi);
+        return;
+    }
+    if (rc == 0 &&
+        ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)))
+        rc = -EROFS;
     if (rc == 0)
         rc = ref_open(c, &r);
     if (rc == 0 && r.kind != REF_NODE)
@@ -637,7 +711,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         reply_err(req, rc);
         return;
     }
-    handle_add(c, &h->link, 0);
+    ops_handle_add(c, &h->link, OPS_H_FILE);
     fi->fh = (uint64_t)(uintptr_t)h;
     if (h->kind == TREE_STATS)
         fi->direct_io = 1;     /* fresh numbers, whatever their length */
@@ -677,12 +751,18 @@ static int64_t read_tensor(fs_ctx *c, const open_file *h, char *buf,
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi)
 {
-    const open_file *h = (const open_file *)(uintptr_t)fi->fh;
+    ops_handle *oh = (ops_handle *)(uintptr_t)fi->fh;
+    if (oh->kind == OPS_H_WRITE) {
+        wops_read(req, oh, size, off);
+        return;
+    }
+    const open_file *h = (const open_file *)oh;
     if (off < 0) {
         reply_err(req, -EINVAL);
         return;
     }
-    if (h->kind == TREE_METADATA || h->kind == TREE_STATS) {
+    if (h->kind == TREE_METADATA || h->kind == TREE_STATS ||
+        h->kind == TREE_STATUS) {
         size_t o = (uint64_t)off < h->len ? (size_t)off : h->len;
         size_t n = h->len - o < size ? h->len - o : size;
         char text[sizeof h->text];
@@ -717,8 +797,13 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 static void op_release(fuse_req_t req, fuse_ino_t ino,
                        struct fuse_file_info *fi)
 {
-    open_file *h = (open_file *)(uintptr_t)fi->fh;
-    handle_remove(ctx_of(req), &h->link);
+    ops_handle *oh = (ops_handle *)(uintptr_t)fi->fh;
+    if (oh->kind == OPS_H_WRITE) {
+        wops_release(ctx_of(req), req, oh);
+        return;
+    }
+    open_file *h = (open_file *)oh;
+    ops_handle_remove(ctx_of(req), &h->link);
     free(h);
     fuse_reply_err(req, 0);
 }
@@ -779,9 +864,27 @@ static void reply_sized(fuse_req_t req, const char *val, size_t len,
         fuse_reply_buf(req, val, len);
 }
 
+/* The save node behind ino (0), or -ENOENT when ino is committed. */
+static int save_of(fuse_req_t req, fuse_ino_t ino, fs_ref *r)
+{
+    if (!wops_is_ino(ino))
+        return -ENOENT;
+    int rc = resolve(ctx_of(req), ino, r);
+    return rc ? rc : r->kind == REF_SAVE ? 0 : -ENOENT;
+}
+
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
                         size_t size)
 {
+    fs_ref sr;
+    int src = save_of(req, ino, &sr);
+    if (src != -ENOENT) {
+        if (src)
+            reply_err(req, src);
+        else
+            wops_getxattr(req, sr.w, sr.node, name, size);
+        return;
+    }
     ckpt_tensor_info ti;
     int rc = xattr_tensor(req, ino, &ti);
     if (rc) {
@@ -800,6 +903,15 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
+    fs_ref sr;
+    int src = save_of(req, ino, &sr);
+    if (src != -ENOENT) {
+        if (src)
+            reply_err(req, src);
+        else
+            wops_listxattr(req, sr.w, sr.node, size);
+        return;
+    }
     ckpt_tensor_info ti;
     int rc = xattr_tensor(req, ino, &ti);
     if (rc == -ENODATA) {
@@ -822,26 +934,34 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 
 /* ------------------------------------------------------------ the rest */
 
+/* A writable mount shows the space left where saves go. */
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 {
+    fs_ctx *c = ctx_of(req);
     struct statvfs st;
     memset(&st, 0, sizeof st);
-    st.f_bsize = 4096;
-    st.f_frsize = 4096;
+    if (!c->ws || statvfs(source_path(c->src), &st) != 0) {
+        memset(&st, 0, sizeof st);
+        st.f_bsize = 4096;
+        st.f_frsize = 4096;
+    }
     st.f_namemax = TREE_NAME_MAX;
-    st.f_flag = ST_RDONLY;
+    st.f_flag = c->ws ? 0 : ST_RDONLY;
     fuse_reply_statfs(req, &st);
 }
 
 /* Everyone may read everything and enter every directory (0444, 0555);
- * nobody may write, and files are not executable. */
+ * nobody may write but into saves in progress (and the root of a writable
+ * mount, to start one), and files are not executable. */
 static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 {
+    fs_ctx *c = ctx_of(req);
     fs_ref r;
-    int rc = resolve(ctx_of(req), ino, &r);
+    int rc = resolve(c, ino, &r);
     int is_file = rc == 0 && r.kind == REF_NODE && r.n &&
                   r.n->kind != TREE_DIR;
-    if (rc == 0 && (mask & W_OK))
+    int writable = r.kind == REF_SAVE || (c->ws && r.kind == REF_ROOT);
+    if (rc == 0 && (mask & W_OK) && !writable)
         rc = -EROFS;
     else if (rc == 0 && (mask & X_OK) && is_file)
         rc = -EACCES;
@@ -860,6 +980,9 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
     if (conn->capable & FUSE_CAP_ASYNC_READ)
         conn->want |= FUSE_CAP_ASYNC_READ;
     conn->want &= ~(unsigned)FUSE_CAP_CACHE_SYMLINKS;   /* latest moves */
+    /* Pieces must arrive in order, from the writing process: no writeback
+     * cache (which would send pages later, from the kernel's flusher). */
+    conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
     if (conn->max_background < 64)
         conn->max_background = 64;
     if (conn->congestion_threshold < 48)
@@ -877,11 +1000,31 @@ static void op_destroy(void *userdata)
     /* Readers are closed by main() once the loop's threads are gone. */
 }
 
-/* Everything that would modify the file system. */
+/* Everything that would modify the file system: EROFS, except in the
+ * saves of a writable mount (wops.c). */
+
+/* The save behind parent for an operation that makes a name there: 0 with
+ * r set, or the errno to answer (EROFS outside saves). */
+static int save_parent(fuse_req_t req, fuse_ino_t parent, fs_ref *r)
+{
+    fs_ctx *c = ctx_of(req);
+    if (!c->ws)
+        return -EROFS;
+    int rc = resolve(c, parent, r);
+    if (rc)
+        return rc;
+    return r->kind == REF_SAVE || r->kind == REF_ROOT ? 0 : -EROFS;
+}
+
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
                        int to_set, struct fuse_file_info *fi)
 {
-    fuse_reply_err(req, EROFS);
+    fs_ref r;
+    int rc = save_of(req, ino, &r);
+    if (rc == 0)
+        wops_setattr(req, r.w, r.node, attr, to_set);
+    else
+        reply_err(req, rc == -ENOENT ? -EROFS : rc);
 }
 
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -893,7 +1036,14 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
                      mode_t mode)
 {
-    fuse_reply_err(req, EROFS);
+    fs_ref r;
+    int rc = save_parent(req, parent, &r);
+    if (rc)
+        reply_err(req, rc);
+    else if (r.kind == REF_ROOT)
+        wops_mkdir_root(ctx_of(req), req, name);
+    else
+        wops_mkdir(req, r.w, r.node, name);
 }
 
 /* unlink, rmdir, removexattr */
@@ -924,19 +1074,46 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
                      size_t size, off_t off, struct fuse_file_info *fi)
 {
-    fuse_reply_err(req, EROFS);
+    ops_handle *h = (ops_handle *)(uintptr_t)fi->fh;
+    if (h && h->kind == OPS_H_WRITE)
+        wops_write(req, h, buf, size, off);
+    else
+        fuse_reply_err(req, EBADF);
+}
+
+/* close(): where a piece written through the mount is recorded. */
+static void op_flush(fuse_req_t req, fuse_ino_t ino,
+                     struct fuse_file_info *fi)
+{
+    ops_handle *h = (ops_handle *)(uintptr_t)fi->fh;
+    if (h && h->kind == OPS_H_WRITE)
+        wops_flush(req, h);
+    else
+        fuse_reply_err(req, 0);
 }
 
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
                       mode_t mode, struct fuse_file_info *fi)
 {
-    fuse_reply_err(req, EROFS);
+    fs_ref r;
+    int rc = save_parent(req, parent, &r);
+    if (rc == 0 && r.kind == REF_ROOT)
+        rc = -EPERM;     /* the root holds checkpoints (directories) only */
+    if (rc)
+        reply_err(req, rc);
+    else
+        wops_create(ctx_of(req), req, r.w, r.node, name, fi);
 }
 
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
                         const char *value, size_t size, int flags)
 {
-    fuse_reply_err(req, EROFS);
+    fs_ref r;
+    int rc = save_of(req, ino, &r);
+    if (rc == 0)
+        wops_setxattr(req, r.w, r.node, name, value, size);
+    else
+        reply_err(req, rc == -ENOENT ? -EROFS : rc);
 }
 
 static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
@@ -958,8 +1135,10 @@ void ops_ctx_destroy(fs_ctx *c)
     while (c->handles) {
         ops_handle *h = c->handles;
         c->handles = h->next;
-        if (h->is_dir)
+        if (h->kind == OPS_H_ROOTDIR)
             dir_handle_free((dir_handle *)h);
+        else if (h->kind == OPS_H_WRITE)
+            wops_handle_free(h);
         else
             free(h);
     }
@@ -994,6 +1173,7 @@ void ops_fill(struct fuse_lowlevel_ops *ops)
     ops->rename = op_rename;
     ops->link = op_link;
     ops->write = op_write;
+    ops->flush = op_flush;
     ops->create = op_create;
     ops->setxattr = op_setxattr;
     ops->removexattr = op_erofs_name;

@@ -5,7 +5,8 @@
  * Inode numbers: 1 is the mount's root; in root mode 2 is `latest`; every
  * other node is ((slot + 1) << 32 | node), the checkpoint's slot and the
  * node's number in its tree (tree.h), node 0 being the checkpoint's own
- * directory.  Nothing is ever freed before unmounting, so numbers never
+ * directory; the nodes of saves in progress have the top bit set (wops.h).
+ * Nothing is ever freed before unmounting, so numbers never
  * dangle and FORGET needs no bookkeeping.
  */
 #ifndef CKPTFS_FS_OPS_H
@@ -26,11 +27,23 @@
 #define OPS_CKPT_TIMEOUT 3600.0
 #define OPS_ROOT_TIMEOUT 1.0
 
-/* An open file or directory (defined in ops.c). */
-typedef struct ops_handle ops_handle;
+/* What an open file or directory's handle is. */
+typedef enum ops_handle_kind {
+    OPS_H_ROOTDIR,         /* a root's listing (ops.c) */
+    OPS_H_FILE,            /* a committed file (ops.c) */
+    OPS_H_WRITE            /* a file of a save in progress (wops.c) */
+} ops_handle_kind;
+
+/* The head of every handle: all are listed in the context so that those
+ * the kernel never released are freed at the end. */
+typedef struct ops_handle {
+    struct ops_handle *prev, *next;
+    ops_handle_kind kind;
+} ops_handle;
 
 typedef struct fs_ctx {
     fs_source *src;
+    struct ws_set *ws;     /* the saves being written; NULL unless rw */
     views_tables tables;
     pthread_mutex_t handles_mu;
     ops_handle *handles;   /* every open file and directory, so those the
@@ -38,8 +51,12 @@ typedef struct fs_ctx {
                               ended) are freed too */
 } fs_ctx;
 
-/* Fills ops with ckptfs's operations (every write fails with EROFS). */
+/* Fills ops with ckptfs's operations (every write fails with EROFS,
+ * except in the saves of a writable mount). */
 void ops_fill(struct fuse_lowlevel_ops *ops);
+
+void ops_handle_add(fs_ctx *c, ops_handle *h, ops_handle_kind kind);
+void ops_handle_remove(fs_ctx *c, ops_handle *h);
 
 void ops_ctx_init(fs_ctx *c);
 /* Frees what is still open.  Only once the session's threads are gone. */

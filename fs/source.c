@@ -382,16 +382,26 @@ static double seconds_since(const struct timespec *t)
            (double)(now.tv_nsec - t->tv_nsec) / 1e9;
 }
 
-void source_refresh(fs_source *s)
+static void refresh(fs_source *s, double min_age)
 {
     if (!s->is_root)
         return;
     pthread_mutex_lock(&s->scan_mu);
-    if (seconds_since(&s->last_scan) >= 1.0) {
+    if (seconds_since(&s->last_scan) >= min_age) {
         scan(s);   /* failures are logged; the last listing stays */
         clock_gettime(CLOCK_MONOTONIC, &s->last_scan);
     }
     pthread_mutex_unlock(&s->scan_mu);
+}
+
+void source_refresh(fs_source *s)
+{
+    refresh(s, 1.0);
+}
+
+void source_rescan(fs_source *s)
+{
+    refresh(s, 0.0);
 }
 
 /* ------------------------------------------------------------ opening */
@@ -427,14 +437,15 @@ static int open_single(fs_source *s, ckpt_error *err)
 }
 
 /* path: SOURCE as given, for messages. */
-static int open_root(fs_source *s, const char *path, ckpt_error *err)
+static int open_root(fs_source *s, const char *path, int writable,
+                     ckpt_error *err)
 {
     s->is_root = 1;
     int rc = scan(s);
     clock_gettime(CLOCK_MONOTONIC, &s->last_scan);
     if (rc)
         return ckpt_err(err, rc, "cannot scan %s: %s", path, strerror(-rc));
-    if (s->nlist == 0)
+    if (s->nlist == 0 && !writable)
         return ckpt_err(err, -ENOENT, "%s holds no checkpoint: neither it "
                        "nor any of its subdirectories has an index.db",
                        path);
@@ -442,7 +453,7 @@ static int open_root(fs_source *s, const char *path, ckpt_error *err)
 }
 
 int source_open(fs_source **out, const char *path, const ckpt_read_opts *ro,
-                ckpt_error *err)
+                int writable, ckpt_error *err)
 {
     *out = NULL;
     struct stat st;
@@ -460,7 +471,15 @@ int source_open(fs_source **out, const char *path, const ckpt_read_opts *ro,
         return ckpt_err(err, -ENOMEM, "out of memory");
     }
     int rc;
-    switch (ckpt_dir_probe(abs)) {
+    int kind = ckpt_dir_probe(abs);
+    if (writable && kind != CKPT_DIR_NONE)
+        kind = -1;
+    switch (kind) {
+    case -1:
+        rc = ckpt_err(err, -EINVAL, "%s is a checkpoint; a writable mount "
+                      "(-o rw) takes the root directory its checkpoints go "
+                      "in", path);
+        break;
     case CKPT_DIR_COMMITTED:
         rc = open_single(s, err);
         break;
@@ -469,7 +488,7 @@ int source_open(fs_source **out, const char *path, const ckpt_read_opts *ro,
                      "no index.db (a save in progress or interrupted)", path);
         break;
     default:
-        rc = open_root(s, path, err);
+        rc = open_root(s, path, writable, err);
         break;
     }
     if (rc) {

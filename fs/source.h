@@ -46,11 +46,12 @@ typedef struct fs_source fs_source;
 
 /* Checks SOURCE and prepares serving it: a committed checkpoint (its index
  * must open), or a root holding at least one subdirectory that is a
- * checkpoint or a save in progress.  Anything else is refused with a
- * message in err (-ENOENT, -ENOTDIR, ...).  No threads are left running,
+ * checkpoint or a save in progress; when `writable`, any directory that
+ * is not itself a checkpoint (a root, maybe empty).  Anything else is
+ * refused with a message in err (-ENOENT, -ENOTDIR, ...).  No threads are left running,
  * so the caller may fork (daemonize) afterwards. */
 int source_open(fs_source **out, const char *path, const ckpt_read_opts *ro,
-                ckpt_error *err);
+                int writable, ckpt_error *err);
 /* Closes every reader.  Only once no operation can be running. */
 void source_free(fs_source *s);
 
@@ -62,6 +63,8 @@ void source_root_stat(fs_source *s, struct stat *st);
 
 /* Rescans the root if the last scan is a second old or more. */
 void source_refresh(fs_source *s);
+/* Rescans the root now (a save was just committed). */
+void source_rescan(fs_source *s);
 
 /* The checkpoint in `slot`, or NULL. */
 fs_ckpt *source_slot(fs_source *s, uint32_t slot);

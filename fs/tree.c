@@ -193,7 +193,7 @@ static int64_t get_dir(fs_tree *t, uint32_t parent, const char *name,
     return add_node(t, parent, name, len, "", TREE_DIR);
 }
 
-/* The fixed part: root, .npy/, .ckptfs/ and its two files. */
+/* The fixed part: root, .npy/, .ckptfs/ and its files. */
 static int add_fixed(builder *b)
 {
     fs_tree *t = b->t;
@@ -208,6 +208,8 @@ static int add_fixed(builder *b)
     rc = add_node(t, (uint32_t)dot, "metadata.json", 13, "", TREE_METADATA);
     if (rc >= 0)
         rc = add_node(t, (uint32_t)dot, "stats", 5, "", TREE_STATS);
+    if (rc >= 0)
+        rc = add_node(t, (uint32_t)dot, "status", 6, "", TREE_STATUS);
     return rc < 0 ? (int)rc : 0;
 }
 

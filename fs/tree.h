@@ -8,6 +8,7 @@
  *   /.npy/a/b/c.npy         its NumPy view
  *   /.ckptfs/metadata.json  the index as JSON
  *   /.ckptfs/stats          the reader's counters
+ *   /.ckptfs/status         "committed", as in a save that was written
  *
  * Nodes are numbered from 0 (the checkpoint's root directory); a node's
  * number is stable for the life of the tree, so it can be part of an inode
@@ -32,7 +33,8 @@ typedef enum tree_kind {
     TREE_TENSOR,      /* the tensor's row-major image */
     TREE_NPY,         /* the tensor's .npy view */
     TREE_METADATA,    /* .ckptfs/metadata.json */
-    TREE_STATS        /* .ckptfs/stats */
+    TREE_STATS,       /* .ckptfs/stats */
+    TREE_STATUS       /* .ckptfs/status: "committed" (see wops.h) */
 } tree_kind;
 
 typedef struct tree_node {

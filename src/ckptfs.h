@@ -142,6 +142,13 @@ int ckpt_writer_begin(ckpt_writer *w, const ckpt_piece *desc,
 int ckpt_stream_write(ckpt_stream *s, const void *buf, size_t len,
                       ckpt_error *err);
 int ckpt_stream_end(ckpt_stream *s, ckpt_error *err);   /* frees s */
+/* Like ckpt_stream_end, for a piece whose extent is known only once its
+ * bytes have arrived (a file written through the mount, a byte object of
+ * unknown length): begin with an upper bound of the piece, then end as
+ * `actual`, which must have the same dtype and hold exactly the bytes
+ * written.  Frees s. */
+int ckpt_stream_end_as(ckpt_stream *s, const ckpt_piece *actual,
+                       ckpt_error *err);
 void ckpt_stream_abort(ckpt_stream *s);                 /* frees s */
 /* Sets a key/value pair of checkpoint metadata (e.g. "step"). */
 int ckpt_writer_set_meta(ckpt_writer *w, const char *key, const char *value,
@@ -157,6 +164,8 @@ void ckpt_writer_abort(ckpt_writer *w);
 typedef struct ckpt_commit_opts {
     int expect_writers;  /* refuse unless exactly this many plans; 0 = any */
     int sync;            /* fsync index and directory (default 1) */
+    int world_size;      /* recorded as metadata world_size; 0 = the number
+                            of writer plans */
 } ckpt_commit_opts;
 
 void ckpt_commit_opts_init(ckpt_commit_opts *o);

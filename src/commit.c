@@ -197,7 +197,8 @@ static int commit_locked(const char *dir, const char *pending,
     if (rc == 0)
         rc = merge_meta(&all, &meta, err);
     if (rc == 0)
-        rc = add_system_meta(&meta, plans.n, err);
+        rc = add_system_meta(&meta, o->world_size > 0 ? (size_t)o->world_size
+                                                       : plans.n, err);
     ckpt_plan_opts popts = { .check_replica_hashes = 1 };
     if (rc == 0)
         rc = ckpt_plan_build(all.pieces, all.npieces, &popts, &plan, err);

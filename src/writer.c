@@ -566,7 +566,39 @@ int ckpt_stream_write(ckpt_stream *s, const void *buf, size_t len,
     return s->rc ? stream_error(s, err) : 0;
 }
 
+/* Makes s record `actual` instead of the piece it began with (see
+ * ckpt_stream_end_as). */
+static int restate_piece(ckpt_stream *s, const ckpt_piece *actual,
+                         ckpt_error *err)
+{
+    ckpt_piece_rec r;
+    memset(&r, 0, sizeof r);
+    int rc = fill_record(s->w, actual, &r, err);
+    if (rc == 0 && r.dtype != s->rec.dtype)
+        rc = ckpt_err(err, -EINVAL, "tensor '%s': a stream begun as %s "
+                      "cannot end as %s", r.fqn, ckpt_dtype_name(s->rec.dtype),
+                      ckpt_dtype_name(r.dtype));
+    if (rc == 0) {
+        free(s->rec.fqn);
+        s->rec.fqn = r.fqn;
+        r.fqn = NULL;
+        s->rec.ndim = r.ndim;
+        memcpy(s->rec.shape, r.shape, sizeof r.shape);
+        memcpy(s->rec.offsets, r.offsets, sizeof r.offsets);
+        memcpy(s->rec.sizes, r.sizes, sizeof r.sizes);
+        s->rec.raw_bytes = r.raw_bytes;
+    }
+    ckpt_piece_clear(&r);
+    return rc;
+}
+
 int ckpt_stream_end(ckpt_stream *s, ckpt_error *err)
+{
+    return ckpt_stream_end_as(s, NULL, err);
+}
+
+int ckpt_stream_end_as(ckpt_stream *s, const ckpt_piece *actual,
+                       ckpt_error *err)
 {
     ckpt_writer *w = s->w;
     if (s->rc == 0 && s->fill > 0) {
@@ -577,7 +609,9 @@ int ckpt_stream_end(ckpt_stream *s, ckpt_error *err)
     int rc = s->rc;
     if (rc)
         stream_error(s, err);
-    else if (s->received != s->rec.raw_bytes)
+    else if (actual)
+        rc = restate_piece(s, actual, err);
+    if (rc == 0 && s->received != s->rec.raw_bytes)
         rc = ckpt_err(err, -EINVAL, "tensor '%s': piece holds %llu bytes but "
                       "%llu were written", s->rec.fqn,
                       (unsigned long long)s->rec.raw_bytes,

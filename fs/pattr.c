@@ -1,0 +1,205 @@
+/*
+ * pattr.c - the user.ckpt.* attributes of a piece written through the
+ * mount: parsing and checking values as they are set, and the piece they
+ * describe (see pattr.h).
+ */
+#include "pattr.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "error.h"
+#include "shape.h"
+
+/* The upper bound of a stream whose length only its bytes will tell:
+ * far beyond any file, far below int64 overflow. */
+#define LENGTH_BOUND ((int64_t)1 << 48)
+/* The longest attribute value accepted (CKPT_MAX_DIMS numbers). */
+#define VALUE_MAX 1024
+
+const char *const pattr_names[4] = {
+    "user.ckpt.dtype", "user.ckpt.shape", "user.ckpt.offsets",
+    "user.ckpt.sizes",
+};
+
+unsigned pattr_key(const char *name)
+{
+    for (unsigned i = 0; i < 4; i++)
+        if (strcmp(name, pattr_names[i]) == 0)
+            return 1u << i;
+    return 0;
+}
+
+static const char *key_name(unsigned key)
+{
+    for (unsigned i = 0; i < 4; i++)
+        if (key == 1u << i)
+            return pattr_names[i];
+    return "?";
+}
+
+/* Parses a dims list into dims; its rank, or -EINVAL. */
+static int parse_dims(unsigned key, const char *text, int64_t *dims,
+                      ckpt_error *err)
+{
+    ckpt_error perr = { 0 };
+    int n = ckpt_shape_parse(text, dims, &perr);
+    if (n < 0)
+        return ckpt_err(err, -EINVAL, "%s: %s", key_name(key), perr.msg);
+    return n;
+}
+
+/* offsets (+ sizes) against shape, when those are set. */
+static int check_fit(const pattr *a, ckpt_error *err)
+{
+    if (!(a->set & PATTR_SHAPE))
+        return 0;
+    if ((a->set & PATTR_OFFSETS) && a->noff != a->ndim)
+        return ckpt_err(err, -EINVAL, "user.ckpt.offsets has %d numbers but "
+                        "user.ckpt.shape has %d dimensions", a->noff,
+                        a->ndim);
+    if ((a->set & PATTR_SIZES) && a->nsizes != a->ndim)
+        return ckpt_err(err, -EINVAL, "user.ckpt.sizes has %d numbers but "
+                        "user.ckpt.shape has %d dimensions", a->nsizes,
+                        a->ndim);
+    for (int i = 0; i < a->ndim; i++) {
+        int64_t off = (a->set & PATTR_OFFSETS) ? a->offsets[i] : 0;
+        int64_t size = (a->set & PATTR_SIZES) ? a->sizes[i] : 0;
+        if (off > a->shape[i] || size > a->shape[i] - off)
+            return ckpt_err(err, -EINVAL, "dimension %d: offset %lld + size "
+                            "%lld is outside the shape's %lld", i,
+                            (long long)off, (long long)size,
+                            (long long)a->shape[i]);
+    }
+    if ((a->set & PATTR_DTYPE) && a->dtype == CKPT_BYTES && a->ndim != 1)
+        return ckpt_err(err, -EINVAL, "a bytes object is 1-D, but "
+                        "user.ckpt.shape has %d dimensions", a->ndim);
+    return 0;
+}
+
+int pattr_set(pattr *a, unsigned key, const char *value, size_t len,
+              ckpt_error *err)
+{
+    char text[VALUE_MAX + 1];
+    if (len > VALUE_MAX || memchr(value, '\0', len))
+        return ckpt_err(err, -EINVAL, "%s: the value must be text of at most "
+                        "%d bytes", key_name(key), VALUE_MAX);
+    memcpy(text, value, len);
+    text[len] = '\0';
+    pattr b = *a;
+    int n = 0;
+    switch (key) {
+    case PATTR_DTYPE:
+        b.dtype = ckpt_dtype_parse(text);
+        if (b.dtype == CKPT_DTYPE_INVALID)
+            return ckpt_err(err, -EINVAL, "user.ckpt.dtype: unknown dtype "
+                            "'%s'", text);
+        break;
+    case PATTR_SHAPE:
+        n = b.ndim = parse_dims(key, text, b.shape, err);
+        break;
+    case PATTR_OFFSETS:
+        n = b.noff = parse_dims(key, text, b.offsets, err);
+        break;
+    case PATTR_SIZES:
+        n = b.nsizes = parse_dims(key, text, b.sizes, err);
+        break;
+    default:
+        return ckpt_err(err, -EINVAL, "not a piece attribute");
+    }
+    if (n < 0)
+        return n;
+    b.set |= key;
+    int rc = check_fit(&b, err);
+    if (rc == 0)
+        *a = b;
+    return rc;
+}
+
+int pattr_get(const pattr *a, unsigned key, char *buf, size_t cap)
+{
+    if (!(a->set & key))
+        return -ENODATA;
+    switch (key) {
+    case PATTR_DTYPE:
+        return snprintf(buf, cap, "%s", ckpt_dtype_name(a->dtype));
+    case PATTR_SHAPE:
+        return ckpt_shape_format(buf, cap, a->ndim, a->shape);
+    case PATTR_OFFSETS:
+        return ckpt_shape_format(buf, cap, a->noff, a->offsets);
+    default:
+        return ckpt_shape_format(buf, cap, a->nsizes, a->sizes);
+    }
+}
+
+int pattr_resolve(const pattr *a, const char *fqn, pattr_piece *p,
+                  ckpt_error *err)
+{
+    static const pattr none;
+    if (!a)
+        a = &none;
+    memset(p, 0, sizeof *p);
+    p->dtype = (a->set & PATTR_DTYPE) ? a->dtype : CKPT_BYTES;
+    if (!(a->set & PATTR_SHAPE)) {
+        if (a->set & (PATTR_OFFSETS | PATTR_SIZES))
+            return ckpt_err(err, -EINVAL, "tensor '%s': user.ckpt.%s is set "
+                            "but user.ckpt.shape is not", fqn,
+                            (a->set & PATTR_OFFSETS) ? "offsets" : "sizes");
+        p->ndim = 1;
+        p->shape[0] = p->sizes[0] =
+            LENGTH_BOUND / (int64_t)ckpt_dtype_size(p->dtype);
+        p->infer = PATTR_LENGTH;
+        return 0;
+    }
+    if (!(a->set & PATTR_DTYPE))
+        return ckpt_err(err, -EINVAL, "tensor '%s': user.ckpt.shape is set "
+                        "but user.ckpt.dtype is not", fqn);
+    int rc = check_fit(a, err);
+    if (rc)
+        return rc;
+    p->ndim = a->ndim;
+    for (int i = 0; i < a->ndim; i++) {
+        p->shape[i] = a->shape[i];
+        p->offsets[i] = (a->set & PATTR_OFFSETS) ? a->offsets[i] : 0;
+        p->sizes[i] = (a->set & PATTR_SIZES) ? a->sizes[i]
+                                             : a->shape[i] - p->offsets[i];
+    }
+    p->infer = (a->set & PATTR_SIZES) || a->ndim == 0 ? PATTR_EXACT
+                                                      : PATTR_ROWS;
+    return 0;
+}
+
+int pattr_finish(pattr_piece *p, uint64_t bytes, const char *fqn,
+                 ckpt_error *err)
+{
+    if (p->infer == PATTR_EXACT)
+        return 0;
+    uint64_t unit = ckpt_dtype_size(p->dtype);
+    for (int i = 1; p->infer == PATTR_ROWS && i < p->ndim; i++)
+        unit *= (uint64_t)p->sizes[i];
+    if (unit == 0)            /* rows of no bytes: the bound stands */
+        return bytes == 0 ? 0 : ckpt_err(err, -EINVAL, "tensor '%s': %llu "
+                                         "bytes written to a piece of none",
+                                         fqn, (unsigned long long)bytes);
+    if (bytes % unit != 0 || bytes / unit > (uint64_t)p->sizes[0])
+        return ckpt_err(err, -EINVAL, "tensor '%s': %llu bytes written is "
+                        "not a whole number of %s of %llu bytes%s", fqn,
+                        (unsigned long long)bytes,
+                        p->infer == PATTR_ROWS ? "rows" : "elements",
+                        (unsigned long long)unit,
+                        p->infer == PATTR_ROWS ? " within the shape" : "");
+    p->sizes[0] = (int64_t)(bytes / unit);
+    if (p->infer == PATTR_LENGTH)
+        p->shape[0] = p->sizes[0];
+    p->infer = PATTR_EXACT;
+    return 0;
+}
+
+void pattr_to_piece(const pattr_piece *p, const char *fqn, ckpt_piece *out)
+{
+    *out = (ckpt_piece){
+        .fqn = fqn, .dtype = p->dtype, .ndim = p->ndim, .shape = p->shape,
+        .offsets = p->offsets, .sizes = p->sizes,
+    };
+}

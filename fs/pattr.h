@@ -1,0 +1,85 @@
+/*
+ * pattr.h - the extended attributes that describe a piece written through
+ * the mount (docs/MOUNT.md, "Writing"): user.ckpt.dtype, user.ckpt.shape,
+ * user.ckpt.offsets and user.ckpt.sizes.  Parsing and checking each value
+ * as it is set, and turning a set of them into the piece a write stream
+ * records, with the extent inferred from the bytes written where the
+ * attributes leave it open.  Pure functions on plain structs.
+ */
+#ifndef CKPTFS_FS_PATTR_H
+#define CKPTFS_FS_PATTR_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ckptfs.h"
+
+enum {
+    PATTR_DTYPE = 1,
+    PATTR_SHAPE = 2,
+    PATTR_OFFSETS = 4,
+    PATTR_SIZES = 8
+};
+
+/* The attributes set on a file (by one process, or by anyone). */
+typedef struct pattr {
+    unsigned set;                 /* PATTR_* bits */
+    ckpt_dtype dtype;
+    int ndim;                     /* of shape */
+    int64_t shape[CKPT_MAX_DIMS];
+    int noff;
+    int64_t offsets[CKPT_MAX_DIMS];
+    int nsizes;
+    int64_t sizes[CKPT_MAX_DIMS];
+} pattr;
+
+/* The PATTR_* bit of attribute `name`, or 0 when it is not one of them. */
+unsigned pattr_key(const char *name);
+/* The names of the four attributes, in the order of their bits. */
+extern const char *const pattr_names[4];
+
+/* Sets attribute `key` from value[0..len) (not NUL-terminated), checking
+ * it on its own and against the attributes already set: a dtype must be
+ * known, a shape/offsets/sizes list must parse, offsets and sizes must
+ * have the shape's rank and fit in it.  Returns 0 or -EINVAL with a
+ * message naming the attribute and the value. */
+int pattr_set(pattr *a, unsigned key, const char *value, size_t len,
+              ckpt_error *err);
+
+/* Writes attribute key's value (like snprintf); -ENODATA when not set. */
+int pattr_get(const pattr *a, unsigned key, char *buf, size_t cap);
+
+/* How a piece's extent is found. */
+typedef enum pattr_infer {
+    PATTR_EXACT,        /* the attributes give it */
+    PATTR_ROWS,         /* dimension 0 from the bytes written */
+    PATTR_LENGTH        /* a 1-D tensor (or byte object) of all the bytes */
+} pattr_infer;
+
+/* A piece to stream: an upper bound of it until pattr_finish. */
+typedef struct pattr_piece {
+    ckpt_dtype dtype;
+    int ndim;
+    int64_t shape[CKPT_MAX_DIMS];
+    int64_t offsets[CKPT_MAX_DIMS];
+    int64_t sizes[CKPT_MAX_DIMS];
+    pattr_infer infer;
+} pattr_piece;
+
+/* The piece that attributes a (NULL: none) describe for tensor fqn.  No
+ * dtype and nothing else: a byte object.  A dtype without a shape: a 1-D
+ * tensor of all the bytes written.  A shape without sizes: dimensions 1..
+ * run from their offset to the end, dimension 0 as far as the bytes go.
+ * Returns 0 or -EINVAL (offsets without a shape, a shape without dtype). */
+int pattr_resolve(const pattr *a, const char *fqn, pattr_piece *p,
+                  ckpt_error *err);
+
+/* Fixes an inferred extent from the number of bytes written: -EINVAL when
+ * they are not a whole number of rows (elements) or exceed the bound. */
+int pattr_finish(pattr_piece *p, uint64_t bytes, const char *fqn,
+                 ckpt_error *err);
+
+/* The ckpt_piece (pointing into p) for the library's stream calls. */
+void pattr_to_piece(const pattr_piece *p, const char *fqn, ckpt_piece *out);
+
+#endif

@@ -1,0 +1,33 @@
+/*
+ * rendezvous.h - the commit of a save written through one or more mounts,
+ * coordinated through the checkpoint directory alone (docs/MOUNT.md,
+ * "Commit"): each rank that is done leaves a marker .pending/rank-R
+ * (created exclusively, so a rank cannot be counted twice, whichever mount
+ * it writes through); whoever completes the set of `world` markers runs
+ * ckpt_commit(), which the library makes safe against a concurrent second
+ * committer; a failed commit leaves its message in .pending/failed for
+ * every mount's status file.  No state besides the directory.
+ */
+#ifndef CKPTFS_FS_RENDEZVOUS_H
+#define CKPTFS_FS_RENDEZVOUS_H
+
+#include <stddef.h>
+
+#include "ckptfs.h"
+
+/* Records that `rank` has closed all its pieces.  -EINVAL (with a
+ * message) for a rank outside 0..world-1 or one already recorded; sets
+ * *complete when all world ranks now are. */
+int rdv_mark(const char *dir, int rank, int world, int *complete,
+             ckpt_error *err);
+
+/* Validates and commits dir (world_size = world).  0 once dir is
+ * committed, by this call or a concurrent one; otherwise the planner's
+ * error, which is also left in .pending/failed. */
+int rdv_commit(const char *dir, int world, ckpt_error *err);
+
+/* The status line of dir, with its newline: "committed", "failed: MSG",
+ * or "pending K/N" (K ranks recorded).  Like snprintf. */
+int rdv_status(const char *dir, int world, char *buf, size_t cap);
+
+#endif

@@ -1,0 +1,400 @@
+/*
+ * wops.c - the FUSE operations on saves in progress (see wops.h): replies
+ * built from wsave.c's nodes, errors logged with the library's message
+ * and answered with its errno.
+ */
+#include "wops.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define BLKSIZE (1 << 20)
+
+/* A handle on a file of a save. */
+typedef struct wfile {
+    ops_handle link;          /* first: a wfile is an ops_handle */
+    ws_save *w;
+    ws_kind kind;             /* WS_FILE, WS_COMMIT, WS_STATUS */
+    ws_file *piece;           /* WS_FILE */
+    int writable;
+    char text[1200];          /* WS_STATUS: the status when opened */
+    size_t len;
+} wfile;
+
+fuse_ino_t wops_ino(const ws_save *w, uint32_t node)
+{
+    return WOPS_INO_BIT | (fuse_ino_t)ws_save_id(w) << 32 | node;
+}
+
+int wops_resolve(fs_ctx *c, fuse_ino_t ino, ws_save **w, uint32_t *node)
+{
+    if (!c->ws || !wops_is_ino(ino))
+        return -ESTALE;
+    *w = ws_set_by_id(c->ws, (uint32_t)((ino & ~WOPS_INO_BIT) >> 32));
+    *node = (uint32_t)ino;
+    return *w ? 0 : -ESTALE;
+}
+
+static pid_t caller(fuse_req_t req)
+{
+    return fuse_req_ctx(req)->pid;
+}
+
+/* Logs err's message (or strerror) and answers rc. */
+static void reply_fail(fuse_req_t req, int rc, const ckpt_error *err)
+{
+    fuse_log(FUSE_LOG_ERR, "ckptfs: %s\n",
+             err && err->msg[0] ? err->msg : strerror(-rc));
+    fuse_reply_err(req, -rc);
+}
+
+int wops_stat(ws_save *w, uint32_t node, struct stat *st)
+{
+    ws_stat ws;
+    int rc = ws_stat_node(w, node, &ws);
+    if (rc)
+        return rc;
+    memset(st, 0, sizeof *st);
+    st->st_ino = wops_ino(w, node);
+    st->st_uid = getuid();
+    st->st_gid = getgid();
+    st->st_atim = st->st_mtim = st->st_ctim = ws.mtime;
+    st->st_blksize = BLKSIZE;
+    switch (ws.kind) {
+    case WS_DIR:
+        st->st_mode = S_IFDIR | 0755;
+        st->st_nlink = 2 + ws.nsubdirs;
+        break;
+    case WS_FILE:
+        st->st_mode = S_IFREG | 0644;
+        st->st_nlink = 1;
+        st->st_size = (off_t)ws.size;
+        st->st_blocks = (blkcnt_t)((ws.size + 511) / 512);
+        break;
+    case WS_COMMIT:
+        st->st_mode = S_IFREG | 0200;
+        st->st_nlink = 1;
+        break;
+    default:
+        st->st_mode = S_IFREG | 0444;
+        st->st_nlink = 1;
+        st->st_size = 4096;      /* read with direct I/O: up to EOF */
+        break;
+    }
+    return 0;
+}
+
+/* Nothing of a save is cached: it changes, and it turns into a committed
+ * checkpoint. */
+static void reply_node(fuse_req_t req, ws_save *w, uint32_t node)
+{
+    struct fuse_entry_param e;
+    memset(&e, 0, sizeof e);
+    int rc = wops_stat(w, node, &e.attr);
+    if (rc) {
+        fuse_reply_err(req, -rc);
+        return;
+    }
+    e.ino = e.attr.st_ino;
+    fuse_reply_entry(req, &e);
+}
+
+int wops_lookup_root(fs_ctx *c, fuse_req_t req, const char *name)
+{
+    ws_save *w = c->ws ? ws_set_find(c->ws, name) : NULL;
+    if (!w)
+        return -ENOENT;
+    if (ws_save_committed(w))
+        return -EAGAIN;
+    reply_node(req, w, WS_ROOT);
+    return 0;
+}
+
+void wops_mkdir_root(fs_ctx *c, fuse_req_t req, const char *name)
+{
+    ws_save *w;
+    ckpt_error err = { 0 };
+    int rc = ws_set_create(c->ws, name, &w, &err);
+    if (rc == -EEXIST) {
+        fuse_reply_err(req, EEXIST);    /* expected: every rank mkdirs */
+        return;
+    }
+    if (rc)
+        reply_fail(req, rc, &err);
+    else
+        reply_node(req, w, WS_ROOT);
+}
+
+void wops_lookup(fuse_req_t req, ws_save *w, uint32_t dir, const char *name)
+{
+    uint32_t node;
+    int rc = ws_lookup(w, dir, name, &node);
+    if (rc)
+        fuse_reply_err(req, -rc);
+    else
+        reply_node(req, w, node);
+}
+
+void wops_getattr(fuse_req_t req, ws_save *w, uint32_t node)
+{
+    struct stat st;
+    int rc = wops_stat(w, node, &st);
+    if (rc)
+        fuse_reply_err(req, -rc);
+    else
+        fuse_reply_attr(req, &st, 0.0);
+}
+
+/* Truncation to 0 (O_TRUNC, `>`), times and modes are accepted and
+ * change nothing: each open for writing starts a piece anyway. */
+void wops_setattr(fuse_req_t req, ws_save *w, uint32_t node,
+                  const struct stat *attr, int to_set)
+{
+    struct stat st;
+    int rc = wops_stat(w, node, &st);
+    if (rc == 0 && (to_set & FUSE_SET_ATTR_SIZE) && attr->st_size != 0) {
+        ckpt_error err = { 0 };
+        rc = -EINVAL;
+        snprintf(err.msg, sizeof err.msg, "a file of a save in progress can "
+                 "only be truncated to 0 (each open writes one piece)");
+        reply_fail(req, rc, &err);
+        return;
+    }
+    if (rc)
+        fuse_reply_err(req, -rc);
+    else
+        fuse_reply_attr(req, &st, 0.0);
+}
+
+void wops_mkdir(fuse_req_t req, ws_save *w, uint32_t dir, const char *name)
+{
+    uint32_t node;
+    ckpt_error err = { 0 };
+    int rc = ws_mkdir(w, dir, name, &node, &err);
+    if (rc == -EEXIST)
+        fuse_reply_err(req, EEXIST);
+    else if (rc)
+        reply_fail(req, rc, &err);
+    else
+        reply_node(req, w, node);
+}
+
+void wops_readdir(fuse_req_t req, ws_save *w, uint32_t dir, size_t size,
+                  off_t off, int plus)
+{
+    char *buf = malloc(size ? size : 1);
+    if (!buf) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    size_t pos = 0;
+    int rc = 0;
+    for (size_t i = off < 0 ? 0 : (size_t)off;; i++) {
+        char name[256];
+        uint32_t node = i == 0 ? dir : ws_parent(w, dir);
+        if (i >= 2)
+            rc = ws_child_at(w, dir, i - 2, &node, name, sizeof name);
+        else
+            snprintf(name, sizeof name, "%s", i ? ".." : ".");
+        struct fuse_entry_param e;
+        memset(&e, 0, sizeof e);
+        if (rc == 0)
+            rc = wops_stat(w, node, &e.attr);
+        if (rc)
+            break;
+        size_t add;
+        if (plus) {
+            if (i >= 2)
+                e.ino = e.attr.st_ino;
+            add = fuse_add_direntry_plus(req, buf + pos, size - pos, name,
+                                         &e, (off_t)(i + 1));
+        } else {
+            add = fuse_add_direntry(req, buf + pos, size - pos, name,
+                                    &e.attr, (off_t)(i + 1));
+        }
+        if (add > size - pos)
+            break;
+        pos += add;
+    }
+    if (rc < 0)
+        fuse_reply_err(req, -rc);
+    else
+        fuse_reply_buf(req, buf, pos);
+    free(buf);
+}
+
+/* Opens node for the request's process; replies. */
+static void open_node(fs_ctx *c, fuse_req_t req, ws_save *w, uint32_t node,
+                      struct fuse_file_info *fi, int created)
+{
+    ws_stat ws;
+    ckpt_error err = { 0 };
+    int rc = ws_stat_node(w, node, &ws);
+    int writing = (fi->flags & O_ACCMODE) != O_RDONLY;
+    if (rc == 0 && ws.kind == WS_DIR)
+        rc = -EISDIR;
+    else if (rc == 0 && ws.kind == WS_STATUS && writing)
+        rc = -EACCES;
+    else if (rc == 0 && ws.kind == WS_FILE && !writing) {
+        rc = -EBUSY;
+        snprintf(err.msg, sizeof err.msg, "%s: a file of a save in progress "
+                 "is written, not read, until the save is committed",
+                 ws_save_name(w));
+    }
+    wfile *h = rc ? NULL : calloc(1, sizeof *h);
+    if (rc == 0 && !h)
+        rc = -ENOMEM;
+    if (rc == 0) {
+        h->w = w;
+        h->kind = ws.kind;
+        h->writable = writing;
+        if (ws.kind == WS_FILE)
+            rc = ws_open(w, node, caller(req), &h->piece, &err);
+        else if (ws.kind == WS_STATUS)
+            h->len = (size_t)ws_status(w, h->text, sizeof h->text);
+        if (h->len >= sizeof h->text)
+            h->len = sizeof h->text - 1;
+    }
+    if (rc) {
+        free(h);
+        reply_fail(req, rc, &err);
+        return;
+    }
+    ops_handle_add(c, &h->link, OPS_H_WRITE);
+    fi->fh = (uint64_t)(uintptr_t)h;
+    fi->direct_io = 1;       /* pieces stream through; status is fresh */
+    if (!created) {
+        fuse_reply_open(req, fi);
+        return;
+    }
+    struct fuse_entry_param e;
+    memset(&e, 0, sizeof e);
+    wops_stat(w, node, &e.attr);
+    e.ino = e.attr.st_ino;
+    fuse_reply_create(req, &e, fi);
+}
+
+void wops_open(fs_ctx *c, fuse_req_t req, ws_save *w, uint32_t node,
+               struct fuse_file_info *fi)
+{
+    open_node(c, req, w, node, fi, 0);
+}
+
+void wops_create(fs_ctx *c, fuse_req_t req, ws_save *w, uint32_t dir,
+                 const char *name, struct fuse_file_info *fi)
+{
+    uint32_t node;
+    int created;
+    ckpt_error err = { 0 };
+    int rc = ws_mkfile(w, dir, name, &node, &created, &err);
+    if (rc == 0 && !created && (fi->flags & O_EXCL))
+        rc = -EEXIST;
+    if (rc)
+        reply_fail(req, rc, &err);
+    else
+        open_node(c, req, w, node, fi, 1);
+}
+
+void wops_read(fuse_req_t req, ops_handle *hh, size_t size, off_t off)
+{
+    wfile *h = (wfile *)hh;
+    if (h->kind != WS_STATUS || off < 0) {
+        fuse_reply_buf(req, NULL, 0);    /* commit reads empty */
+        return;
+    }
+    char text[sizeof h->text];
+    size_t o = (size_t)off < h->len ? (size_t)off : h->len;
+    size_t n = h->len - o < size ? h->len - o : size;
+    memcpy(text, h->text + o, n);        /* h may go once replied */
+    fuse_reply_buf(req, text, n);
+}
+
+void wops_write(fuse_req_t req, ops_handle *hh, const char *buf, size_t size,
+                off_t off)
+{
+    wfile *h = (wfile *)hh;
+    ckpt_error err = { 0 };
+    int rc;
+    if (h->kind == WS_COMMIT) {
+        rc = ws_commit_ranks(h->w, buf, size, &err);
+        if (rc && rc != -EINVAL)
+            rc = -EIO;                   /* the commit itself failed */
+    } else if (h->kind == WS_FILE) {
+        rc = off < 0 ? -EINVAL : ws_write(h->piece, caller(req), buf, size,
+                                          (uint64_t)off, &err);
+    } else {
+        rc = -EBADF;
+    }
+    if (rc)
+        reply_fail(req, rc, &err);
+    else
+        fuse_reply_write(req, size);
+}
+
+void wops_flush(fuse_req_t req, ops_handle *hh)
+{
+    wfile *h = (wfile *)hh;
+    ckpt_error err = { 0 };
+    int rc = h->piece ? ws_close(h->piece, &err) : 0;
+    if (rc)
+        reply_fail(req, rc, &err);
+    else
+        fuse_reply_err(req, 0);
+}
+
+void wops_handle_free(ops_handle *hh)
+{
+    wfile *h = (wfile *)hh;
+    ws_release(h->piece);
+    free(h);
+}
+
+void wops_release(fs_ctx *c, fuse_req_t req, ops_handle *hh)
+{
+    ops_handle_remove(c, hh);
+    wops_handle_free(hh);
+    fuse_reply_err(req, 0);
+}
+
+void wops_setxattr(fuse_req_t req, ws_save *w, uint32_t node,
+                   const char *name, const char *value, size_t size)
+{
+    ckpt_error err = { 0 };
+    int rc = ws_setxattr(w, node, caller(req), name, value, size, &err);
+    if (rc)
+        reply_fail(req, rc, &err);
+    else
+        fuse_reply_err(req, 0);
+}
+
+/* Replies with the n bytes at val to a request for size bytes. */
+static void reply_sized(fuse_req_t req, const char *val, int n, size_t size)
+{
+    if (n < 0)
+        fuse_reply_err(req, -n);
+    else if (size == 0)
+        fuse_reply_xattr(req, (size_t)n);
+    else if (size < (size_t)n)
+        fuse_reply_err(req, ERANGE);
+    else
+        fuse_reply_buf(req, val, (size_t)n);
+}
+
+void wops_getxattr(fuse_req_t req, ws_save *w, uint32_t node,
+                   const char *name, size_t size)
+{
+    char buf[1100];
+    int n = ws_getxattr(w, node, caller(req), name, buf, sizeof buf);
+    reply_sized(req, buf, n < (int)sizeof buf ? n : -ERANGE, size);
+}
+
+void wops_listxattr(fuse_req_t req, ws_save *w, uint32_t node, size_t size)
+{
+    char buf[256];
+    int n = ws_listxattr(w, node, caller(req), buf, sizeof buf);
+    reply_sized(req, buf, n < (int)sizeof buf ? n : -ERANGE, size);
+}

@@ -1,0 +1,1034 @@
+/*
+ * wsave.c - saves in progress served by a writable mount: namespace,
+ * piece attributes, the writer pool and open pieces, and the commit
+ * (see wsave.h).
+ *
+ * Locking: each save's `mu` guards its nodes, attributes, writer pool and
+ * state; a file's own stream calls run without it (each open piece owns a
+ * writer while it streams).  The set's `mu` guards the save table.
+ */
+#include "wsave.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fuse3/fuse_log.h>
+
+#include "error.h"
+#include "fileio.h"
+#include "names.h"
+#include "pattr.h"
+#include "rendezvous.h"
+#include "shape.h"
+
+#define META_PREFIX "user.ckpt.meta."
+#define TENSOR_SUFFIX ".tensor"
+#define NAME_MAX_LEN 255
+#define HASH_EMPTY UINT32_MAX
+
+/* Attributes one process set on a file. */
+typedef struct overlay {
+    struct overlay *next;
+    pid_t pid;
+    pattr a;
+} overlay;
+
+typedef struct ws_node {
+    char *name;
+    uint32_t parent;
+    uint32_t hnext;            /* next in its hash bucket */
+    uint8_t kind;              /* ws_kind */
+    uint32_t *kids;            /* WS_DIR: children, creation order */
+    uint32_t nkids, capkids, nsubdirs;
+    uint64_t size;             /* WS_FILE: largest piece received */
+    pattr shared;              /* WS_FILE: the last values anyone set */
+    overlay *own;              /* WS_FILE: per process */
+    struct timespec mtime;
+} ws_node;
+
+typedef struct kv {
+    char *key, *value;
+} kv;
+
+struct ws_save {
+    ws_set *set;
+    uint32_t id;
+    char *name;
+    char *path;
+    pthread_mutex_t mu;
+    ws_node *nodes;
+    uint32_t n, cap;
+    uint32_t *buckets;         /* hash of (parent, name) */
+    uint32_t nbuckets;
+    ckpt_writer **idle;        /* writers between pieces */
+    size_t nidle, capidle;
+    unsigned next_writer;
+    int committed;
+    kv *meta;                  /* user.ckpt.meta.* set through this mount */
+    size_t nmeta;
+};
+
+struct ws_set {
+    char *root;
+    int world;
+    ckpt_write_opts wo;
+    char prefix[96];           /* writer names: <prefix>-<save>-<k> */
+    pthread_mutex_t mu;
+    ws_save **v;               /* by id - 1 */
+    size_t n, cap;
+};
+
+struct ws_file {
+    ws_save *w;
+    uint32_t node;
+    pid_t opener;
+    char *fqn;
+    pattr_piece piece;
+    uint64_t bound;            /* bytes the piece may hold at most */
+    uint64_t received;
+    ckpt_writer *writer;       /* while streaming */
+    ckpt_stream *stream;
+    int started, done;
+    int rc;                    /* the piece's error, sticky */
+    ckpt_error err;
+};
+
+/* ------------------------------------------------------------ nodes */
+
+static uint32_t hash_key(uint32_t parent, const char *name)
+{
+    uint32_t h = 2166136261u ^ parent;
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        h = (h ^ *p) * 16777619u;
+    return h;
+}
+
+static int rehash(ws_save *w, uint32_t nb)
+{
+    uint32_t *b = malloc(nb * sizeof *b);
+    if (!b)
+        return -ENOMEM;
+    for (uint32_t i = 0; i < nb; i++)
+        b[i] = HASH_EMPTY;
+    for (uint32_t i = 1; i < w->n; i++) {
+        uint32_t h = hash_key(w->nodes[i].parent, w->nodes[i].name) % nb;
+        w->nodes[i].hnext = b[h];
+        b[h] = i;
+    }
+    free(w->buckets);
+    w->buckets = b;
+    w->nbuckets = nb;
+    return 0;
+}
+
+static long find_child(const ws_save *w, uint32_t dir, const char *name)
+{
+    uint32_t h = hash_key(dir, name) % w->nbuckets;
+    for (uint32_t i = w->buckets[h]; i != HASH_EMPTY; i = w->nodes[i].hnext)
+        if (w->nodes[i].parent == dir && strcmp(w->nodes[i].name, name) == 0)
+            return i;
+    return -ENOENT;
+}
+
+/* Adds node `name` of kind under dir (which must be a directory). */
+static long add_node(ws_save *w, uint32_t dir, const char *name,
+                     ws_kind kind)
+{
+    if (w->n == UINT32_MAX - 1)
+        return -EOVERFLOW;
+    if (w->n == w->cap) {
+        uint32_t cap = w->cap ? w->cap * 2 : 64;
+        ws_node *v = realloc(w->nodes, cap * sizeof *v);
+        if (!v)
+            return -ENOMEM;
+        w->nodes = v;
+        w->cap = cap;
+    }
+    ws_node *d = &w->nodes[dir];
+    if (w->n > 0 && d->nkids == d->capkids) {
+        uint32_t cap = d->capkids ? d->capkids * 2 : 8;
+        uint32_t *k = realloc(d->kids, cap * sizeof *k);
+        if (!k)
+            return -ENOMEM;
+        d->kids = k;
+        d->capkids = cap;
+    }
+    ws_node *x = &w->nodes[w->n];
+    memset(x, 0, sizeof *x);
+    if (!(x->name = strdup(name)))
+        return -ENOMEM;
+    x->parent = w->n ? dir : 0;
+    x->kind = (uint8_t)kind;
+    clock_gettime(CLOCK_REALTIME, &x->mtime);
+    uint32_t id = w->n++;
+    if (id == 0)
+        return 0;
+    d = &w->nodes[dir];
+    d->kids[d->nkids++] = id;
+    if (kind == WS_DIR)
+        d->nsubdirs++;
+    d->mtime = x->mtime;
+    uint32_t h = hash_key(dir, name) % w->nbuckets;
+    x->hnext = w->buckets[h];
+    w->buckets[h] = id;
+    if (w->n > w->nbuckets * 2)
+        (void)rehash(w, w->nbuckets * 4);   /* if not: only slower */
+    return id;
+}
+
+static void node_clear(ws_node *x)
+{
+    free(x->name);
+    free(x->kids);
+    while (x->own) {
+        overlay *o = x->own;
+        x->own = o->next;
+        free(o);
+    }
+}
+
+/* ------------------------------------------------------------ saves */
+
+static void save_free(ws_save *w)
+{
+    for (size_t i = 0; i < w->nidle; i++)
+        ckpt_writer_abort(w->idle[i]);
+    free(w->idle);
+    for (size_t i = 0; i < w->nmeta; i++) {
+        free(w->meta[i].key);
+        free(w->meta[i].value);
+    }
+    free(w->meta);
+    for (uint32_t i = 0; i < w->n; i++)
+        node_clear(&w->nodes[i]);
+    free(w->nodes);
+    free(w->buckets);
+    pthread_mutex_destroy(&w->mu);
+    free(w->name);
+    free(w->path);
+    free(w);
+}
+
+static ws_save *save_new(ws_set *s, const char *name, const char *path)
+{
+    ws_save *w = calloc(1, sizeof *w);
+    if (!w)
+        return NULL;
+    pthread_mutex_init(&w->mu, NULL);
+    w->set = s;
+    w->name = strdup(name);
+    w->path = strdup(path);
+    int ok = w->name && w->path && rehash(w, 64) == 0;
+    ok = ok && add_node(w, 0, "", WS_DIR) == 0;
+    long ctl = ok ? add_node(w, WS_ROOT, ".ckptfs", WS_DIR) : -1;
+    ok = ctl > 0 && add_node(w, (uint32_t)ctl, "commit", WS_COMMIT) > 0 &&
+         add_node(w, (uint32_t)ctl, "status", WS_STATUS) > 0;
+    if (!ok) {
+        save_free(w);
+        return NULL;
+    }
+    return w;
+}
+
+/* A name a checkpoint directory may have. */
+static int check_save_name(const char *name, ckpt_error *err)
+{
+    size_t n = strlen(name);
+    if (n == 0 || n > NAME_MAX_LEN || name[0] == '.' ||
+        strcmp(name, "latest") == 0 || strchr(name, '/'))
+        return ckpt_err(err, -EINVAL, "'%s' cannot name a checkpoint (not "
+                        "empty, not 'latest', no leading '.')", name);
+    return 0;
+}
+
+/* 1 when root/name is a save in progress (has .pending/, no index.db). */
+static int on_disk_pending(const char *path)
+{
+    char p[4096];
+    struct stat st;
+    if (ckpt_path_join(p, sizeof p, path, "index.db", NULL) != 0 ||
+        stat(p, &st) == 0)
+        return 0;
+    return ckpt_path_join(p, sizeof p, path, ".pending", NULL) == 0 &&
+           stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Adds a save object for root/name (under s->mu). */
+static ws_save *set_add(ws_set *s, const char *name, const char *path)
+{
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 8;
+        ws_save **v = realloc(s->v, cap * sizeof *v);
+        if (!v)
+            return NULL;
+        s->v = v;
+        s->cap = cap;
+    }
+    ws_save *w = save_new(s, name, path);
+    if (!w)
+        return NULL;
+    w->id = (uint32_t)s->n + 1;
+    s->v[s->n++] = w;
+    return w;
+}
+
+static ws_save *set_find_locked(ws_set *s, const char *name)
+{
+    for (size_t i = s->n; i-- > 0;)
+        if (strcmp(s->v[i]->name, name) == 0)
+            return s->v[i];
+    return NULL;
+}
+
+int ws_set_new(ws_set **out, const char *root, int world,
+               const ckpt_write_opts *wo, ckpt_error *err)
+{
+    *out = NULL;
+    ws_set *s = calloc(1, sizeof *s);
+    if (!s || !(s->root = strdup(root))) {
+        free(s);
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    s->world = world;
+    s->wo = *wo;
+    /* Unique among mounts sharing the root: host, process, start time. */
+    char host[64] = "host";
+    gethostname(host, sizeof host - 1);
+    host[sizeof host - 1] = '\0';
+    for (char *p = host; *p; p++)
+        if (!isalnum((unsigned char)*p) && *p != '-')
+            *p = '_';
+    host[40] = '\0';
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    snprintf(s->prefix, sizeof s->prefix, "%s-%ld-%06lx", host,
+             (long)getpid(),
+             (unsigned long)((now.tv_sec * 1000003L + now.tv_nsec) &
+                             0xffffff));
+    *out = s;
+    return 0;
+}
+
+void ws_set_free(ws_set *s)
+{
+    if (!s)
+        return;
+    for (size_t i = 0; i < s->n; i++)
+        save_free(s->v[i]);
+    free(s->v);
+    pthread_mutex_destroy(&s->mu);
+    free(s->root);
+    free(s);
+}
+
+int ws_set_world(const ws_set *s)
+{
+    return s->world;
+}
+
+ws_save *ws_set_find(ws_set *s, const char *name)
+{
+    if (check_save_name(name, NULL) != 0)
+        return NULL;
+    pthread_mutex_lock(&s->mu);
+    ws_save *w = set_find_locked(s, name);
+    if (!w) {
+        char path[4096];
+        if (ckpt_path_join(path, sizeof path, s->root, name, NULL) == 0 &&
+            on_disk_pending(path))
+            w = set_add(s, name, path);
+    }
+    pthread_mutex_unlock(&s->mu);
+    return w;
+}
+
+int ws_set_create(ws_set *s, const char *name, ws_save **out,
+                  ckpt_error *err)
+{
+    *out = NULL;
+    char path[4096], sub[4096];
+    int rc = check_save_name(name, err);
+    if (rc == 0)
+        rc = ckpt_path_join(path, sizeof path, s->root, name, err);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&s->mu);
+    ws_save *w = set_find_locked(s, name);
+    if (w) {
+        *out = w;
+        rc = -EEXIST;
+    } else if (mkdir(path, 0755) != 0) {
+        rc = -errno;
+        if (rc == -EEXIST && on_disk_pending(path))
+            *out = set_add(s, name, path);
+        ckpt_err(err, rc, "cannot create %s: %s", path, strerror(-rc));
+    } else {
+        /* Joiners make these too, so either order of arrival works. */
+        rc = ckpt_path_join(sub, sizeof sub, path, ".pending", err);
+        if (rc == 0 && mkdir(sub, 0755) != 0 && errno != EEXIST)
+            rc = ckpt_err_sys(err, -errno, "cannot create %s", sub);
+        if (rc == 0)
+            rc = ckpt_path_join(sub, sizeof sub, path, "data", err);
+        if (rc == 0 && mkdir(sub, 0755) != 0 && errno != EEXIST)
+            rc = ckpt_err_sys(err, -errno, "cannot create %s", sub);
+        if (rc == 0 && !(*out = set_add(s, name, path)))
+            rc = ckpt_err(err, -ENOMEM, "out of memory");
+    }
+    pthread_mutex_unlock(&s->mu);
+    return rc;
+}
+
+ws_save *ws_set_by_id(ws_set *s, uint32_t id)
+{
+    pthread_mutex_lock(&s->mu);
+    ws_save *w = id >= 1 && id <= s->n ? s->v[id - 1] : NULL;
+    pthread_mutex_unlock(&s->mu);
+    return w;
+}
+
+int ws_set_list(ws_set *s, ws_save ***out, size_t *n)
+{
+    pthread_mutex_lock(&s->mu);
+    *out = malloc((s->n ? s->n : 1) * sizeof **out);
+    *n = 0;
+    for (size_t i = 0; *out && i < s->n; i++)
+        if (!ws_save_committed(s->v[i]))
+            (*out)[(*n)++] = s->v[i];
+    pthread_mutex_unlock(&s->mu);
+    return *out ? 0 : -ENOMEM;
+}
+
+uint32_t ws_save_id(const ws_save *w)
+{
+    return w->id;
+}
+
+const char *ws_save_name(const ws_save *w)
+{
+    return w->name;
+}
+
+/* Drops the idle writers (under mu): their plans are history. */
+static void drop_idle(ws_save *w)
+{
+    for (size_t i = 0; i < w->nidle; i++)
+        ckpt_writer_abort(w->idle[i]);
+    w->nidle = 0;
+}
+
+int ws_save_committed(ws_save *w)
+{
+    pthread_mutex_lock(&w->mu);
+    int c = w->committed;
+    if (!c) {
+        char idx[4096];
+        struct stat st;
+        c = ckpt_path_join(idx, sizeof idx, w->path, "index.db", NULL) == 0
+            && stat(idx, &st) == 0;
+        if (c) {
+            w->committed = 1;
+            drop_idle(w);
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+    return c;
+}
+
+/* ------------------------------------------------------------ names */
+
+int ws_lookup(ws_save *w, uint32_t dir, const char *name, uint32_t *node)
+{
+    pthread_mutex_lock(&w->mu);
+    long i = dir >= w->n ? -ESTALE
+             : w->nodes[dir].kind != WS_DIR ? -ENOTDIR
+             : find_child(w, dir, name);
+    pthread_mutex_unlock(&w->mu);
+    if (i < 0)
+        return (int)i;
+    *node = (uint32_t)i;
+    return 0;
+}
+
+int ws_stat_node(ws_save *w, uint32_t node, ws_stat *st)
+{
+    pthread_mutex_lock(&w->mu);
+    int rc = node < w->n ? 0 : -ESTALE;
+    if (rc == 0) {
+        const ws_node *x = &w->nodes[node];
+        *st = (ws_stat){ .kind = (ws_kind)x->kind, .size = x->size,
+                         .nsubdirs = x->nsubdirs, .mtime = x->mtime };
+    }
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+int ws_child_at(ws_save *w, uint32_t dir, size_t k, uint32_t *node,
+                char *name, size_t cap)
+{
+    pthread_mutex_lock(&w->mu);
+    int rc = dir >= w->n ? -ESTALE
+             : w->nodes[dir].kind != WS_DIR ? -ENOTDIR
+             : k >= w->nodes[dir].nkids ? 1 : 0;
+    if (rc == 0) {
+        *node = w->nodes[dir].kids[k];
+        snprintf(name, cap, "%s", w->nodes[*node].name);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+uint32_t ws_parent(ws_save *w, uint32_t node)
+{
+    pthread_mutex_lock(&w->mu);
+    uint32_t p = node < w->n ? w->nodes[node].parent : 0;
+    pthread_mutex_unlock(&w->mu);
+    return p;
+}
+
+/* Path of node into out (under mu). */
+static int path_locked(const ws_save *w, uint32_t node, char *out,
+                       size_t cap)
+{
+    if (node == WS_ROOT || node >= w->n) {
+        if (cap)
+            out[0] = '\0';
+        return 0;
+    }
+    const ws_node *x = &w->nodes[node];
+    int n = path_locked(w, x->parent, out, cap);
+    size_t at = (size_t)n < cap ? (size_t)n : cap;
+    int m = snprintf(out + at, cap - at, "%s%s", n ? "/" : "", x->name);
+    return n + m;
+}
+
+int ws_path(ws_save *w, uint32_t node, char *out, size_t cap)
+{
+    pthread_mutex_lock(&w->mu);
+    int n = path_locked(w, node, out, cap);
+    pthread_mutex_unlock(&w->mu);
+    return n;
+}
+
+/* A component a tensor path may have: an escaped FQN component, plus
+ * ".tensor" for a file. */
+static int check_component(const char *name, int is_file, ckpt_error *err)
+{
+    char buf[NAME_MAX_LEN + 1], dec[NAME_MAX_LEN + 1];
+    size_t n = strlen(name), sl = strlen(TENSOR_SUFFIX);
+    if (n > NAME_MAX_LEN)
+        return ckpt_err(err, -ENAMETOOLONG, "'%s' is too long", name);
+    memcpy(buf, name, n + 1);
+    if (is_file && n > sl && strcmp(buf + n - sl, TENSOR_SUFFIX) == 0)
+        buf[n - sl] = '\0';
+    if (names_unescape(buf, dec, sizeof dec) < 0)
+        return ckpt_err(err, -EINVAL, "'%s' is not a name a tensor path may "
+                        "hold: no '.' (FQN a.b.c is the file a/b/c), '%%XX' "
+                        "escapes as docs/MOUNT.md says", name);
+    return 0;
+}
+
+static int make_node(ws_save *w, uint32_t dir, const char *name, ws_kind k,
+                     uint32_t *node, int *created, ckpt_error *err)
+{
+    if (created)
+        *created = 0;
+    int rc = check_component(name, k == WS_FILE, err);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&w->mu);
+    long i = dir >= w->n ? -ESTALE
+             : w->nodes[dir].kind != WS_DIR ? -ENOTDIR
+             : find_child(w, dir, name);
+    int inside_ctl = dir != WS_ROOT && dir < w->n &&
+                     w->nodes[dir].parent == WS_ROOT &&
+                     strcmp(w->nodes[dir].name, ".ckptfs") == 0;
+    if (inside_ctl)
+        rc = ckpt_err(err, -EACCES, ".ckptfs holds only commit and status");
+    else if (w->committed)
+        rc = ckpt_err(err, -EROFS, "%s is committed: it is read-only",
+                      w->path);
+    else if (i >= 0 && (k == WS_DIR || w->nodes[i].kind != WS_FILE))
+        rc = ckpt_err(err, -EEXIST, "'%s' exists", name);
+    else if (i >= 0)
+        *node = (uint32_t)i;
+    else if (i != -ENOENT)
+        rc = (int)i;
+    else if ((i = add_node(w, dir, name, k)) < 0)
+        rc = ckpt_err(err, (int)i, "out of memory");
+    else if ((*node = (uint32_t)i), created)
+        *created = 1;
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+int ws_mkdir(ws_save *w, uint32_t dir, const char *name, uint32_t *node,
+             ckpt_error *err)
+{
+    return make_node(w, dir, name, WS_DIR, node, NULL, err);
+}
+
+int ws_mkfile(ws_save *w, uint32_t dir, const char *name, uint32_t *node,
+              int *created, ckpt_error *err)
+{
+    return make_node(w, dir, name, WS_FILE, node, created, err);
+}
+
+/* The FQN of file node (under mu): its path with ".tensor" dropped. */
+static int fqn_locked(const ws_save *w, uint32_t node, char **out,
+                      ckpt_error *err)
+{
+    char path[8192], fqn[8192];
+    int n = path_locked(w, node, path, sizeof path);
+    size_t sl = strlen(TENSOR_SUFFIX);
+    if (n < 0 || (size_t)n >= sizeof path)
+        return ckpt_err(err, -ENAMETOOLONG, "path too long");
+    if ((size_t)n > sl && strcmp(path + n - sl, TENSOR_SUFFIX) == 0)
+        path[n - sl] = '\0';
+    ssize_t m = names_path_to_fqn(path, fqn, sizeof fqn);
+    if (m < 0)
+        return ckpt_err(err, (int)m, "'%s' is not a tensor path", path);
+    if (!(*out = strdup(fqn)))
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    return 0;
+}
+
+/* ------------------------------------------------------------ attributes */
+
+static overlay *own_attrs(ws_node *x, pid_t pid)
+{
+    for (overlay *o = x->own; o; o = o->next)
+        if (o->pid == pid)
+            return o;
+    return NULL;
+}
+
+/* The attributes a piece written by pid takes (under mu). */
+static const pattr *attrs_for(ws_node *x, pid_t pid, pid_t opener)
+{
+    overlay *o = own_attrs(x, pid);
+    if (!o)
+        o = own_attrs(x, opener);
+    return o ? &o->a : x->shared.set ? &x->shared : NULL;
+}
+
+static void drop_own(ws_node *x, const pattr *a)
+{
+    for (overlay **p = &x->own; *p; p = &(*p)->next)
+        if (&(*p)->a == a) {
+            overlay *o = *p;
+            *p = o->next;
+            free(o);
+            return;
+        }
+}
+
+/* Keeps a meta key in a writer's plan: any idle writer (or a new one)
+ * carries it to the commit. */
+static int take_writer(ws_save *w, ckpt_writer **out, ckpt_error *err);
+static void give_writer(ws_save *w, ckpt_writer *wr, int ok);
+
+/* Keeps key=value for getxattr (the plans hold what commits). */
+static int remember_meta(ws_save *w, const char *key, const char *value,
+                         ckpt_error *err)
+{
+    int rc = 0;
+    pthread_mutex_lock(&w->mu);
+    size_t i = 0;
+    while (i < w->nmeta && strcmp(w->meta[i].key, key) != 0)
+        i++;
+    char *val = strdup(value);
+    if (!val) {
+        rc = -ENOMEM;
+    } else if (i < w->nmeta) {
+        free(w->meta[i].value);
+        w->meta[i].value = val;
+    } else {
+        kv *v = realloc(w->meta, (i + 1) * sizeof *v);
+        char *k = strdup(key);
+        if (v)
+            w->meta = v;
+        if (!v || !k) {
+            free(k);
+            free(val);
+            rc = -ENOMEM;
+        } else {
+            v[i] = (kv){ k, val };
+            w->nmeta++;
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+    return rc ? ckpt_err(err, rc, "out of memory") : 0;
+}
+
+static int set_meta(ws_save *w, const char *key, const char *value,
+                    size_t len, ckpt_error *err)
+{
+    char v[1024];
+    if (len >= sizeof v || memchr(value, '\0', len))
+        return ckpt_err(err, -EINVAL, "user.ckpt.meta.%s: the value must be "
+                        "text of less than %zu bytes", key, sizeof v);
+    memcpy(v, value, len);
+    v[len] = '\0';
+    ckpt_writer *wr;
+    int rc = take_writer(w, &wr, err);
+    if (rc)
+        return rc;
+    rc = ckpt_writer_set_meta(wr, key, v, err);
+    if (rc == 0)
+        rc = ckpt_writer_flush(wr, err);
+    give_writer(w, wr, rc == 0);
+    return rc ? rc : remember_meta(w, key, v, err);
+}
+
+int ws_setxattr(ws_save *w, uint32_t node, pid_t pid, const char *name,
+                const char *value, size_t len, ckpt_error *err)
+{
+    size_t pl = strlen(META_PREFIX);
+    if (node == WS_ROOT && strncmp(name, META_PREFIX, pl) == 0 &&
+        name[pl])
+        return set_meta(w, name + pl, value, len, err);
+    unsigned key = pattr_key(name);
+    if (!key)
+        return ckpt_err(err, -ENOTSUP, "attribute '%s' is not one ckptfs "
+                        "keeps (user.ckpt.dtype, .shape, .offsets, .sizes; "
+                        "user.ckpt.meta.KEY on the checkpoint)", name);
+    pthread_mutex_lock(&w->mu);
+    int rc = 0;
+    ws_node *x = node < w->n ? &w->nodes[node] : NULL;
+    if (!x || x->kind != WS_FILE)
+        rc = ckpt_err(err, -ENOTSUP, "%s is set on tensor files only", name);
+    overlay *o = rc ? NULL : own_attrs(x, pid);
+    if (rc == 0 && !o) {
+        if (!(o = calloc(1, sizeof *o))) {
+            rc = ckpt_err(err, -ENOMEM, "out of memory");
+        } else {
+            o->pid = pid;
+            o->next = x->own;
+            x->own = o;
+        }
+    }
+    if (rc == 0)
+        rc = pattr_set(&o->a, key, value, len, err);
+    /* The file's default follows, unless the value clashes there (two
+     * processes' pieces of different ranks): then only pid's copy. */
+    if (rc == 0)
+        (void)pattr_set(&x->shared, key, value, len, NULL);
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+static int meta_value(ws_save *w, const char *key, char *buf, size_t cap)
+{
+    pthread_mutex_lock(&w->mu);
+    int rc = -ENODATA;
+    for (size_t i = 0; i < w->nmeta; i++)
+        if (strcmp(w->meta[i].key, key) == 0)
+            rc = snprintf(buf, cap, "%s", w->meta[i].value);
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+int ws_getxattr(ws_save *w, uint32_t node, pid_t pid, const char *name,
+                char *buf, size_t cap)
+{
+    if (node == WS_ROOT && strncmp(name, META_PREFIX,
+                                   strlen(META_PREFIX)) == 0)
+        return meta_value(w, name + strlen(META_PREFIX), buf, cap);
+    unsigned key = pattr_key(name);
+    pthread_mutex_lock(&w->mu);
+    ws_node *x = node < w->n ? &w->nodes[node] : NULL;
+    int rc = -ENODATA;
+    if (key && x && x->kind == WS_FILE) {
+        const pattr *a = attrs_for(x, pid, pid);
+        rc = a ? pattr_get(a, key, buf, cap) : -ENODATA;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+int ws_listxattr(ws_save *w, uint32_t node, pid_t pid, char *buf,
+                 size_t cap)
+{
+    size_t len = 0;
+    pthread_mutex_lock(&w->mu);
+    ws_node *x = node < w->n ? &w->nodes[node] : NULL;
+    const pattr *a = x && x->kind == WS_FILE ? attrs_for(x, pid, pid) : NULL;
+    for (unsigned i = 0; a && i < 4; i++) {
+        if (!(a->set & (1u << i)))
+            continue;
+        size_t n = strlen(pattr_names[i]) + 1;
+        if (len + n <= cap)
+            memcpy(buf + len, pattr_names[i], n);
+        len += n;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return (int)len;
+}
+
+/* ------------------------------------------------------------ writers */
+
+static int take_writer(ws_save *w, ckpt_writer **out, ckpt_error *err)
+{
+    pthread_mutex_lock(&w->mu);
+    if (w->committed) {
+        pthread_mutex_unlock(&w->mu);
+        return ckpt_err(err, -EROFS, "%s is committed: it is read-only",
+                        w->path);
+    }
+    if (w->nidle) {
+        *out = w->idle[--w->nidle];
+        pthread_mutex_unlock(&w->mu);
+        return 0;
+    }
+    char name[160];
+    snprintf(name, sizeof name, "%s-%u", w->set->prefix, w->next_writer++);
+    pthread_mutex_unlock(&w->mu);
+    return ckpt_writer_open(out, w->path, name, &w->set->wo, err);
+}
+
+/* Returns a writer to the pool, or drops it when it failed (its durable
+ * pieces stay in its plan). */
+static void give_writer(ws_save *w, ckpt_writer *wr, int ok)
+{
+    pthread_mutex_lock(&w->mu);
+    if (ok && !w->committed && w->nidle == w->capidle) {
+        size_t cap = w->capidle ? w->capidle * 2 : 8;
+        ckpt_writer **v = realloc(w->idle, cap * sizeof *v);
+        if (v) {
+            w->idle = v;
+            w->capidle = cap;
+        }
+    }
+    if (ok && !w->committed && w->nidle < w->capidle) {
+        w->idle[w->nidle++] = wr;
+        wr = NULL;
+    }
+    pthread_mutex_unlock(&w->mu);
+    ckpt_writer_abort(wr);
+}
+
+/* ------------------------------------------------------------ pieces */
+
+int ws_open(ws_save *w, uint32_t node, pid_t pid, ws_file **out,
+            ckpt_error *err)
+{
+    *out = NULL;
+    ws_file *f = calloc(1, sizeof *f);
+    if (!f)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    f->w = w;
+    f->node = node;
+    f->opener = pid;
+    pthread_mutex_lock(&w->mu);
+    int rc = node < w->n && w->nodes[node].kind == WS_FILE ? 0 : -EISDIR;
+    if (rc)
+        ckpt_err(err, rc, "not a tensor file");
+    else if (w->committed)
+        rc = ckpt_err(err, -EROFS, "%s is committed: it is read-only",
+                      w->path);
+    else
+        rc = fqn_locked(w, node, &f->fqn, err);
+    pthread_mutex_unlock(&w->mu);
+    if (rc) {
+        free(f->fqn);
+        free(f);
+        return rc;
+    }
+    *out = f;
+    return 0;
+}
+
+static int fail(ws_file *f, int rc, const ckpt_error *err)
+{
+    if (f->rc == 0) {
+        f->rc = rc;
+        if (err)
+            f->err = *err;
+    }
+    return f->rc;
+}
+
+/* Ends the stream (aborting it unless ok) and returns the writer. */
+static void finish_stream(ws_file *f, int ok)
+{
+    if (f->stream && !ok)
+        ckpt_stream_abort(f->stream);
+    f->stream = NULL;
+    if (f->writer) {
+        ckpt_error e = { 0 };
+        /* A writer whose shard broke is dropped: flush reports it. */
+        int good = ok || ckpt_writer_flush(f->writer, &e) == 0;
+        give_writer(f->w, f->writer, good);
+        f->writer = NULL;
+    }
+}
+
+/* Resolves the piece's attributes as pid set them (consuming pid's own
+ * copy) and begins its stream. */
+static int start_piece(ws_file *f, pid_t pid, ckpt_error *err)
+{
+    ws_save *w = f->w;
+    pthread_mutex_lock(&w->mu);
+    ws_node *x = &w->nodes[f->node];
+    const pattr *a = attrs_for(x, pid, f->opener);
+    int rc = pattr_resolve(a, f->fqn, &f->piece, err);
+    if (rc == 0 && a && a != &x->shared)
+        drop_own(x, a);
+    pthread_mutex_unlock(&w->mu);
+    ckpt_piece p;
+    pattr_to_piece(&f->piece, f->fqn, &p);
+    if (rc == 0)
+        rc = ckpt_shape_nbytes(p.dtype, p.ndim, p.sizes, &f->bound, f->fqn,
+                               err);
+    if (rc == 0)
+        rc = take_writer(w, &f->writer, err);
+    if (rc == 0)
+        rc = ckpt_writer_begin(f->writer, &p, &f->stream, err);
+    f->started = 1;
+    if (rc)
+        finish_stream(f, 0);
+    return rc;
+}
+
+int ws_write(ws_file *f, pid_t pid, const void *buf, size_t len,
+             uint64_t off, ckpt_error *err)
+{
+    if (f->rc || f->done)
+        return f->done ? ckpt_err(err, -EBADF, "piece already closed")
+                       : fail(f, f->rc, NULL);
+    int rc = 0;
+    if (off != f->received)
+        rc = ckpt_err(err, -EINVAL, "tensor '%s': write at offset %" PRIu64
+                      " but the piece's bytes so far end at %" PRIu64
+                      " (pieces are written sequentially)", f->fqn, off,
+                      f->received);
+    if (rc == 0 && !f->started)
+        rc = start_piece(f, pid, err);
+    if (rc == 0 && len > f->bound - f->received)
+        rc = ckpt_err(err, -EFBIG, "tensor '%s': the piece holds %" PRIu64
+                      " bytes; writing %zu at %" PRIu64 " goes past its end",
+                      f->fqn, f->bound, len, f->received);
+    if (rc == 0)
+        rc = ckpt_stream_write(f->stream, buf, len, err);
+    if (rc) {
+        finish_stream(f, 0);
+        return fail(f, rc, err);
+    }
+    f->received += len;
+    pthread_mutex_lock(&f->w->mu);
+    ws_node *x = &f->w->nodes[f->node];
+    if (x->size < f->received)
+        x->size = f->received;
+    clock_gettime(CLOCK_REALTIME, &x->mtime);
+    pthread_mutex_unlock(&f->w->mu);
+    return 0;
+}
+
+/* 1 when the attributes pid would use describe a piece of no bytes. */
+static int empty_piece_declared(ws_file *f, pid_t pid)
+{
+    pattr_piece p;
+    uint64_t n = 1;
+    pthread_mutex_lock(&f->w->mu);
+    const pattr *a = attrs_for(&f->w->nodes[f->node], pid, f->opener);
+    int rc = a && (a->set & PATTR_DTYPE) ?
+             pattr_resolve(a, f->fqn, &p, NULL) : -1;
+    pthread_mutex_unlock(&f->w->mu);
+    if (rc == 0 && p.infer == PATTR_EXACT)
+        (void)ckpt_shape_nbytes(p.dtype, p.ndim, p.sizes, &n, f->fqn, NULL);
+    return rc == 0 && p.infer == PATTR_EXACT && n == 0;
+}
+
+int ws_close(ws_file *f, ckpt_error *err)
+{
+    if (f->done)
+        return 0;
+    f->done = 1;
+    if (f->rc) {
+        if (err)
+            *err = f->err;
+        return f->rc;
+    }
+    int rc = 0;
+    if (!f->started) {
+        if (!empty_piece_declared(f, f->opener))
+            return 0;          /* opened and closed: nothing written */
+        rc = start_piece(f, f->opener, err);
+    }
+    if (rc == 0)
+        rc = pattr_finish(&f->piece, f->received, f->fqn, err);
+    ckpt_piece p;
+    pattr_to_piece(&f->piece, f->fqn, &p);
+    if (rc == 0) {
+        rc = ckpt_stream_end_as(f->stream, &p, err);
+        f->stream = NULL;      /* freed either way */
+    }
+    if (rc == 0)
+        rc = ckpt_writer_flush(f->writer, err);
+    finish_stream(f, rc == 0);
+    return rc ? fail(f, rc, err) : 0;
+}
+
+void ws_release(ws_file *f)
+{
+    if (!f)
+        return;
+    if (f->stream || f->writer)
+        finish_stream(f, 0);
+    free(f->fqn);
+    free(f);
+}
+
+/* ------------------------------------------------------------ commit */
+
+int ws_commit_ranks(ws_save *w, const char *text, size_t len,
+                    ckpt_error *err)
+{
+    char buf[4096];
+    if (len >= sizeof buf)
+        return ckpt_err(err, -EINVAL, "%s/.ckptfs/commit takes rank numbers "
+                        "(at most %zu bytes per write)", w->name,
+                        sizeof buf - 1);
+    memcpy(buf, text, len);
+    buf[len] = '\0';
+    int world = w->set->world, nranks = 0, complete = 0, rc = 0;
+    char *p = buf;
+    while (rc == 0) {
+        while (isspace((unsigned char)*p))
+            p++;
+        if (!*p)
+            break;
+        char *end;
+        errno = 0;
+        long r = strtol(p, &end, 10);
+        if (end == p || errno || (*end && !isspace((unsigned char)*end)) ||
+            r < INT32_MIN || r > INT32_MAX)
+            return ckpt_err(err, -EINVAL, "%s/.ckptfs/commit: '%s' is not a "
+                            "rank number", w->name, buf);
+        rc = rdv_mark(w->path, (int)r, world, &complete, err);
+        nranks++;
+        p = end;
+    }
+    if (rc == 0 && nranks == 0)
+        rc = ckpt_err(err, -EINVAL, "%s/.ckptfs/commit: write a rank number "
+                      "(0..%d)", w->name, world - 1);
+    if (rc == 0 && complete) {
+        rc = rdv_commit(w->path, world, err);
+        if (rc == 0)
+            (void)ws_save_committed(w);
+    }
+    return rc;
+}
+
+int ws_status(ws_save *w, char *buf, size_t cap)
+{
+    return rdv_status(w->path, w->set->world, buf, cap);
+}

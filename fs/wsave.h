@@ -1,0 +1,141 @@
+/*
+ * wsave.h - the saves in progress that one writable mount serves
+ * (docs/MOUNT.md, "Writing"): for each, the namespace its writers created
+ * through this mount (directories, tensor files, .ckptfs/commit and
+ * .ckptfs/status), the piece attributes set on its files, the writers
+ * (ckpt_writer, one shard each) that open files stream into, and the
+ * commit rendezvous.  No FUSE types: ops.c and wops.c translate.
+ *
+ * A save is a directory of the root with a .pending/ and no index.db.
+ * This mount starts one with ws_set_create (mkdir), or joins one that
+ * another mount started when it is looked up by name.  Node 0 is the
+ * save's directory; nodes are never removed, so their numbers can be
+ * part of inode numbers.  Everything here is thread-safe.
+ *
+ * Pieces: every open for writing is one piece, begun by its first write
+ * and recorded durably (shard synced, plan appended) by ws_close.  The
+ * attributes a piece takes are those its writing process set on the file
+ * (several ranks may write pieces of one file at once), or else the last
+ * ones anybody set (a shell's setfattr, then cat).
+ */
+#ifndef CKPTFS_FS_WSAVE_H
+#define CKPTFS_FS_WSAVE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "ckptfs.h"
+
+typedef struct ws_set ws_set;
+typedef struct ws_save ws_save;
+typedef struct ws_file ws_file;
+
+typedef enum ws_kind {
+    WS_DIR,
+    WS_FILE,
+    WS_COMMIT,          /* .ckptfs/commit: ranks write their numbers */
+    WS_STATUS           /* .ckptfs/status */
+} ws_kind;
+
+#define WS_ROOT 0u      /* the save's directory */
+
+typedef struct ws_stat {
+    ws_kind kind;
+    uint64_t size;      /* WS_FILE: bytes of the largest piece so far */
+    uint32_t nsubdirs;  /* WS_DIR */
+    struct timespec mtime;
+} ws_stat;
+
+/* Starts serving saves under root: world ranks commit each; writers
+ * stream with wo. */
+int ws_set_new(ws_set **out, const char *root, int world,
+               const ckpt_write_opts *wo, ckpt_error *err);
+/* Aborts every writer still open (their durable pieces stay on disk). */
+void ws_set_free(ws_set *s);
+int ws_set_world(const ws_set *s);
+
+/* The save named `name`: one of this mount's, or a save in progress on
+ * disk (joined now).  NULL when there is none. */
+ws_save *ws_set_find(ws_set *s, const char *name);
+/* Starts save `name` (mkdir).  -EEXIST when the name exists in the root
+ * (a save in progress is joined, so *out is set then too); -EINVAL for a
+ * name that cannot be a checkpoint's. */
+int ws_set_create(ws_set *s, const char *name, ws_save **out,
+                  ckpt_error *err);
+/* The save with id `id`, or NULL. */
+ws_save *ws_set_by_id(ws_set *s, uint32_t id);
+/* The saves of this mount not yet committed (a new array; free() it). */
+int ws_set_list(ws_set *s, ws_save ***out, size_t *n);
+
+uint32_t ws_save_id(const ws_save *w);
+const char *ws_save_name(const ws_save *w);
+/* 1 once committed (by this mount or another). */
+int ws_save_committed(ws_save *w);
+
+/* ------------------------------------------------------------ names */
+
+/* Child `name` of directory dir: 0 with *node, -ENOENT, -ENOTDIR. */
+int ws_lookup(ws_save *w, uint32_t dir, const char *name, uint32_t *node);
+int ws_stat_node(ws_save *w, uint32_t node, ws_stat *st);
+/* The k-th child of dir (creation order): 0, 1 past the end, -ENOTDIR.
+ * Copies its name into name (cap bytes). */
+int ws_child_at(ws_save *w, uint32_t dir, size_t k, uint32_t *node,
+                char *name, size_t cap);
+/* The parent of node (the save's directory is its own). */
+uint32_t ws_parent(ws_save *w, uint32_t node);
+/* node's path relative to the save's directory ("" for it), like
+ * snprintf. */
+int ws_path(ws_save *w, uint32_t node, char *out, size_t cap);
+/* Makes directory `name` in dir (-EEXIST, -EINVAL for a name that is no
+ * FQN component, -EACCES inside .ckptfs). */
+int ws_mkdir(ws_save *w, uint32_t dir, const char *name, uint32_t *node,
+             ckpt_error *err);
+/* The tensor file `name` in dir, made if new (*created says which). */
+int ws_mkfile(ws_save *w, uint32_t dir, const char *name, uint32_t *node,
+              int *created, ckpt_error *err);
+
+/* ------------------------------------------------------------ attributes */
+
+/* Sets a piece attribute of a file (for process pid and as the file's
+ * default), or user.ckpt.meta.KEY of the save (on its directory).
+ * -EINVAL with a message for a value that does not parse or fit,
+ * -ENOTSUP for any other attribute name. */
+int ws_setxattr(ws_save *w, uint32_t node, pid_t pid, const char *name,
+                const char *value, size_t len, ckpt_error *err);
+/* Its value as pid sees it, like snprintf; -ENODATA when not set. */
+int ws_getxattr(ws_save *w, uint32_t node, pid_t pid, const char *name,
+                char *buf, size_t cap);
+/* The names of the attributes set (NUL-separated), like snprintf. */
+int ws_listxattr(ws_save *w, uint32_t node, pid_t pid, char *buf,
+                 size_t cap);
+
+/* ------------------------------------------------------------ pieces */
+
+/* Opens file `node` for writing one piece. */
+int ws_open(ws_save *w, uint32_t node, pid_t pid, ws_file **out,
+            ckpt_error *err);
+/* Writes at off, which must be where the previous write ended (-EINVAL
+ * otherwise); past the piece's end is -EFBIG.  Any error fails the piece
+ * for good. */
+int ws_write(ws_file *f, pid_t pid, const void *buf, size_t len,
+             uint64_t off, ckpt_error *err);
+/* The close: ends the piece and records it durably; a piece with no
+ * bytes written is not recorded (unless its attributes describe an empty
+ * one).  Reports the piece's error once; later calls return 0. */
+int ws_close(ws_file *f, ckpt_error *err);
+/* Frees f, abandoning a piece that was not closed. */
+void ws_release(ws_file *f);
+
+/* ------------------------------------------------------------ commit */
+
+/* A write to .ckptfs/commit: one or more rank numbers.  Returns once the
+ * ranks are recorded and, when they complete the set, the save is
+ * committed; the planner's error otherwise (-EINVAL, -EIO, ...). */
+int ws_commit_ranks(ws_save *w, const char *text, size_t len,
+                    ckpt_error *err);
+/* .ckptfs/status's content, like snprintf. */
+int ws_status(ws_save *w, char *buf, size_t cap);
+
+#endif

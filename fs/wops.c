@@ -321,8 +321,6 @@ void wops_write(fuse_req_t req, ops_handle *hh, const char *buf, size_t size,
     int rc;
     if (h->kind == WS_COMMIT) {
         rc = ws_commit_ranks(h->w, buf, size, &err);
-        if (rc && rc != -EINVAL)
-            rc = -EIO;                   /* the commit itself failed */
     } else if (h->kind == WS_FILE) {
         rc = off < 0 ? -EINVAL : ws_write(h->piece, caller(req), buf, size,
                                           (uint64_t)off, &err);

@@ -901,9 +901,15 @@ static int start_piece(ws_file *f, pid_t pid, ckpt_error *err)
 int ws_write(ws_file *f, pid_t pid, const void *buf, size_t len,
              uint64_t off, ckpt_error *err)
 {
-    if (f->rc || f->done)
-        return f->done ? ckpt_err(err, -EBADF, "piece already closed")
-                       : fail(f, f->rc, NULL);
+    if (f->done)
+        return ckpt_err(err, -EBADF, "tensor '%s': the piece was recorded "
+                        "when a descriptor of it was closed; write a new "
+                        "piece through a new open", f->fqn);
+    if (f->rc) {
+        if (err)
+            *err = f->err;
+        return f->rc;
+    }
     int rc = 0;
     if (off != f->received)
         rc = ckpt_err(err, -EINVAL, "tensor '%s': write at offset %" PRIu64
@@ -951,6 +957,10 @@ int ws_close(ws_file *f, ckpt_error *err)
 {
     if (f->done)
         return 0;
+    /* Nothing written yet: not the end of the piece (a shell closes its
+     * copy of a redirected descriptor before the command writes). */
+    if (!f->started && !f->rc && !empty_piece_declared(f, f->opener))
+        return 0;
     f->done = 1;
     if (f->rc) {
         if (err)
@@ -958,11 +968,8 @@ int ws_close(ws_file *f, ckpt_error *err)
         return f->rc;
     }
     int rc = 0;
-    if (!f->started) {
-        if (!empty_piece_declared(f, f->opener))
-            return 0;          /* opened and closed: nothing written */
+    if (!f->started)
         rc = start_piece(f, f->opener, err);
-    }
     if (rc == 0)
         rc = pattr_finish(&f->piece, f->received, f->fqn, err);
     ckpt_piece p;
@@ -1021,9 +1028,9 @@ int ws_commit_ranks(ws_save *w, const char *text, size_t len,
         rc = ckpt_err(err, -EINVAL, "%s/.ckptfs/commit: write a rank number "
                       "(0..%d)", w->name, world - 1);
     if (rc == 0 && complete) {
-        rc = rdv_commit(w->path, world, err);
-        if (rc == 0)
-            (void)ws_save_committed(w);
+        if (rdv_commit(w->path, world, err) != 0)
+            return -EIO;        /* the planner's message is in err */
+        (void)ws_save_committed(w);
     }
     return rc;
 }

@@ -121,9 +121,11 @@ int ws_open(ws_save *w, uint32_t node, pid_t pid, ws_file **out,
  * for good. */
 int ws_write(ws_file *f, pid_t pid, const void *buf, size_t len,
              uint64_t off, ckpt_error *err);
-/* The close: ends the piece and records it durably; a piece with no
- * bytes written is not recorded (unless its attributes describe an empty
- * one).  Reports the piece's error once; later calls return 0. */
+/* A close (of any descriptor of the open file): once bytes were written,
+ * ends the piece and records it durably, reporting the piece's error; a
+ * close before any byte is written changes nothing (unless the attributes
+ * describe an empty piece, which is then recorded).  Later calls return
+ * 0, and later writes fail. */
 int ws_close(ws_file *f, ckpt_error *err);
 /* Frees f, abandoning a piece that was not closed. */
 void ws_release(ws_file *f);
@@ -132,7 +134,8 @@ void ws_release(ws_file *f);
 
 /* A write to .ckptfs/commit: one or more rank numbers.  Returns once the
  * ranks are recorded and, when they complete the set, the save is
- * committed; the planner's error otherwise (-EINVAL, -EIO, ...). */
+ * committed: -EINVAL for a bad or repeated rank, -EIO when the commit
+ * failed (err holds the planner's message either way). */
 int ws_commit_ranks(ws_save *w, const char *text, size_t len,
                     ckpt_error *err);
 /* .ckptfs/status's content, like snprintf. */

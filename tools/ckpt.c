@@ -22,6 +22,7 @@ static const command COMMANDS[] = {
     { "cat", cmd_cat, "write a tensor's bytes, or a slice's, to stdout" },
     { "verify", cmd_verify, "check every frame, checksum and coverage" },
     { "gc", cmd_gc, "remove the uncommitted saves of a root" },
+    { "commit", cmd_commit, "commit what the writers of a save left" },
 };
 
 #define NCOMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])

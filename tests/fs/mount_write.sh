@@ -1,0 +1,335 @@
+#!/bin/bash
+# mount_write.sh - writing checkpoints through a writable mount
+# (docs/MOUNT.md, "Writing"), against NumPy references:
+#   - a save from the shell (mkdir, setfattr, cat, echo RANK > commit) and
+#     with inferred sizes, a scalar, a byte object, a bf16 tensor; status
+#     pending K/N then committed; the result reads through the mount, with
+#     `ckpt cat` and `ckpt verify` exactly as the data written;
+#   - committed checkpoints of the same root stay read-only and readable
+#     while a save is written;
+#   - two processes writing pieces of one file at once; two mounts of one
+#     root writing one checkpoint; `ckpt commit DIR --world N`;
+#   - errors, each with nothing committed and the earlier checkpoint intact:
+#     bad xattr values, too many / too few bytes, a write out of order, two
+#     replicas with different bytes, ranks disagreeing on dtype or shape,
+#     overlapping pieces, a gap, a rank outside 0..N-1, a rank committing
+#     twice, a daemon killed mid-save (then gc and a re-run), a full disk.
+. "$(dirname "$0")/lib.sh"
+
+WPUT=$HELPERS/wput.py
+R=$TMP/root
+M=$TMP/mnt
+IN=$TMP/in
+mkdir -p "$R" "$IN"
+
+"$PY" - "$IN" <<'EOF' || exit 99
+import sys, numpy as np
+d = sys.argv[1]
+rng = np.random.default_rng(4)
+np.save(d + "/w.npy", rng.standard_normal((64, 48)).astype("<f4"))
+np.save(d + "/e.npy", rng.integers(-1000, 1000, (10, 12)).astype("<i8"))
+np.save(d + "/h.npy", rng.standard_normal((6, 5)).astype("<f4"))
+bf = (rng.standard_normal((32, 16)).astype("<f4").view("<u4") >> 16).astype("<u2")
+bf.tofile(d + "/bf.bin")
+np.array(3.5, dtype="<f8").tofile(d + "/s.bin")
+open(d + "/note.bin", "wb").write(b"step=7 rng-state " * 33)
+rng.integers(0, 256, 6 << 20, dtype="u1").tofile(d + "/big.bin")
+for n in ("w", "e", "h"):
+    np.load(d + "/%s.npy" % n).tofile(d + "/%s.bin" % n)
+EOF
+
+# put PATH SRC [wput options]: one piece; the output in $TMP/put.out.
+put() {
+    "$PY" "$WPUT" put "$@" >"$TMP/put.out" 2>&1
+}
+# expect_put DESC: the last put succeeded.
+expect_put() {
+    if grep -qx ok "$TMP/put.out"; then ok "$1"; else bad "$1: $(tr '\n' ' ' <"$TMP/put.out")"; fi
+}
+# expect_put_err DESC STEP ERRNO: the last put/commit failed there, so.
+expect_put_err() {
+    if grep -qx "ERR $2 $3" "$TMP/put.out"; then ok "$1 ($2: $3)"; else bad "$1: want 'ERR $2 $3', got: $(tr '\n' ' ' <"$TMP/put.out")"; fi
+}
+commit() {
+    "$PY" "$WPUT" commit "$@" >"$TMP/put.out" 2>&1
+}
+status_is() {
+    local got
+    got=$(cat "$M/$1/.ckptfs/status" 2>&1)
+    if [[ $got =~ $2 ]]; then ok "$1: status '$got'"; else bad "$1: status '$got', want /$2/"; fi
+}
+not_committed() {
+    if [ ! -e "$R/$1/index.db" ]; then ok "$1: no index.db"; else bad "$1: index.db exists"; fi
+}
+log_says() {
+    if grep -E -q -- "$2" "$MNT_LOG"; then ok "$1 (log ~ /$2/)"; else bad "$1: the log does not match /$2/"; echo "     log: $(tail -c 600 "$MNT_LOG" | tr '\n' '~')"; fi
+}
+verify_ok() {
+    run_ckpt verify "$1"
+    expect_ok "ckpt verify $(basename "$1")"
+}
+
+# An earlier checkpoint in the root, made by ckpt pack.
+run_ckpt pack --grid 2 "$R/step-000001" "model.w=$IN/w.npy" "model.e=$IN/e.npy"
+expect_ok "pack step-000001 into the root"
+
+mount_ck "$R" "$M" -o rw,world=2 || exit 1
+MAIN_LOG=$MNT_LOG
+MAIN_PID=$MNT_PID
+
+# ------------------------------------------------------------ shell save
+echo "# ---- a save from the shell"
+S=step-000002
+check "mkdir $S" mkdir "$M/$S"
+check "mkdir -p $S again (joins)" mkdir -p "$M/$S/model"
+if mkdir "$M/$S" 2>"$TMP/err"; then bad "mkdir of an existing save succeeds"; else
+    grep -q 'File exists' "$TMP/err" && ok "mkdir of an existing save: EEXIST" || bad "mkdir: $(cat "$TMP/err")"; fi
+status_is $S '^pending 0/2$'
+# model.w: 64x48 f32 split on dim 0; rank 0 from the shell, sizes inferred
+touch "$M/$S/model/w"
+check "setfattr dtype" setfattr -n user.ckpt.dtype -v float32 "$M/$S/model/w"
+check "setfattr shape" setfattr -n user.ckpt.shape -v 64,48 "$M/$S/model/w"
+check "setfattr offsets" setfattr -n user.ckpt.offsets -v 0,0 "$M/$S/model/w"
+check "getfattr shows the shape" test "$(xattr_get "$M/$S/model/w" user.ckpt.shape)" = 64,48
+check "cat rows 0..39 into model/w (sizes inferred)" \
+    sh -c "head -c $((40 * 48 * 4)) '$IN/w.bin' > '$M/$S/model/w'"
+# rank 1: rows 40..63 with explicit sizes, bf16 tensor whole, bytes object, scalar
+put "$M/$S/model/w" "$IN/w.bin" --dtype f32 --shape 64,48 --offsets 40,0 --sizes 24,48 --from $((40 * 48 * 4))
+expect_put "rank 1 writes rows 40..63 of model.w"
+put "$M/$S/model/bf" "$IN/bf.bin" --dtype bfloat16 --shape 32,16 --block 1000
+expect_put "a bf16 tensor in odd-sized writes"
+put "$M/$S/note" "$IN/note.bin"
+expect_put "a file with no attributes: a byte object"
+put "$M/$S/scale" "$IN/s.bin" --dtype '<f8' --shape ''
+expect_put "a scalar"
+check "set meta step" setfattr -n user.ckpt.meta.step -v 2 "$M/$S"
+status_is $S '^pending 0/2$'
+check "rank 0 commits (echo 0 > commit)" sh -c "echo 0 > '$M/$S/.ckptfs/commit'"
+status_is $S '^pending 1/2$'
+not_committed $S
+check "rank 1 commits" sh -c "echo 1 > '$M/$S/.ckptfs/commit'"
+status_is $S '^committed$'
+check "index.db exists" test -f "$R/$S/index.db"
+check "no .pending left" test ! -e "$R/$S/.pending"
+for t in w bf; do
+    cmp -s "$IN/$t.bin" "$M/$S/model/$t" && ok "model/$t reads back as written" || bad "model/$t differs"
+done
+cmp -s "$IN/note.bin" "$M/$S/note" && ok "note reads back" || bad "note differs"
+cmp -s "$IN/s.bin" "$M/$S/scale" && ok "the scalar reads back" || bad "scale differs"
+"$PY" -c "import numpy as np,sys; a=np.load(sys.argv[1]); b=np.load(sys.argv[2]); sys.exit(0 if a.dtype==b.dtype and (a==b).all() else 1)" \
+    "$IN/w.npy" "$M/$S/.npy/model/w.npy" && ok "numpy.load of the .npy view equals the source" || bad "the .npy view differs"
+run_ckpt ls "$R/$S"
+expect_out_re '^model\.w +f32 +64,48 ' "ckpt ls: model.w f32 64,48"
+expect_out_re '^note +bytes +561 ' "ckpt ls: note is a byte object of 561 bytes"
+run_ckpt info "$R/$S"
+expect_out_re 'step.*2' "ckpt info shows meta step=2"
+expect_out_re 'world_size.*2' "ckpt info shows world_size=2"
+verify_ok "$R/$S"
+check "ls shows the new checkpoint and latest -> it" test "$(readlink "$M/latest")" = $S
+
+echo "# ---- committed checkpoints stay read-only"
+expect_erofs "touch in a committed checkpoint" touch "$M/step-000001/x"
+expect_erofs "mkdir in a committed checkpoint" mkdir "$M/$S/model/y"
+expect_erofs "setfattr on a committed tensor" setfattr -n user.ckpt.dtype -v f32 "$M/step-000001/model/w"
+expect_erofs "write a committed tensor" sh -c "echo x > '$M/$S/note'"
+run_ckpt cat "$R/step-000001" model.w
+same_bytes "step-000001 still reads" "$IN/w.bin" "$OUT"
+
+# ------------------------------------------------------------ concurrency
+echo "# ---- two processes write pieces of one file at once"
+S=step-000003
+mkdir -p "$M/$S/m"
+"$PY" "$WPUT" put "$M/$S/m/h" "$IN/h.bin" --dtype f32 --shape 6,5 --offsets 0,0 --sizes 3,5 --to 60 --hold 0.5 >"$TMP/p0" 2>&1 &
+P0=$!
+"$PY" "$WPUT" put "$M/$S/m/h" "$IN/h.bin" --dtype f32 --shape 6,5 --offsets 3,0 --sizes 3,5 --from 60 --hold 0.5 >"$TMP/p1" 2>&1 &
+P1=$!
+wait $P0; wait $P1
+grep -qx ok "$TMP/p0" && grep -qx ok "$TMP/p1" && ok "both writers succeed" || bad "writers: $(cat "$TMP/p0" "$TMP/p1" | tr '\n' ' ')"
+commit "$M/$S" 0 1
+expect_put "ranks 0 and 1 in one write"
+cmp -s "$IN/h.bin" "$M/$S/m/h" && ok "m/h reads back whole" || bad "m/h differs"
+
+echo "# ---- ckpt commit DIR --world N commits what the writers left"
+S=step-000004
+mkdir -p "$M/$S"
+put "$M/$S/e" "$IN/e.bin" --dtype i64 --shape 10,12
+expect_put "one piece"
+run_ckpt commit "$R/$S" --world 3
+expect_ok "ckpt commit --world 3"
+run_ckpt info "$R/$S"
+expect_out_re 'world_size.*3' "world_size=3 recorded"
+run_ckpt cat "$R/$S" e
+same_bytes "e reads back" "$IN/e.bin" "$OUT"
+
+# ------------------------------------------------------------ errors
+echo "# ---- attribute values that do not parse: EINVAL, the log says why"
+S=step-000010
+mkdir -p "$M/$S"
+put "$M/$S/x" "$IN/h.bin" --dtype float33
+expect_put_err "unknown dtype" setxattr-dtype EINVAL
+log_says "the log names the dtype" "unknown dtype 'float33'"
+put "$M/$S/x" "$IN/h.bin" --dtype f32 --shape 6,x
+expect_put_err "a shape that does not parse" setxattr-shape EINVAL
+put "$M/$S/x" "$IN/h.bin" --dtype f32 --shape 6,5 --offsets 7,0
+expect_put_err "offsets outside the shape" setxattr-offsets EINVAL
+log_says "the log says outside" "outside the shape"
+put "$M/$S/x" "$IN/h.bin" --dtype f32 --shape 6,5 --offsets 0,0,0
+expect_put_err "offsets of another rank" setxattr-offsets EINVAL
+put "$M/$S/x" "$IN/h.bin" --dtype f32 --shape 6,5 --sizes 4,6
+expect_put_err "sizes past the shape" setxattr-sizes EINVAL
+"$PY" "$WPUT" setx "$M/$S/x" user.other v >"$TMP/put.out"
+expect_put_err "an attribute ckptfs does not keep" setxattr ENOTSUP
+
+echo "# ---- wrong byte counts and out-of-order writes"
+put "$M/$S/x" "$IN/h.bin" --dtype f32 --shape 6,5 --sizes 3,5
+expect_put_err "more bytes than the piece holds" write EFBIG
+put "$M/$S/x" "$IN/h.bin" --dtype f32 --shape 6,5 --sizes 6,5 --to 100
+expect_put_err "fewer bytes than the piece holds (sizes given)" close EINVAL
+log_says "the log counts the bytes" "holds 120 bytes but 100 were written"
+put "$M/$S/x" "$IN/h.bin" --dtype f32 --shape 6,5 --to 50
+expect_put_err "not a whole number of rows (sizes inferred)" close EINVAL
+put "$M/$S/x" "$IN/h.bin" --dtype f32 --shape 6,5 --seek 20
+expect_put_err "a write at a non-sequential offset" write EINVAL
+log_says "the log says sequentially" "written sequentially"
+run_ckpt commit "$R/$S"
+expect_ok "ckpt commit of what the failed writers left"
+run_ckpt ls "$R/$S"
+if [ "$RC" -eq 0 ] && ! grep -q '^x ' "$OUT"; then ok "none of those pieces was recorded (no tensor x)"; else bad "ckpt ls: $(tr '\n' '~' <"$OUT")"; fi
+
+# fails_commit NAME WHY_RE: both ranks commit, the last write gets EIO,
+# the status and the log name the problem, nothing is committed.
+fails_commit() {
+    commit "$M/$1" 0
+    expect_put "$1: rank 0 commits"
+    commit "$M/$1" 1
+    expect_put_err "$1: the completing rank's write fails" commit EIO
+    status_is "$1" "^failed: .*$2"
+    not_committed "$1"
+}
+
+echo "# ---- replicas with different bytes"
+S=step-000011
+mkdir -p "$M/$S"
+put "$M/$S/h" "$IN/h.bin" --dtype f32 --shape 6,5; expect_put "rank 0's replica"
+put "$M/$S/h" "$IN/w.bin" --dtype f32 --shape 6,5 --to 120; expect_put "rank 1's replica (other bytes)"
+fails_commit $S "differ|replica"
+
+echo "# ---- ranks disagreeing on dtype"
+S=step-000012
+mkdir -p "$M/$S"
+put "$M/$S/h" "$IN/h.bin" --dtype f32 --shape 6,5 --sizes 3,5 --to 60; expect_put "rank 0: f32"
+put "$M/$S/h" "$IN/h.bin" --dtype i32 --shape 6,5 --offsets 3,0 --from 60; expect_put "rank 1: i32"
+fails_commit $S "dtype"
+
+echo "# ---- ranks disagreeing on shape"
+S=step-000013
+mkdir -p "$M/$S"
+put "$M/$S/h" "$IN/h.bin" --dtype f32 --shape 6,5 --sizes 3,5 --to 60; expect_put "rank 0: 6,5"
+put "$M/$S/h" "$IN/h.bin" --dtype f32 --shape 7,5 --offsets 3,0 --sizes 3,5 --from 60; expect_put "rank 1: 7,5"
+fails_commit $S "shape"
+
+echo "# ---- overlapping pieces"
+S=step-000014
+mkdir -p "$M/$S"
+put "$M/$S/h" "$IN/h.bin" --dtype f32 --shape 6,5 --sizes 4,5 --to 80; expect_put "rows 0..3"
+put "$M/$S/h" "$IN/h.bin" --dtype f32 --shape 6,5 --offsets 2,0 --from 40; expect_put "rows 2..5"
+fails_commit $S "overlap"
+
+echo "# ---- a gap"
+S=step-000015
+mkdir -p "$M/$S"
+put "$M/$S/h" "$IN/h.bin" --dtype f32 --shape 6,5 --sizes 2,5 --to 40; expect_put "rows 0..1"
+put "$M/$S/h" "$IN/h.bin" --dtype f32 --shape 6,5 --offsets 4,0 --from 80; expect_put "rows 4..5"
+fails_commit $S "cover|gap|missing"
+
+echo "# ---- bad rank numbers"
+S=step-000016
+mkdir -p "$M/$S"
+put "$M/$S/h" "$IN/h.bin" --dtype f32 --shape 6,5; expect_put "a whole tensor"
+commit "$M/$S" 2
+expect_put_err "rank 2 with world=2" commit EINVAL
+commit "$M/$S" -1
+expect_put_err "rank -1" commit EINVAL
+commit "$M/$S" one
+expect_put_err "not a number" commit EINVAL
+commit "$M/$S" 0
+expect_put "rank 0"
+commit "$M/$S" 0
+expect_put_err "rank 0 again" commit EINVAL
+log_says "the log says already committed" "rank 0 has already committed"
+status_is $S '^pending 1/2$'
+not_committed $S
+
+for s in 000001 000002 000003; do verify_ok "$R/step-$s"; done
+
+echo "# ---- a second mount on the same root joins the save"
+M2=$TMP/mnt2
+mount_ck "$R" "$M2" -o rw,world=2 || exit 1
+S=step-000020
+mkdir -p "$M/$S/m"
+mkdir -p "$M2/$S/m" && ok "mkdir -p on the second mount joins $S" || bad "mkdir -p on mount 2"
+put "$M/$S/m/w" "$IN/w.bin" --dtype f32 --shape 64,48 --sizes 32,48 --to $((32 * 48 * 4))
+expect_put "rank 0 through mount 1"
+put "$M2/$S/m/w" "$IN/w.bin" --dtype f32 --shape 64,48 --offsets 32,0 --from $((32 * 48 * 4))
+expect_put "rank 1 through mount 2"
+commit "$M/$S" 0; expect_put "rank 0 commits on mount 1"
+got=$(cat "$M2/$S/.ckptfs/status"); [ "$got" = "pending 1/2" ] && ok "mount 2 sees pending 1/2" || bad "mount 2 status: $got"
+commit "$M2/$S" 1; expect_put "rank 1 commits on mount 2"
+got=$(cat "$M/$S/.ckptfs/status"); [ "$got" = committed ] && ok "mount 1 sees committed" || bad "mount 1 status: $got"
+cmp -s "$IN/w.bin" "$M/$S/m/w" && ok "mount 1 reads the joined tensor" || bad "mount 1 read differs"
+cmp -s "$IN/w.bin" "$M2/$S/m/w" && ok "mount 2 reads it" || bad "mount 2 read differs"
+ls "$R/$S/data" | wc -l | grep -qx 2 && ok "two shard files, one per writer" || bad "shards: $(ls "$R/$S/data")"
+umount_ck "$M2"
+
+echo "# ---- the daemon killed in the middle of a save"
+S=step-000030
+mkdir -p "$M/$S"
+put "$M/$S/e" "$IN/e.bin" --dtype i64 --shape 10,12; expect_put "a first piece"
+"$PY" "$WPUT" put "$M/$S/big" "$IN/big.bin" --block 65536 --delay 0.05 >"$TMP/kill.out" 2>&1 &
+WP=$!
+sleep 0.5
+kill -KILL "$MAIN_PID"
+wait $WP
+grep -q '^ERR' "$TMP/kill.out" && ok "the writer gets an error ($(cat "$TMP/kill.out"))" || bad "the writer: $(cat "$TMP/kill.out")"
+umount_ck "$M" -z
+not_committed $S
+for s in 000001 000002 000003 000020; do verify_ok "$R/step-$s"; done
+run_ckpt gc "$R"
+expect_out_re "removed .*$S" "ckpt gc removes the interrupted save"
+check "$S is gone" test ! -e "$R/$S"
+check "gc removed the failed saves too" test ! -e "$R/step-000011"
+mount_ck "$R" "$M" -o rw,world=1 || exit 1
+mkdir "$M/$S" && ok "mkdir $S again" || bad "mkdir $S after gc"
+put "$M/$S/e" "$IN/e.bin" --dtype i64 --shape 10,12; expect_put "re-run: e"
+put "$M/$S/big" "$IN/big.bin"; expect_put "re-run: big"
+commit "$M/$S" 0; expect_put "re-run: commit"
+run_ckpt cat "$R/$S" big
+same_bytes "the re-run save is complete" "$IN/big.bin" "$OUT"
+for s in 000001 000002 000003 000020; do verify_ok "$R/step-$s"; done
+umount_ck "$M"
+expect_daemon_clean "the writable mount" "$MNT_LOG"
+
+echo "# ---- the backing file system full"
+SMALL=$TMP/small
+mkdir -p "$SMALL"
+if mount -t tmpfs -o size=3m tmpfs "$SMALL" 2>/dev/null; then
+    trap 'umount -l "$SMALL" 2>/dev/null' RETURN 2>/dev/null
+    mkdir -p "$SMALL/root"
+    run_ckpt pack "$SMALL/root/step-1" "h=$IN/h.npy"
+    expect_ok "a small earlier checkpoint on the tmpfs"
+    mount_ck "$SMALL/root" "$M" -o rw,world=1,codec=raw || exit 1
+    mkdir -p "$M/step-2"
+    put "$M/step-2/big" "$IN/big.bin"
+    if grep -Eq '^ERR (write|close) ENOSPC$' "$TMP/put.out"; then ok "ENOSPC reaches the writer ($(cat "$TMP/put.out"))"; else bad "full disk: $(cat "$TMP/put.out")"; fi
+    commit "$M/step-2" 0
+    grep -q '^ERR' "$TMP/put.out" && ok "the commit fails ($(cat "$TMP/put.out"))" || bad "the commit succeeded on a full disk"
+    check "step-2 has no index.db" test ! -e "$SMALL/root/step-2/index.db"
+    umount_ck "$M"
+    expect_daemon_clean "the mount on a full disk" "$MNT_LOG"
+    verify_ok "$SMALL/root/step-1"
+    umount -l "$SMALL"
+else
+    echo "     (cannot mount a tmpfs here: the full-disk case is skipped)"
+fi
+
+summary

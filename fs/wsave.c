@@ -635,6 +635,17 @@ static void drop_own(ws_node *x, const pattr *a)
 static int take_writer(ws_save *w, ckpt_writer **out, ckpt_error *err);
 static void give_writer(ws_save *w, ckpt_writer *wr, int ok);
 
+static int meta_value(ws_save *w, const char *key, char *buf, size_t cap)
+{
+    pthread_mutex_lock(&w->mu);
+    int rc = -ENODATA;
+    for (size_t i = 0; i < w->nmeta; i++)
+        if (strcmp(w->meta[i].key, key) == 0)
+            rc = snprintf(buf, cap, "%s", w->meta[i].value);
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
 /* Keeps key=value for getxattr (the plans hold what commits). */
 static int remember_meta(ws_save *w, const char *key, const char *value,
                          ckpt_error *err)
@@ -677,6 +688,12 @@ static int set_meta(ws_save *w, const char *key, const char *value,
                         "text of less than %zu bytes", key, sizeof v);
     memcpy(v, value, len);
     v[len] = '\0';
+    char have[1024];
+    int n = meta_value(w, key, have, sizeof have);
+    if (n >= 0)   /* in a writer's plan already: it cannot change */
+        return strcmp(have, v) == 0 ? 0 :
+            ckpt_err(err, -EINVAL, "user.ckpt.meta.%s is '%s' already; a "
+                     "key keeps its first value", key, have);
     ckpt_writer *wr;
     int rc = take_writer(w, &wr, err);
     if (rc)
@@ -721,17 +738,6 @@ int ws_setxattr(ws_save *w, uint32_t node, pid_t pid, const char *name,
      * processes' pieces of different ranks): then only pid's copy. */
     if (rc == 0)
         (void)pattr_set(&x->shared, key, value, len, NULL);
-    pthread_mutex_unlock(&w->mu);
-    return rc;
-}
-
-static int meta_value(ws_save *w, const char *key, char *buf, size_t cap)
-{
-    pthread_mutex_lock(&w->mu);
-    int rc = -ENODATA;
-    for (size_t i = 0; i < w->nmeta; i++)
-        if (strcmp(w->meta[i].key, key) == 0)
-            rc = snprintf(buf, cap, "%s", w->meta[i].value);
     pthread_mutex_unlock(&w->mu);
     return rc;
 }

@@ -103,6 +103,11 @@ expect_put "a file with no attributes: a byte object"
 put "$M/$S/scale" "$IN/s.bin" --dtype '<f8' --shape ''
 expect_put "a scalar"
 check "set meta step" setfattr -n user.ckpt.meta.step -v 2 "$M/$S"
+check "getfattr reads it back" test "$(xattr_get "$M/$S" user.ckpt.meta.step)" = 2
+"$PY" "$WPUT" setx "$M/$S" user.ckpt.meta.step 3 >"$TMP/put.out"
+expect_put_err "another value for the step" setxattr EINVAL
+"$PY" "$WPUT" setx "$M/$S" user.ckpt.meta.world_size 3 >"$TMP/put.out"
+expect_put_err "a reserved key" setxattr EINVAL
 status_is $S '^pending 0/2$'
 check "rank 0 commits (echo 0 > commit)" sh -c "echo 0 > '$M/$S/.ckptfs/commit'"
 status_is $S '^pending 1/2$'

@@ -40,7 +40,7 @@ typedef struct cli {
 } cli;
 
 enum { KEY_CACHE, KEY_PREFETCH, KEY_THREADS, KEY_HELP, KEY_VERSION, KEY_RW,
-       KEY_RO, KEY_WORLD, KEY_CODEC, KEY_FRAME };
+       KEY_RO, KEY_WORLD, KEY_CODEC, KEY_FRAME, KEY_SYNC };
 
 static const struct fuse_opt cli_opts[] = {
     FUSE_OPT_KEY("cache_size=", KEY_CACHE),
@@ -51,6 +51,7 @@ static const struct fuse_opt cli_opts[] = {
     FUSE_OPT_KEY("world=", KEY_WORLD),
     FUSE_OPT_KEY("codec=", KEY_CODEC),
     FUSE_OPT_KEY("frame_size=", KEY_FRAME),
+    FUSE_OPT_KEY("sync=", KEY_SYNC),
     FUSE_OPT_KEY("-h", KEY_HELP),
     FUSE_OPT_KEY("--help", KEY_HELP),
     FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -129,6 +130,11 @@ static int cli_option(cli *c, const char *arg, int key)
             return bad_value(c, arg, "codec=auto|raw|zstd[:LEVEL]|a "
                              "byte-grouped codec (docs/CLI.md)");
         return 0;
+    case KEY_SYNC:
+        if (strcmp(v, "close") != 0 && strcmp(v, "commit") != 0)
+            return bad_value(c, arg, "sync=close or sync=commit");
+        c->wo.sync = strcmp(v, "close") == 0;
+        return 0;
     case KEY_FRAME:
         if (parse_size(v, &c->wo.frame_size) != 0 ||
             c->wo.frame_size < 4096)
@@ -153,7 +159,7 @@ static int cli_proc(void *data, const char *arg, int key,
     (void)outargs;
     switch (key) {
     case KEY_CACHE: case KEY_PREFETCH: case KEY_THREADS: case KEY_WORLD:
-    case KEY_CODEC: case KEY_FRAME:
+    case KEY_CODEC: case KEY_FRAME: case KEY_SYNC:
         return cli_option(c, arg, key);
     case KEY_RW:
         c->rw = 1;
@@ -204,6 +210,7 @@ static void print_help(void)
            "written .ckptfs/commit\n"
            "    -o codec=C             codec of what is written (auto)\n"
            "    -o frame_size=N[K|M]   frame size of what is written (1M)\n"
+           "    -o sync=commit|close   when pieces are fsynced (commit)\n"
            "    -h   --help            print this help and exit\n"
            "    -V   --version         print the version and exit\n"
            "\n"
@@ -420,6 +427,7 @@ int main(int argc, char **argv)
     memset(&fo, 0, sizeof fo);
     ckpt_read_opts_init(&c.ro);
     ckpt_write_opts_init(&c.wo);
+    c.wo.sync = 0;             /* -o sync=commit, the default */
     int status = parse_args(&args, &c, &fo);
     if (status >= 0)
         goto out;

@@ -983,6 +983,10 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
     /* Pieces must arrive in order, from the writing process: no writeback
      * cache (which would send pages later, from the kernel's flusher). */
     conn->want &= ~(unsigned)FUSE_CAP_WRITEBACK_CACHE;
+    /* Nothing here is setuid or has capabilities: spare every first write
+     * of a piece the kernel's security.capability lookup. */
+    if (conn->capable & FUSE_CAP_HANDLE_KILLPRIV)
+        conn->want |= FUSE_CAP_HANDLE_KILLPRIV;
     if (conn->max_background < 64)
         conn->max_background = 64;
     if (conn->congestion_threshold < 48)

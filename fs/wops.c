@@ -88,8 +88,11 @@ int wops_stat(ws_save *w, uint32_t node, struct stat *st)
     return 0;
 }
 
-/* Nothing of a save is cached: it changes, and it turns into a committed
- * checkpoint. */
+/* A save's names never go away (after the commit its inodes lead to the
+ * committed checkpoint's, see ops.c), so the kernel may keep them a
+ * while; the attributes of its files change as pieces arrive. */
+#define NAME_TIMEOUT 1.0
+
 static void reply_node(fuse_req_t req, ws_save *w, uint32_t node)
 {
     struct fuse_entry_param e;
@@ -100,6 +103,8 @@ static void reply_node(fuse_req_t req, ws_save *w, uint32_t node)
         return;
     }
     e.ino = e.attr.st_ino;
+    e.entry_timeout = NAME_TIMEOUT;
+    e.attr_timeout = S_ISDIR(e.attr.st_mode) ? NAME_TIMEOUT : 0.0;
     fuse_reply_entry(req, &e);
 }
 
@@ -275,6 +280,7 @@ static void open_node(fs_ctx *c, fuse_req_t req, ws_save *w, uint32_t node,
     memset(&e, 0, sizeof e);
     wops_stat(w, node, &e.attr);
     e.ino = e.attr.st_ino;
+    e.entry_timeout = NAME_TIMEOUT;
     fuse_reply_create(req, &e, fi);
 }
 

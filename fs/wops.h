@@ -6,9 +6,9 @@
  * ops.c hands over every request on an inode of a save, and the root's
  * mkdir and unknown names; it keeps everything committed.
  *
- * Inode numbers: WOPS_INO_BIT | (save id << 32) | node (wsave.h).  Names
- * and attributes of a save change while it is written, so the kernel is
- * told to cache none of them.
+ * Inode numbers: WOPS_INO_BIT | (save id << 32) | node (wsave.h).  The
+ * kernel may keep names and directories' attributes for a second; files'
+ * attributes change as pieces arrive and are not cached.
  */
 #ifndef CKPTFS_FS_WOPS_H
 #define CKPTFS_FS_WOPS_H

@@ -69,6 +69,8 @@ struct ws_save {
     uint32_t nbuckets;
     ckpt_writer **idle;        /* writers between pieces */
     size_t nidle, capidle;
+    ckpt_writer **all;         /* every writer open, idle or streaming */
+    size_t nall, capall;
     unsigned next_writer;
     int committed;
     kv *meta;                  /* user.ckpt.meta.* set through this mount */
@@ -201,6 +203,7 @@ static void save_free(ws_save *w)
     for (size_t i = 0; i < w->nidle; i++)
         ckpt_writer_abort(w->idle[i]);
     free(w->idle);
+    free(w->all);
     for (size_t i = 0; i < w->nmeta; i++) {
         free(w->meta[i].key);
         free(w->meta[i].value);
@@ -416,11 +419,23 @@ const char *ws_save_name(const ws_save *w)
     return w->name;
 }
 
+/* Takes wr off the list of open writers (under mu). */
+static void forget_writer(ws_save *w, ckpt_writer *wr)
+{
+    for (size_t i = 0; i < w->nall; i++)
+        if (w->all[i] == wr) {
+            w->all[i] = w->all[--w->nall];
+            return;
+        }
+}
+
 /* Drops the idle writers (under mu): their plans are history. */
 static void drop_idle(ws_save *w)
 {
-    for (size_t i = 0; i < w->nidle; i++)
+    for (size_t i = 0; i < w->nidle; i++) {
+        forget_writer(w, w->idle[i]);
         ckpt_writer_abort(w->idle[i]);
+    }
     w->nidle = 0;
 }
 
@@ -796,8 +811,35 @@ static int take_writer(ws_save *w, ckpt_writer **out, ckpt_error *err)
     }
     char name[160];
     snprintf(name, sizeof name, "%s-%u", w->set->prefix, w->next_writer++);
+    int rc = 0;
+    if (w->nall == w->capall) {
+        size_t cap = w->capall ? w->capall * 2 : 8;
+        ckpt_writer **v = realloc(w->all, cap * sizeof *v);
+        if (v) {
+            w->all = v;
+            w->capall = cap;
+        } else {
+            rc = ckpt_err(err, -ENOMEM, "out of memory");
+        }
+    }
+    if (rc == 0)
+        rc = ckpt_writer_open(out, w->path, name, &w->set->wo, err);
+    if (rc == 0)
+        w->all[w->nall++] = *out;
     pthread_mutex_unlock(&w->mu);
-    return ckpt_writer_open(out, w->path, name, &w->set->wo, err);
+    return rc;
+}
+
+/* Makes everything this mount's writers recorded for w durable (the
+ * shards and plans were written without sync at each close). */
+static int sync_writers(ws_save *w, ckpt_error *err)
+{
+    pthread_mutex_lock(&w->mu);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < w->nall; i++)
+        rc = ckpt_writer_sync(w->all[i], err);
+    pthread_mutex_unlock(&w->mu);
+    return rc;
 }
 
 /* Returns a writer to the pool, or drops it when it failed (its durable
@@ -817,6 +859,8 @@ static void give_writer(ws_save *w, ckpt_writer *wr, int ok)
         w->idle[w->nidle++] = wr;
         wr = NULL;
     }
+    if (wr)
+        forget_writer(w, wr);
     pthread_mutex_unlock(&w->mu);
     ckpt_writer_abort(wr);
 }
@@ -1012,7 +1056,11 @@ int ws_commit_ranks(ws_save *w, const char *text, size_t len,
                         sizeof buf - 1);
     memcpy(buf, text, len);
     buf[len] = '\0';
-    int world = w->set->world, nranks = 0, complete = 0, rc = 0;
+    int world = w->set->world, nranks = 0, complete = 0;
+    /* The ranks' pieces must be on disk before anyone counts them. */
+    int rc = sync_writers(w, err);
+    if (rc)
+        return -EIO;
     char *p = buf;
     while (rc == 0) {
         while (isspace((unsigned char)*p))

@@ -13,7 +13,10 @@
  * part of inode numbers.  Everything here is thread-safe.
  *
  * Pieces: every open for writing is one piece, begun by its first write
- * and recorded durably (shard synced, plan appended) by ws_close.  The
+ * and recorded by ws_close (frames in the writer's shard, the piece in its
+ * plan: it survives the daemon); the shards and plans are synced at each
+ * close with sync=1, else when a rank commits through this mount, and in
+ * any case by the commit before index.db is written.  The
  * attributes a piece takes are those its writing process set on the file
  * (several ranks may write pieces of one file at once), or else the last
  * ones anybody set (a shell's setfattr, then cat).

@@ -156,6 +156,10 @@ int ckpt_writer_set_meta(ckpt_writer *w, const char *key, const char *value,
 /* Makes every recorded piece durable: syncs the shard, then appends the
  * pieces to the local plan and syncs it. */
 int ckpt_writer_flush(ckpt_writer *w, ckpt_error *err);
+/* Syncs the shard and the plan file (and their directory entries) even
+ * when the writer was opened with sync = 0: what ckpt_writer_flush
+ * recorded so far survives a crash of the machine. */
+int ckpt_writer_sync(ckpt_writer *w, ckpt_error *err);
 /* Flushes and frees the writer.  The writer is freed even on error. */
 int ckpt_writer_close(ckpt_writer *w, ckpt_error *err);
 /* Frees the writer without recording anything more. */

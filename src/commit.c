@@ -168,6 +168,42 @@ static int publish(const char *dir, const char *tmp, const char *final,
     return sync ? ckpt_fsync_dir(dir, err) : 0;
 }
 
+/* Step (1) of the commit protocol, whatever the writers did: every shard
+ * the plans name is fdatasynced before the index can point into it. */
+static int sync_one(const char *dir, const char *file, ckpt_error *err)
+{
+    char path[4096];
+    int rc = ckpt_path_join(path, sizeof path, dir, file, err);
+    if (rc)
+        return rc;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ckpt_err_sys(err, -errno, "cannot open %s", path);
+    rc = fdatasync(fd) == 0 ? 0 : ckpt_err_sys(err, -errno, "cannot sync %s",
+                                               path);
+    close(fd);
+    return rc;
+}
+
+static int sync_shards(const char *dir, const ckpt_manifest *all,
+                       ckpt_error *err)
+{
+    if (all->npieces == 0)
+        return 0;
+    const char **files = malloc(all->npieces * sizeof *files);
+    if (!files)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < all->npieces; i++)
+        files[i] = all->pieces[i].file;
+    qsort(files, all->npieces, sizeof *files, cmp_str);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < all->npieces; i++)
+        if (i == 0 || strcmp(files[i], files[i - 1]) != 0)
+            rc = sync_one(dir, files[i], err);
+    free(files);
+    return rc;
+}
+
 /* Everything under the commit lock. */
 static int commit_locked(const char *dir, const char *pending,
                          const ckpt_commit_opts *o, ckpt_error *err)
@@ -202,6 +238,8 @@ static int commit_locked(const char *dir, const char *pending,
     ckpt_plan_opts popts = { .check_replica_hashes = 1 };
     if (rc == 0)
         rc = ckpt_plan_build(all.pieces, all.npieces, &popts, &plan, err);
+    if (rc == 0 && o->sync)
+        rc = sync_shards(dir, &all, err);
     if (rc == 0) {
         unlink(tmp);   /* left by a committer that died; we hold the lock */
         rc = ckpt_index_write(tmp, dir, all.pieces, &plan, meta.meta,

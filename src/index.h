@@ -96,6 +96,9 @@ int ckpt_planfile_create(ckpt_planfile **out, const char *path,
 int ckpt_planfile_append(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
                          size_t npieces, const ckpt_kv *meta, size_t nmeta,
                          ckpt_error *err);
+/* Makes what was appended durable (the file, and its directory entry),
+ * for plans created without sync. */
+int ckpt_planfile_sync(ckpt_planfile *pf, ckpt_error *err);
 void ckpt_planfile_close(ckpt_planfile *pf);
 /* Reads a whole plan file, appending its pieces and metadata to m (each
  * piece's and kv's writer set to the plan's writer name).  Refuses files

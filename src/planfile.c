@@ -11,6 +11,7 @@
 #include "shape.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -122,7 +123,9 @@ int ckpt_planfile_create(ckpt_planfile **out, const char *path,
         free(pf);
         return ckpt_err(err, -ENOMEM, "%s: out of memory", path);
     }
-    int rc = ckpt_db_create(&pf->db, path, CKPT_PLAN_APP_ID, "DELETE", sync,
+    /* PERSIST: a transaction per flush (a piece closed through a mount)
+     * reuses one journal file instead of creating and unlinking one. */
+    int rc = ckpt_db_create(&pf->db, path, CKPT_PLAN_APP_ID, "PERSIST", sync,
                             err);
     if (rc) {
         plan_free(pf);
@@ -189,6 +192,17 @@ static int append_piece(ckpt_planfile *pf, const ckpt_piece_rec *p, size_t i,
     rc = run(pf, PS_PIECE, v, 9, err);
     return rc ? rc : append_frames(pf, p, sqlite3_last_insert_rowid(pf->db),
                                    err);
+}
+
+int ckpt_planfile_sync(ckpt_planfile *pf, ckpt_error *err)
+{
+    int fd = open(pf->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ckpt_err_sys(err, -errno, "cannot open %s", pf->path);
+    int rc = fsync(fd) == 0 ? 0 : ckpt_err_sys(err, -errno, "cannot sync %s",
+                                               pf->path);
+    close(fd);
+    return rc ? rc : sync_parent(pf->path, err);
 }
 
 int ckpt_planfile_append(ckpt_planfile *pf, const ckpt_piece_rec *pieces,

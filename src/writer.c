@@ -45,6 +45,11 @@ struct ckpt_writer {
     ckpt_codec_ctx **ctx;        /* one per pool worker */
     int nworkers;
     ckpt_error failure;          /* sticky: set once the shard is broken */
+    /* Frame buffers of the ring (copy and encoded output per slot), kept
+     * for the next stream: a writer streams one piece at a time, and a
+     * mount writes many small pieces. */
+    unsigned char **spare;       /* 2 per slot: own, enc */
+    int nspare;
 };
 
 /* One frame in flight. */
@@ -202,6 +207,9 @@ static int make_workers(ckpt_writer *w, ckpt_error *err)
 
 static void writer_free(ckpt_writer *w)
 {
+    for (int i = 0; i < w->nspare; i++)
+        free(w->spare[i]);
+    free(w->spare);
     if (w->pool)
         ckpt_pool_destroy(w->pool);
     for (int i = 0; w->ctx && i < w->nworkers; i++)
@@ -293,6 +301,23 @@ int ckpt_writer_flush(ckpt_writer *w, ckpt_error *err)
     } else if (w->failure.code == 0 && err) {
         w->failure = *err;
     }
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+int ckpt_writer_sync(ckpt_writer *w, ckpt_error *err)
+{
+    pthread_mutex_lock(&w->mu);
+    int rc = writer_failed(w, err);
+    if (rc == 0)
+        rc = ckpt_shard_sync(w->shard, err);
+    char data[4096];
+    if (rc == 0)
+        rc = ckpt_path_join(data, sizeof data, w->dir, "data", err);
+    if (rc == 0)
+        rc = ckpt_fsync_dir(data, err);
+    if (rc == 0)
+        rc = ckpt_planfile_sync(w->plan, err);
     pthread_mutex_unlock(&w->mu);
     return rc;
 }
@@ -432,19 +457,49 @@ static int alloc_ring(ckpt_stream *s, ckpt_error *err)
     s->ring = calloc((size_t)s->depth, sizeof *s->ring);
     if (!s->ring)
         return ckpt_err(err, -ENOMEM, "out of memory");
+    ckpt_writer *w = s->w;
+    size_t fs = w->opts.frame_size;   /* s->frame <= fs, whatever dtype */
+    pthread_mutex_lock(&w->mu);
     for (int i = 0; i < s->depth; i++) {
         s->ring[i].s = s;
         s->ring[i].done = 1;
-        s->ring[i].own = malloc(s->frame);
-        s->ring[i].enc = malloc(ckpt_codec_bound(s->frame));
+        if (w->nspare >= 2) {
+            s->ring[i].enc = w->spare[--w->nspare];
+            s->ring[i].own = w->spare[--w->nspare];
+        } else {
+            s->ring[i].own = malloc(fs);
+            s->ring[i].enc = malloc(ckpt_codec_bound(fs));
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+    for (int i = 0; i < s->depth; i++)
         if (!s->ring[i].own || !s->ring[i].enc)
             return ckpt_err(err, -ENOMEM, "out of memory for frame buffers");
-    }
     return 0;
+}
+
+/* Gives the ring's buffers back to the writer for its next stream. */
+static void keep_buffers(ckpt_stream *s)
+{
+    ckpt_writer *w = s->w;
+    pthread_mutex_lock(&w->mu);
+    if (!w->spare)
+        w->spare = calloc(2 * (size_t)s->depth, sizeof *w->spare);
+    for (int i = 0; w->spare && i < s->depth && w->nspare + 2 <= 2 * s->depth;
+         i++) {
+        if (!s->ring[i].own || !s->ring[i].enc)
+            continue;
+        w->spare[w->nspare++] = s->ring[i].own;
+        w->spare[w->nspare++] = s->ring[i].enc;
+        s->ring[i].own = s->ring[i].enc = NULL;
+    }
+    pthread_mutex_unlock(&w->mu);
 }
 
 static void stream_free(ckpt_stream *s)
 {
+    if (s->ring)
+        keep_buffers(s);
     for (int i = 0; s->ring && i < s->depth; i++) {
         free(s->ring[i].own);
         free(s->ring[i].enc);
@@ -539,8 +594,12 @@ int ckpt_stream_write(ckpt_stream *s, const void *buf, size_t len,
                         (unsigned long long)s->received);
     s->received += len;
     while (len && !s->rc) {
-        if (s->fill == 0 && len >= s->frame) {
-            /* Whole frames straight from the caller's buffer. */
+        if (s->fill == 0 && len >= s->frame &&
+            len >= (size_t)s->depth * s->frame) {
+            /* Whole frames straight from the caller's buffer: worth it
+             * for a buffer larger than the ring, which copying could not
+             * take in without waiting anyway.  A smaller one is copied, so
+             * that the caller goes on while its frames are encoded. */
             s->borrowed = 1;
             submit_slot(s, p, s->frame);
             p += s->frame;

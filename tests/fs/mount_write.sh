@@ -269,7 +269,7 @@ for s in 000001 000002 000003; do verify_ok "$R/step-$s"; done
 
 echo "# ---- a second mount on the same root joins the save"
 M2=$TMP/mnt2
-mount_ck "$R" "$M2" -o rw,world=2 || exit 1
+mount_ck "$R" "$M2" -o rw,world=2,sync=close || exit 1
 S=step-000020
 mkdir -p "$M/$S/m"
 mkdir -p "$M2/$S/m" && ok "mkdir -p on the second mount joins $S" || bad "mkdir -p on mount 2"

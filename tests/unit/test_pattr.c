@@ -1,0 +1,159 @@
+/*
+ * test_pattr.c - unit tests for fs/pattr.c, the piece attributes of a file
+ * written through the mount (docs/MOUNT.md, "Writing"): values parsed and
+ * checked as they are set (in any order), refused ones leaving the set
+ * unchanged, and the piece they describe, with the extent inferred from
+ * the bytes written where the attributes leave it open.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pattr.h"
+
+static int set(pattr *a, const char *name, const char *v)
+{
+    ckpt_error err = { 0 };
+    return pattr_set(a, pattr_key(name), v, strlen(v), &err);
+}
+
+START_TEST(test_keys)
+{
+    ck_assert_uint_eq(pattr_key("user.ckpt.dtype"), PATTR_DTYPE);
+    ck_assert_uint_eq(pattr_key("user.ckpt.shape"), PATTR_SHAPE);
+    ck_assert_uint_eq(pattr_key("user.ckpt.offsets"), PATTR_OFFSETS);
+    ck_assert_uint_eq(pattr_key("user.ckpt.sizes"), PATTR_SIZES);
+    ck_assert_uint_eq(pattr_key("user.ckpt.fqn"), 0);
+    ck_assert_uint_eq(pattr_key("user.ckpt.dtypes"), 0);
+}
+END_TEST
+
+START_TEST(test_set_and_get)
+{
+    pattr a = { 0 };
+    char buf[64];
+    ck_assert_int_eq(set(&a, "user.ckpt.dtype", "torch.bfloat16"), 0);
+    ck_assert_int_eq(set(&a, "user.ckpt.shape", "[8, 6]"), 0);
+    ck_assert_int_eq(set(&a, "user.ckpt.offsets", "4,0"), 0);
+    ck_assert_int_eq(pattr_get(&a, PATTR_DTYPE, buf, sizeof buf), 4);
+    ck_assert_str_eq(buf, "bf16");
+    pattr_get(&a, PATTR_SHAPE, buf, sizeof buf);
+    ck_assert_str_eq(buf, "8,6");
+    pattr_get(&a, PATTR_OFFSETS, buf, sizeof buf);
+    ck_assert_str_eq(buf, "4,0");
+    ck_assert_int_eq(pattr_get(&a, PATTR_SIZES, buf, sizeof buf), -ENODATA);
+}
+END_TEST
+
+START_TEST(test_refusals_keep_the_set)
+{
+    pattr a = { 0 };
+    ck_assert_int_eq(set(&a, "user.ckpt.dtype", "float33"), -EINVAL);
+    ck_assert_uint_eq(a.set, 0);
+    ck_assert_int_eq(set(&a, "user.ckpt.shape", "4,x"), -EINVAL);
+    ck_assert_int_eq(set(&a, "user.ckpt.shape", "4,-1"), -EINVAL);
+    ck_assert_int_eq(set(&a, "user.ckpt.shape", "6,5"), 0);
+    pattr before = a;
+    ck_assert_int_eq(set(&a, "user.ckpt.offsets", "7,0"), -EINVAL);
+    ck_assert_int_eq(set(&a, "user.ckpt.offsets", "0,0,0"), -EINVAL);
+    ck_assert_int_eq(set(&a, "user.ckpt.sizes", "4,6"), -EINVAL);
+    ck_assert_int_eq(memcmp(&a, &before, sizeof a), 0);
+    /* Offsets first, shape later: the shape is checked against them. */
+    pattr b = { 0 };
+    ck_assert_int_eq(set(&b, "user.ckpt.offsets", "3,4"), 0);
+    ck_assert_int_eq(set(&b, "user.ckpt.shape", "3,4"), 0);  /* = bounds */
+    ck_assert_int_eq(set(&b, "user.ckpt.shape", "2,4"), -EINVAL);
+    ck_assert_int_eq(set(&b, "user.ckpt.shape", "3"), -EINVAL);
+    /* A NUL inside the value, or a huge one. */
+    ck_assert_int_eq(pattr_set(&b, PATTR_DTYPE, "f32\0x", 5, NULL), -EINVAL);
+    char *big = malloc(5000);
+    memset(big, '1', 5000);
+    ck_assert_int_eq(pattr_set(&b, PATTR_SHAPE, big, 5000, NULL), -EINVAL);
+    free(big);
+    /* A byte object is 1-D. */
+    pattr c = { 0 };
+    ck_assert_int_eq(set(&c, "user.ckpt.shape", "2,2"), 0);
+    ck_assert_int_eq(set(&c, "user.ckpt.dtype", "bytes"), -EINVAL);
+}
+END_TEST
+
+START_TEST(test_resolve_rules)
+{
+    pattr_piece p;
+    ckpt_error err = { 0 };
+    /* Nothing set: a byte object of the bytes written. */
+    ck_assert_int_eq(pattr_resolve(NULL, "x", &p, &err), 0);
+    ck_assert_int_eq(p.dtype, CKPT_BYTES);
+    ck_assert_int_eq(p.infer, PATTR_LENGTH);
+    ck_assert_int_eq(pattr_finish(&p, 11, "x", &err), 0);
+    ck_assert_int_eq(p.ndim, 1);
+    ck_assert_int_eq(p.shape[0], 11);
+    ck_assert_int_eq(p.sizes[0], 11);
+    /* A dtype alone: a 1-D tensor, whole elements only. */
+    pattr a = { 0 };
+    set(&a, "user.ckpt.dtype", "f32");
+    ck_assert_int_eq(pattr_resolve(&a, "x", &p, &err), 0);
+    ck_assert_int_eq(pattr_finish(&p, 10, "x", &err), -EINVAL);
+    ck_assert_int_eq(pattr_resolve(&a, "x", &p, &err), 0);
+    ck_assert_int_eq(pattr_finish(&p, 12, "x", &err), 0);
+    ck_assert_int_eq(p.shape[0], 3);
+    /* Shape and offsets: rows from the bytes, the rest to the end. */
+    set(&a, "user.ckpt.shape", "10,6");
+    set(&a, "user.ckpt.offsets", "4,2");
+    ck_assert_int_eq(pattr_resolve(&a, "x", &p, &err), 0);
+    ck_assert_int_eq(p.infer, PATTR_ROWS);
+    ck_assert_int_eq(p.sizes[1], 4);
+    ck_assert_int_eq(p.sizes[0], 6);           /* the bound */
+    ck_assert_int_eq(pattr_finish(&p, 3 * 4 * 4, "x", &err), 0);
+    ck_assert_int_eq(p.sizes[0], 3);
+    ck_assert_int_eq(p.shape[0], 10);
+    ck_assert_int_eq(pattr_resolve(&a, "x", &p, &err), 0);
+    ck_assert_int_eq(pattr_finish(&p, 3 * 4 * 4 + 4, "x", &err), -EINVAL);
+    ck_assert_int_eq(pattr_resolve(&a, "x", &p, &err), 0);
+    ck_assert_int_eq(pattr_finish(&p, 7 * 4 * 4, "x", &err), -EINVAL);
+    /* Sizes given: exact. */
+    set(&a, "user.ckpt.sizes", "2,3");
+    ck_assert_int_eq(pattr_resolve(&a, "x", &p, &err), 0);
+    ck_assert_int_eq(p.infer, PATTR_EXACT);
+    ck_assert_int_eq(p.sizes[0], 2);
+    ck_assert_int_eq(p.sizes[1], 3);
+    /* A scalar: exact, no dims. */
+    pattr s = { 0 };
+    set(&s, "user.ckpt.dtype", "f64");
+    set(&s, "user.ckpt.shape", "");
+    ck_assert_int_eq(pattr_resolve(&s, "x", &p, &err), 0);
+    ck_assert_int_eq(p.ndim, 0);
+    ck_assert_int_eq(p.infer, PATTR_EXACT);
+    /* Offsets without a shape; a shape without a dtype. */
+    pattr o = { 0 };
+    set(&o, "user.ckpt.offsets", "1");
+    ck_assert_int_eq(pattr_resolve(&o, "x", &p, &err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "user.ckpt.shape"));
+    pattr n = { 0 };
+    set(&n, "user.ckpt.shape", "4");
+    ck_assert_int_eq(pattr_resolve(&n, "x", &p, &err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "user.ckpt.dtype"));
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("pattr");
+    TCase *t = tcase_create("core");
+    tcase_add_test(t, test_keys);
+    tcase_add_test(t, test_set_and_get);
+    tcase_add_test(t, test_refusals_keep_the_set);
+    tcase_add_test(t, test_resolve_rules);
+    suite_add_tcase(s, t);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

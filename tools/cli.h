@@ -41,6 +41,7 @@ int cmd_info(int argc, char **argv);
 int cmd_cat(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_gc(int argc, char **argv);
+int cmd_import(int argc, char **argv);
 
 /* ---- reporting (all on stderr, prefixed "ckpt: ") */
 

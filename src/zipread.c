@@ -54,8 +54,8 @@ static int find_eocd(ckpt_zip_read_fn rd, void *arg, uint64_t len,
         free(buf);
         return rc;
     }
-    rc = ckpt_err(err, -EINVAL, "%s: not a zip archive (no end of central "
-                  "directory record)", what);
+    rc = ckpt_err(err, -EINVAL, "%s: not a zip archive, or cut short (no end "
+                  "of central directory record)", what);
     for (size_t i = tail - EOCD_LEN + 1; i-- > 0;) {
         const unsigned char *p = buf + i;
         if (le(p, 4) != EOCD_SIG || i + EOCD_LEN + le(p + 20, 2) != tail)

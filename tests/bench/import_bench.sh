@@ -42,6 +42,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
+mkdir -p "$work/state"
 "$core" gen "$work/state" --mb "$mb" >/dev/null || die "bench_core gen failed"
 out=$("$py" "$srcdir/tests/bench/dcp_bench.py" save "$work/state" "$work/dcp") ||
     die "DCP save failed"

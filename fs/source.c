@@ -418,14 +418,16 @@ static fs_source *source_new(char *path, const ckpt_read_opts *ro)
     return s;
 }
 
-static int open_single(fs_source *s, ckpt_error *err)
+/* `stamp`: the file whose status stands for the checkpoint's (its
+ * index.db, or a foreign checkpoint's .metadata or .safetensors file). */
+static int open_single(fs_source *s, const char *stamp, ckpt_error *err)
 {
     struct stat idx;
     int has_step = 0;
     int64_t step = 0;
     int rc = probe(s->path, &has_step, &step, err);
-    if (rc == 0 && (rc = stat_index(s->path, &idx)) != 0)
-        return ckpt_err(err, rc, "%s/index.db: %s", s->path, strerror(-rc));
+    if (rc == 0 && stat(stamp, &idx) != 0)
+        return ckpt_err_sys(err, -errno, "%s", stamp);
     if (rc)
         return rc;
     s->slots = malloc(sizeof *s->slots);
@@ -460,7 +462,12 @@ int source_open(fs_source **out, const char *path, const ckpt_read_opts *ro,
     char *abs = realpath(path, NULL);
     if (!abs)
         return ckpt_err(err, -errno, "%s: %s", path, strerror(errno));
-    if (stat(abs, &st) != 0 || !S_ISDIR(st.st_mode)) {
+    /* A PyTorch distributed checkpoint or safetensors is served as one
+     * checkpoint, read-only, by the same reader. */
+    char stamp[4096];
+    ckpt_format fmt = ckpt_format_probe(abs, stamp, sizeof stamp);
+    int foreign = fmt == CKPT_FORMAT_DCP || fmt == CKPT_FORMAT_SAFETENSORS;
+    if (!foreign && (stat(abs, &st) != 0 || !S_ISDIR(st.st_mode))) {
         int rc = ckpt_err(err, -ENOTDIR, "%s is not a directory", path);
         free(abs);
         return rc;
@@ -471,8 +478,8 @@ int source_open(fs_source **out, const char *path, const ckpt_read_opts *ro,
         return ckpt_err(err, -ENOMEM, "out of memory");
     }
     int rc;
-    int kind = ckpt_dir_probe(abs);
-    if (writable && kind != CKPT_DIR_NONE)
+    int kind = foreign ? CKPT_DIR_COMMITTED : ckpt_dir_probe(abs);
+    if (writable && (foreign || kind != CKPT_DIR_NONE))
         kind = -1;
     switch (kind) {
     case -1:
@@ -481,7 +488,9 @@ int source_open(fs_source **out, const char *path, const ckpt_read_opts *ro,
                       "in", path);
         break;
     case CKPT_DIR_COMMITTED:
-        rc = open_single(s, err);
+        if (!foreign)
+            snprintf(stamp, sizeof stamp, "%s/index.db", abs);
+        rc = open_single(s, stamp, err);
         break;
     case CKPT_DIR_PENDING:
         rc = ckpt_err(err, -ENOENT, "%s is not a committed checkpoint: it has "

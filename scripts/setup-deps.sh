@@ -13,7 +13,7 @@ PACKAGES="
   libfuse3-dev fuse3 attr
   libopenmpi-dev openmpi-bin
   python3 python3-numpy python3-zstandard python3-torch
-  clang
+  clang libclang-rt-14-dev
   procps util-linux bsdextrautils
 "
 

@@ -302,6 +302,26 @@ typedef enum ckpt_dir_state {
 /* Classifies a directory without opening its index. */
 ckpt_dir_state ckpt_dir_probe(const char *dir);
 
+/* Checkpoints of other tools that ckpt_reader_open also reads, read-only
+ * (docs/MOUNT.md, "Foreign checkpoints"): their tensors are served from
+ * the original files, without checksums (ckpt_verify then checks that
+ * every byte can be read and that the chunks tile each tensor). */
+typedef enum ckpt_format {
+    CKPT_FORMAT_NONE = 0,
+    CKPT_FORMAT_CKPTFS = 1,      /* a directory with index.db */
+    CKPT_FORMAT_DCP = 2,         /* PyTorch distributed checkpoint: a
+                                    directory with .metadata */
+    CKPT_FORMAT_SAFETENSORS = 3  /* a .safetensors file, or a directory
+                                    with model.safetensors.index.json or
+                                    *.safetensors files */
+} ckpt_format;
+
+/* What `path` is, without reading its contents.  When `stamp` is not NULL
+ * it receives (cap bytes at most) the file whose status stands for the
+ * checkpoint's: index.db, .metadata, the .safetensors file or index json
+ * (for a directory of .safetensors without index, the directory). */
+ckpt_format ckpt_format_probe(const char *path, char *stamp, size_t cap);
+
 /* Version of the library, e.g. "0.1.0". */
 const char *ckpt_version(void);
 

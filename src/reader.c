@@ -9,6 +9,12 @@
  * decoded-frame cache, which decodes it once however many threads ask.
  * Large reads are split across the pool; sequential reads prefetch the
  * following frames.  Every frame's checksum is verified when it is decoded.
+ *
+ * A directory without index.db that holds a PyTorch distributed checkpoint
+ * or safetensors files is described by foreign.c with the same model and
+ * read the same way: its frames are byte ranges of the original files
+ * (raw, without checksums), and a chunk torch stored with strides is one
+ * frame gathered into row-major order as it is read.
  */
 #include "ckptfs.h"
 
@@ -26,6 +32,7 @@
 #include "codec.h"
 #include "error.h"
 #include "fileio.h"
+#include "foreign.h"
 #include "index.h"
 #include "plan.h"
 #include "pool.h"
@@ -56,6 +63,10 @@ struct ckpt_reader {
     pthread_mutex_t fd_mu;
     char (*codecs)[32];             /* per tensor: "raw+zstd" */
     _Atomic uint64_t *seq_end;      /* per tensor: end of the last read */
+    int foreign;                    /* not a ckptfs checkpoint: frames have
+                                       no checksums */
+    ckpt_strided **strided;         /* foreign: per global chunk, its
+                                       strides, or NULL when row-major */
     ckpt_cache *cache;
     ckpt_pool *pool;
     scratch *free_scratch;
@@ -233,6 +244,57 @@ static int frame_fail(const frame_ref *fr, ckpt_error *err, int rc)
                          (unsigned long long)fr->f->file_offset);
 }
 
+/* The strides of chunk (t, c) when it is stored strided, else NULL. */
+static const ckpt_strided *strided_of(const ckpt_reader *r, size_t t,
+                                      size_t c)
+{
+    return r->strided ? r->strided[r->chunk_base[t] + c] : NULL;
+}
+
+/* Copies the elements of a strided chunk (sizes, strides in elements, from
+ * src) into dst in row-major order. */
+static void gather(unsigned char *dst, const unsigned char *src, int ndim,
+                   const int64_t *sizes, const int64_t *stride, size_t isz)
+{
+    int64_t idx[CKPT_MAX_DIMS] = { 0 };
+    if (ndim == 0) {
+        memcpy(dst, src, isz);
+        return;
+    }
+    int last = ndim - 1;
+    for (;;) {
+        int64_t base = 0;
+        for (int k = 0; k < last; k++)
+            base += idx[k] * stride[k];
+        const unsigned char *p = src + (size_t)base * isz;
+        size_t step = (size_t)stride[last] * isz;
+        for (int64_t i = 0; i < sizes[last]; i++, dst += isz, p += step)
+            memcpy(dst, p, isz);
+        int k = last - 1;
+        while (k >= 0 && ++idx[k] == sizes[k])
+            idx[k--] = 0;
+        if (k < 0)
+            return;
+    }
+}
+
+/* Reads a strided chunk's bytes (its one frame) and gathers them. */
+static int read_strided(const frame_ref *fr, int fd, const ckpt_strided *sd,
+                        void *dst, scratch *s, ckpt_error *err)
+{
+    const ckpt_frame_rec *f = fr->f;
+    const ckpt_index_tensor *t = tensor_at(fr->r, fr->t);
+    int rc = scratch_reserve(s, f->stored_size);
+    if (rc)
+        return ckpt_err(err, rc, "out of memory");
+    rc = ckpt_pread_full(fd, s->buf, f->stored_size, f->file_offset,
+                         file_of(fr->r, fr->t, fr->c), err);
+    if (rc == 0)
+        gather(dst, s->buf, t->ndim, chunk_at(fr->r, fr->t, fr->c)->sizes,
+               sd->stride, ckpt_dtype_size(t->dtype));
+    return rc;
+}
+
 /* Reads and decodes frame fr into dst (raw_size bytes) and checks its
  * checksum. */
 static int decode_frame(const frame_ref *fr, void *dst, scratch *s,
@@ -241,11 +303,14 @@ static int decode_frame(const frame_ref *fr, void *dst, scratch *s,
     ckpt_reader *r = fr->r;
     const ckpt_frame_rec *f = fr->f;
     const ckpt_index_chunk *ch = chunk_at(r, fr->t, fr->c);
+    const ckpt_strided *sd = strided_of(r, fr->t, fr->c);
     int fd = shard_fd(r, ch->file, err);
     if (fd < 0)
         return frame_fail(fr, err, fd);
     int rc = 0;
-    if (f->codec == CKPT_CODEC_RAW) {
+    if (sd) {
+        rc = read_strided(fr, fd, sd, dst, s, err);
+    } else if (f->codec == CKPT_CODEC_RAW) {
         if (f->stored_size != f->raw_size)
             rc = ckpt_err(err, -EIO, "raw frame stores %llu bytes for %llu",
                           (unsigned long long)f->stored_size,
@@ -269,6 +334,8 @@ static int decode_frame(const frame_ref *fr, void *dst, scratch *s,
     atomic_fetch_add(&r->bytes_read, f->stored_size);
     atomic_fetch_add(&r->frames_decoded, 1);
     atomic_fetch_add(&r->bytes_decoded, f->raw_size);
+    if (r->foreign)
+        return 0;
     uint64_t sum = ckpt_checksum(dst, f->raw_size);
     if (sum != f->checksum) {
         ckpt_err(err, -EIO, "checksum mismatch (index has %016llx, data "
@@ -755,8 +822,9 @@ static int not_a_checkpoint(const char *dir, ckpt_error *err)
                         "has no index.db (a save that is in progress or was "
                         "interrupted; 'ckpt gc' removes interrupted ones)",
                         dir);
-    return ckpt_err(err, -ENOENT, "%s is not a ckptfs checkpoint: it has no "
-                    "index.db", dir);
+    return ckpt_err(err, -ENOENT, "%s is not a checkpoint: it has no "
+                    "index.db (ckptfs), no .metadata (PyTorch distributed "
+                    "checkpoint) and no *.safetensors", dir);
 }
 
 static void describe_codecs(unsigned mask, char *buf, size_t cap)
@@ -824,8 +892,12 @@ void ckpt_reader_close(ckpt_reader *r)
     if (r->cache)
         ckpt_cache_destroy(r->cache);
     if (r->frames && r->chunk_base)
-        for (size_t i = 0; i < total_chunks(r); i++)
+        for (size_t i = 0; i < total_chunks(r); i++) {
             free(atomic_load(&r->frames[i]));
+            if (r->strided)
+                free(r->strided[i]);
+        }
+    free(r->strided);
     for (size_t i = 0; r->fds && i < r->d.nfiles; i++)
         if (atomic_load(&r->fds[i]) >= 0)
             close(atomic_load(&r->fds[i]));
@@ -846,6 +918,33 @@ void ckpt_reader_close(ckpt_reader *r)
     free(r);
 }
 
+/* Takes the model of a foreign checkpoint (see foreign.h) in place of an
+ * index: tensors, files and metadata, and every chunk's frames. */
+static int open_foreign(ckpt_reader *r, const char *path, ckpt_error *err)
+{
+    ckpt_foreign f;
+    int rc = ckpt_foreign_open(path, &f, err);
+    if (rc)
+        return rc;
+    r->foreign = 1;
+    r->d = f.d;
+    memset(&f.d, 0, sizeof f.d);
+    free(r->dir);
+    r->dir = f.dir;
+    f.dir = NULL;
+    rc = alloc_tables(r, err);
+    if (rc == 0) {
+        for (size_t i = 0; i < f.nchunks; i++) {
+            atomic_store(&r->frames[i], f.frames[i]);
+            f.frames[i] = NULL;
+        }
+        r->strided = f.strided;
+        f.strided = NULL;
+    }
+    ckpt_foreign_free(&f);
+    return rc;
+}
+
 int ckpt_reader_open(ckpt_reader **out, const char *dir,
                      const ckpt_read_opts *opts, ckpt_error *err)
 {
@@ -854,7 +953,8 @@ int ckpt_reader_open(ckpt_reader **out, const char *dir,
     int rc = ckpt_path_join(path, sizeof path, dir, "index.db", err);
     if (rc)
         return rc;
-    if (access(path, F_OK) != 0)
+    int foreign = access(path, F_OK) != 0;
+    if (foreign && ckpt_foreign_probe(dir, NULL, 0) == CKPT_FOREIGN_NONE)
         return not_a_checkpoint(dir, err);
     ckpt_reader *r = calloc(1, sizeof *r);
     if (!r)
@@ -868,12 +968,15 @@ int ckpt_reader_open(ckpt_reader **out, const char *dir,
         ckpt_read_opts_init(&r->opts);
     if (!(r->dir = strdup(dir)))
         rc = ckpt_err(err, -ENOMEM, "out of memory");
-    if (rc == 0)
+    if (rc == 0 && foreign) {
+        rc = open_foreign(r, dir, err);
+    } else if (rc == 0) {
         rc = ckpt_index_open(&r->ix, path, err);
-    if (rc == 0)
-        rc = ckpt_index_load(r->ix, &r->d, err);
-    if (rc == 0)
-        rc = alloc_tables(r, err);
+        if (rc == 0)
+            rc = ckpt_index_load(r->ix, &r->d, err);
+        if (rc == 0)
+            rc = alloc_tables(r, err);
+    }
     if (rc == 0)
         rc = ckpt_cache_create(&r->cache, r->opts.cache_bytes, err);
     if (rc == 0)

@@ -1,7 +1,7 @@
 /*
  * ckpt.c - the `ckpt` command-line tool: dispatches to its commands (pack,
- * unpack, ls, info, cat, verify, gc) and answers the global --help and
- * --version.
+ * unpack, ls, info, cat, verify, gc, import) and answers the global --help
+ * and --version.
  */
 #include "cli.h"
 
@@ -23,6 +23,7 @@ static const command COMMANDS[] = {
     { "verify", cmd_verify, "check every frame, checksum and coverage" },
     { "gc", cmd_gc, "remove the uncommitted saves of a root" },
     { "commit", cmd_commit, "commit what the writers of a save left" },
+    { "import", cmd_import, "convert a PyTorch DCP or safetensors checkpoint" },
 };
 
 #define NCOMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])

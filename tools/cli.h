@@ -42,6 +42,7 @@ int cmd_cat(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_gc(int argc, char **argv);
 int cmd_commit(int argc, char **argv);
+int cmd_import(int argc, char **argv);
 
 /* ---- reporting (all on stderr, prefixed "ckpt: ") */
 

@@ -220,6 +220,9 @@ static int list_path(const char *path)
     struct stat st;
     if (stat(path, &st) != 0)
         return cli_fail("%s: %s", path, strerror(errno));
+    ckpt_format fmt = ckpt_format_probe(path, NULL, 0);
+    if (fmt == CKPT_FORMAT_DCP || fmt == CKPT_FORMAT_SAFETENSORS)
+        return list_checkpoint(path);
     if (!S_ISDIR(st.st_mode))
         return cli_fail("%s is not a directory", path);
     switch (ckpt_dir_probe(path)) {

@@ -15,6 +15,7 @@
 #include "codec.h"
 #include "fileio.h"
 #include "npy.h"
+#include "outdir.h"
 #include "progress.h"
 #include "region.h"
 #include "shape.h"
@@ -102,9 +103,7 @@ typedef struct pack_job {
     const char *out;
     pack_input *inputs;
     size_t ninputs;
-    char *created;          /* the topmost directory pack created (OUT or
-                               an ancestor), or NULL */
-    int out_ready;          /* OUT exists, is empty and is ours to fill */
+    cli_outdir outdir;      /* OUT, made or emptied by this pack */
     unsigned char *buf;     /* gather buffer, CLI_BLOCK bytes */
     progress prog;
 } pack_job;
@@ -754,100 +753,6 @@ static int write_cell(pack_job *job, long c)
     return CLI_OK;
 }
 
-/* ------------------------------------------------------------ OUT */
-
-static int dir_is_empty(const char *path)
-{
-    DIR *d = opendir(path);
-    if (!d)
-        return -errno;
-    struct dirent *e;
-    int empty = 1;
-    while (empty && (e = readdir(d)) != NULL)
-        if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-            empty = 0;
-    closedir(d);
-    return empty;
-}
-
-/* Makes OUT and its missing ancestors (mkdir -p), remembering the topmost
- * one made so that a failure removes all of them. */
-static int make_dirs(pack_job *job)
-{
-    char *path = strdup(job->out);
-    if (!path)
-        return cli_fail("out of memory");
-    size_t n = strlen(path);
-    while (n > 1 && path[n - 1] == '/')
-        path[--n] = '\0';   /* "a/b/" is "a/b" */
-    int rc = CLI_OK;
-    for (char *s = path + 1; rc == CLI_OK; s++) {
-        if (*s != '/' && *s != '\0')
-            continue;
-        char c = *s;
-        *s = '\0';
-        if (mkdir(path, 0777) == 0) {
-            if (!job->created && !(job->created = strdup(path)))
-                rc = cli_fail("out of memory");
-        } else if (errno != EEXIST || c == '\0') {
-            rc = cli_fail("cannot create %s: %s", path, strerror(errno));
-        }
-        *s = c;
-        if (c == '\0')
-            break;
-    }
-    free(path);
-    return rc;
-}
-
-/* Makes OUT, or accepts it if it is an empty directory. */
-static int prepare_out(pack_job *job)
-{
-    struct stat st;
-    if (stat(job->out, &st) == 0) {
-        if (!S_ISDIR(st.st_mode))
-            return cli_fail("%s exists and is not a directory", job->out);
-        int e = dir_is_empty(job->out);
-        if (e < 0)
-            return cli_fail("cannot read %s: %s", job->out, strerror(-e));
-        if (!e)
-            return cli_fail("%s exists and is not empty", job->out);
-        job->out_ready = 1;
-        return CLI_OK;
-    }
-    if (errno != ENOENT)
-        return cli_fail("%s: %s", job->out, strerror(errno));
-    int rc = make_dirs(job);
-    job->out_ready = rc == CLI_OK;
-    return rc;
-}
-
-/* Removes what this pack made: the directories it created (OUT and any
- * ancestors), or else everything inside OUT (it was empty when pack
- * checked it: out_ready). */
-static void remove_out(const pack_job *job)
-{
-    ckpt_error err = { 0 };
-    if (job->created) {
-        if (ckpt_remove_tree(job->created, &err))
-            cli_warn("could not remove %s: %s", job->created, err.msg);
-        return;
-    }
-    DIR *d = opendir(job->out);
-    if (!d)
-        return;
-    struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
-            continue;
-        char *p = cli_path_join(job->out, e->d_name);
-        if (p && ckpt_remove_tree(p, &err))
-            cli_warn("could not remove %s: %s", p, err.msg);
-        free(p);
-    }
-    closedir(d);
-}
-
 /* ------------------------------------------------------------ main */
 
 static int write_and_commit(pack_job *job)
@@ -878,7 +783,7 @@ static void job_free(pack_job *job)
     free(job->inputs);
     free(job->meta);
     free(job->buf);
-    free(job->created);
+    cli_outdir_free(&job->outdir);
 }
 
 static int parse_args(pack_job *job, int argc, char **argv)
@@ -905,7 +810,7 @@ static int parse_args(pack_job *job, int argc, char **argv)
     int rc = cli_want_args(&HELP, argc - optind, 2, -1);
     if (rc)
         return rc;
-    job->out = argv[optind];
+    job->out = job->outdir.path = argv[optind];
     return parse_inputs(job, argc - optind - 1, argv + optind + 1);
 }
 
@@ -921,11 +826,11 @@ int cmd_pack(int argc, char **argv)
     for (size_t i = 0; rc == CLI_OK && i < job.ninputs; i++)
         rc = probe_input(&job.inputs[i]);
     if (rc == CLI_OK)
-        rc = prepare_out(&job);
+        rc = cli_outdir_prepare(&job.outdir);
     if (rc == CLI_OK)
         rc = write_and_commit(&job);
-    if (rc != CLI_OK && (job.created || job.out_ready))
-        remove_out(&job);
+    if (rc != CLI_OK)
+        cli_outdir_remove(&job.outdir);
     job_free(&job);
     return rc == CLI_HELP_SHOWN ? CLI_OK : rc;
 }

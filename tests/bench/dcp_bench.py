@@ -12,46 +12,17 @@ and are compared bit for bit with state.bin after the clock stops.  Prints
 or, when this Python has no usable torch, one line starting with SKIP.
 Run it with /usr/bin/python3 (run.sh does).
 """
-import copy
-import dataclasses
 import os
 import resource
 import sys
 import time
 
 
-def _allow_unhashable_dataclass_defaults():
-    """PyTorch 1.13 declares `tensor_properties: TensorProperties =
-    field(default=TensorProperties())` (sharded_tensor/metadata.py).  Python
-    3.11 rejects any unhashable default as "mutable default ... use
-    default_factory", so importing torch.distributed._shard.checkpoint fails.
-    Wrap dataclasses._get_field so that such a default becomes a
-    default_factory returning a copy of it, which is what upstream later did.
-    """
-    orig = dataclasses._get_field
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "helpers"))
+from torch_compat import allow_unhashable_dataclass_defaults  # noqa: E402
 
-    def get_field(cls, a_name, a_type, *args, **kwargs):
-        default = cls.__dict__.get(a_name, dataclasses.MISSING)
-        if isinstance(default, dataclasses.Field):
-            value = default.default
-        else:
-            value = default
-        if (value is not dataclasses.MISSING
-                and type(value).__hash__ is None):
-            def factory(v=value):
-                return copy.deepcopy(v)
-            if isinstance(default, dataclasses.Field):
-                default.default = dataclasses.MISSING
-                default.default_factory = factory
-            else:
-                setattr(cls, a_name,
-                        dataclasses.field(default_factory=factory))
-        return orig(cls, a_name, a_type, *args, **kwargs)
-
-    dataclasses._get_field = get_field
-
-
-_allow_unhashable_dataclass_defaults()
+allow_unhashable_dataclass_defaults()
 
 try:
     import numpy as np

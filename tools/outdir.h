@@ -1,0 +1,25 @@
+/*
+ * outdir.h - the output directory of the commands that make a checkpoint
+ * (pack, import): OUT must not exist (it is made with its missing parents)
+ * or be empty; on failure everything the command made is removed again,
+ * so no half-made checkpoint is left.
+ */
+#ifndef CKPT_OUTDIR_H
+#define CKPT_OUTDIR_H
+
+typedef struct cli_outdir {
+    const char *path;       /* OUT, as given */
+    char *created;          /* the topmost directory made (OUT or an
+                               ancestor), or NULL */
+    int ready;              /* OUT exists, is empty and is ours to fill */
+} cli_outdir;
+
+/* Makes OUT, or accepts it if it is an empty directory; prints the
+ * problem and returns CLI_FAIL otherwise. */
+int cli_outdir_prepare(cli_outdir *o);
+/* Removes what was made: the directories created, or else everything
+ * inside OUT (it was empty when prepared).  Nothing if not prepared. */
+void cli_outdir_remove(const cli_outdir *o);
+void cli_outdir_free(cli_outdir *o);
+
+#endif

@@ -282,10 +282,14 @@ static ws_save *set_add(ws_set *s, const char *name, const char *path)
     return w;
 }
 
-static ws_save *set_find_locked(ws_set *s, const char *name)
+/* The save `name` not yet committed, or else (when `committed`) the
+ * latest one that was; NULL if none (under s->mu).  A name can be saved
+ * again once its checkpoint is deleted: that is a new save object. */
+static ws_save *set_find_locked(ws_set *s, const char *name, int committed)
 {
     for (size_t i = s->n; i-- > 0;)
-        if (strcmp(s->v[i]->name, name) == 0)
+        if (strcmp(s->v[i]->name, name) == 0 &&
+            (committed || !ws_save_committed(s->v[i])))
             return s->v[i];
     return NULL;
 }
@@ -342,13 +346,15 @@ ws_save *ws_set_find(ws_set *s, const char *name)
     if (check_save_name(name, NULL) != 0)
         return NULL;
     pthread_mutex_lock(&s->mu);
-    ws_save *w = set_find_locked(s, name);
+    ws_save *w = set_find_locked(s, name, 0);
     if (!w) {
         char path[4096];
         if (ckpt_path_join(path, sizeof path, s->root, name, NULL) == 0 &&
             on_disk_pending(path))
             w = set_add(s, name, path);
     }
+    if (!w)      /* just committed: the caller rescans the root */
+        w = set_find_locked(s, name, 1);
     pthread_mutex_unlock(&s->mu);
     return w;
 }
@@ -364,7 +370,7 @@ int ws_set_create(ws_set *s, const char *name, ws_save **out,
     if (rc)
         return rc;
     pthread_mutex_lock(&s->mu);
-    ws_save *w = set_find_locked(s, name);
+    ws_save *w = set_find_locked(s, name, 0);
     if (w) {
         *out = w;
         rc = -EEXIST;

@@ -286,6 +286,17 @@ cmp -s "$IN/w.bin" "$M2/$S/m/w" && ok "mount 2 reads it" || bad "mount 2 read di
 ls "$R/$S/data" | wc -l | grep -qx 2 && ok "two shard files, one per writer" || bad "shards: $(ls "$R/$S/data")"
 umount_ck "$M2"
 
+echo "# ---- a name saved again after its checkpoint was deleted"
+S=step-000025
+for round in 1 2; do
+    mkdir -p "$M/$S"
+    put "$M/$S/h" "$IN/h.bin" --dtype f32 --shape 6,5; expect_put "round $round: a piece"
+    commit "$M/$S" 0 1; expect_put "round $round: commit"
+    cmp -s "$IN/h.bin" "$M/$S/h" && ok "round $round: reads back" || bad "round $round: h differs"
+    rm -rf "${R:?}/$S"
+    sleep 1.2      # the kernel keeps names for a second
+done
+
 echo "# ---- the daemon killed in the middle of a save"
 S=step-000030
 mkdir -p "$M/$S"

@@ -359,11 +359,38 @@ ws_save *ws_set_find(ws_set *s, const char *name)
     return w;
 }
 
+/* Makes root/name with its data/ and .pending/ in one step, so that
+ * another mount never sees the directory without .pending/ (it would not
+ * know it for a save): built aside under a hidden name, then renamed into
+ * place.  -EEXIST when root/name exists. */
+static int make_save_dir(ws_set *s, const char *name, const char *path,
+                         ckpt_error *err)
+{
+    char tmp[4096], sub[4200];
+    int n = snprintf(tmp, sizeof tmp, "%s/.%s.new-%s", s->root, name,
+                     s->prefix);
+    if (n < 0 || (size_t)n >= sizeof tmp)
+        return ckpt_err(err, -ENAMETOOLONG, "%s: name too long", path);
+    int rc = mkdir(tmp, 0755) == 0 ? 0 : -errno;
+    snprintf(sub, sizeof sub, "%s/.pending", tmp);
+    if (rc == 0 && mkdir(sub, 0755) != 0)
+        rc = -errno;
+    snprintf(sub, sizeof sub, "%s/data", tmp);
+    if (rc == 0 && mkdir(sub, 0755) != 0)
+        rc = -errno;
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = errno == ENOTEMPTY ? -EEXIST : -errno;
+    if (rc == 0)
+        return 0;
+    ckpt_remove_tree(tmp, NULL);
+    return ckpt_err(err, rc, "cannot create %s: %s", path, strerror(-rc));
+}
+
 int ws_set_create(ws_set *s, const char *name, ws_save **out,
                   ckpt_error *err)
 {
     *out = NULL;
-    char path[4096], sub[4096];
+    char path[4096];
     int rc = check_save_name(name, err);
     if (rc == 0)
         rc = ckpt_path_join(path, sizeof path, s->root, name, err);
@@ -374,21 +401,11 @@ int ws_set_create(ws_set *s, const char *name, ws_save **out,
     if (w) {
         *out = w;
         rc = -EEXIST;
-    } else if (mkdir(path, 0755) != 0) {
-        rc = -errno;
-        if (rc == -EEXIST && on_disk_pending(path))
-            *out = set_add(s, name, path);
-        ckpt_err(err, rc, "cannot create %s: %s", path, strerror(-rc));
     } else {
-        /* Joiners make these too, so either order of arrival works. */
-        rc = ckpt_path_join(sub, sizeof sub, path, ".pending", err);
-        if (rc == 0 && mkdir(sub, 0755) != 0 && errno != EEXIST)
-            rc = ckpt_err_sys(err, -errno, "cannot create %s", sub);
-        if (rc == 0)
-            rc = ckpt_path_join(sub, sizeof sub, path, "data", err);
-        if (rc == 0 && mkdir(sub, 0755) != 0 && errno != EEXIST)
-            rc = ckpt_err_sys(err, -errno, "cannot create %s", sub);
-        if (rc == 0 && !(*out = set_add(s, name, path)))
+        rc = make_save_dir(s, name, path, err);
+        if (rc == 0 || (rc == -EEXIST && on_disk_pending(path)))
+            *out = set_add(s, name, path);
+        if (rc == 0 && !*out)
             rc = ckpt_err(err, -ENOMEM, "out of memory");
     }
     pthread_mutex_unlock(&s->mu);

@@ -503,8 +503,7 @@ int ckpt_async_wait(ckpt_save *j, int *owned, ckpt_error *err)
 
 /* ------------------------------------------------------------ public */
 
-/* Is dir free to save into?  *made tells whether it does not exist yet. */
-static int check_target(const char *dir, int *made, ckpt_error *err)
+int ckpt_async_check_target(const char *dir, int *made, ckpt_error *err)
 {
     struct stat sb;
     *made = stat(dir, &sb) != 0 && errno == ENOENT;
@@ -546,7 +545,7 @@ int ckpt_save_async(ckpt_saver *sv, const char *dir, const ckpt_piece *pieces,
     };
     int rc = ckpt_async_check_data(sv, pieces, n, NULL, err);
     if (rc == 0)
-        rc = check_target(dir, &d.made_dir, err);
+        rc = ckpt_async_check_target(dir, &d.made_dir, err);
     return rc ? rc : ckpt_async_start(sv, &d, out, err);
 }
 

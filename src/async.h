@@ -24,6 +24,9 @@ typedef struct ckpt_async_desc {
     size_t nmeta;
 } ckpt_async_desc;
 
+/* Is dir free to save into (-EEXIST: committed, -EBUSY: an unfinished
+ * save)?  *made tells whether it does not exist yet. */
+int ckpt_async_check_target(const char *dir, int *made, ckpt_error *err);
 /* Checks that every kept piece's data is readable host memory or, where
  * CUDA is usable, device memory (errors name the tensor). */
 int ckpt_async_check_data(ckpt_saver *s, const ckpt_piece *pieces, size_t n,

@@ -5,6 +5,9 @@
  * stream that a save's background writer reads, and loads into device
  * memory through pinned bounce buffers.
  */
+#ifdef HAVE_CONFIG_H
+#include "config.h"   /* HAVE_CUDA */
+#endif
 #include "staging.h"
 
 #include <errno.h>

@@ -13,7 +13,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "error.h"
@@ -69,6 +71,7 @@ void ckpt_saver_opts_init(ckpt_saver_opts *o)
 {
     memset(o, 0, sizeof *o);
     o->queue_depth = 1;
+    o->nice = 10;
 }
 
 void ckpt_save_opts_init(ckpt_save_opts *o)
@@ -194,6 +197,10 @@ static void job_run(ckpt_save *j)
 static void *saver_thread(void *arg)
 {
     ckpt_saver *sv = arg;
+    /* Linux: niceness is per thread, and the writers' encoder threads,
+     * created from this one, inherit it.  Best effort. */
+    if (sv->o.nice > 0)
+        (void)setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), sv->o.nice);
     pthread_mutex_lock(&sv->mu);
     for (;;) {
         while (!sv->head && !sv->stop)
@@ -237,6 +244,8 @@ int ckpt_saver_create(ckpt_saver **out, const ckpt_saver_opts *opts,
     if (sv->o.queue_depth < 1)
         rc = ckpt_err(err, -EINVAL, "saver: queue depth %d (at least 1)",
                       sv->o.queue_depth);
+    else if (sv->o.nice < 0 || sv->o.nice > 19)
+        rc = ckpt_err(err, -EINVAL, "saver: nice %d (0 to 19)", sv->o.nice);
     else if (sv->o.copy_threads < 0 || sv->o.copy_threads > 256)
         rc = ckpt_err(err, -EINVAL, "saver: %d copy threads (0 to 256)",
                       sv->o.copy_threads);

@@ -333,6 +333,10 @@ typedef struct ckpt_saver_opts {
      * save first waits until the previous one has finished.  With a
      * larger depth saves queue up and are written one after another. */
     int queue_depth;
+    /* Niceness (0-19) of the background writer and its encoder threads,
+     * so that they yield the CPU to training; default 10, 0 = unchanged
+     * (Linux: per thread). */
+    int nice;
 } ckpt_saver_opts;
 
 void ckpt_saver_opts_init(ckpt_saver_opts *o);

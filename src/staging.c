@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #ifdef HAVE_CUDA
@@ -112,6 +113,41 @@ static int is_device_ptr(const void *p)
 }
 #endif
 
+/* Host slabs are their own mappings, kept until the pool is destroyed
+ * (never handed to malloc, which could trim or unmap them between saves),
+ * aligned to and advised for transparent huge pages: the first save that
+ * touches a slab then takes one fault per 2 MiB instead of one per 4 KiB,
+ * and later saves none. */
+#define HUGE_PAGE ((size_t)2 << 20)
+
+/* Bytes mapped for an n-byte slab: whole pages. */
+static size_t slab_map_len(size_t n)
+{
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    return (n + pg - 1) / pg * pg;
+}
+
+static unsigned char *host_slab_alloc(size_t want)
+{
+    size_t n = slab_map_len(want), len = n + HUGE_PAGE;
+    unsigned char *m = mmap(NULL, len, PROT_READ | PROT_WRITE,
+                            MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        return NULL;
+    /* Keep the huge-page-aligned n bytes inside, unmap the rest. */
+    uintptr_t a = ((uintptr_t)m + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1);
+    unsigned char *p = (unsigned char *)a;
+    size_t head = (size_t)(p - m), tail = len - head - n;
+    if (head)
+        munmap(m, head);
+    if (tail)
+        munmap(p + n, tail);
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, n, MADV_HUGEPAGE);   /* a hint: fine if refused */
+#endif
+    return p;
+}
+
 static unsigned char *slab_alloc(const ckpt_stage *st)
 {
 #ifdef HAVE_CUDA
@@ -124,8 +160,7 @@ static unsigned char *slab_alloc(const ckpt_stage *st)
         return p;
     }
 #endif
-    void *p = NULL;
-    return posix_memalign(&p, 4096, st->slab) == 0 ? p : NULL;
+    return host_slab_alloc(st->slab);
 }
 
 static void slab_free(const ckpt_stage *st, unsigned char *p)
@@ -136,7 +171,7 @@ static void slab_free(const ckpt_stage *st, unsigned char *p)
         return;
     }
 #endif
-    free(p);
+    munmap(p, slab_map_len(st->slab));
 }
 
 /* ------------------------------------------------------------ the pool */

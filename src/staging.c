@@ -67,6 +67,8 @@ struct ckpt_staged {
     size_t nv, cap;
     long inflight;               /* copies not landed, all slabs */
     int closed;
+    int starved;                 /* the producer waited for a free slab */
+    int host;                    /* some bytes come from host memory */
     int dropping;                /* the consumer discards: stop copying */
     int rc;                      /* first copy error */
     ckpt_error err;
@@ -249,12 +251,22 @@ size_t ckpt_stage_slab_bytes(const ckpt_stage *st)
     return st->slab;
 }
 
-/* A free slab, waiting while the pool is at its cap. */
-static int slab_get(ckpt_stage *st, unsigned char **out, ckpt_error *err)
+/* A free slab, waiting while the pool is at its cap; before the first
+ * wait, calls starving(arg) (with no lock held). */
+static int slab_get(ckpt_stage *st, unsigned char **out,
+                    void (*starving)(void *), void *arg, ckpt_error *err)
 {
     pthread_mutex_lock(&st->mu);
-    while (st->nfree == 0 && st->max_slabs && st->nalloc >= st->max_slabs)
+    while (st->nfree == 0 && st->max_slabs && st->nalloc >= st->max_slabs) {
+        if (starving) {
+            pthread_mutex_unlock(&st->mu);
+            starving(arg);
+            starving = NULL;
+            pthread_mutex_lock(&st->mu);
+            continue;
+        }
         pthread_cond_wait(&st->cv, &st->mu);
+    }
     if (st->nfree > 0) {
         *out = st->free[--st->nfree];
         pthread_mutex_unlock(&st->mu);
@@ -453,12 +465,23 @@ static void seal_last(ckpt_staged *s)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* The producer is about to wait for a slab that only the consumer can
+ * free: let the consumer start. */
+static void starving(void *arg)
+{
+    ckpt_staged *s = arg;
+    pthread_mutex_lock(&s->mu);
+    s->starved = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* Adds a fresh slab at the end of the stream. */
 static int push_slab(ckpt_staged *s, ckpt_error *err)
 {
     unsigned char *p = NULL;
     seal_last(s);
-    int rc = slab_get(s->st, &p, err);
+    int rc = slab_get(s->st, &p, starving, s, err);
     if (rc)
         return rc;
     pthread_mutex_lock(&s->mu);
@@ -483,6 +506,11 @@ int ckpt_staged_append(ckpt_staged *s, const void *src, size_t n, int kind,
 {
     const unsigned char *from = src;
     size_t slab = s->st->slab;
+    if (kind == CKPT_MEM_HOST && n > 0 && !s->host) {
+        pthread_mutex_lock(&s->mu);
+        s->host = 1;
+        pthread_mutex_unlock(&s->mu);
+    }
     size_t part = slab / (size_t)s->st->ncopy;
     if (part < INLINE_COPY)
         part = INLINE_COPY;
@@ -569,7 +597,12 @@ int ckpt_staged_read(ckpt_staged *s, size_t want, const void **p, size_t *n,
             continue;
         }
         slabent *e = &s->v[s->rslab];
-        if (!slab_ready(e)) {
+        /* Host copies take the CPUs: wait for the staging to end (or to
+         * need the slabs back) before encoding, so that the copies have
+         * the CPUs and the memory bandwidth to themselves and the caller's
+         * stall is the copy alone.  Device copies (DMA) overlap with the
+         * encoding of what has landed. */
+        if (!slab_ready(e) || (s->host && !s->closed && !s->starved)) {
             pthread_cond_wait(&s->cv, &s->mu);
             continue;
         }

@@ -8,7 +8,9 @@
  *
  * A save's pieces are laid out one after another in a stream of slabs.  The
  * producer (the caller of the save) appends pieces; a slab becomes readable
- * once it is full (or the stream is closed) and its copies have landed.  The
+ * once it is full (or the stream is closed) and its copies have landed, and,
+ * when host copies (which take the CPUs) are involved, once the producer has
+ * closed the stream or has to wait for a slab.  The
  * consumer (the background writer) reads the stream in order and gives each
  * slab back to the pool once it is past it, so a state larger than the cap
  * is staged in slices as the background frees space.

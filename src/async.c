@@ -378,6 +378,8 @@ static int job_new(ckpt_saver *sv, const ckpt_async_desc *d, ckpt_save **out,
         j->write = *d->write;
     else
         ckpt_write_opts_init(&j->write);
+    if (j->write.drop_cache < 0)
+        j->write.drop_cache = 1;   /* the default, for background writes */
     j->dir = strdup(d->dir);
     j->writer = strdup(d->writer);
     j->pieces = calloc(d->n + 1, sizeof *j->pieces);

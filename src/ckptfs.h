@@ -100,6 +100,12 @@ typedef struct ckpt_write_opts {
     size_t frame_size;  /* raw bytes per frame (default 1 MiB, min 4 KiB) */
     int threads;        /* encoder threads; 0 = online CPUs */
     int sync;           /* fdatasync shard and plan files (default 1) */
+    /* Drop the shard's pages from the page cache as the disk takes them
+     * (the writer then also goes no faster than the disk): 1 yes, 0 no,
+     * -1 (default) only for asynchronous saves, whose background writes
+     * should neither evict the training job's cache nor fill memory with
+     * a checkpoint nobody reads back soon. */
+    int drop_cache;
 } ckpt_write_opts;
 
 void ckpt_write_opts_init(ckpt_write_opts *o);

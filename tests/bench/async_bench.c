@@ -4,7 +4,7 @@
  * ckpt_save_async (one encoder thread: the other cores train).
  *
  *   async_bench DIR [--mb N] [--steps N] [--every K] [--step-ms T]
- *                   [--codec raw|zstd|auto] [--reps N] [--strict]
+ *                   [--codec raw|zstd|auto] [--reps N] [--strict] [--trace]
  *
  * A step is a fixed amount of arithmetic on one core (calibrated at start
  * to take T ms on an idle core), so that background work that steals the
@@ -16,13 +16,19 @@
  * memcpy of the same bytes into a warm buffer measured in the same run;
  * medians over saves and repetitions.  Targets: async stall <= 1.2x the
  * memcpy time; async loop slowdown <= 5% (when a save takes less than
- * the interval between saves, which the run also prints).
+ * the interval between saves, which the run also prints).  A second loop
+ * without checkpoints ("none2") measures the noise of the machine: how
+ * much two identical loops differ.  The async save alone is timed too,
+ * with the CPU time it uses (which must fit beside the loop).  --trace
+ * prints, per save, the stall, when the background part finished, and how
+ * much slower than nominal the steps until the next save were.
  */
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "ckptfs.h"
@@ -35,7 +41,7 @@ typedef struct cfg {
     const char *dir;
     long mb, steps, every, reps;
     double step_ms;
-    int codec, strict;
+    int codec, strict, trace;
 } cfg;
 
 typedef struct samples {
@@ -170,12 +176,36 @@ static int async_start(const cfg *c, state *s, ckpt_saver *sv,
     return ckpt_save_async(sv, dir, s->p, s->nt, &o, h, e);
 }
 
-enum { NONE, SYNC, ASYNC, NMODES };
-static const char *const mode_name[] = { "none", "sync", "async" };
+/* NONE2 is a second loop without checkpoints: how much two identical
+ * loops differ on this machine (the noise a slowdown must stand out of). */
+enum { NONE, SYNC, ASYNC, NONE2, NMODES };
+static const char *const mode_name[] = { "none", "sync", "async", "none2" };
 
 typedef struct result {
     samples loop, stall;
 } result;
+
+/* With --trace: per save, the stall, when the background part finished
+ * (async: seen by polling after each step), and the time the steps of
+ * the interval took beyond the nominal step time. */
+typedef struct trace {
+    double start, stall, steps, done;
+    long nsteps;
+} trace;
+
+static void trace_print(const cfg *c, int m, int rep, long step,
+                        const trace *t)
+{
+    if (!c->trace || t->start == 0)
+        return;
+    printf("  [%d] %-5s save@%-4ld stall %.3f s", rep, mode_name[m], step,
+           t->stall);
+    if (t->done > 0)
+        printf(", background done after %.2f s", t->done);
+    printf(", %ld steps after it %.3f s (%+.1f%% on %.0f ms)\n", t->nsteps,
+           t->steps, 100 * (t->steps / ((double)t->nsteps * c->step_ms / 1e3)
+                            - 1), c->step_ms);
+}
 
 /* One loop of c->steps steps in mode m; appends to r. */
 static int run_loop(const cfg *c, state *s, int m, long iters, int rep,
@@ -184,12 +214,20 @@ static int run_loop(const cfg *c, state *s, int m, long iters, int rep,
     char dir[4096];
     ckpt_error e = { 0 };
     ckpt_save *pending = NULL;
+    trace t = { 0 };
+    long last = 0;
     double t0 = now();
     for (long step = 1; step <= c->steps; step++) {
+        double b = now();
         work(iters);
         touch(s, step);
-        if (m == NONE || step % c->every)
+        t.steps += now() - b;
+        t.nsteps++;
+        if (pending && t.done == 0 && ckpt_save_poll(pending))
+            t.done = now() - t.start;
+        if (m == NONE || m == NONE2 || step % c->every)
             continue;
+        trace_print(c, m, rep, last, &t);
         snprintf(dir, sizeof dir, "%s/%s-r%d-%06ld", c->dir, mode_name[m],
                  rep, step);
         double a = now();
@@ -204,7 +242,10 @@ static int run_loop(const cfg *c, state *s, int m, long iters, int rep,
             if (rc == 0 && prev)
                 rc = ckpt_save_wait(prev, &e);
         }
-        add(&r->stall, now() - a);
+        double stall = now() - a;
+        add(&r->stall, stall);
+        t = (trace){ .start = a, .stall = stall };
+        last = step;
         if (rc) {
             fprintf(stderr, "async_bench: %s save failed: %s\n", mode_name[m],
                     e.msg);
@@ -218,25 +259,40 @@ static int run_loop(const cfg *c, state *s, int m, long iters, int rep,
             fprintf(stderr, "async_bench: async save failed: %s\n", e.msg);
             return 1;
         }
+        if (t.done == 0)
+            t.done = now() - t.start;
         printf("  [%d] %-5s final wait after the loop %.3f s\n", rep,
                mode_name[m], now() - a);
     }
+    trace_print(c, m, rep, last, &t);
     return 0;
 }
 
-/* One async save on an idle machine, start to commit. */
-static double async_alone(const cfg *c, state *s, ckpt_saver *sv)
+/* CPU seconds (user + system) of the whole process so far. */
+static double cpu_time(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+           1e-6 * (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+/* One async save on an idle machine, start to commit: wall time, and the
+ * CPU time it used in *cpu (staging copies and background together). */
+static double async_alone(const cfg *c, state *s, ckpt_saver *sv,
+                          double *cpu)
 {
     char dir[4096];
     ckpt_error e = { 0 };
     ckpt_save *h;
     snprintf(dir, sizeof dir, "%s/alone", c->dir);
-    double a = now();
+    double a = now(), u = cpu_time();
     if (async_start(c, s, sv, dir, &h, &e) || ckpt_save_wait(h, &e)) {
         fprintf(stderr, "async_bench: async save failed: %s\n", e.msg);
         return -1;
     }
     double t = now() - a;
+    *cpu = cpu_time() - u;
     ckpt_remove_tree(dir, NULL);
     return t;
 }
@@ -257,6 +313,10 @@ static int parse(int argc, char **argv, cfg *c)
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--strict") == 0) {
             c->strict = 1;
+            continue;
+        }
+        if (strcmp(a, "--trace") == 0) {
+            c->trace = 1;
             continue;
         }
         if (a[0] != '-') {
@@ -296,7 +356,7 @@ int main(int argc, char **argv)
     if (parse(argc, argv, &c)) {
         fprintf(stderr, "usage: async_bench DIR [--mb N] [--steps N] "
                 "[--every K] [--step-ms T] [--codec raw|zstd|auto] "
-                "[--reps N] [--strict]\n");
+                "[--reps N] [--strict] [--trace]\n");
         return 2;
     }
     state s;
@@ -336,10 +396,18 @@ int main(int argc, char **argv)
             ckpt_remove_tree(c.dir, NULL);
             ckpt_mkdirs(c.dir, NULL);
         }
-    samples alone = { .n = 0 };
-    for (int rep = 0; rep < c.reps; rep++)
-        add(&alone, async_alone(&c, &s, sv));
+    samples alone = { .n = 0 }, alone_cpu = { .n = 0 };
+    for (int rep = 0; rep < c.reps; rep++) {
+        double u = 0;
+        add(&alone, async_alone(&c, &s, sv, &u));
+        add(&alone_cpu, u);
+    }
     ckpt_saver_destroy(sv);
+    samples noise = { .n = 0 };
+    for (int i = 0; i < r[NONE].loop.n && i < r[NONE2].loop.n; i++) {
+        double d = r[NONE2].loop.v[i] / r[NONE].loop.v[i] - 1;
+        add(&noise, d < 0 ? -d : d);
+    }
     double base = median(&r[NONE].loop), copy = median(&cp);
     printf("\n== async bench: %.0f MiB state, medians (%d memcpy runs, saves "
            "per mode: %d)\n", bytes / 1048576, cp.n, r[SYNC].stall.n);
@@ -359,13 +427,17 @@ int main(int argc, char **argv)
     double interval = c.step_ms * (double)c.every / 1e3;
     double save = median(&alone);
     int ok1 = stall <= 1.2 * copy, ok2 = slow <= 0.05;
-    printf("async save alone takes %.2f s from start to commit; interval "
-           "between saves %.2f s%s\n", save, interval,
+    printf("async save alone takes %.2f s from start to commit (%.2f s of "
+           "CPU); interval between saves %.2f s%s\n", save,
+           median(&alone_cpu), interval,
            save < interval ? "" : " (shorter than a save: the loop waits)");
     printf("target async stall <= 1.2x memcpy:            %.2fx %s\n",
            stall / copy, ok1 ? "PASS" : "FAIL");
     printf("target async loop slowdown <= 5%%:             %.1f%% %s\n",
            100 * slow, ok2 ? "PASS" : "FAIL");
+    printf("noise: two loops without checkpoints differ by %.1f%% (median "
+           "over reps);\n       a slowdown below that is not resolvable on "
+           "this machine\n", 100 * median(&noise));
     printf("sync save stall vs async stall:               %.1fx\n",
            median(&r[SYNC].stall) / stall);
     for (size_t i = 0; i < s.nt; i++)

@@ -100,6 +100,12 @@ typedef struct ckpt_write_opts {
     size_t frame_size;  /* raw bytes per frame (default 1 MiB, min 4 KiB) */
     int threads;        /* encoder threads; 0 = online CPUs */
     int sync;           /* fdatasync shard and plan files (default 1) */
+    /* Drop the shard's pages from the page cache as the disk takes them
+     * (the writer then also goes no faster than the disk): 1 yes, 0 no,
+     * -1 (default) only for asynchronous saves, whose background writes
+     * should neither evict the training job's cache nor fill memory with
+     * a checkpoint nobody reads back soon. */
+    int drop_cache;
 } ckpt_write_opts;
 
 void ckpt_write_opts_init(ckpt_write_opts *o);
@@ -324,6 +330,115 @@ ckpt_format ckpt_format_probe(const char *path, char *stamp, size_t cap);
 
 /* Version of the library, e.g. "0.1.0". */
 const char *ckpt_version(void);
+
+/* ------------------------------------------------------------------ async save */
+
+/* An asynchronous save blocks the caller only while the state is copied
+ * into staging memory; the frames are then encoded, written, synced and
+ * committed in the background (docs/ASYNC.md).
+ *
+ *     ckpt_saver *sv;
+ *     ckpt_saver_create(&sv, NULL, &err);              once
+ *     ...
+ *     ckpt_save *h;
+ *     ckpt_save_async(sv, "ck/step-100", pieces, n, NULL, &h, &err);
+ *     ... go on training: the buffers may be overwritten at once ...
+ *     ckpt_save_wait(h, &err);                          0: committed
+ *     ...
+ *     ckpt_saver_destroy(sv);
+ *
+ * A piece's data may be host memory or, in a libckptfs built with CUDA and
+ * run where a device is usable, CUDA device (or managed) memory: device
+ * pointers are recognised with cudaPointerGetAttributes and copied
+ * device-to-host into pinned staging buffers (cudaHostAlloc) on the
+ * saver's own streams, while the background encodes the pieces already
+ * staged.  Host memory is copied by several threads.  Built without CUDA,
+ * or run without a device, data that is not readable host memory (such as
+ * a device pointer) is refused with -EFAULT and a message naming the
+ * tensor, before anything is written. */
+
+typedef struct ckpt_saver_opts {
+    /* Most bytes of staging memory at once; 0 (default) = no cap: the pool
+     * grows to the size of the states in flight.  With a cap smaller than
+     * the state, staging proceeds in slices as the background writes and
+     * frees space, so ckpt_save_async returns only when all but the last
+     * cap bytes are written: a smaller stall for less memory, down to a
+     * synchronous save for a tiny cap. */
+    size_t staging_bytes;
+    /* Threads copying host memory into staging; 0 = one per CPU, at
+     * most 4. */
+    int copy_threads;
+    /* Saves that may be in flight when a new one starts: default 1, a new
+     * save first waits until the previous one has finished.  With a
+     * larger depth saves queue up and are written one after another. */
+    int queue_depth;
+    /* Niceness (0-19) of the background writer and its encoder threads,
+     * so that they yield the CPU to training; default 10, 0 = unchanged
+     * (Linux: per thread). */
+    int nice;
+} ckpt_saver_opts;
+
+void ckpt_saver_opts_init(ckpt_saver_opts *o);
+
+/* A saver owns the staging pool (kept across saves, freed by
+ * ckpt_saver_destroy), the copy threads and the background thread.  One
+ * thread at a time may start saves on it. */
+typedef struct ckpt_saver ckpt_saver;
+/* One save in flight: a handle to poll and wait on. */
+typedef struct ckpt_save ckpt_save;
+
+int ckpt_saver_create(ckpt_saver **out, const ckpt_saver_opts *opts,
+                      ckpt_error *err);
+/* Waits for every save still in flight, then frees the saver.  Every
+ * handle must have been waited on before (handles left over are freed,
+ * their outcome lost). */
+void ckpt_saver_destroy(ckpt_saver *s);
+/* 1 when this saver can save CUDA device memory (built with CUDA and a
+ * device is usable), else 0. */
+int ckpt_saver_cuda(const ckpt_saver *s);
+
+typedef struct ckpt_save_opts {
+    ckpt_write_opts write;         /* codec, level, frame size, threads, sync */
+    const char *const *meta_keys;  /* checkpoint metadata (e.g. "step") */
+    const char *const *meta_values;
+    size_t nmeta;
+} ckpt_save_opts;
+
+void ckpt_save_opts_init(ckpt_save_opts *o);
+
+/* Starts saving pieces[0..n) as the checkpoint `dir` (one writer,
+ * "rank0"), and returns once their bytes are staged: from then on the
+ * caller may overwrite or free its buffers, and what gets saved is the
+ * state at the time of the call.  The strings and arrays of the pieces and
+ * options are copied too.
+ *
+ * Returns an error at once, with nothing started, for bad arguments: a
+ * piece that is malformed on its own (dtype, fqn, bounds), data that is
+ * not readable (see above), `dir` already a committed checkpoint (-EEXIST)
+ * or holding an unfinished save (-EBUSY).  Everything later -- the
+ * planner's refusals (overlapping pieces, holes, conflicting dtypes or
+ * shapes), I/O errors, ENOSPC -- is reported by ckpt_save_wait; then
+ * nothing is committed and every file the save created is removed, so
+ * earlier checkpoints are untouched and the save can be retried.  Before
+ * staging, the call waits while queue_depth saves are in flight. */
+int ckpt_save_async(ckpt_saver *s, const char *dir, const ckpt_piece *pieces,
+                    size_t n, const ckpt_save_opts *opts, ckpt_save **out,
+                    ckpt_error *err);
+/* 1 when the save has finished (successfully or not), 0 while it runs. */
+int ckpt_save_poll(ckpt_save *h);
+/* Waits for the save to finish and frees the handle: 0 once the
+ * checkpoint is committed, or the background part's error. */
+int ckpt_save_wait(ckpt_save *h, ckpt_error *err);
+
+/* Like ckpt_read_region (NULL offsets and sizes: the whole tensor), but
+ * dst may also be CUDA device memory (in a
+ * libckptfs built with CUDA, where a device is usable): the region is read
+ * in slices into two pinned bounce buffers and copied to the device on a
+ * stream of its own, one slice's copy overlapping the next one's read.
+ * dst that is neither writable host memory nor device memory is refused
+ * with -EFAULT. */
+int ckpt_load_region(ckpt_reader *r, size_t idx, const int64_t *offsets,
+                     const int64_t *sizes, void *dst, ckpt_error *err);
 
 #pragma GCC visibility pop
 

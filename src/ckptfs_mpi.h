@@ -80,6 +80,35 @@ void ckpt_mpi_save_opts_init(ckpt_mpi_save_opts *o);
 int ckpt_mpi_save(MPI_Comm comm, const char *dir, const ckpt_piece *pieces,
                   size_t n, const ckpt_mpi_save_opts *opts, ckpt_error *err);
 
+/* Asynchronous collective save: like ckpt_mpi_save, but returns on every
+ * rank once the ranks have planned the save and this rank's pieces are
+ * staged in `saver` (ckpt_saver_create; see ckpt_save_async in ckptfs.h
+ * for staging, its cap, the queue depth and device memory).  From then on
+ * the caller may overwrite or free its buffers.  Each rank writes its share
+ * in the background (its encoder threads never call MPI);
+ * ckpt_mpi_save_wait, collective, then agrees on the outcome and rank 0
+ * commits.
+ *
+ * Errors returned at once (the same on every rank, nothing started): bad
+ * arguments, a malformed piece, data that is not readable memory.  The
+ * rest -- a committed (-EEXIST) or unfinished (-EBUSY) target, planner
+ * refusals, I/O errors, ENOSPC on any rank -- is returned by
+ * ckpt_mpi_save_wait on every rank, with nothing committed and the save's
+ * files removed. */
+typedef struct ckpt_mpi_async ckpt_mpi_async;
+
+int ckpt_mpi_save_async(MPI_Comm comm, const char *dir,
+                        const ckpt_piece *pieces, size_t n,
+                        const ckpt_mpi_save_opts *opts, ckpt_saver *saver,
+                        ckpt_mpi_async **out, ckpt_error *err);
+/* Local, not collective: 1 once this rank's background part has finished
+ * (the checkpoint is committed only by the wait). */
+int ckpt_mpi_save_test(ckpt_mpi_async *h);
+/* Collective over the communicator of the save: waits for every rank's
+ * background part, commits, and frees h.  Returns 0 on every rank once
+ * committed, or the same error on every rank. */
+int ckpt_mpi_save_wait(ckpt_mpi_async *h, ckpt_error *err);
+
 /* One region a rank wants: [offsets, offsets+sizes) of tensor `fqn`,
  * stored row-major at dst (prod(sizes) * itemsize bytes).  NULL offsets
  * and sizes mean the whole tensor. */

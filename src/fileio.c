@@ -39,6 +39,8 @@ struct ckpt_shard {
     int fd;
     uint64_t size;
     uint64_t flushed;   /* writeback started for [0, flushed) */
+    uint64_t dropped;   /* [0, dropped) written back and out of the cache */
+    int nocache;
     char *path;
 };
 
@@ -113,10 +115,29 @@ static void start_writeback(ckpt_shard *s)
 {
     if (s->size - s->flushed < WRITEBACK_STEP)
         return;
+    if (s->nocache && s->flushed > s->dropped) {
+        /* Wait for the previous step's writeback, then drop its pages:
+         * the shard keeps at most two steps in the page cache, and the
+         * writer goes no faster than the disk. */
+        (void)sync_file_range(s->fd, (off64_t)s->dropped,
+                              (off64_t)(s->flushed - s->dropped),
+                              SYNC_FILE_RANGE_WAIT_BEFORE |
+                              SYNC_FILE_RANGE_WRITE |
+                              SYNC_FILE_RANGE_WAIT_AFTER);
+        (void)posix_fadvise(s->fd, (off_t)s->dropped,
+                            (off_t)(s->flushed - s->dropped),
+                            POSIX_FADV_DONTNEED);
+        s->dropped = s->flushed;
+    }
     (void)sync_file_range(s->fd, (off64_t)s->flushed,
                           (off64_t)(s->size - s->flushed),
                           SYNC_FILE_RANGE_WRITE);
     s->flushed = s->size;
+}
+
+void ckpt_shard_set_nocache(ckpt_shard *s, int on)
+{
+    s->nocache = on;
 }
 
 int ckpt_shard_append(ckpt_shard *s, const void *buf, size_t n,
@@ -145,6 +166,10 @@ int ckpt_shard_sync(ckpt_shard *s, ckpt_error *err)
     if (r != 0)
         return ckpt_err_sys(err, -errno, "cannot sync shard file %s",
                             s->path);
+    if (s->nocache) {   /* all written back now: drop the rest too */
+        (void)posix_fadvise(s->fd, (off_t)s->dropped, 0, POSIX_FADV_DONTNEED);
+        s->dropped = s->flushed = s->size;
+    }
     return 0;
 }
 

@@ -20,6 +20,10 @@ int ckpt_shard_create(ckpt_shard **out, const char *path, ckpt_error *err);
 int ckpt_shard_append(ckpt_shard *s, const void *buf, size_t n,
                       uint64_t *offset, ckpt_error *err);
 int ckpt_shard_sync(ckpt_shard *s, ckpt_error *err);   /* fdatasync */
+/* on: as appends go, wait for the writeback of earlier ones and drop
+ * their pages from the page cache (a background save's writes neither
+ * fill the cache nor run ahead of the disk).  Off by default. */
+void ckpt_shard_set_nocache(ckpt_shard *s, int on);
 uint64_t ckpt_shard_size(const ckpt_shard *s);
 const char *ckpt_shard_path(const ckpt_shard *s);
 /* Closes and frees (also on error). */

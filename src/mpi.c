@@ -36,6 +36,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "async.h"
 #include "error.h"
 #include "fileio.h"
 #include "model.h"
@@ -444,20 +445,10 @@ static int parse_all(const coll *c, save_root *sr, ckpt_error *st)
 /* Rank 0: is `dir` free to save into?  Records whether it exists. */
 static int check_target(const char *dir, save_root *sr, ckpt_error *st)
 {
-    struct stat sb;
-    sr->made_dir = stat(dir, &sb) != 0 && errno == ENOENT;
-    switch (ckpt_dir_probe(dir)) {
-    case CKPT_DIR_COMMITTED:
-        return fail_all(st, -EEXIST, "%s is already a committed checkpoint "
-                        "(it has index.db); committed checkpoints are "
-                        "immutable", dir);
-    case CKPT_DIR_PENDING:
-        return fail_all(st, -EBUSY, "%s holds an unfinished save (data/ or "
-                        ".pending/ without index.db): remove it first (ckpt "
-                        "gc removes saves that never committed)", dir);
-    default:
-        return 0;
-    }
+    ckpt_error e = { 0 };
+    if (ckpt_async_check_target(dir, &sr->made_dir, &e))
+        return fail_all(st, e.code, "%s", e.msg);
+    return 0;
 }
 
 /* Rank 0: checks the directory, parses and plans; fills sr->keep. */
@@ -641,6 +632,134 @@ int ckpt_mpi_save(MPI_Comm comm, const char *dir, const ckpt_piece *pieces,
         save_finish(&c, dir, pieces, n, &sr, o, &st);
     save_root_free(&sr);
     return finish(&st, err);
+}
+
+/* ============================================================ async save */
+
+struct ckpt_mpi_async {
+    coll c;
+    ckpt_error st;       /* this rank's status so far (agreed once failed) */
+    char *dir;
+    int began;           /* planning succeeded: files may exist */
+    int made_dir;        /* rank 0: the save created dir */
+    int sync;
+    ckpt_save *local;    /* this rank's background job */
+};
+
+/* Stages this rank's kept pieces and queues its writer's job (rank 0 also
+ * sets the metadata).  A local failure is kept for the wait. */
+static void async_stage(ckpt_mpi_async *h, const ckpt_piece *pieces, size_t n,
+                        const uint8_t *keep, const ckpt_mpi_save_opts *o,
+                        ckpt_saver *saver)
+{
+    char name[32];
+    snprintf(name, sizeof name, "rank%d", h->c.rank);
+    ckpt_async_desc d = {
+        .dir = h->dir, .writer = name, .pieces = pieces, .n = n,
+        .keep = keep, .write = &o->write,
+    };
+    if (h->c.rank == 0) {
+        d.meta_keys = o->meta_keys;
+        d.meta_values = o->meta_values;
+        d.nmeta = o->nmeta;
+    }
+    ckpt_error e = { 0 };
+    if (ckpt_async_start(saver, &d, &h->local, &e))
+        fail_with(&h->c, &h->st, &e);
+}
+
+int ckpt_mpi_save_async(MPI_Comm comm, const char *dir,
+                        const ckpt_piece *pieces, size_t n,
+                        const ckpt_mpi_save_opts *opts, ckpt_saver *saver,
+                        ckpt_mpi_async **out, ckpt_error *err)
+{
+    ckpt_error st = { 0 };
+    ckpt_mpi_save_opts defaults;
+    ckpt_mpi_save_opts_init(&defaults);
+    const ckpt_mpi_save_opts *o = opts ? opts : &defaults;
+    ckpt_mpi_async *h = calloc(1, sizeof *h);
+    if (out)
+        *out = NULL;
+    if (!h)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    if (coll_init(&h->c, comm, &st)) {
+        free(h);
+        return finish(&st, err);
+    }
+    coll *c = &h->c;
+    wbuf b = { 0 };
+    save_root sr = { 0 };
+    ckpt_error e = { 0 };
+    if (!saver || !out)
+        failf(c, &st, -EINVAL, "async save: no saver or no handle pointer "
+              "(NULL)");
+    check_same_dir(c, dir, &st);
+    if (st.code == 0)
+        save_describe(c, pieces, n, &b, &st);
+    if (st.code == 0 && ckpt_async_check_data(saver, pieces, n, NULL, &e))
+        fail_with(c, &st, &e);
+    if (st.code == 0 && !(h->dir = strdup(dir)))
+        failf(c, &st, -ENOMEM, "out of memory");
+    if (agree(c, &st)) {
+        /* Bad arguments: nothing started. */
+        free(b.p);
+        free(h->dir);
+        free(h);
+        return finish(&st, err);
+    }
+    /* From here on, failures are reported by the wait. */
+    h->sync = o->write.sync;
+    save_gather(c, n, &b, &sr, &st);
+    free(b.p);
+    if (agree(c, &st) == 0 && c->rank == 0)
+        save_plan(c, dir, &sr, &st);
+    h->made_dir = sr.made_dir;
+    uint8_t *keep = calloc(n ? n : 1, 1);
+    if (!keep)
+        failf(c, &st, -ENOMEM, "out of memory");
+    if (agree(c, &st) == 0) {
+        save_scatter(c, &sr, keep, n, &st);
+        if (agree(c, &st) == 0) {
+            h->began = 1;
+            h->st = st;
+            async_stage(h, pieces, n, keep, o, saver);
+            st = h->st;
+        }
+    }
+    h->st = st;
+    free(keep);
+    save_root_free(&sr);
+    *out = h;
+    return 0;
+}
+
+int ckpt_mpi_save_test(ckpt_mpi_async *h)
+{
+    return !h || !h->local || ckpt_save_poll(h->local);
+}
+
+int ckpt_mpi_save_wait(ckpt_mpi_async *h, ckpt_error *err)
+{
+    if (!h)
+        return ckpt_err(err, -EINVAL, "wait: no save handle (NULL)");
+    coll *c = &h->c;
+    int owned = 0;
+    ckpt_error e = { 0 };
+    if (h->local && ckpt_async_wait(h->local, &owned, &e))
+        fail_with(c, &h->st, &e);
+    if (agree(c, &h->st) == 0) {
+        ckpt_mpi_save_opts o;
+        ckpt_mpi_save_opts_init(&o);
+        o.write.sync = h->sync;
+        save_commit(c, h->dir, &o, &h->st);
+        agree(c, &h->st);
+    }
+    if (h->st.code && h->began)
+        save_cleanup(c, h->dir, owned, h->made_dir);
+    int rc = finish(&h->st, err);
+    free(h->dir);
+    free(h);
+    return rc;
 }
 
 void ckpt_mpi_bytes_piece(ckpt_piece *p, const char *fqn, const void *data,

@@ -93,6 +93,7 @@ void ckpt_write_opts_init(ckpt_write_opts *o)
     o->frame_size = CKPT_DEFAULT_FRAME_SIZE;
     o->threads = 0;
     o->sync = 1;
+    o->drop_cache = -1;
 }
 
 /* ---------------------------------------------------------------- helpers */
@@ -125,6 +126,9 @@ static int validate_opts(const ckpt_write_opts *o, ckpt_error *err)
         return ckpt_err(err, -EINVAL,
                         "frame size %zu is outside [%d, 1 GiB]",
                         o->frame_size, MIN_FRAME_SIZE);
+    if (o->drop_cache < -1 || o->drop_cache > 1)
+        return ckpt_err(err, -EINVAL, "drop_cache %d: 1, 0 or -1 (only for "
+                        "asynchronous saves)", o->drop_cache);
     return 0;
 }
 
@@ -178,6 +182,8 @@ static int open_files(ckpt_writer *w, ckpt_error *err)
     int rc = ckpt_path_join(path, sizeof path, w->dir, rel, err);
     if (rc == 0)
         rc = ckpt_shard_create(&w->shard, path, err);
+    if (rc == 0)
+        ckpt_shard_set_nocache(w->shard, w->opts.drop_cache > 0);
     if (rc == -EEXIST)
         return ckpt_err(err, rc, "writer name '%s' is already in use in %s "
                         "(%s exists)", w->name, w->dir, rel);

@@ -47,6 +47,26 @@ else
     echo "SKIP codec bench: set CKPT_BENCH_CODEC to the codec_bench binary (make bench does)"
 fi
 
+# ------------------------------------------------------------ async save
+# Then the asynchronous save (tests/bench/async_bench.c): a training loop
+# of fixed-work steps on one core over a CKPT_BENCH_MB state, saved every
+# CKPT_BENCH_ASYNC_EVERY steps (default 24) of CKPT_BENCH_ASYNC_STEP_MS ms
+# (default 250), with no, synchronous and async saves: stall per save
+# against a memcpy of the same bytes, and the loop's slowdown.
+if [[ -n ${CKPT_BENCH_ASYNC:-} ]]; then
+    [[ -x $CKPT_BENCH_ASYNC ]] || die "async_bench not found at $CKPT_BENCH_ASYNC"
+    strict=()
+    [[ ${CKPT_BENCH_STRICT:-0} == 1 ]] && strict=(--strict)
+    adir=$(mktemp -d "${CKPT_BENCH_DIR:-$(dirname "$core")}/ckptfs-async.XXXXXX")
+    every=${CKPT_BENCH_ASYNC_EVERY:-24}
+    "$CKPT_BENCH_ASYNC" "$adir" --mb "$mb" --reps "$reps" --every "$every" \
+        --steps $(( 3 * every )) --step-ms "${CKPT_BENCH_ASYNC_STEP_MS:-250}" \
+        "${strict[@]}" || { rm -rf "$adir"; die "async bench failed or missed a target"; }
+    rm -rf "$adir"
+else
+    echo "SKIP async bench: set CKPT_BENCH_ASYNC to the async_bench binary (make bench does)"
+fi
+
 # ------------------------------------------------------------ scratch dir
 base=${CKPT_BENCH_DIR:-$(dirname "$core")}
 mkdir -p "$base"

@@ -9,6 +9,9 @@
 #       (another process count for real).
 #   test_mpi_errors on 3 ranks (with a 256 KiB tmpfs for ENOSPC when run as
 #       root and mount works) and on 2 ranks.
+#   test_mpi_async on 1, 2 and 3 ranks: asynchronous collective saves,
+#       buffers scribbled over right after the call, staging cap, queue
+#       depth 1, a planner refusal reported by the wait.
 #   examples/mpi_save_load, when built: save on 4 ranks, load on 3.
 #
 # Exits 77 (skipped) without mpirun or without the test programs (built
@@ -80,6 +83,13 @@ if [[ -n $mounted ]]; then
     umount "$mounted" && mounted=
 fi
 step "failures on 2 ranks" 2 "$bin/test_mpi_errors" "$tmp/errors-2"
+
+if [[ -x $bin/test_mpi_async ]]; then
+    for n in 1 2 3; do
+        mkdir -p "$tmp/async-$n"
+        step "async save on $n rank(s)" "$n" "$bin/test_mpi_async" "$tmp/async-$n"
+    done
+fi
 
 example=$builddir/examples/mpi_save_load
 if [[ -x $example ]]; then

@@ -1,6 +1,7 @@
 /*
  * test_fileio.c - unit tests of src/fileio.c: the append-only shard file
- * (offsets, size, content, writeback past 32 MiB, ENOSPC on a full tmpfs),
+ * (offsets, size, content, writeback past 32 MiB, with and without dropping
+ * the written pages from the page cache, ENOSPC on a full tmpfs),
  * full reads and writes, fsync of files and directories, mkdir and mkdir -p,
  * path joining, and recursive removal that never follows symlinks.  Every
  * error case checks the code and that the message names the file and the
@@ -21,8 +22,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/magic.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include "error.h"
@@ -317,7 +321,26 @@ END_TEST
 /* 3 x 16 MiB appends cross the 32 MiB writeback step once; an odd-sized
  * tail follows.  Each append starts at a different place of one buffer so
  * that the pieces differ, and the whole file is compared byte for byte. */
-START_TEST(test_shard_large_writeback)
+/* Pages of the file at fd that are in the page cache. */
+static size_t resident_pages(int fd, size_t size)
+{
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE), n = (size + pg - 1) / pg;
+    void *m = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
+    ck_assert_ptr_ne(m, MAP_FAILED);
+    unsigned char *v = xmalloc(n);
+    ck_assert_int_eq(mincore(m, size, v), 0);
+    size_t in = 0;
+    for (size_t i = 0; i < n; i++)
+        in += v[i] & 1;
+    free(v);
+    munmap(m, size);
+    return in;
+}
+
+/* Appends past several writeback steps, syncs, and reads back; with
+ * nocache, the synced file must have left the page cache (where the file
+ * system keeps one: not on tmpfs). */
+static void large_writeback(int nocache)
 {
     enum { PIECE = 16 << 20, NBIG = 3, TAIL = 4097, SHIFT = 7 };
     char path[PATH_MAX];
@@ -338,6 +361,7 @@ START_TEST(test_shard_large_writeback)
     len[NBIG] = TAIL;
 
     ck_assert_int_eq(ckpt_shard_create(&s, path, &err), 0);
+    ckpt_shard_set_nocache(s, nocache);
     uint64_t running = 0;
     for (int i = 0; i <= NBIG; i++) {
         uint64_t off = UINT64_MAX;
@@ -356,6 +380,13 @@ START_TEST(test_shard_large_writeback)
     struct stat st;
     ck_assert_int_eq(fstat(fd, &st), 0);
     ck_assert_uint_eq((uint64_t)st.st_size, running);
+    struct statfs sf;
+    ck_assert_int_eq(fstatfs(fd, &sf), 0);
+    if (nocache && sf.f_type != TMPFS_MAGIC) {
+        size_t in = resident_pages(fd, (size_t)running);
+        ck_assert_msg(in == 0, "%zu pages of the synced shard are still "
+                      "cached", in);
+    }
     enum { CHUNK = 1 << 20 };
     unsigned char *chunk = xmalloc(CHUNK);
     uint64_t pos = 0;
@@ -373,6 +404,17 @@ START_TEST(test_shard_large_writeback)
     ck_assert_int_eq(close(fd), 0);
     free(chunk);
     free(buf);
+}
+
+START_TEST(test_shard_large_writeback)
+{
+    large_writeback(0);
+}
+END_TEST
+
+START_TEST(test_shard_large_writeback_nocache)
+{
+    large_writeback(1);
 }
 END_TEST
 
@@ -815,6 +857,7 @@ static Suite *fileio_suite(void)
     add_case(s, test_shard_append_and_read_back, dir_setup, 10);
     add_case(s, test_shard_create_refusals, dir_setup, 10);
     add_case(s, test_shard_large_writeback, dir_setup, 60);
+    add_case(s, test_shard_large_writeback_nocache, dir_setup, 60);
     add_case(s, test_shard_enospc, mount_setup, 10);
     add_case(s, test_write_full, dir_setup, 10);
     add_case(s, test_write_full_enospc, dir_setup, 10);

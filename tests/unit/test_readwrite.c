@@ -633,6 +633,11 @@ START_TEST(test_open_refusals)
     ck_assert_int_eq(ckpt_writer_open(&w2, dir, "rank0", NULL, &e), -EEXIST);
     ck_assert_msg(strstr(e.msg, "rank0"), "%s", e.msg);
     ck_assert_int_eq(ckpt_writer_open(&w2, dir, "a/b", NULL, &e), -EINVAL);
+    ckpt_write_opts bad;
+    ckpt_write_opts_init(&bad);
+    bad.drop_cache = 2;
+    ck_assert_int_eq(ckpt_writer_open(&w2, dir, "rank1", &bad, &e), -EINVAL);
+    ck_assert_msg(strstr(e.msg, "drop_cache 2"), "%s", e.msg);
     ck_assert_int_eq(ckpt_reader_open(&r, dir, NULL, &e), -ENOENT);
     ck_assert_msg(strstr(e.msg, "not a committed checkpoint"), "%s", e.msg);
     ck_assert_int_eq(ckpt_dir_probe(dir), CKPT_DIR_PENDING);

@@ -1,0 +1,42 @@
+/*
+ * async.h - the library-internal side of asynchronous saves (async.c),
+ * shared by the single-process API (ckpt_save_async) and the collective
+ * one (mpi.c): one background job writes one writer's pieces from staged
+ * memory and, for a single-process save, commits.
+ */
+#ifndef CKPT_ASYNC_H
+#define CKPT_ASYNC_H
+
+#include <stdint.h>
+#include "ckptfs.h"
+
+typedef struct ckpt_async_desc {
+    const char *dir;
+    const char *writer;          /* writer name, e.g. "rank3" */
+    int commit;                  /* commit when written (single process) */
+    int made_dir;                /* dir did not exist: remove it on failure */
+    const ckpt_piece *pieces;
+    size_t n;
+    const uint8_t *keep;         /* per piece: written; NULL = all */
+    const ckpt_write_opts *write;
+    const char *const *meta_keys;
+    const char *const *meta_values;
+    size_t nmeta;
+} ckpt_async_desc;
+
+/* Is dir free to save into (-EEXIST: committed, -EBUSY: an unfinished
+ * save)?  *made tells whether it does not exist yet. */
+int ckpt_async_check_target(const char *dir, int *made, ckpt_error *err);
+/* Checks that every kept piece's data is readable host memory or, where
+ * CUDA is usable, device memory (errors name the tensor). */
+int ckpt_async_check_data(ckpt_saver *s, const ckpt_piece *pieces, size_t n,
+                          const uint8_t *keep, ckpt_error *err);
+/* Stages the pieces and queues the job; see ckpt_save_async.  The pieces
+ * must already be checked (ckpt_plan_check_piece, ckpt_async_check_data). */
+int ckpt_async_start(ckpt_saver *s, const ckpt_async_desc *d,
+                     ckpt_save **out, ckpt_error *err);
+/* Waits for the job and frees it; *owned tells whether the job created
+ * the writer's files (to remove them after a failure). */
+int ckpt_async_wait(ckpt_save *h, int *owned, ckpt_error *err);
+
+#endif

@@ -1,0 +1,535 @@
+/*
+ * test_async.c - asynchronous saves on host memory: the checkpoint equals
+ * the state at the time of the call although the caller scribbles over
+ * (and frees) its buffers as soon as the call returns, with the default
+ * staging pool and with a cap far smaller than the state; queue depth 1
+ * serialises saves (depth 2 lets one wait); planner refusals and (case
+ * "enospc", run by tests/async/enospc.sh on a small tmpfs) ENOSPC are
+ * reported by wait, with nothing committed and the previous checkpoint
+ * intact; data that is not readable host memory (what a CUDA device
+ * pointer is to a build or a machine without CUDA) is refused at once.
+ * The reference is a copy of the state the test made before the call.
+ */
+#include <check.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckptfs.h"
+#include "fileio.h"
+
+#define ROWS 300
+#define COLS 257
+#define BIG ((size_t)5 << 20)
+
+typedef struct rng { uint64_t s; } rng;
+
+static uint64_t rnd(rng *r)
+{
+    r->s ^= r->s << 13;
+    r->s ^= r->s >> 7;
+    r->s ^= r->s << 17;
+    return r->s;
+}
+
+static void fill_random(void *buf, size_t n, rng *r)
+{
+    unsigned char *b = buf;
+    for (size_t i = 0; i < n; i++)
+        b[i] = (unsigned char)rnd(r);
+}
+
+/* The state: "model.w" f32 [ROWS, COLS] in three row pieces, "model.b"
+ * bf16 [1000], "opt.step" i64 scalar, "big" u8 [BIG] (incompressible),
+ * "empty" f32 [0, 4].  `ref` holds the global images, copied before any
+ * save. */
+typedef struct state {
+    int64_t wshape[2], woff[3][2], wsize[3][2];
+    int64_t bshape[1], bigshape[1], eshape[2];
+    void *w[3], *b, *step, *big, *e;
+    ckpt_piece p[7];
+    size_t np;
+    unsigned char *ref_w, *ref_b, *ref_step, *ref_big;
+} state;
+
+static void state_init(state *s, uint64_t seed)
+{
+    rng r = { seed * 0x9E3779B97F4A7C15ULL + 1 };
+    int64_t cut[4] = { 0, 100, 101, ROWS };   /* uneven, one single row */
+    memset(s, 0, sizeof *s);
+    s->wshape[0] = ROWS;
+    s->wshape[1] = COLS;
+    s->ref_w = malloc(ROWS * COLS * 4);
+    fill_random(s->ref_w, ROWS * COLS * 4, &r);
+    for (int k = 0; k < 3; k++) {
+        s->woff[k][0] = cut[k];
+        s->woff[k][1] = 0;
+        s->wsize[k][0] = cut[k + 1] - cut[k];
+        s->wsize[k][1] = COLS;
+        size_t n = (size_t)s->wsize[k][0] * COLS * 4;
+        s->w[k] = malloc(n);
+        memcpy(s->w[k], s->ref_w + (size_t)cut[k] * COLS * 4, n);
+        s->p[s->np++] = (ckpt_piece){ "model.w", CKPT_F32, 2, s->wshape,
+                                      s->woff[k], s->wsize[k], s->w[k] };
+    }
+    s->bshape[0] = 1000;
+    s->b = malloc(2000);
+    fill_random(s->b, 2000, &r);
+    s->p[s->np++] = (ckpt_piece){ "model.b", CKPT_BF16, 1, s->bshape, NULL,
+                                  NULL, s->b };
+    s->step = malloc(8);
+    int64_t step = (int64_t)seed * 1000;
+    memcpy(s->step, &step, 8);
+    s->p[s->np++] = (ckpt_piece){ "opt.step", CKPT_I64, 0, NULL, NULL, NULL,
+                                  s->step };
+    s->bigshape[0] = (int64_t)BIG;
+    s->big = malloc(BIG);
+    fill_random(s->big, BIG, &r);
+    s->p[s->np++] = (ckpt_piece){ "big", CKPT_U8, 1, s->bigshape, NULL, NULL,
+                                  s->big };
+    s->eshape[0] = 0;
+    s->eshape[1] = 4;
+    s->e = malloc(1);
+    s->p[s->np++] = (ckpt_piece){ "empty", CKPT_F32, 2, s->eshape, NULL, NULL,
+                                  s->e };
+    s->ref_b = malloc(2000);
+    memcpy(s->ref_b, s->b, 2000);
+    s->ref_step = malloc(8);
+    memcpy(s->ref_step, s->step, 8);
+    s->ref_big = malloc(BIG);
+    memcpy(s->ref_big, s->big, BIG);
+}
+
+/* What a training step does to the state right after the save returns:
+ * overwrite everything, and free and reallocate some of it. */
+static void scribble(state *s)
+{
+    for (int k = 0; k < 3; k++)
+        memset(s->w[k], 0xA5, (size_t)s->wsize[k][0] * COLS * 4);
+    memset(s->b, 0x5A, 2000);
+    memset(s->step, 0xFF, 8);
+    memset(s->big, 0x3C, BIG);
+    free(s->big);
+    s->big = malloc(BIG);
+    memset(s->big, 0xC3, BIG);
+    s->p[5].data = s->big;
+}
+
+static void state_free(state *s)
+{
+    for (int k = 0; k < 3; k++)
+        free(s->w[k]);
+    free(s->b);
+    free(s->step);
+    free(s->big);
+    free(s->e);
+    free(s->ref_w);
+    free(s->ref_b);
+    free(s->ref_step);
+    free(s->ref_big);
+}
+
+static void check_tensor(ckpt_reader *r, const char *fqn, const void *ref,
+                         size_t n)
+{
+    long t = ckpt_reader_find(r, fqn);
+    ck_assert_msg(t >= 0, "tensor %s missing", fqn);
+    ckpt_tensor_info ti;
+    ck_assert_int_eq(ckpt_reader_info(r, (size_t)t, &ti), 0);
+    ck_assert_uint_eq(ti.nbytes, n);
+    unsigned char *got = malloc(n ? n : 1);
+    ckpt_error err = { 0 };
+    int rc = ckpt_load_region(r, (size_t)t, NULL, NULL, got, &err);
+    ck_assert_msg(rc == 0, "load %s: %s", fqn, err.msg);
+    for (size_t i = 0; i < n; i++)
+        if (got[i] != ((const unsigned char *)ref)[i])
+            ck_abort_msg("tensor %s: byte %zu is %u, expected %u", fqn, i,
+                         got[i], ((const unsigned char *)ref)[i]);
+    free(got);
+}
+
+/* The checkpoint at dir holds exactly the reference state. */
+static void check_state(const char *dir, const state *s)
+{
+    ckpt_reader *r;
+    ckpt_error err = { 0 };
+    ck_assert_msg(ckpt_reader_open(&r, dir, NULL, &err) == 0, "%s", err.msg);
+    ck_assert_uint_eq(ckpt_reader_count(r), 5);
+    check_tensor(r, "model.w", s->ref_w, ROWS * COLS * 4);
+    check_tensor(r, "model.b", s->ref_b, 2000);
+    check_tensor(r, "opt.step", s->ref_step, 8);
+    check_tensor(r, "big", s->ref_big, BIG);
+    check_tensor(r, "empty", NULL, 0);
+    /* A region, through the same path. */
+    long t = ckpt_reader_find(r, "model.w");
+    int64_t off[2] = { 99, 3 }, size[2] = { 3, 200 };
+    float got[3 * 200];
+    ck_assert_int_eq(ckpt_load_region(r, (size_t)t, off, size, got, &err), 0);
+    for (int i = 0; i < 3; i++)
+        ck_assert_mem_eq(&got[i * 200],
+                         s->ref_w + ((size_t)(99 + i) * COLS + 3) * 4, 800);
+    ckpt_reader_close(r);
+}
+
+static char *make_tmpdir(void)
+{
+    char *d = strdup("/tmp/ckpt-async-XXXXXX");
+    ck_assert_ptr_nonnull(mkdtemp(d));
+    return d;
+}
+
+static void remove_tmpdir(char *d)
+{
+    ck_assert_int_eq(ckpt_remove_tree(d, NULL), 0);
+    free(d);
+}
+
+static void join(char *buf, const char *a, const char *b)
+{
+    ck_assert_int_eq(ckpt_path_join(buf, 4096, a, b, NULL), 0);
+}
+
+static int exists(const char *p)
+{
+    struct stat st;
+    return stat(p, &st) == 0;
+}
+
+/* Saves s into dir, scribbles right after the call returns, waits. */
+static int save_scribble(ckpt_saver *sv, const char *dir, state *s,
+                         const ckpt_save_opts *o, ckpt_error *err)
+{
+    ckpt_save *h;
+    int rc = ckpt_save_async(sv, dir, s->p, s->np, o, &h, err);
+    if (rc)
+        return rc;
+    scribble(s);
+    return ckpt_save_wait(h, err);
+}
+
+static void scribble_case(const ckpt_saver_opts *so, size_t frame)
+{
+    char *tmp = make_tmpdir();
+    ckpt_saver *sv;
+    ckpt_error err = { 0 };
+    ck_assert_msg(ckpt_saver_create(&sv, so, &err) == 0, "%s", err.msg);
+    ckpt_save_opts o;
+    ckpt_save_opts_init(&o);
+    if (frame)
+        o.write.frame_size = frame;
+    const char *k[] = { "step" }, *v[] = { "1" };
+    o.meta_keys = k;
+    o.meta_values = v;
+    o.nmeta = 1;
+    for (int round = 0; round < 2; round++) {   /* the pool is reused */
+        state s;
+        state_init(&s, (uint64_t)round + 1);
+        char d[4096], name[32];
+        snprintf(name, sizeof name, "step-%d", round);
+        join(d, tmp, name);
+        int rc = save_scribble(sv, d, &s, &o, &err);
+        ck_assert_msg(rc == 0, "save: %s", err.msg);
+        check_state(d, &s);
+        ckpt_reader *r;
+        ck_assert_int_eq(ckpt_reader_open(&r, d, NULL, &err), 0);
+        ck_assert_str_eq(ckpt_reader_meta_get(r, "step"), "1");
+        ckpt_reader_close(r);
+        state_free(&s);
+    }
+    ckpt_saver_destroy(sv);
+    remove_tmpdir(tmp);
+}
+
+START_TEST(test_scribble_default)
+{
+    scribble_case(NULL, 0);
+}
+END_TEST
+
+START_TEST(test_scribble_small_cap)
+{
+    /* A 1 MiB cap for a 5.3 MiB state: staged in slices of 256 KiB. */
+    ckpt_saver_opts so;
+    ckpt_saver_opts_init(&so);
+    so.staging_bytes = (size_t)1 << 20;
+    so.copy_threads = 3;
+    scribble_case(&so, (size_t)64 << 10);
+}
+END_TEST
+
+START_TEST(test_scribble_tiny_cap)
+{
+    /* A cap below one slab: one 64 KiB slab, smaller than a frame. */
+    ckpt_saver_opts so;
+    ckpt_saver_opts_init(&so);
+    so.staging_bytes = 1000;
+    so.copy_threads = 1;
+    scribble_case(&so, 0);
+}
+END_TEST
+
+START_TEST(test_queue_depth)
+{
+    char *tmp = make_tmpdir(), d[3][4096];
+    ckpt_error err = { 0 };
+    state s[3];
+    for (int depth = 1; depth <= 2; depth++) {
+        ckpt_saver_opts so;
+        ckpt_saver_opts_init(&so);
+        so.queue_depth = depth;
+        ckpt_saver *sv;
+        ck_assert_int_eq(ckpt_saver_create(&sv, &so, &err), 0);
+        ckpt_save *h[3];
+        for (int i = 0; i < 3; i++) {
+            state_init(&s[i], (uint64_t)(10 * depth + i));
+            char name[32];
+            snprintf(name, sizeof name, "d%d-%d", depth, i);
+            join(d[i], tmp, name);
+            ck_assert_msg(ckpt_save_async(sv, d[i], s[i].p, s[i].np, NULL,
+                                          &h[i], &err) == 0, "%s", err.msg);
+            scribble(&s[i]);
+            /* With depth saves in flight at most, the save `depth` places
+             * earlier has finished (and committed) by now. */
+            if (i >= depth) {
+                ck_assert_int_eq(ckpt_save_poll(h[i - depth]), 1);
+                ck_assert_int_eq(ckpt_dir_probe(d[i - depth]),
+                                 CKPT_DIR_COMMITTED);
+            }
+        }
+        for (int i = 0; i < 3; i++) {
+            ck_assert_msg(ckpt_save_wait(h[i], &err) == 0, "%s", err.msg);
+            check_state(d[i], &s[i]);
+            state_free(&s[i]);
+        }
+        ckpt_saver_destroy(sv);
+    }
+    remove_tmpdir(tmp);
+}
+END_TEST
+
+/* A good checkpoint at <tmp>/prev, saved asynchronously too. */
+static void save_prev(ckpt_saver *sv, const char *prev, state *s)
+{
+    ckpt_error err = { 0 };
+    state_init(s, 7);
+    ck_assert_msg(save_scribble(sv, prev, s, NULL, &err) == 0, "%s", err.msg);
+}
+
+/* A failed save left nothing: no checkpoint, no files, no directory. */
+static void check_nothing(const char *dir)
+{
+    char path[4096];
+    ck_assert_int_ne(ckpt_dir_probe(dir), CKPT_DIR_COMMITTED);
+    join(path, dir, "index.db");
+    ck_assert(!exists(path));
+    ck_assert_msg(!exists(dir), "%s still exists after a failed save", dir);
+}
+
+START_TEST(test_planner_errors)
+{
+    char *tmp = make_tmpdir(), prev[4096], dir[4096];
+    join(prev, tmp, "prev");
+    join(dir, tmp, "bad");
+    ckpt_saver_opts so;
+    ckpt_saver_opts_init(&so);
+    so.staging_bytes = (size_t)512 << 10;   /* also with slices */
+    ckpt_saver *sv;
+    ckpt_error err = { 0 };
+    ck_assert_int_eq(ckpt_saver_create(&sv, &so, &err), 0);
+    state p;
+    save_prev(sv, prev, &p);
+    for (int kind = 0; kind < 3; kind++) {
+        state s;
+        state_init(&s, 3);
+        const char *want;
+        if (kind == 0) {          /* a hole: the middle row piece missing */
+            s.p[1] = s.p[s.np - 1];
+            s.np--;
+            want = "model.w";
+        } else if (kind == 1) {   /* overlap: piece 1 moved onto piece 0 */
+            s.woff[1][0] = 50;
+            want = "model.w";
+        } else {                  /* one fqn, two dtypes */
+            s.p[4].fqn = "model.b";
+            want = "model.b";
+        }
+        ckpt_save *h;
+        int rc = ckpt_save_async(sv, dir, s.p, s.np, NULL, &h, &err);
+        ck_assert_msg(rc == 0, "start (kind %d): %s", kind, err.msg);
+        scribble(&s);
+        rc = ckpt_save_wait(h, &err);
+        ck_assert_int_eq(rc, -EINVAL);
+        ck_assert_msg(strstr(err.msg, want) != NULL,
+                      "kind %d: message '%s' does not name %s", kind, err.msg,
+                      want);
+        check_nothing(dir);
+        state_free(&s);
+    }
+    check_state(prev, &p);
+    /* The saver still works after failures. */
+    state s;
+    state_init(&s, 4);
+    ck_assert_msg(save_scribble(sv, dir, &s, NULL, &err) == 0, "%s", err.msg);
+    check_state(dir, &s);
+    state_free(&s);
+    state_free(&p);
+    ckpt_saver_destroy(sv);
+    remove_tmpdir(tmp);
+}
+END_TEST
+
+START_TEST(test_refused_at_start)
+{
+    char *tmp = make_tmpdir(), prev[4096], dir[4096], path[4096];
+    join(prev, tmp, "prev");
+    join(dir, tmp, "bad");
+    ckpt_saver *sv;
+    ckpt_error err = { 0 };
+    ck_assert_int_eq(ckpt_saver_create(&sv, NULL, &err), 0);
+    ck_assert_int_eq(ckpt_saver_cuda(sv) == 0 || ckpt_saver_cuda(sv) == 1, 1);
+    state p;
+    save_prev(sv, prev, &p);
+    ckpt_save *h = (ckpt_save *)&h;
+    /* A committed target. */
+    ck_assert_int_eq(ckpt_save_async(sv, prev, p.p, p.np, NULL, &h, &err),
+                     -EEXIST);
+    ck_assert_ptr_null(h);
+    ck_assert_ptr_nonnull(strstr(err.msg, "already a committed"));
+    /* An unfinished one. */
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    join(path, dir, ".pending");
+    ck_assert_int_eq(mkdir(path, 0755), 0);
+    ck_assert_int_eq(ckpt_save_async(sv, dir, p.p, p.np, NULL, &h, &err),
+                     -EBUSY);
+    ck_assert_int_eq(rmdir(path), 0);
+    ck_assert_int_eq(rmdir(dir), 0);
+    /* A piece out of bounds. */
+    state s;
+    state_init(&s, 5);
+    s.woff[2][0] = 250;
+    ck_assert_int_eq(ckpt_save_async(sv, dir, s.p, s.np, NULL, &h, &err),
+                     -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "model.w"));
+    s.woff[2][0] = 101;
+    /* Data that is not readable host memory: what a CUDA device pointer is
+     * without CUDA or without a device.  No crash, a clear error, nothing
+     * written. */
+    size_t n = (size_t)s.wsize[2][0] * COLS * 4;
+    void *none = mmap(NULL, n, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ck_assert_ptr_ne(none, MAP_FAILED);
+    void *keep = (void *)s.p[2].data;
+    s.p[2].data = none;
+    ck_assert_int_eq(ckpt_save_async(sv, dir, s.p, s.np, NULL, &h, &err),
+                     -EFAULT);
+    ck_assert_msg(strstr(err.msg, "model.w") &&
+                  strstr(err.msg, "not readable host memory"), "%s", err.msg);
+    ck_assert(!exists(dir));
+    /* NULL data. */
+    s.p[2].data = NULL;
+    ck_assert_int_eq(ckpt_save_async(sv, dir, s.p, s.np, NULL, &h, &err),
+                     -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "NULL"));
+    s.p[2].data = keep;
+    /* A load into memory that is not writable. */
+    ckpt_reader *r;
+    ck_assert_int_eq(ckpt_reader_open(&r, prev, NULL, &err), 0);
+    long t = ckpt_reader_find(r, "model.w");
+    int64_t off[2] = { 0, 0 }, size[2] = { 1, COLS };
+    ck_assert_int_eq(ckpt_load_region(r, (size_t)t, off, size, none, &err),
+                     -EFAULT);
+    ck_assert_ptr_nonnull(strstr(err.msg, "not writable host memory"));
+    ckpt_reader_close(r);
+    munmap(none, n);
+    /* Bad saver options. */
+    ckpt_saver_opts so;
+    ckpt_saver_opts_init(&so);
+    so.queue_depth = 0;
+    ckpt_saver *bad;
+    ck_assert_int_eq(ckpt_saver_create(&bad, &so, &err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "queue depth"));
+    /* After all that, saving works and prev is intact. */
+    ck_assert_msg(save_scribble(sv, dir, &s, NULL, &err) == 0, "%s", err.msg);
+    check_state(dir, &s);
+    check_state(prev, &p);
+    state_free(&s);
+    state_free(&p);
+    ckpt_saver_destroy(sv);
+    remove_tmpdir(tmp);
+}
+END_TEST
+
+/* Run by tests/async/enospc.sh with CKPT_TEST_SMALLFS on a tmpfs too small
+ * for the state (but large enough for a small previous checkpoint). */
+START_TEST(test_enospc)
+{
+    const char *small = getenv("CKPT_TEST_SMALLFS");
+    char prev[4096], dir[4096];
+    ck_assert_ptr_nonnull(small);
+    join(prev, small, "prev");
+    join(dir, small, "full");
+    ckpt_saver *sv;
+    ckpt_error err = { 0 };
+    ck_assert_int_eq(ckpt_saver_create(&sv, NULL, &err), 0);
+    /* prev: one small tensor. */
+    unsigned char small_ref[4096], small_buf[4096];
+    rng r = { 99 };
+    fill_random(small_ref, sizeof small_ref, &r);
+    memcpy(small_buf, small_ref, sizeof small_buf);
+    int64_t shape[1] = { 4096 };
+    ckpt_piece sp = { "tiny", CKPT_U8, 1, shape, NULL, NULL, small_buf };
+    ckpt_save *h;
+    ck_assert_int_eq(ckpt_save_async(sv, prev, &sp, 1, NULL, &h, &err), 0);
+    memset(small_buf, 0, sizeof small_buf);
+    ck_assert_msg(ckpt_save_wait(h, &err) == 0, "%s", err.msg);
+    /* The full state does not fit. */
+    state s;
+    state_init(&s, 8);
+    int rc = save_scribble(sv, dir, &s, NULL, &err);
+    ck_assert_msg(rc == -ENOSPC, "rc %d: %s", rc, err.msg);
+    ck_assert_msg(strstr(err.msg, "No space left") != NULL, "%s", err.msg);
+    check_nothing(dir);
+    /* prev is intact. */
+    ckpt_reader *rd;
+    ck_assert_int_eq(ckpt_reader_open(&rd, prev, NULL, &err), 0);
+    unsigned char got[4096];
+    ck_assert_int_eq(ckpt_load_region(rd, 0, NULL, NULL, got, &err), 0);
+    ck_assert_mem_eq(got, small_ref, sizeof got);
+    ckpt_reader_close(rd);
+    state_free(&s);
+    ckpt_saver_destroy(sv);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("async");
+    TCase *tc = tcase_create("async");
+    tcase_set_timeout(tc, 300);
+    tcase_add_test(tc, test_scribble_default);
+    tcase_add_test(tc, test_scribble_small_cap);
+    tcase_add_test(tc, test_scribble_tiny_cap);
+    tcase_add_test(tc, test_queue_depth);
+    tcase_add_test(tc, test_planner_errors);
+    tcase_add_test(tc, test_refused_at_start);
+    suite_add_tcase(s, tc);
+    if (getenv("CKPT_TEST_SMALLFS")) {
+        TCase *te = tcase_create("enospc");
+        tcase_set_timeout(te, 300);
+        tcase_add_test(te, test_enospc);
+        suite_add_tcase(s, te);
+    }
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -4,7 +4,8 @@
  * ckpt_save_async (one encoder thread: the other cores train).
  *
  *   async_bench DIR [--mb N] [--steps N] [--every K] [--step-ms T]
- *                   [--codec raw|zstd|auto] [--reps N] [--strict] [--trace]
+ *                   [--codec raw|zstd|auto] [--reps N] [--nice N] [--strict]
+ *                   [--trace]
  *
  * A step is a fixed amount of arithmetic on one core (calibrated at start
  * to take T ms on an idle core), so that background work that steals the
@@ -41,7 +42,7 @@ typedef struct cfg {
     const char *dir;
     long mb, steps, every, reps;
     double step_ms;
-    int codec, strict, trace;
+    int codec, strict, trace, nice;
 } cfg;
 
 typedef struct samples {
@@ -308,7 +309,7 @@ static double memcpy_time(state *s, unsigned char *dst)
 static int parse(int argc, char **argv, cfg *c)
 {
     *c = (cfg){ .mb = 1024, .steps = 40, .every = 10, .reps = 1,
-                .step_ms = 150, .codec = CKPT_CODEC_RAW };
+                .step_ms = 150, .codec = CKPT_CODEC_RAW, .nice = -1 };
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--strict") == 0) {
@@ -334,6 +335,8 @@ static int parse(int argc, char **argv, cfg *c)
             c->every = atol(v);
         else if (strcmp(a, "--reps") == 0)
             c->reps = atol(v);
+        else if (strcmp(a, "--nice") == 0)
+            c->nice = atoi(v);
         else if (strcmp(a, "--step-ms") == 0)
             c->step_ms = atof(v);
         else if (strcmp(a, "--codec") == 0)
@@ -356,7 +359,7 @@ int main(int argc, char **argv)
     if (parse(argc, argv, &c)) {
         fprintf(stderr, "usage: async_bench DIR [--mb N] [--steps N] "
                 "[--every K] [--step-ms T] [--codec raw|zstd|auto] "
-                "[--reps N] [--strict] [--trace]\n");
+                "[--reps N] [--nice N] [--strict] [--trace]\n");
         return 2;
     }
     state s;
@@ -372,16 +375,21 @@ int main(int argc, char **argv)
     long iters = calibrate(c.step_ms);
     ckpt_saver *sv;
     ckpt_error e = { 0 };
-    if (ckpt_saver_create(&sv, NULL, &e)) {
+    ckpt_saver_opts so;
+    ckpt_saver_opts_init(&so);
+    if (c.nice >= 0)
+        so.nice = c.nice;   /* else the library's default */
+    if (ckpt_saver_create(&sv, &so, &e)) {
         fprintf(stderr, "async_bench: %s\n", e.msg);
         return 1;
     }
     printf("async bench: state %.0f MiB (%zu f32 tensors of 64 MiB), %ld "
            "steps of %.0f ms (%ld iterations on one core), a save every %ld "
-           "steps (%.2f s), codec %s, %ld rep(s), CUDA staging %s\n",
+           "steps (%.2f s), codec %s, %ld rep(s), background nice %d, CUDA "
+           "staging %s\n",
            bytes / 1048576, s.nt, c.steps, c.step_ms, iters, c.every,
            c.step_ms * (double)c.every / 1e3, ckpt_codec_name(c.codec),
-           c.reps, ckpt_saver_cuda(sv) ? "yes" : "no (host memory)");
+           c.reps, so.nice, ckpt_saver_cuda(sv) ? "yes" : "no (host memory)");
     result r[NMODES];
     memset(r, 0, sizeof r);
     samples cp = { .n = 0 };

@@ -93,12 +93,6 @@ static void record_failure(const char *dir, const char *msg)
         unlink(tmp);
 }
 
-static int is_committed(const char *dir)
-{
-    char idx[4096];
-    return ckpt_path_join(idx, sizeof idx, dir, "index.db", NULL) == 0 &&
-           access(idx, F_OK) == 0;
-}
 
 int rdv_commit(const char *dir, int world, ckpt_error *err)
 {
@@ -106,7 +100,7 @@ int rdv_commit(const char *dir, int world, ckpt_error *err)
     ckpt_commit_opts_init(&o);
     o.world_size = world;
     int rc = ckpt_commit(dir, &o, err);
-    if (rc && is_committed(dir))
+    if (rc && ckpt_dir_probe(dir) == CKPT_DIR_COMMITTED)
         return 0;                 /* another mount committed it first */
     if (rc)
         record_failure(dir, err ? err->msg : "commit failed");
@@ -115,7 +109,7 @@ int rdv_commit(const char *dir, int world, ckpt_error *err)
 
 int rdv_status(const char *dir, int world, char *buf, size_t cap)
 {
-    if (is_committed(dir))
+    if (ckpt_dir_probe(dir) == CKPT_DIR_COMMITTED)
         return snprintf(buf, cap, "committed\n");
     char path[4096], msg[1100];
     FILE *f = pending_path(path, sizeof path, dir, "failed", NULL) == 0

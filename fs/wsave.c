@@ -467,10 +467,7 @@ int ws_save_committed(ws_save *w)
     pthread_mutex_lock(&w->mu);
     int c = w->committed;
     if (!c) {
-        char idx[4096];
-        struct stat st;
-        c = ckpt_path_join(idx, sizeof idx, w->path, "index.db", NULL) == 0
-            && stat(idx, &st) == 0;
+        c = ckpt_dir_probe(w->path) == CKPT_DIR_COMMITTED;
         if (c) {
             w->committed = 1;
             drop_idle(w);

@@ -851,10 +851,8 @@ static int xattr_tensor(fuse_req_t req, fuse_ino_t ino,
     return ckpt_reader_info(r.ck->reader, r.n->tensor, ti);
 }
 
-/* Replies with `len` bytes at val to a request for `size` bytes (0: just
- * the length). */
-static void reply_sized(fuse_req_t req, const char *val, size_t len,
-                        size_t size)
+void ops_reply_xattr(fuse_req_t req, const char *val, size_t len,
+                     size_t size)
 {
     if (size == 0)
         fuse_reply_xattr(req, len);
@@ -898,7 +896,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
         reply_err(req, (int)len);
         return;
     }
-    reply_sized(req, val, (size_t)len, size);
+    ops_reply_xattr(req, val, (size_t)len, size);
 }
 
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
@@ -915,7 +913,7 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
     ckpt_tensor_info ti;
     int rc = xattr_tensor(req, ino, &ti);
     if (rc == -ENODATA) {
-        reply_sized(req, "", 0, size);
+        ops_reply_xattr(req, "", 0, size);
         return;
     }
     if (rc) {
@@ -929,7 +927,7 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
         memcpy(list + len, xattr_names[k], n);
         len += n;
     }
-    reply_sized(req, list, len, size);
+    ops_reply_xattr(req, list, len, size);
 }
 
 /* ------------------------------------------------------------ the rest */

@@ -56,6 +56,10 @@ typedef struct fs_ctx {
 void ops_fill(struct fuse_lowlevel_ops *ops);
 
 void ops_handle_add(fs_ctx *c, ops_handle *h, ops_handle_kind kind);
+/* Replies to getxattr/listxattr with the len bytes at val, asked for with
+ * a buffer of `size` bytes (0: only the length; too small: ERANGE). */
+void ops_reply_xattr(fuse_req_t req, const char *val, size_t len,
+                     size_t size);
 void ops_handle_remove(fs_ctx *c, ops_handle *h);
 
 void ops_ctx_init(fs_ctx *c);

@@ -375,17 +375,17 @@ void wops_setxattr(fuse_req_t req, ws_save *w, uint32_t node,
         fuse_reply_err(req, 0);
 }
 
-/* Replies with the n bytes at val to a request for size bytes. */
-static void reply_sized(fuse_req_t req, const char *val, int n, size_t size)
+/* Replies with the n bytes a ws_*xattr call left in buf (cap bytes),
+ * or its error. */
+static void reply_value(fuse_req_t req, const char *buf, int n, size_t cap,
+                        size_t size)
 {
     if (n < 0)
         fuse_reply_err(req, -n);
-    else if (size == 0)
-        fuse_reply_xattr(req, (size_t)n);
-    else if (size < (size_t)n)
+    else if ((size_t)n >= cap)
         fuse_reply_err(req, ERANGE);
     else
-        fuse_reply_buf(req, val, (size_t)n);
+        ops_reply_xattr(req, buf, (size_t)n, size);
 }
 
 void wops_getxattr(fuse_req_t req, ws_save *w, uint32_t node,
@@ -393,12 +393,12 @@ void wops_getxattr(fuse_req_t req, ws_save *w, uint32_t node,
 {
     char buf[1100];
     int n = ws_getxattr(w, node, caller(req), name, buf, sizeof buf);
-    reply_sized(req, buf, n < (int)sizeof buf ? n : -ERANGE, size);
+    reply_value(req, buf, n, sizeof buf, size);
 }
 
 void wops_listxattr(fuse_req_t req, ws_save *w, uint32_t node, size_t size)
 {
     char buf[256];
     int n = ws_listxattr(w, node, caller(req), buf, sizeof buf);
-    reply_sized(req, buf, n < (int)sizeof buf ? n : -ERANGE, size);
+    reply_value(req, buf, n, sizeof buf, size);
 }

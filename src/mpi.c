@@ -1616,13 +1616,8 @@ static int read_owned(loader *ld, size_t g0, size_t g1, ckpt_error *err)
         for (uint64_t b = 0; i < n && (rt->n == 0 || b < share); i++, rt->n++)
             b += ld->groups[mine[i]].raw;
     }
-    ckpt_tg_add(&tg, (long)ntasks);
-    for (size_t i = 1; i < ntasks; i++)
-        if (ckpt_pool_submit(ld->pool, read_task_run, &tasks[i]))
-            read_task_run(&tasks[i], -1);
-    if (ntasks)
-        read_task_run(&tasks[0], -1);
-    ckpt_tg_wait(&tg);
+    ckpt_pool_run_tasks(ld->pool, read_task_run, tasks, ntasks, sizeof *tasks,
+                        &tg);
     ckpt_tg_destroy(&tg);
     int rc = 0;
     for (size_t i = 0; i < ntasks && rc == 0; i++)

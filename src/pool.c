@@ -222,3 +222,16 @@ void ckpt_tg_wait(ckpt_taskgroup *g)
         pthread_cond_wait(&g->cv, &g->mu);
     pthread_mutex_unlock(&g->mu);
 }
+
+void ckpt_pool_run_tasks(ckpt_pool *p, ckpt_task_fn fn, void *tasks,
+                         size_t n, size_t size, ckpt_taskgroup *g)
+{
+    char *t = tasks;
+    ckpt_tg_add(g, (long)n);
+    for (size_t i = 1; i < n; i++)
+        if (ckpt_pool_submit(p, fn, t + i * size))
+            fn(t + i * size, -1);
+    if (n)
+        fn(t, -1);
+    ckpt_tg_wait(g);
+}

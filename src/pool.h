@@ -33,6 +33,13 @@ void ckpt_tg_add(ckpt_taskgroup *g, long n);
 void ckpt_tg_done(ckpt_taskgroup *g);
 void ckpt_tg_wait(ckpt_taskgroup *g);    /* until pending == 0 */
 
+/* Runs fn on each of the n task structs at `tasks` (`size` bytes apart),
+ * each of which calls ckpt_tg_done(g) when finished: all but the first on
+ * the pool (one the pool refuses runs here), the first in the calling
+ * thread, and returns once every one is done. */
+void ckpt_pool_run_tasks(ckpt_pool *p, ckpt_task_fn fn, void *tasks,
+                         size_t n, size_t size, ckpt_taskgroup *g);
+
 /* Number of online CPUs (at least 1). */
 int ckpt_cpu_count(void);
 

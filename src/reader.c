@@ -622,13 +622,8 @@ static int copy_parallel(ckpt_reader *r, seg_list *l, ckpt_error *err)
         tasks[i] = (copy_task){ r, l->t, &l->v[k], end - k, 0, { 0 }, &tg };
         k = end;
     }
-    ckpt_tg_add(&tg, (long)ntasks);
-    for (size_t i = 1; i < ntasks; i++)
-        if (ckpt_pool_submit(r->pool, copy_task_run, &tasks[i]))
-            copy_task_run(&tasks[i], -1);
-    if (ntasks)
-        copy_task_run(&tasks[0], -1);
-    ckpt_tg_wait(&tg);
+    ckpt_pool_run_tasks(r->pool, copy_task_run, tasks, ntasks, sizeof *tasks,
+                        &tg);
     ckpt_tg_destroy(&tg);
     int rc = 0;
     for (size_t i = 0; i < ntasks && rc == 0; i++)

@@ -73,6 +73,12 @@ verify_ok() {
 run_ckpt pack --grid 2 "$R/step-000001" "model.w=$IN/w.npy" "model.e=$IN/e.npy"
 expect_ok "pack step-000001 into the root"
 
+echo "# ---- writable mounts refused"
+refuse_mount "-o rw without world" 'needs -o world=N' "$R" 2 -o rw
+refuse_mount "-o world=0" 'world=N with N from 1' "$R" 2 -o rw,world=0
+refuse_mount "-o sync=always" 'sync=close or sync=commit' "$R" 2 -o rw,world=1,sync=always
+refuse_mount "-o rw on a checkpoint" 'is a checkpoint; a writable mount' "$R/step-000001" 1 -o rw,world=1
+
 mount_ck "$R" "$M" -o rw,world=2 || exit 1
 MAIN_LOG=$MNT_LOG
 MAIN_PID=$MNT_PID
@@ -85,6 +91,10 @@ check "mkdir -p $S again (joins)" mkdir -p "$M/$S/model"
 if mkdir "$M/$S" 2>"$TMP/err"; then bad "mkdir of an existing save succeeds"; else
     grep -q 'File exists' "$TMP/err" && ok "mkdir of an existing save: EEXIST" || bad "mkdir: $(cat "$TMP/err")"; fi
 status_is $S '^pending 0/2$'
+mkdir "$M/.hidden" 2>/dev/null && bad "mkdir of a hidden checkpoint name succeeds" || ok "mkdir .hidden in the root is refused"
+touch "$M/file" 2>"$TMP/err" && bad "a file in the root is created" || { grep -q 'not permitted' "$TMP/err" && ok "a file in the root: EPERM" || bad "a file in the root: $(cat "$TMP/err")"; }
+touch "$M/$S/a.b" 2>"$TMP/err" && bad "a file name with a dot is created" || { grep -q 'Invalid argument' "$TMP/err" && ok "a name with a '.' in a save: EINVAL" || bad "a.b: $(cat "$TMP/err")"; }
+log_says "the log says why the dotted name was refused" "not a name a tensor path may hold"
 # model.w: 64x48 f32 split on dim 0; rank 0 from the shell, sizes inferred
 touch "$M/$S/model/w"
 check "setfattr dtype" setfattr -n user.ckpt.dtype -v float32 "$M/$S/model/w"

@@ -21,6 +21,7 @@
 #include <fuse3/fuse_log.h>
 
 #include "error.h"
+#include "latest.h"
 #include "views.h"
 
 /* A subdirectory of the root that is a checkpoint or a save. */
@@ -81,24 +82,6 @@ static int same_file(const struct stat *a, const struct stat *b)
            a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
 }
 
-/* A `step` value that is a decimal integer (blanks around allowed). */
-static int parse_step(const char *v, int64_t *out)
-{
-    if (!v)
-        return 0;
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (end == v || errno == ERANGE)
-        return 0;
-    while (*end == ' ' || *end == '\t' || *end == '\n')
-        end++;
-    if (*end)
-        return 0;
-    *out = x;
-    return 1;
-}
-
 /* Opens the index of the checkpoint at path with a minimal reader (one
  * thread, small cache), to check it opens and read its step. */
 static int probe(const char *path, int *has_step, int64_t *step,
@@ -113,7 +96,7 @@ static int probe(const char *path, int *has_step, int64_t *step,
     int rc = ckpt_reader_open(&r, path, &o, err);
     if (rc)
         return rc;
-    *has_step = parse_step(ckpt_reader_meta_get(r, "step"), step);
+    *has_step = latest_parse_step(ckpt_reader_meta_get(r, "step"), step);
     ckpt_reader_close(r);
     return 0;
 }
@@ -175,15 +158,12 @@ static root_entry *entry_find(root_entry *v, size_t n, const char *name)
     return n ? bsearch(&key, v, n, sizeof *v, by_entry_name) : NULL;
 }
 
-/* Whether checkpoint a is newer than b for `latest`: a numeric step wins
- * over none, then the greater step, then the greater name. */
+/* Whether checkpoint a is newer than b for `latest` (latest.h). */
 static int newer(const fs_ckpt *a, const fs_ckpt *b)
 {
-    if (a->has_step != b->has_step)
-        return a->has_step;
-    if (a->has_step && a->step != b->step)
-        return a->step > b->step;
-    return strcmp(a->name, b->name) > 0;
+    latest_key ka = { a->name, a->has_step, a->step, a->st.st_mtim };
+    latest_key kb = { b->name, b->has_step, b->step, b->st.st_mtim };
+    return latest_newer(&ka, &kb);
 }
 
 static fs_ckpt *choose_latest(const root_entry *v, size_t n)
@@ -253,6 +233,8 @@ static int scan_committed(fs_source *s, scan_result *r, const char *name,
                  err.msg);
         return scan_push(r, &e);
     }
+    if (!has_step)
+        has_step = latest_name_step(name, &step);
     if (!(e.ck = ckpt_new(name, path, idx, has_step, step)))
         return -ENOMEM;
     e.state = ENTRY_SHOWN;

@@ -34,7 +34,8 @@ typedef struct fs_ckpt {
     char *path;            /* absolute path of the checkpoint directory */
     uint32_t slot;
     struct stat st;        /* of its index.db: times, owner, identity */
-    int has_step;          /* its `step` metadata is an integer */
+    int has_step;          /* it has a step for `latest` (latest.h): its
+                              `step` metadata, or a number in its name */
     int64_t step;
     _Atomic int ready;
     ckpt_reader *reader;

@@ -37,6 +37,8 @@ typedef struct cli {
     int rw;                /* -o rw: saves may be written */
     int world;             /* -o world=N: ranks that commit a save */
     ckpt_write_opts wo;
+    char write_opt[64];    /* the first option of writing given, for the
+                              message when -o rw is missing */
 } cli;
 
 enum { KEY_CACHE, KEY_PREFETCH, KEY_THREADS, KEY_HELP, KEY_VERSION, KEY_RW,
@@ -158,8 +160,11 @@ static int cli_proc(void *data, const char *arg, int key,
     cli *c = data;
     (void)outargs;
     switch (key) {
-    case KEY_CACHE: case KEY_PREFETCH: case KEY_THREADS: case KEY_WORLD:
-    case KEY_CODEC: case KEY_FRAME: case KEY_SYNC:
+    case KEY_WORLD: case KEY_CODEC: case KEY_FRAME: case KEY_SYNC:
+        if (!c->write_opt[0])
+            snprintf(c->write_opt, sizeof c->write_opt, "%s", arg);
+        return cli_option(c, arg, key);
+    case KEY_CACHE: case KEY_PREFETCH: case KEY_THREADS:
         return cli_option(c, arg, key);
     case KEY_RW:
         c->rw = 1;
@@ -253,6 +258,12 @@ static int parse_args(struct fuse_args *args, cli *c,
         usage_hint();
         return EXIT_USAGE;
     }
+    if (!c->rw && c->write_opt[0]) {
+        fprintf(stderr, "ckptfs: -o %s is an option of writing: it needs "
+                "-o rw (without it the mount is read-only)\n", c->write_opt);
+        usage_hint();
+        return EXIT_USAGE;
+    }
     if (!c->source || !fo->mountpoint) {
         fprintf(stderr, "ckptfs: missing %s\n",
                 c->source ? "MOUNTPOINT" : "SOURCE and MOUNTPOINT");
@@ -304,10 +315,17 @@ static void unescape_mountinfo(char *s)
     *out = '\0';
 }
 
-/* The "major:minor" of the FUSE file system mounted last on mountpoint,
- * from /proc/self/mountinfo (without touching the mount itself, which
- * does not answer yet). */
-static int mount_device(const char *mountpoint, char *dev, size_t cap)
+/* One line of /proc/self/mountinfo. */
+typedef struct mount_entry {
+    char dev[64];          /* "major:minor" */
+    char fstype[256];      /* "fuse.ckptfs" */
+    char source[4096];     /* the device field: SOURCE for ckptfs */
+} mount_entry;
+
+/* The file system mounted last on mountpoint (the one that is seen there),
+ * from /proc/self/mountinfo, without touching the mount itself (which may
+ * not answer yet, or ever).  0, -ENOENT when nothing is mounted there. */
+static int find_mount(const char *mountpoint, mount_entry *m)
 {
     FILE *f = fopen("/proc/self/mountinfo", "r");
     if (!f)
@@ -316,19 +334,38 @@ static int mount_device(const char *mountpoint, char *dev, size_t cap)
     size_t len = 0;
     int found = -ENOENT;
     while (getline(&line, &len, f) > 0) {
-        char mdev[64], mpoint[4096], fstype[256];
+        mount_entry e;
+        char mpoint[4096];
         const char *sep = strstr(line, " - ");
-        if (!sep || sscanf(line, "%*s %*s %63s %*s %4095s", mdev, mpoint) != 2
-            || sscanf(sep, " - %255s", fstype) != 1)
+        if (!sep || sscanf(line, "%*s %*s %63s %*s %4095s", e.dev, mpoint) != 2)
+            continue;
+        e.source[0] = '\0';
+        if (sscanf(sep, " - %255s %4095s", e.fstype, e.source) < 1)
             continue;
         unescape_mountinfo(mpoint);
-        if (strcmp(mpoint, mountpoint) == 0 && strncmp(fstype, "fuse", 4) == 0
-            && snprintf(dev, cap, "%s", mdev) < (int)cap)
+        unescape_mountinfo(e.source);
+        if (strcmp(mpoint, mountpoint) == 0) {
+            *m = e;
             found = 0;
+        }
     }
     free(line);
     fclose(f);
     return found;
+}
+
+/* Refuses a MOUNTPOINT where a ckptfs is mounted already: a second mount
+ * would hide the first (and pile up with each retry of a script).  Other
+ * file systems there (a container's volume) may be mounted over. */
+static int check_mountpoint(const char *mountpoint)
+{
+    mount_entry m;
+    if (find_mount(mountpoint, &m) != 0 || strcmp(m.fstype, "fuse.ckptfs"))
+        return 0;
+    fprintf(stderr, "ckptfs: %s is already a ckptfs mount (of %s); unmount "
+            "it first: fusermount3 -u %s\n", mountpoint, m.source,
+            mountpoint);
+    return -1;
 }
 
 /* Raises the mount's readahead to READAHEAD_KB so that sequential reads
@@ -337,10 +374,13 @@ static int mount_device(const char *mountpoint, char *dev, size_t cap)
  * failure is only reported with -d. */
 static void raise_readahead(const char *mountpoint, int debug)
 {
-    char dev[64], path[128];
-    int rc = mount_device(mountpoint, dev, sizeof dev);
+    char path[128];
+    mount_entry m;
+    int rc = find_mount(mountpoint, &m);
+    if (rc == 0 && strncmp(m.fstype, "fuse", 4) != 0)
+        rc = -ENOENT;
     if (rc == 0)
-        snprintf(path, sizeof path, "/sys/class/bdi/%s/read_ahead_kb", dev);
+        snprintf(path, sizeof path, "/sys/class/bdi/%s/read_ahead_kb", m.dev);
     FILE *f = rc == 0 ? fopen(path, "r+") : NULL;
     unsigned long kb = 0;
     if (f && fscanf(f, "%lu", &kb) == 1 && kb < READAHEAD_KB) {
@@ -431,6 +471,10 @@ int main(int argc, char **argv)
     int status = parse_args(&args, &c, &fo);
     if (status >= 0)
         goto out;
+    if (check_mountpoint(fo.mountpoint) != 0) {
+        status = EXIT_FAILURE;
+        goto out;
+    }
     fs_ctx ctx;
     ckpt_error err = { 0 };
     ops_ctx_init(&ctx);

@@ -22,6 +22,7 @@
 #include <fuse3/fuse_opt.h>
 
 #include "codec.h"
+#include "mountinfo.h"
 #include "source.h"
 #include "wsave.h"
 
@@ -298,60 +299,31 @@ static int add_mount_defaults(struct fuse_args *args, const char *source,
  * libfuse 3.14), and the library's default frame size. */
 #define READAHEAD_KB 1024
 
-/* Undoes mountinfo's octal escapes (" " is "\040") in place. */
-static void unescape_mountinfo(char *s)
-{
-    char *out = s;
-    for (; *s; s++) {
-        if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' &&
-            s[2] <= '7' && s[3] >= '0' && s[3] <= '7') {
-            *out++ = (char)((s[1] - '0') << 6 | (s[2] - '0') << 3 |
-                            (s[3] - '0'));
-            s += 3;
-        } else {
-            *out++ = *s;
-        }
-    }
-    *out = '\0';
-}
+/* find_mount's search: the last mount on `point`. */
+typedef struct mount_search {
+    const char *point;
+    ckpt_mount *found;
+    int hit;
+} mount_search;
 
-/* One line of /proc/self/mountinfo. */
-typedef struct mount_entry {
-    char dev[64];          /* "major:minor" */
-    char fstype[256];      /* "fuse.ckptfs" */
-    char source[4096];     /* the device field: SOURCE for ckptfs */
-} mount_entry;
+static int match_point(const ckpt_mount *m, void *arg)
+{
+    mount_search *s = arg;
+    if (strcmp(m->point, s->point) == 0) {
+        *s->found = *m;
+        s->hit = 1;
+    }
+    return 0;
+}
 
 /* The file system mounted last on mountpoint (the one that is seen there),
  * from /proc/self/mountinfo, without touching the mount itself (which may
  * not answer yet, or ever).  0, -ENOENT when nothing is mounted there. */
-static int find_mount(const char *mountpoint, mount_entry *m)
+static int find_mount(const char *mountpoint, ckpt_mount *m)
 {
-    FILE *f = fopen("/proc/self/mountinfo", "r");
-    if (!f)
-        return -errno;
-    char *line = NULL;
-    size_t len = 0;
-    int found = -ENOENT;
-    while (getline(&line, &len, f) > 0) {
-        mount_entry e;
-        char mpoint[4096];
-        const char *sep = strstr(line, " - ");
-        if (!sep || sscanf(line, "%*s %*s %63s %*s %4095s", e.dev, mpoint) != 2)
-            continue;
-        e.source[0] = '\0';
-        if (sscanf(sep, " - %255s %4095s", e.fstype, e.source) < 1)
-            continue;
-        unescape_mountinfo(mpoint);
-        unescape_mountinfo(e.source);
-        if (strcmp(mpoint, mountpoint) == 0) {
-            *m = e;
-            found = 0;
-        }
-    }
-    free(line);
-    fclose(f);
-    return found;
+    mount_search s = { mountpoint, m, 0 };
+    int rc = ckpt_mountinfo_each(match_point, &s);
+    return rc ? rc : s.hit ? 0 : -ENOENT;
 }
 
 /* Refuses a MOUNTPOINT where a ckptfs is mounted already: a second mount
@@ -359,7 +331,7 @@ static int find_mount(const char *mountpoint, mount_entry *m)
  * file systems there (a container's volume) may be mounted over. */
 static int check_mountpoint(const char *mountpoint)
 {
-    mount_entry m;
+    ckpt_mount m;
     if (find_mount(mountpoint, &m) != 0 || strcmp(m.fstype, "fuse.ckptfs"))
         return 0;
     fprintf(stderr, "ckptfs: %s is already a ckptfs mount (of %s); unmount "
@@ -375,7 +347,7 @@ static int check_mountpoint(const char *mountpoint)
 static void raise_readahead(const char *mountpoint, int debug)
 {
     char path[128];
-    mount_entry m;
+    ckpt_mount m;
     int rc = find_mount(mountpoint, &m);
     if (rc == 0 && strncmp(m.fstype, "fuse", 4) != 0)
         rc = -ENOENT;

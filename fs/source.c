@@ -74,6 +74,14 @@ static int stat_index(const char *dir, struct stat *st)
     return rc;
 }
 
+/* Whether path is a checkpoint of another tool (PyTorch DCP,
+ * safetensors); stamp receives the file that stands for it. */
+static int is_foreign(const char *path, char *stamp, size_t cap)
+{
+    ckpt_format f = ckpt_format_probe(path, stamp, cap);
+    return f == CKPT_FORMAT_DCP || f == CKPT_FORMAT_SAFETENSORS;
+}
+
 static int same_file(const struct stat *a, const struct stat *b)
 {
     return a->st_dev == b->st_dev && a->st_ino == b->st_ino &&
@@ -267,8 +275,11 @@ static int scan_one(fs_source *s, scan_result *r, const char *name)
         return -ENOMEM;
     int rc = 0;
     struct stat idx;
+    char stamp[4096];
     ckpt_dir_state st = ckpt_dir_probe(path);
-    if (st != CKPT_DIR_NONE && strcmp(name, "latest") == 0) {
+    int foreign = st == CKPT_DIR_NONE && is_foreign(path, stamp,
+                                                    sizeof stamp);
+    if ((st != CKPT_DIR_NONE || foreign) && strcmp(name, "latest") == 0) {
         if (!s->latest_name_logged)
             fuse_log(FUSE_LOG_NOTICE, "ckptfs: %s: left out: ckptfs shows "
                      "its own 'latest'\n", path);
@@ -276,6 +287,8 @@ static int scan_one(fs_source *s, scan_result *r, const char *name)
     } else if (st == CKPT_DIR_PENDING) {
         rc = scan_pending(s, r, name, path);
     } else if (st == CKPT_DIR_COMMITTED && stat_index(path, &idx) == 0) {
+        rc = scan_committed(s, r, name, path, &idx);
+    } else if (foreign && stat(stamp, &idx) == 0) {
         rc = scan_committed(s, r, name, path, &idx);
     }
     free(path);
@@ -431,7 +444,9 @@ static int open_root(fs_source *s, const char *path, int writable,
         return ckpt_err(err, rc, "cannot scan %s: %s", path, strerror(-rc));
     if (s->nlist == 0 && !writable)
         return ckpt_err(err, -ENOENT, "%s holds no checkpoint: neither it "
-                       "nor any of its subdirectories has an index.db",
+                       "nor any of its subdirectories is a ckptfs "
+                       "checkpoint (index.db) or save, a PyTorch "
+                       "distributed checkpoint (.metadata) or safetensors",
                        path);
     return 0;
 }
@@ -447,8 +462,7 @@ int source_open(fs_source **out, const char *path, const ckpt_read_opts *ro,
     /* A PyTorch distributed checkpoint or safetensors is served as one
      * checkpoint, read-only, by the same reader. */
     char stamp[4096];
-    ckpt_format fmt = ckpt_format_probe(abs, stamp, sizeof stamp);
-    int foreign = fmt == CKPT_FORMAT_DCP || fmt == CKPT_FORMAT_SAFETENSORS;
+    int foreign = is_foreign(abs, stamp, sizeof stamp);
     if (!foreign && (stat(abs, &st) != 0 || !S_ISDIR(st.st_mode))) {
         int rc = ckpt_err(err, -ENOTDIR, "%s is not a directory", path);
         free(abs);

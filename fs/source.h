@@ -2,7 +2,8 @@
  * source.h - what ckptfs serves: SOURCE is either one committed checkpoint
  * or a root whose subdirectories are checkpoints (docs/MOUNT.md, SOURCE);
  * a PyTorch distributed checkpoint or safetensors (file or directory) is
- * served as one checkpoint, read by the library like any other.
+ * served as one checkpoint, read by the library like any other, and a
+ * root may hold such checkpoints too.
  *
  * Each checkpoint served is an fs_ckpt with a stable slot number.  Its
  * reader and tree are opened on first access and kept until the source is

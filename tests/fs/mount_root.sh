@@ -177,6 +177,21 @@ sys.exit(0 if a.dtype.str == "<i8" and a.tolist() == [100] else 1)' "$MNT/step-1
 else
     bad "numpy.load(step-100/.npy/step/marker.npy) is not int64 [100]"
 fi
+# ckpt on a path inside the mount: an error that says where the
+# checkpoint is on disk, never an empty listing with status 0.
+run_ckpt ls "$MNT/latest"
+expect_rc 1 "ckpt ls MNT/latest fails"
+expect_empty_out "ckpt ls MNT/latest lists nothing"
+expect_err_re 'latest: nothing to list: it is inside the ckptfs mount of .*/root on .*/mnt.*try .*/root/step-300$' \
+    "ckpt ls MNT/latest names the checkpoint on disk"
+run_ckpt ls "$MNT"
+expect_rc 1 "ckpt ls MNT fails"
+expect_err_re 'nothing to list: it is inside the ckptfs mount of .*/root on .*ckpt reads checkpoints on disk, in .*/root$' \
+    "ckpt ls MNT names the root on disk"
+run_ckpt info "$MNT/latest"
+expect_rc 1 "ckpt info MNT/latest fails"
+expect_err_re 'is not a checkpoint: .*; it is inside the ckptfs mount of .*try .*/root/step-300$' \
+    "ckpt info MNT/latest names the checkpoint on disk"
 expect_erofs "rm latest" rm -f "$MNT/latest"
 expect_erofs "mkdir step-500" mkdir "$MNT/step-500"
 

@@ -32,9 +32,8 @@ static const cli_help HELP = {
     "its files use; TENSORS is - for uncommitted ones.  A root in which\n"
     "nothing is a checkpoint is an error (exit 1).\n"
     "\n"
-    "PATH may be a ckptfs checkpoint, a PyTorch distributed checkpoint (a\n"
-    "directory with .metadata), a .safetensors file or a directory of them,\n"
-    "or a root of any of these.\n"
+    "PATH is a checkpoint, or a root of checkpoints of any of these kinds.\n"
+    CLI_HELP_SOURCES
     "\n"
     "Options:\n"
     "  -h, --help   show this help\n",

@@ -182,6 +182,12 @@ for cmd in pack unpack ls info cat verify gc; do
     expect_ok "$cmd --help"
     if grep -q -i 'usage' "$OUT" && grep -q "ckpt $cmd" "$OUT"; then ok "$cmd --help prints 'usage' and 'ckpt $cmd' on stdout"; else bad "$cmd --help output"; _show; fi
 done
+# The reading commands say what else they read (docs/MOUNT.md, "Foreign").
+for cmd in ls info cat verify; do
+    run_ckpt $cmd --help
+    expect_out_re 'distributed checkpoint \(a directory with \.metadata\)' "$cmd --help: a PyTorch DCP directory is accepted"
+    expect_out_re '\.safetensors' "$cmd --help: safetensors are accepted"
+done
 run_ckpt --help
 expect_ok "ckpt --help"
 expect_out_re '[Uu]sage' "ckpt --help prints usage"

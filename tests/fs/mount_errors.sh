@@ -230,6 +230,15 @@ refuse_mount "-o world=2 without rw" 'world=2.*-o rw' "$TMP/unc-ok" 2 -o world=2
 refuse_mount "-o codec=zstd without rw" 'codec=zstd.*-o rw' "$TMP/unc-ok" 2 -o codec=zstd
 refuse_mount "-o rw,world=2,ro (ro last)" 'world=2.*-o rw' "$TMP/unc-ok" 2 -o rw,world=2,ro
 
+# ckptfs --help says what SOURCE may be, and which options need rw
+"$CKPTFS" --help >"$TMP/help.out" 2>&1
+if grep -q 'PyTorch' "$TMP/help.out" && grep -q '\.safetensors' "$TMP/help.out" &&
+    grep -q 'need -o rw' "$TMP/help.out"; then
+    ok "ckptfs --help: SOURCE may be a PyTorch DCP or safetensors; write options need rw"
+else
+    bad "ckptfs --help does not say SOURCE may be PyTorch DCP or safetensors, or that write options need rw"
+fi
+
 # mounts_at MNT: how many mounts /proc/self/mountinfo has on MNT
 mounts_at() {
     awk -v m="$1" '$5 == m' /proc/self/mountinfo | wc -l

@@ -774,6 +774,8 @@ static int write_and_commit(pack_job *job)
     ckpt_error err = { 0 };
     if (rc == CLI_OK && ckpt_commit(job->out, NULL, &err))
         rc = cli_fail("%s", err.msg);
+    if (rc == CLI_OK)
+        progress_done_path(&job->prog, "packed", job->out);
     return rc;
 }
 

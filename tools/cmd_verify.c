@@ -116,6 +116,8 @@ static int verify(ckpt_reader *r, const char *ckpt)
                         faults == 1 ? "" : "s");
     }
     print_ok(r);
+    fflush(stdout);
+    progress_done(&v.prog, "verified", r);
     return CLI_OK;
 }
 

@@ -612,7 +612,10 @@ static int ckpt_open_locked(fs_source *s, fs_ckpt *c)
         fuse_log(FUSE_LOG_ERR, "ckptfs: %s\n", err.msg);
         return -EIO;
     }
-    rc = tree_build(&t, r, tree_warning, c);
+    views_blob *blobs = NULL;
+    rc = views_bytesio(r, &blobs);
+    if (rc == 0)
+        rc = tree_build(&t, r, blobs, tree_warning, c);
     if (rc) {
         fuse_log(FUSE_LOG_ERR, "ckptfs: %s: cannot list its tensors: %s\n",
                  c->path, strerror(-rc));

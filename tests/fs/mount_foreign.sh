@@ -30,11 +30,26 @@ mounted_check() {
 if [ "$HAVE_TORCH" = 1 ]; then
     "$PY" "$REF" save1 "$TMP/dcp1" && "$PY" "$REF" save2 "$TMP/dcp2" ||
         { echo "ERROR: saving with torch failed"; exit 99; }
-    mounted_check dcp1 "$TMP/dcp1" check "$TMP/dcp1"
-    mounted_check dcp2 "$TMP/dcp2" check "$TMP/dcp2"
+    # mcheck: an io.BytesIO item shows its value (checked against torch's
+    # own load), every byte item's archive is in .pt/.
+    mounted_check dcp1 "$TMP/dcp1" mcheck "$TMP/dcp1"
+    mounted_check dcp2 "$TMP/dcp2" mcheck "$TMP/dcp2"
     run_ckpt import "$TMP/dcp2" "$TMP/dcp2.ck"
     expect_ok "ckpt import of the 2-rank checkpoint"
-    mounted_check dcp2-imported "$TMP/dcp2.ck" check "$TMP/dcp2"
+    mounted_check dcp2-imported "$TMP/dcp2.ck" mcheck "$TMP/dcp2"
+    run_ckpt import "$TMP/dcp1" "$TMP/dcp1.ck"
+    expect_ok "ckpt import of the 1-process checkpoint (byte items kept as archives)"
+    mounted_check dcp1-imported "$TMP/dcp1.ck" mcheck "$TMP/dcp1"
+    # A BytesIO whose archive is damaged stays the archive, as stored.
+    "$PY" "$REF" bad bytesio-pkl "$TMP/dcp1" "$TMP/dcp1-badpkl" >/dev/null ||
+        { echo "ERROR: bad bytesio-pkl failed"; exit 99; }
+    mount_ck "$TMP/dcp1-badpkl" "$TMP/mnt.badpkl" && {
+        "$PY" "$REF" storedcheck "$TMP/dcp1-badpkl" rng "$TMP/mnt.badpkl" >"$TMP/check.out" 2>&1
+        [ $? -eq 0 ] && ok "a BytesIO item whose data.pkl does not decode reads as its stored archive" ||
+            bad "a BytesIO item with a damaged data.pkl: $(tail -n 3 "$TMP/check.out" | tr '\n' '~')"
+        umount_ck "$TMP/mnt.badpkl"
+        expect_daemon_clean "damaged BytesIO archive" "$MNT_LOG"
+    }
     "$PY" "$REF" bad meta-global "$TMP/dcp1" "$TMP/evil" >/dev/null
     refuse_mount "a .metadata pickle naming os.system" "refusing global 'os\\.system'" "$TMP/evil"
     check "no code ran" test ! -e "$TMP/PWNED"
@@ -56,11 +71,11 @@ if [ "$HAVE_TORCH" = 1 ]; then
         [ "$(readlink "$MNTR/latest")" = step-000200 ] &&
             ok "root of DCP: latest -> step-000200 (the number in its name)" ||
             bad "root of DCP: latest -> '$(readlink "$MNTR/latest")', want step-000200"
-        "$PY" "$REF" check "$TMP/dcp2" "$MNTR/latest" >"$TMP/check.out" 2>&1 &&
+        "$PY" "$REF" mcheck "$TMP/dcp2" "$MNTR/latest" >"$TMP/check.out" 2>&1 &&
             ok "root of DCP: latest/ equals what torch loads of step-000200" ||
             bad "root of DCP: latest/: $(tail -n 3 "$TMP/check.out" | tr '\n' '~')"
         report "$TMP/check.out" "root of DCP, latest: "
-        "$PY" "$REF" check "$TMP/dcp1" "$MNTR/step-000100" >"$TMP/check.out" 2>&1 &&
+        "$PY" "$REF" mcheck "$TMP/dcp1" "$MNTR/step-000100" >"$TMP/check.out" 2>&1 &&
             ok "root of DCP: step-000100/ equals what torch loads of it" ||
             bad "root of DCP: step-000100/: $(tail -n 3 "$TMP/check.out" | tr '\n' '~')"
         umount_ck "$MNTR"

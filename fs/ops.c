@@ -648,7 +648,7 @@ typedef struct open_file {
     ckpt_reader *reader;
     uint32_t tensor;
     views_npy npy;            /* TREE_NPY */
-    const char *data;         /* TREE_METADATA, TREE_STATS: the content */
+    const char *data;         /* METADATA, STATS, STATUS, a blob: content */
     size_t len;
     char text[256];           /* TREE_STATS: the counters when opened */
 } open_file;
@@ -658,6 +658,16 @@ static int handle_fill(fs_ckpt *ck, const tree_node *n, open_file *h)
     h->kind = (tree_kind)n->kind;
     h->reader = ck->reader;
     h->tensor = n->tensor;
+    if (n->blob) {             /* a BytesIO's value (its .npy view) */
+        const views_blob *b = tree_blob(ck->tree, n->tensor);
+        h->data = (const char *)b->npy;
+        h->len = b->header_len + b->len;
+        if (n->kind == TREE_TENSOR) {
+            h->data += b->header_len;
+            h->len = b->len;
+        }
+        return 0;
+    }
     if (n->kind == TREE_NPY) {
         ckpt_tensor_info ti;
         int rc = ckpt_reader_info(ck->reader, n->tensor, &ti);
@@ -761,8 +771,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         reply_err(req, -EINVAL);
         return;
     }
-    if (h->kind == TREE_METADATA || h->kind == TREE_STATS ||
-        h->kind == TREE_STATUS) {
+    if (h->data) {             /* generated, or held in memory */
         size_t o = (uint64_t)off < h->len ? (size_t)off : h->len;
         size_t n = h->len - o < size ? h->len - o : size;
         char text[sizeof h->text];
@@ -848,7 +857,14 @@ static int xattr_tensor(fuse_req_t req, fuse_ino_t ino,
         return rc;
     if (r.kind != REF_NODE || !r.n || r.n->kind != TREE_TENSOR)
         return -ENODATA;
-    return ckpt_reader_info(r.ck->reader, r.n->tensor, ti);
+    rc = ckpt_reader_info(r.ck->reader, r.n->tensor, ti);
+    const views_blob *b = r.n->blob ? tree_blob(r.ck->tree, r.n->tensor)
+                                    : NULL;
+    if (rc == 0 && b) {        /* a BytesIO's value: its own size */
+        ti->shape = &b->dim;
+        ti->numel = ti->nbytes = b->len;
+    }
+    return rc;
 }
 
 void ops_reply_xattr(fuse_req_t req, const char *val, size_t len,

@@ -25,6 +25,15 @@
 /* Room for a shape printed by cli_format_shape (32 dims of 20 digits). */
 #define CLI_SHAPE_MAX (CKPT_MAX_DIMS * 21 + 4)
 
+/* What the reading commands (ls, info, cat, verify) accept, for their
+ * --help texts. */
+#define CLI_HELP_SOURCES \
+    "A checkpoint may be ckptfs's (a directory with index.db), a PyTorch\n" \
+    "distributed checkpoint (a directory with .metadata), a .safetensors\n" \
+    "file, or a directory of .safetensors files (with or without\n" \
+    "model.safetensors.index.json); see docs/MOUNT.md, \"Foreign\n" \
+    "checkpoints\".\n"
+
 /* The help of one command: its name, its synopsis (one or more lines, each
  * starting with "ckpt NAME") and the rest of its --help text. */
 typedef struct cli_help {

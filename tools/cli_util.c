@@ -4,6 +4,7 @@
  * formatting of shapes, sizes and ratios, and complete writes.
  */
 #include "cli.h"
+#include "mounthint.h"
 
 #include <ctype.h>
 #include <getopt.h>
@@ -181,8 +182,12 @@ int cli_open_reader(ckpt_reader **r, const char *dir)
     ckpt_error err = { 0 };
     ckpt_read_opts_init(&opts);
     opts.cache_bytes = CLI_READ_CACHE;
-    if (ckpt_reader_open(r, dir, &opts, &err) != 0)
+    if (ckpt_reader_open(r, dir, &opts, &err) != 0) {
+        char hint[3 * 4096];
+        if (cli_mount_hint(dir, hint, sizeof hint))
+            return cli_fail("%s; %s", err.msg, hint);
         return cli_fail("%s", err.msg);
+    }
     return CLI_OK;
 }
 

@@ -24,6 +24,10 @@ static const cli_help HELP = {
     "are whole; no steps.  If the reader of stdout goes away, cat stops\n"
     "quietly with status 0.\n"
     "\n"
+    CLI_HELP_SOURCES
+    "A byte item of a PyTorch checkpoint is written as stored: the\n"
+    "torch.save archive of the object.\n"
+    "\n"
     "Options:\n"
     "  --slice SPEC   write only this region\n"
     "  -h, --help     show this help\n",

@@ -255,6 +255,8 @@ static int write_all(import_job *job)
     ckpt_error err = { 0 };
     if (rc == CLI_OK && ckpt_commit(job->out.path, NULL, &err))
         rc = cli_fail("%s", err.msg);
+    if (rc == CLI_OK)
+        progress_done_path(&job->prog, "imported", job->out.path);
     return rc;
 }
 

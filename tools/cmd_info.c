@@ -39,6 +39,10 @@ static const cli_help HELP = {
     "(offsets within the shard file and within the chunk's row-major image;\n"
     "the checksum is the XXH3-64 of the frame's raw bytes).\n"
     "\n"
+    CLI_HELP_SOURCES
+    "In PyTorch and safetensors checkpoints, frames are byte ranges of the\n"
+    "original files (codec raw, checksum 0000000000000000: they carry none).\n"
+    "\n"
     "Options:\n"
     "  -h, --help   show this help\n",
 };

@@ -157,7 +157,10 @@ static int unpack_all(unpack_job *job)
     progress_init(&job->prog, "unpacking", total);
     for (size_t i = 0; i < n && rc == CLI_OK; i++)
         rc = unpack_one(job, i);
-    progress_clear(&job->prog);
+    if (rc == CLI_OK)
+        progress_done(&job->prog, "unpacked", job->r);
+    else
+        progress_clear(&job->prog);
     return rc;
 }
 

@@ -24,6 +24,10 @@ static const cli_help HELP = {
     "  FAULT tensor=<fqn> chunk=<i> frame=<j> file=<shard> offset=<o>: <what>\n"
     "('-' for a field that does not apply), and exits 1.\n"
     "\n"
+    CLI_HELP_SOURCES
+    "PyTorch and safetensors checkpoints carry no checksums: every byte is\n"
+    "read, and bounds, file sizes and the chunks' coverage are checked.\n"
+    "\n"
     "Options:\n"
     "  -h, --help   show this help\n",
 };
@@ -112,6 +116,8 @@ static int verify(ckpt_reader *r, const char *ckpt)
                         faults == 1 ? "" : "s");
     }
     print_ok(r);
+    fflush(stdout);
+    progress_done(&v.prog, "verified", r);
     return CLI_OK;
 }
 

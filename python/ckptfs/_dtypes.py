@@ -50,9 +50,12 @@ TORCH_NAMES = {
 
 
 def c_order(arr):
-    """arr if it is C-contiguous, else a C-contiguous copy (0-d arrays stay
-    0-d, unlike with np.ascontiguousarray)."""
-    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+    """arr if it is C-contiguous (without negative strides, which torch
+    refuses), else a C-contiguous copy; 0-d arrays stay 0-d, unlike with
+    np.ascontiguousarray."""
+    if arr.flags.c_contiguous and all(s >= 0 for s in arr.strides):
+        return arr
+    return arr.copy(order="C")
 
 
 def name(code):

@@ -45,30 +45,43 @@ class MissingKeyError(Error, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class CheckpointExistsError(CheckpointError, FileExistsError):
+    """CheckpointError of errno EEXIST (e.g. a committed target)."""
+
+
+class CheckpointNotFoundError(CheckpointError, FileNotFoundError):
+    """CheckpointError of errno ENOENT (a path or file that is not
+    there)."""
+
+
+class CheckpointPermissionError(CheckpointError, PermissionError):
+    """CheckpointError of errno EACCES or EPERM."""
+
+
+class CheckpointNotADirectoryError(CheckpointError, NotADirectoryError):
+    """CheckpointError of errno ENOTDIR."""
+
+
+class CheckpointIsADirectoryError(CheckpointError, IsADirectoryError):
+    """CheckpointError of errno EISDIR."""
+
+
+# Module-level classes, so that the exceptions pickle (DCP sends a rank's
+# exception to the others).
 _BY_ERRNO = {
-    _errno.EEXIST: FileExistsError,
-    _errno.ENOENT: FileNotFoundError,
-    _errno.EACCES: PermissionError,
-    _errno.EPERM: PermissionError,
-    _errno.ENOTDIR: NotADirectoryError,
-    _errno.EISDIR: IsADirectoryError,
+    _errno.EEXIST: CheckpointExistsError,
+    _errno.ENOENT: CheckpointNotFoundError,
+    _errno.EACCES: CheckpointPermissionError,
+    _errno.EPERM: CheckpointPermissionError,
+    _errno.ENOTDIR: CheckpointNotADirectoryError,
+    _errno.EISDIR: CheckpointIsADirectoryError,
 }
-_CLASSES = {}
 
 
 def error_class(code):
     """CheckpointError, or its subclass that is also the built-in OSError
     subclass for errno `code`."""
-    base = _BY_ERRNO.get(code)
-    if base is None:
-        return CheckpointError
-    cls = _CLASSES.get(code)
-    if cls is None:
-        cls = type("CheckpointError", (CheckpointError, base), {
-            "__module__": __name__,
-            "__doc__": "CheckpointError that is also a %s." % base.__name__})
-        _CLASSES[code] = cls
-    return cls
+    return _BY_ERRNO.get(code, CheckpointError)
 
 
 def from_c(rc, err):

@@ -317,7 +317,7 @@ class TensorSlice(object):
         offsets, sizes, post = plan_slice(self._shape, key)
         raw = self._ck._reader.read_array(self._i, offsets, sizes)
         if post is not None:
-            raw = _dtypes.c_order(raw[post])
+            raw = _dtypes.c_order(np.asarray(raw[post]))
         return convert(raw, self._code, self._ck.framework, self._ck.widen,
                        "tensor '%s'" % self.name)
 

@@ -244,6 +244,10 @@ class Errors(Base):
         self.assertIsInstance(cm.exception, ckptfs.CheckpointError)
         self.assertEqual(cm.exception.errno, errno.EEXIST)
         self.assertIn("already a committed checkpoint", str(cm.exception))
+        again = pickle.loads(pickle.dumps(cm.exception))   # DCP pickles it
+        self.assertIs(type(again), type(cm.exception))
+        self.assertEqual((again.errno, str(again)),
+                         (errno.EEXIST, str(cm.exception)))
 
     def test_unfinished_target(self):
         ck = self.path("ck")

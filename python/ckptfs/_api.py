@@ -194,6 +194,7 @@ class _Loader(object):
                 self.r.read_into(i, t.data_ptr())
                 return
             if t.device.type == "cuda":
+                torch.cuda.synchronize(t.device)   # torch's work on t first
                 try:
                     self.r.read_into(i, t.data_ptr(), device=True)
                     return

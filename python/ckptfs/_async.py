@@ -110,6 +110,11 @@ class Saver(object):
                                device_ok=self.cuda, codec=codec, level=level,
                                frame_size=frame_size, threads=threads,
                                sync=sync)
+        if pieces.device:
+            # the library copies on its own streams: let torch's pending
+            # work on these tensors finish first
+            import torch
+            torch.cuda.synchronize()
         h = ctypes.c_void_p()
         err = C.Error()
         with self._lock:

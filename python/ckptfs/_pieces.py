@@ -100,9 +100,12 @@ class Pieces(object):
         self.n = len(items)
         self.array = (C.Piece * max(1, self.n))()
         self._keep = []
+        self.device = False      # some piece is CUDA memory
         for i, (fqn, kind, value) in enumerate(items):
             if kind == "tensor":
                 h = host_tensor(value, "state entry '%s'" % fqn, device_ok)
+                self.device |= getattr(getattr(h.keep, "device", None),
+                                       "type", None) == "cuda"
             else:
                 h = byte_tensor(value)
             self.set(i, fqn, h)

@@ -402,6 +402,8 @@ class StorageReader(_dcp.StorageReader):
         if target.numel() == 0:
             return
         code = r.raw_info(i)[1]
+        if target.device.type == "cuda":
+            torch.cuda.synchronize(target.device)  # torch's work on it first
         if (target.is_contiguous() and target.dtype ==
                 _dtypes.torch_dtype(code, torch)
                 and target.device.type in ("cpu", "cuda")):

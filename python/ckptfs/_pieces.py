@@ -110,6 +110,14 @@ class Pieces(object):
                 h = byte_tensor(value)
             self.set(i, fqn, h)
 
+    @classmethod
+    def one(cls, fqn, h, offsets=None, shape=None):
+        """A single piece: tensor `fqn`'s HostTensor h (see set)."""
+        pieces = cls([])
+        pieces.n = 1
+        pieces.set(0, fqn, h, offsets, shape)
+        return pieces
+
     def set(self, i, fqn, h, offsets=None, shape=None):
         """Piece i: tensor `fqn`, the HostTensor h, at `offsets` of a
         global `shape` (default: h is the whole tensor)."""

@@ -231,10 +231,9 @@ class StorageWriter(_dcp.StorageWriter):
         for item in plan.items:
             data = planner.resolve_data(item)
             fqn = item.index.fqn
-            pieces = Pieces([])
             if item.type == _plan.WriteItemType.BYTE_IO:
-                h = byte_tensor(bytes(data.getbuffer()))
-                pieces.set(0, fqn, h)
+                h = byte_tensor(data.getbuffer())  # no copy
+                pieces = Pieces.one(fqn, h)
             else:
                 td = item.tensor_data
                 what = "tensor '%s'" % fqn
@@ -248,8 +247,8 @@ class StorageWriter(_dcp.StorageWriter):
                                      "%s but gave a tensor of %s"
                                      % (what, list(td.chunk.sizes),
                                         list(h.shape)))
-                pieces.set(0, fqn, h, offsets=td.chunk.offsets,
-                           shape=td.size)
+                pieces = Pieces.one(fqn, h, offsets=td.chunk.offsets,
+                                    shape=td.size)
             check(C.lib.ckpt_writer_put(w, pieces.array, ctypes.byref(err)),
                   err)
             results.append(_storage.WriteResult(index=item.index,

@@ -430,6 +430,20 @@ int ckpt_save_poll(ckpt_save *h);
  * checkpoint is committed, or the background part's error. */
 int ckpt_save_wait(ckpt_save *h, ckpt_error *err);
 
+/* The synchronous form of ckpt_save_async, without staging: saves
+ * pieces[0..n) as the checkpoint `dir` in one call (one writer, "rank0",
+ * writing straight from the caller's buffers, then ckpt_commit) and
+ * returns once it is committed.  Checks everything it can before creating
+ * anything: bad arguments, a piece malformed on its own (dtype, fqn,
+ * bounds) or without data, `dir` already a committed checkpoint (-EEXIST)
+ * or holding an unfinished save (-EBUSY).  Any later failure (a planner
+ * refusal, an I/O error, ENOSPC) removes every file the save created, and
+ * `dir` when the save made it, so nothing is committed, earlier
+ * checkpoints are untouched and the save can be retried.  Byte objects are
+ * pieces of dtype CKPT_BYTES (ndim 1, shape {length}). */
+int ckpt_save_sync(const char *dir, const ckpt_piece *pieces, size_t n,
+                   const ckpt_save_opts *opts, ckpt_error *err);
+
 /* Like ckpt_read_region (NULL offsets and sizes: the whole tensor), but
  * dst may also be CUDA device memory (in a
  * libckptfs built with CUDA, where a device is usable): the region is read

@@ -30,13 +30,15 @@ static const cli_help HELP = {
     "blocks its files use; TENSORS is - for uncommitted ones.\n"
     "\n"
     "Options:\n"
-    "  -h, --help   show this help\n",
+    "  --follow-links  read files that are symbolic links out of the\n"
+    "                  checkpoint (refused otherwise; docs/TRUST.md)\n"
+    "  -h, --help      show this help\n",
 };
 
 /* ------------------------------------------------------------ checkpoint */
 
 typedef struct ls_row {
-    const char *fqn;
+    char *fqn;              /* escaped (cli_escape) */
     const char *dtype;
     char shape[CLI_SHAPE_MAX];
     char raw[24], stored[24];
@@ -91,7 +93,10 @@ static int list_checkpoint(const char *path)
             rc = cli_fail("%s: cannot read tensor %zu", path, i);
             break;
         }
-        rows[i].fqn = t.fqn;
+        if (!(rows[i].fqn = cli_escape(t.fqn))) {
+            rc = cli_fail("out of memory");
+            break;
+        }
         rows[i].dtype = ckpt_dtype_name(t.dtype);
         cli_format_shape(rows[i].shape, sizeof rows[i].shape, t.ndim,
                          t.shape);
@@ -104,6 +109,8 @@ static int list_checkpoint(const char *path)
     }
     if (rc == CLI_OK)
         print_rows(rows, n);
+    for (size_t i = 0; rows && i < n; i++)
+        free(rows[i].fqn);
     free(rows);
     ckpt_reader_close(r);
     return rc;
@@ -174,9 +181,11 @@ static void list_entry(const char *root, const char *name, int *failed)
             *failed = 1;
         }
     }
-    printf("%s %s %" PRIu64 " %s\n", name,
+    char *shown = cli_escape(name);
+    printf("%s %s %" PRIu64 " %s\n", shown ? shown : "?",
            st == CKPT_DIR_COMMITTED ? "committed" : "uncommitted", size,
            tensors);
+    free(shown);
     free(path);
 }
 

@@ -211,8 +211,10 @@ void ckpt_read_opts_init(ckpt_read_opts *o);
 typedef struct ckpt_reader ckpt_reader;
 
 /* Opens a committed checkpoint.  Refuses, with a message saying which, a
- * missing directory, a directory without index.db (not committed), and an
- * index.db that is not a ckptfs index or is of a newer format. */
+ * missing directory, a directory without index.db (not committed), an
+ * index.db that is not a ckptfs index or is of a newer format, and one
+ * that breaks the format (names against the FQN rules or repeated, sizes
+ * out of bounds: "damaged index"; docs/TRUST.md). */
 int ckpt_reader_open(ckpt_reader **out, const char *dir,
                      const ckpt_read_opts *opts, ckpt_error *err);
 void ckpt_reader_close(ckpt_reader *r);
@@ -266,7 +268,11 @@ int ckpt_reader_meta_at(const ckpt_reader *r, size_t i, const char **key,
 const char *ckpt_reader_meta_get(const ckpt_reader *r, const char *key);
 
 /* Reads bytes [off, off+len) of tensor idx's row-major image into dst.
- * Returns the number of bytes read (short only at the end of the image). */
+ * Returns the number of bytes read (short only at the end of the image).
+ * Before the first byte of a tensor is served, its chunks are checked to
+ * tile it exactly (once per tensor, the verdict kept): a tensor whose
+ * chunks overlap, repeat or leave a hole is -EIO ("damaged index", naming
+ * the tensor and chunks), here and in ckpt_read_region. */
 int64_t ckpt_read(ckpt_reader *r, size_t idx, void *dst, uint64_t off,
                   uint64_t len, ckpt_error *err);
 /* Reads the region [offsets, offsets+sizes) of tensor idx into dst, stored

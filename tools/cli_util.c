@@ -17,11 +17,16 @@
 #include <string.h>
 #include <unistd.h>
 
+/* "ckpt: <message>" on one line: the message may quote names read from a
+ * checkpoint, so it is escaped (cli_escape). */
 static void vreport(const char *fmt, va_list ap)
 {
-    fputs("ckpt: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    char *msg = NULL, *shown = NULL;
+    if (vasprintf(&msg, fmt, ap) >= 0)
+        shown = cli_escape(msg);
+    fprintf(stderr, "ckpt: %s\n", shown ? shown : msg ? msg : fmt);
+    free(shown);
+    free(msg);
 }
 
 int cli_fail(const char *fmt, ...)

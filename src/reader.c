@@ -721,6 +721,11 @@ static int run_segments(ckpt_reader *r, seg_list *l, ckpt_error *err)
  * rules on the chunks as the index lists them). */
 static int tensor_tiling(const ckpt_index_tensor *t, ckpt_error *err)
 {
+    uint64_t numel = ckpt_box_numel(t->ndim, t->shape);
+    if (t->nchunks == 0 && numel > 0)
+        return ckpt_err(err, -EINVAL, "tensor '%s': no chunk holds any of "
+                        "its %llu elements", t->fqn,
+                        (unsigned long long)numel);
     ckpt_piece_rec *p = calloc(t->nchunks + 1, sizeof *p);
     if (!p)
         return ckpt_err(err, -ENOMEM, "out of memory checking the chunks of "

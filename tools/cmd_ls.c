@@ -172,7 +172,9 @@ static void list_entry(const char *root, const char *name, int *failed)
     if (st == CKPT_DIR_COMMITTED) {
         ckpt_reader *r;
         ckpt_error err = { 0 };
-        if (ckpt_reader_open(&r, path, NULL, &err) == 0) {
+        ckpt_read_opts opts;
+        cli_read_opts_init(&opts);   /* --follow-links */
+        if (ckpt_reader_open(&r, path, &opts, &err) == 0) {
             snprintf(tensors, sizeof tensors, "%zu", ckpt_reader_count(r));
             ckpt_reader_close(r);
         } else {

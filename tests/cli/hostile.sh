@@ -8,8 +8,9 @@
 #                     refuse it, unpack writes nothing outside DIR; a
 #                     symbolic link in DIR is replaced, not followed
 #   overlap           chunks edited to overlap (offsets '[0,0]', or '[8,0]'
-#                     as one bit flip makes it): cat and unpack refuse
-#                     before any byte, verify names the chunks
+#                     as one bit flip makes it), leave a hole, or be gone:
+#                     cat and unpack refuse before any byte, verify names
+#                     the chunks
 #   duplicate names   UNIQUE dropped and a tensor renamed: refused
 #   frame size        a frame claiming 2^40 raw bytes: refused, nothing
 #                     allocated
@@ -110,6 +111,16 @@ sql "$TMP/hole/index.db" "UPDATE chunks SET offsets = '[60,0]', sizes = '[40,100
 run_ckpt cat "$TMP/hole" model.a
 expect_fail "cat of a tensor with a hole between its chunks"
 expect_err_re "its 2 chunks cover 9000 of 10000 elements .*element \[50,0\] is not covered" "cat names the hole"
+
+fresh nochunk
+sql "$TMP/nochunk/index.db" "DELETE FROM frames WHERE chunk_id IN (3, 4); DELETE FROM chunks WHERE tensor_id = 2;
+  UPDATE tensors SET nchunks = 0, stored_bytes = 0 WHERE id = 2"
+run_ckpt cat "$TMP/nochunk" model.b
+expect_fail "cat of a tensor left with no chunk at all"
+expect_err_re "tensor 'model\.b': no chunk holds any of its 10000 elements" "cat says no chunk holds it"
+if [ ! -s "$OUT" ]; then ok "no byte (no zeros) served"; else bad "cat served $(stat -c %s "$OUT") bytes"; fi
+run_ckpt verify "$TMP/nochunk"
+expect_out_re "^FAULT tensor=model\.b .*no chunk holds" "verify reports it"
 
 # ------------------------------------------------------------ duplicate names
 echo "# ---- two tensors of one name"

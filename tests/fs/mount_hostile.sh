@@ -26,6 +26,7 @@ as_nobody() {
     setpriv --reuid=nobody --regid="$NOGROUP" --clear-groups "$@"
 }
 chmod 755 "$TMP"   # nobody must reach the mount points
+as_nobody test -x "$TMP" || { echo "SKIP: mount_hostile: user nobody cannot reach $TMP (set TMPDIR)"; exit 77; }
 
 # nobody_reads DESC FILE WANT: nobody reads FILE, and gets WANT's bytes.
 nobody_reads() {

@@ -43,7 +43,7 @@ typedef struct cli {
 } cli;
 
 enum { KEY_CACHE, KEY_PREFETCH, KEY_THREADS, KEY_HELP, KEY_VERSION, KEY_RW,
-       KEY_RO, KEY_WORLD, KEY_CODEC, KEY_FRAME, KEY_SYNC };
+       KEY_RO, KEY_WORLD, KEY_CODEC, KEY_FRAME, KEY_SYNC, KEY_FOLLOW };
 
 static const struct fuse_opt cli_opts[] = {
     FUSE_OPT_KEY("cache_size=", KEY_CACHE),
@@ -55,6 +55,7 @@ static const struct fuse_opt cli_opts[] = {
     FUSE_OPT_KEY("codec=", KEY_CODEC),
     FUSE_OPT_KEY("frame_size=", KEY_FRAME),
     FUSE_OPT_KEY("sync=", KEY_SYNC),
+    FUSE_OPT_KEY("follow_links", KEY_FOLLOW),
     FUSE_OPT_KEY("-h", KEY_HELP),
     FUSE_OPT_KEY("--help", KEY_HELP),
     FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -173,6 +174,9 @@ static int cli_proc(void *data, const char *arg, int key,
     case KEY_RO:
         c->rw = 0;
         return 0;
+    case KEY_FOLLOW:
+        c->ro.follow_links = 1;
+        return 0;
     case KEY_HELP:
         c->help = 1;
         return 0;
@@ -225,6 +229,10 @@ static void print_help(void)
            "    -o codec=C             codec of what is written (auto)\n"
            "    -o frame_size=N[K|M]   frame size of what is written (1M)\n"
            "    -o sync=commit|close   when pieces are fsynced (commit)\n"
+           "    -o follow_links        read checkpoint files that are "
+           "symbolic links out of\n"
+           "                           their directory (refused "
+           "otherwise)\n"
            "                           (world, codec, frame_size and sync "
            "need -o rw)\n"
            "    -h   --help            print this help and exit\n"
@@ -285,7 +293,11 @@ static int parse_args(struct fuse_args *args, cli *c,
 }
 
 /* Mount options ckptfs adds before the user's (so those win): read-only,
- * "fuse.ckptfs" as the type and SOURCE as the device in /proc/mounts. */
+ * "fuse.ckptfs" as the type and SOURCE as the device in /proc/mounts, and
+ * default_permissions: the kernel checks every access against the owner
+ * and mode the mount shows, which are those of the files read (so with
+ * allow_other nobody reads through the mount what they could not read on
+ * the disk). */
 static int add_mount_defaults(struct fuse_args *args, const char *source,
                               int rw)
 {
@@ -294,6 +306,7 @@ static int add_mount_defaults(struct fuse_args *args, const char *source,
     if (asprintf(&fsname, "fsname=%s", source) >= 0 &&
         fuse_opt_add_opt(&opts, rw ? "rw" : "ro") == 0 &&
         fuse_opt_add_opt(&opts, "subtype=ckptfs") == 0 &&
+        fuse_opt_add_opt(&opts, "default_permissions") == 0 &&
         fuse_opt_add_opt_escaped(&opts, fsname) == 0 &&
         asprintf(&arg, "-o%s", opts) >= 0)
         rc = fuse_opt_insert_arg(args, 1, arg);

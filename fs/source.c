@@ -91,12 +91,14 @@ static int same_file(const struct stat *a, const struct stat *b)
 }
 
 /* Opens the index of the checkpoint at path with a minimal reader (one
- * thread, small cache), to check it opens and read its step. */
-static int probe(const char *path, int *has_step, int64_t *step,
-                 ckpt_error *err)
+ * thread, small cache; the mount's follow_links), to check it opens and
+ * read its step. */
+static int probe(const fs_source *s, const char *path, int *has_step,
+                 int64_t *step, ckpt_error *err)
 {
     ckpt_read_opts o;
     ckpt_read_opts_init(&o);
+    o.follow_links = s->ro.follow_links;
     o.threads = 1;
     o.prefetch = 0;
     o.cache_bytes = (size_t)1 << 20;
@@ -236,7 +238,7 @@ static int scan_committed(fs_source *s, scan_result *r, const char *name,
     ckpt_error err = { 0 };
     int has_step = 0;
     int64_t step = 0;
-    if (probe(path, &has_step, &step, &err) != 0) {
+    if (probe(s, path, &has_step, &step, &err) != 0) {
         fuse_log(FUSE_LOG_WARNING, "ckptfs: %s: left out: %s\n", path,
                  err.msg);
         return scan_push(r, &e);
@@ -420,7 +422,7 @@ static int open_single(fs_source *s, const char *stamp, ckpt_error *err)
     struct stat idx;
     int has_step = 0;
     int64_t step = 0;
-    int rc = probe(s->path, &has_step, &step, err);
+    int rc = probe(s, s->path, &has_step, &step, err);
     if (rc == 0 && stat(stamp, &idx) != 0)
         return ckpt_err_sys(err, -errno, "%s", stamp);
     if (rc)

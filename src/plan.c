@@ -71,6 +71,11 @@ static void quote_fqn(char *buf, size_t cap, const char *s)
     buf[o] = '\0';
 }
 
+void ckpt_text_quote(char *buf, size_t cap, const char *s)
+{
+    quote_fqn(buf, cap, s);
+}
+
 static int fqn_err(ckpt_error *err, const char *fqn, const char *why,
                    size_t at)
 {
@@ -262,6 +267,8 @@ typedef struct planner {
     size_t nsets;
     size_t *tset;        /* per tensor: first set; tset[ntensors] = nsets */
     size_t ntensors;
+    int chunks;          /* checking a committed tensor's chunks: pieces
+                            are named by position, replicas refused */
     ckpt_error *err;
 } planner;
 
@@ -330,6 +337,10 @@ static int overlap_err(const planner *pl, const box_set *a, const box_set *b)
     char ba[2 * DIMS_TEXT_CAP + 32], bb[2 * DIMS_TEXT_CAP + 32];
     fmt_box(ba, sizeof ba, pa->ndim, pa->offsets, pa->sizes);
     fmt_box(bb, sizeof bb, pb->ndim, pb->offsets, pb->sizes);
+    if (pl->chunks)
+        return ckpt_err(pl->err, -EINVAL, "tensor '%s': chunks %zu (%s) and "
+                        "%zu (%s) overlap", pa->fqn, pl->refs[a->start].i, ba,
+                        pl->refs[b->start].i, bb);
     return ckpt_err(pl->err, -EINVAL, "tensor '%s': pieces partly overlap: "
                     "%s (writer %s) and %s (writer %s)", pa->fqn, ba,
                     writer_of(pa), bb, writer_of(pb));
@@ -569,6 +580,11 @@ static int coverage_err(const planner *pl, size_t s0, size_t s1,
     } else {
         snprintf(where, sizeof where, "some elements are not covered");
     }
+    if (pl->chunks)
+        return ckpt_err(pl->err, -EINVAL, "tensor '%s': its %zu chunks cover "
+                        "%llu of %llu elements of shape %s; %s", p0->fqn,
+                        s1 - s0, (unsigned long long)covered,
+                        (unsigned long long)numel, shape, where);
     list_writers(pl, pl->sets[s0].start, pl->sets[s1 - 1].end, writers,
                  sizeof writers);
     return ckpt_err(pl->err, -EINVAL, "tensor '%s': pieces cover %llu of "
@@ -605,6 +621,25 @@ static void add_sets(planner *pl, size_t a, size_t b)
     }
 }
 
+/* A committed tensor lists each box once: a chunk listed twice is a
+ * damaged index, not a replica. */
+static int check_no_replicas(const planner *pl, size_t s0, size_t s1)
+{
+    for (size_t s = s0; s < s1; s++) {
+        const box_set *bs = &pl->sets[s];
+        if (bs->end - bs->start < 2)
+            continue;
+        const ckpt_piece_rec *p = set_piece(pl, bs);
+        char box[2 * DIMS_TEXT_CAP + 32];
+        fmt_box(box, sizeof box, p->ndim, p->offsets, p->sizes);
+        size_t i = pl->refs[bs->start].i, j = pl->refs[bs->start + 1].i;
+        return ckpt_err(pl->err, -EINVAL, "tensor '%s': chunks %zu and %zu "
+                        "are the same box (%s)", p->fqn, i < j ? i : j,
+                        i < j ? j : i, box);
+    }
+    return 0;
+}
+
 static int check_tensor(planner *pl, size_t a, size_t b)
 {
     int rc = check_group_pieces(pl->refs + a, b - a, pl->err);
@@ -617,7 +652,10 @@ static int check_tensor(planner *pl, size_t a, size_t b)
         return rc;
     size_t s0 = pl->nsets;
     add_sets(pl, a, b);
-    rc = check_overlaps(pl, s0, pl->nsets);
+    if (pl->chunks)
+        rc = check_no_replicas(pl, s0, pl->nsets);
+    if (!rc)
+        rc = check_overlaps(pl, s0, pl->nsets);
     for (size_t s = s0; !rc && s < pl->nsets; s++)
         if (pl->opts->check_replica_hashes)
             rc = check_replicas(pl, &pl->sets[s]);
@@ -809,6 +847,27 @@ int ckpt_plan_build(const ckpt_piece_rec *pieces, size_t n,
     free(pl.tset);
     if (rc)
         ckpt_plan_free(out);
+    return rc;
+}
+
+int ckpt_plan_check_chunks(const ckpt_piece_rec *chunks, size_t n,
+                           ckpt_error *err)
+{
+    if (n == 0)
+        return 0;
+    planner pl = { .pieces = chunks, .n = n, .chunks = 1, .err = err };
+    static const ckpt_plan_opts defaults;
+    pl.opts = &defaults;
+    int rc = planner_init(&pl);
+    for (size_t i = 1; !rc && i < n; i++)
+        if (cmp_str(chunks[i].fqn, chunks[0].fqn))
+            rc = ckpt_err(err, -EINVAL, "chunks of tensor '%s' and of '%s' "
+                          "checked together", chunks[0].fqn, chunks[i].fqn);
+    if (!rc)
+        rc = check_tensor(&pl, 0, n);
+    free(pl.refs);
+    free(pl.sets);
+    free(pl.tset);
     return rc;
 }
 

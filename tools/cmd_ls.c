@@ -36,13 +36,15 @@ static const cli_help HELP = {
     CLI_HELP_SOURCES
     "\n"
     "Options:\n"
-    "  -h, --help   show this help\n",
+    "  --follow-links  read files that are symbolic links out of the\n"
+    "                  checkpoint (refused otherwise; docs/TRUST.md)\n"
+    "  -h, --help      show this help\n",
 };
 
 /* ------------------------------------------------------------ checkpoint */
 
 typedef struct ls_row {
-    const char *fqn;
+    char *fqn;              /* escaped (cli_escape) */
     const char *dtype;
     char shape[CLI_SHAPE_MAX];
     char raw[24], stored[24];
@@ -97,7 +99,10 @@ static int list_checkpoint(const char *path)
             rc = cli_fail("%s: cannot read tensor %zu", path, i);
             break;
         }
-        rows[i].fqn = t.fqn;
+        if (!(rows[i].fqn = cli_escape(t.fqn))) {
+            rc = cli_fail("out of memory");
+            break;
+        }
         rows[i].dtype = ckpt_dtype_name(t.dtype);
         cli_format_shape(rows[i].shape, sizeof rows[i].shape, t.ndim,
                          t.shape);
@@ -110,6 +115,8 @@ static int list_checkpoint(const char *path)
     }
     if (rc == CLI_OK)
         print_rows(rows, n);
+    for (size_t i = 0; rows && i < n; i++)
+        free(rows[i].fqn);
     free(rows);
     ckpt_reader_close(r);
     return rc;
@@ -194,7 +201,9 @@ static void list_entry(const char *root, const char *name, int *failed,
     if (st != CKPT_DIR_PENDING) {
         ckpt_reader *r;
         ckpt_error err = { 0 };
-        if (ckpt_reader_open(&r, path, NULL, &err) == 0) {
+        ckpt_read_opts opts;
+        cli_read_opts_init(&opts);   /* --follow-links */
+        if (ckpt_reader_open(&r, path, &opts, &err) == 0) {
             snprintf(tensors, sizeof tensors, "%zu", ckpt_reader_count(r));
             ckpt_reader_close(r);
         } else {
@@ -203,7 +212,10 @@ static void list_entry(const char *root, const char *name, int *failed,
             *failed = 1;
         }
     }
-    printf("%s %s %" PRIu64 " %s\n", name, state, size, tensors);
+    char *shown = cli_escape(name);
+    printf("%s %s %" PRIu64 " %s\n", shown ? shown : "?", state, size,
+           tensors);
+    free(shown);
     (*listed)++;
     free(path);
 }

@@ -63,7 +63,7 @@ class CommitOpts(Structure):
 
 class ReadOpts(Structure):
     _fields_ = [("cache_bytes", c_size_t), ("threads", c_int),
-                ("prefetch", c_int)]
+                ("prefetch", c_int), ("follow_links", c_int)]
 
 
 class TensorInfo(Structure):

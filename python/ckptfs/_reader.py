@@ -47,9 +47,11 @@ class Reader(object):
     """An open checkpoint (libckptfs' ckpt_reader); usable from several
     threads at once (each read releases the GIL)."""
 
-    def __init__(self, path, threads=None, cache_bytes=None, prefetch=None):
+    def __init__(self, path, threads=None, cache_bytes=None, prefetch=None,
+                 follow_links=False):
         o = C.ReadOpts()
         C.lib.ckpt_read_opts_init(ctypes.byref(o))
+        o.follow_links = 1 if follow_links else 0
         if threads is not None:
             o.threads = int(threads)
         if cache_bytes is not None:
@@ -328,7 +330,7 @@ class CheckpointFile(object):
     it as a context manager, or call close()."""
 
     def __init__(self, path, framework="np", threads=None, cache_bytes=None,
-                 widen=True):
+                 widen=True, follow_links=False):
         if framework not in ("np", "numpy", "pt", "torch"):
             raise ValueError("framework must be 'np' or 'pt', not %r"
                              % (framework,))
@@ -336,7 +338,8 @@ class CheckpointFile(object):
         if self.framework == "pt":
             import torch  # noqa: F401  (fail here, not at the first read)
         self.widen = widen
-        self._reader = Reader(path, threads, cache_bytes)
+        self._reader = Reader(path, threads, cache_bytes,
+                              follow_links=follow_links)
         self.path = path
 
     @property
@@ -399,7 +402,8 @@ class CheckpointFile(object):
 
 
 def open_checkpoint(path, framework="np", *, threads=None, cache_bytes=None,
-                    widen=True):
+                    widen=True, follow_links=False):
     """Opens a checkpoint (a ckptfs checkpoint, a PyTorch DCP directory, a
     safetensors file or directory) for lazy reads; see CheckpointFile."""
-    return CheckpointFile(path, framework, threads, cache_bytes, widen)
+    return CheckpointFile(path, framework, threads, cache_bytes, widen,
+                          follow_links)

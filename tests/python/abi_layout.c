@@ -37,6 +37,7 @@ int main(void)
     STRUCT(ckpt_commit_opts) FIELD(expect_writers) FIELD(sync)
         FIELD(world_size) END
     STRUCT(ckpt_read_opts) FIELD(cache_bytes) FIELD(threads) FIELD(prefetch)
+        FIELD(follow_links)
         END
     STRUCT(ckpt_tensor_info) FIELD(fqn) FIELD(dtype) FIELD(ndim) FIELD(shape)
         FIELD(numel) FIELD(nbytes) FIELD(stored_bytes) FIELD(nchunks)

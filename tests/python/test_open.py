@@ -204,6 +204,22 @@ class Slices(util.TempDir):
         with self.assertRaises(ValueError):
             f.keys()
 
+    def test_follow_links(self):
+        """A shard that is a symbolic link out of the checkpoint is refused
+        (docs/TRUST.md) unless follow_links=True, as in the C library."""
+        a = rand("<f4", (64, 8), self.rng)
+        ck, away = self.path("ck"), self.path("elsewhere.shard")
+        ckptfs.save(ck, {"a": a})
+        shard = os.path.join(ck, "data", "rank0.shard")
+        os.rename(shard, away)
+        os.symlink(away, shard)
+        with self.assertRaises(ckptfs.CheckpointError) as cm:
+            with ckptfs.open(ck) as f:
+                f.get_tensor("a")
+        self.assertIn("rank0.shard", str(cm.exception))
+        with ckptfs.open(ck, follow_links=True) as f:
+            np.testing.assert_array_equal(f.get_tensor("a"), a)
+
 
 class Foreign(util.TempDir):
     """DCP directories and safetensors files, read by the C reader."""

@@ -21,6 +21,7 @@
 #include "error.h"
 #include "fileio.h"
 #include "index.h"
+#include "lease.h"
 #include "model.h"
 #include "plan.h"
 
@@ -185,8 +186,34 @@ static int sync_one(const char *dir, const char *file, ckpt_error *err)
     return rc;
 }
 
+static int sync_shards_all(const char *dir, const ckpt_manifest *all,
+                           ckpt_error *err);
+
+/* Step (1); a failed fdatasync marks the save so that it never commits
+ * (see CKPT_UNSYNCED_PATH). */
 static int sync_shards(const char *dir, const ckpt_manifest *all,
                        ckpt_error *err)
+{
+    int rc = sync_shards_all(dir, all, err);
+    if (rc && rc != -ENOMEM && rc != -ENAMETOOLONG)
+        ckpt_save_mark_unsynced(dir, err ? err->msg : "cannot sync a shard");
+    return rc;
+}
+
+/* A save marked unsynced is refused, with the failure that marked it. */
+static int refuse_unsynced(const char *dir, ckpt_error *err)
+{
+    char why[900];
+    if (!ckpt_save_unsynced(dir, why, sizeof why))
+        return 0;
+    why[strcspn(why, "\n")] = '\0';
+    return ckpt_err(err, -EIO, "%s cannot be committed: a shard of it could "
+                    "not be synced (%s), so its bytes may not be on the "
+                    "disk; save the step again", dir, why);
+}
+
+static int sync_shards_all(const char *dir, const ckpt_manifest *all,
+                           ckpt_error *err)
 {
     if (all->npieces == 0)
         return 0;
@@ -219,6 +246,8 @@ static int commit_locked(const char *dir, const char *pending,
         rc = ckpt_path_join(tmp, sizeof tmp, dir, "index.db.tmp", err);
     if (rc == 0 && access(final, F_OK) == 0)
         rc = ckpt_err(err, -EEXIST, "%s is already committed", dir);
+    if (rc == 0)
+        rc = refuse_unsynced(dir, err);
     if (rc == 0)
         rc = list_plans(pending, &plans, err);
     if (rc == 0 && plans.n == 0)
@@ -270,21 +299,30 @@ int ckpt_commit(const char *dir, const ckpt_commit_opts *opts,
         rc = ckpt_path_join(lock, sizeof lock, pending, "commit.lock", err);
     if (rc)
         return rc;
+    /* The lease keeps gc away for the whole commit; a gc that retired the
+     * save while we waited for it is reported (-ESTALE). */
+    ckpt_lease *lease = NULL;
+    rc = ckpt_lease_take(&lease, dir, CKPT_LEASE_BEAT_MS, err);
+    if (rc == -ENOENT && access(dir, F_OK) == 0) {
+        char idx[4096];
+        if (ckpt_path_join(idx, sizeof idx, dir, "index.db", NULL) == 0 &&
+            access(idx, F_OK) == 0)
+            return ckpt_err(err, -EEXIST, "%s is already committed", dir);
+        return ckpt_err(err, -EINVAL, "%s: no .pending/ directory: "
+                        "nothing to commit", dir);
+    }
+    if (rc)
+        return rc;
     int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) {
-        if (errno == ENOENT && access(dir, F_OK) == 0) {
-            char idx[4096];
-            if (ckpt_path_join(idx, sizeof idx, dir, "index.db", NULL) == 0 &&
-                access(idx, F_OK) == 0)
-                return ckpt_err(err, -EEXIST, "%s is already committed", dir);
-            return ckpt_err(err, -EINVAL, "%s: no .pending/ directory: "
-                            "nothing to commit", dir);
-        }
-        return ckpt_err_sys(err, -errno, "cannot open %s", lock);
+        rc = ckpt_err_sys(err, -errno, "cannot open %s", lock);
+        ckpt_lease_drop(lease);
+        return rc;
     }
     if (flock(fd, LOCK_EX) != 0) {
         rc = ckpt_err_sys(err, -errno, "cannot lock %s", lock);
         close(fd);
+        ckpt_lease_drop(lease);
         return rc;
     }
     rc = commit_locked(dir, pending, &o, err);
@@ -295,5 +333,6 @@ int ckpt_commit(const char *dir, const ckpt_commit_opts *opts,
             ckpt_fsync_dir(dir, NULL);
     }
     close(fd);
+    ckpt_lease_drop(lease);
     return rc;
 }

@@ -48,6 +48,12 @@ size_t ckpt_stage_slab_bytes(const ckpt_stage *st);
 int ckpt_mem_kind(const ckpt_stage *st, const void *p, size_t n,
                   int writable, const char *what, ckpt_error *err);
 
+/* The XXH3-64 of the n bytes at p, which may be host memory or, where
+ * CUDA is usable, device memory (copied through a bounce buffer); `what`
+ * names them in errors (as ckpt_mem_kind).  st may be NULL. */
+int ckpt_mem_hash(const ckpt_stage *st, const void *p, size_t n,
+                  uint64_t *out, const char *what, ckpt_error *err);
+
 int ckpt_staged_new(ckpt_staged **out, ckpt_stage *st, ckpt_error *err);
 /* Producer: appends n bytes at src (of kind CKPT_MEM_HOST/DEVICE) to the
  * stream.  Blocks while the pool is at its cap until the consumer gives

@@ -24,6 +24,7 @@
 #include "error.h"
 #include "fileio.h"
 #include "index.h"
+#include "lease.h"
 #include "model.h"
 #include "plan.h"
 #include "pool.h"
@@ -39,6 +40,7 @@ struct ckpt_writer {
     char *shard_rel;             /* "data/<name>.shard" */
     ckpt_shard *shard;
     ckpt_planfile *plan;
+    ckpt_lease *lease;           /* held from open to free */
     ckpt_manifest pending;       /* recorded, not yet in the plan file */
     ckpt_write_opts opts;
     ckpt_pool *pool;
@@ -142,36 +144,6 @@ static int writer_failed(ckpt_writer *w, ckpt_error *err)
     return w->failure.code;
 }
 
-static int make_layout(const char *dir, ckpt_error *err)
-{
-    char path[4096];
-    int rc = ckpt_mkdirs(dir, err);
-    if (rc == 0)
-        rc = ckpt_path_join(path, sizeof path, dir, "data", err);
-    if (rc == 0)
-        rc = ckpt_mkdir(path, err);
-    if (rc == 0)
-        rc = ckpt_path_join(path, sizeof path, dir, ".pending", err);
-    if (rc == 0)
-        rc = ckpt_mkdir(path, err);
-    return rc;
-}
-
-static int refuse_committed(const char *dir, ckpt_error *err)
-{
-    char path[4096];
-    struct stat st;
-    int rc = ckpt_path_join(path, sizeof path, dir, "index.db", err);
-    if (rc)
-        return rc;
-    if (stat(path, &st) == 0)
-        return ckpt_err(err, -EEXIST,
-                        "%s is already a committed checkpoint (it has "
-                        "index.db); committed checkpoints are immutable",
-                        dir);
-    return 0;
-}
-
 static int open_files(ckpt_writer *w, ckpt_error *err)
 {
     char rel[MAX_NAME_LEN + 32], path[4096];
@@ -226,6 +198,7 @@ static void writer_free(ckpt_writer *w)
     if (w->plan)
         ckpt_planfile_close(w->plan);
     ckpt_manifest_free(&w->pending);
+    ckpt_lease_drop(w->lease);
     pthread_mutex_destroy(&w->mu);
     free(w->dir);
     free(w->name);
@@ -258,9 +231,7 @@ int ckpt_writer_open(ckpt_writer **out, const char *dir, const char *name,
     if (rc == 0)
         rc = validate_opts(&w->opts, err);
     if (rc == 0)
-        rc = refuse_committed(dir, err);
-    if (rc == 0)
-        rc = make_layout(dir, err);
+        rc = ckpt_save_begin(&w->lease, dir, err);
     if (rc == 0)
         rc = open_files(w, err);
     if (rc == 0)
@@ -292,12 +263,29 @@ int ckpt_writer_set_meta(ckpt_writer *w, const char *key, const char *value,
     return rc ? ckpt_err(err, rc, "out of memory") : 0;
 }
 
+/* Syncs the shard (under mu).  A failed fdatasync may have cost bytes that
+ * a later one would not report: the writer fails for good, and the save
+ * is marked so that nobody commits it. */
+static int sync_shard(ckpt_writer *w, ckpt_error *err)
+{
+    ckpt_error e = { 0 };
+    int rc = ckpt_shard_sync(w->shard, &e);
+    if (rc == 0)
+        return 0;
+    ckpt_save_mark_unsynced(w->dir, e.msg);
+    if (w->failure.code == 0)
+        w->failure = e;
+    if (err)
+        *err = e;
+    return rc;
+}
+
 int ckpt_writer_flush(ckpt_writer *w, ckpt_error *err)
 {
     pthread_mutex_lock(&w->mu);
     int rc = writer_failed(w, err);
     if (rc == 0 && w->opts.sync)
-        rc = ckpt_shard_sync(w->shard, err);
+        rc = sync_shard(w, err);
     if (rc == 0 && (w->pending.npieces || w->pending.nmeta))
         rc = ckpt_planfile_append(w->plan, w->pending.pieces,
                                   w->pending.npieces, w->pending.meta,
@@ -316,7 +304,7 @@ int ckpt_writer_sync(ckpt_writer *w, ckpt_error *err)
     pthread_mutex_lock(&w->mu);
     int rc = writer_failed(w, err);
     if (rc == 0)
-        rc = ckpt_shard_sync(w->shard, err);
+        rc = sync_shard(w, err);
     char data[4096];
     if (rc == 0)
         rc = ckpt_path_join(data, sizeof data, w->dir, "data", err);

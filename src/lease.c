@@ -1,0 +1,267 @@
+/*
+ * lease.c - shared leases on saves in progress, and gc's exclusive probe
+ * of them (see lease.h): an open file description lock on
+ * <save>/.pending/lease plus a heartbeat thread that touches the file.
+ */
+#include "lease.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "error.h"
+#include "fileio.h"
+
+struct ckpt_lease {
+    int fd;
+    char *path;
+    int beat_ms;
+    pthread_t thread;
+    int running;                 /* the heartbeat thread was started */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;           /* CLOCK_MONOTONIC */
+    int stop;
+};
+
+/* 1 for the errors of a file system that keeps no locks. */
+static int no_locks(int e)
+{
+    return e == ENOLCK || e == EOPNOTSUPP || e == ENOSYS;
+}
+
+/* Sets a lock of `type` on the whole of fd: an open file description lock
+ * (falling back to a process lock on kernels without them).  Returns 0 or
+ * -errno: -EAGAIN when another holder conflicts and wait is 0. */
+static int lock_whole(int fd, short type, int wait)
+{
+    struct flock fl;
+    int cmd = wait ? F_OFD_SETLKW : F_OFD_SETLK;
+    for (;;) {
+        memset(&fl, 0, sizeof fl);
+        fl.l_type = type;
+        fl.l_whence = SEEK_SET;
+        if (fcntl(fd, cmd, &fl) == 0)
+            return 0;
+        int e = errno;
+        if (e == EINTR)
+            continue;
+        if (e == EINVAL && (cmd == F_OFD_SETLK || cmd == F_OFD_SETLKW)) {
+            cmd = wait ? F_SETLKW : F_SETLK;   /* Linux before 3.15 */
+            continue;
+        }
+        return e == EACCES ? -EAGAIN : -e;
+    }
+}
+
+/* The lease file's path for dir, into buf. */
+static int lease_path(char *buf, size_t cap, const char *dir,
+                      ckpt_error *err)
+{
+    return ckpt_path_join(buf, cap, dir, CKPT_LEASE_PATH, err);
+}
+
+/* 1 when path still names the file open as fd. */
+static int still_there(int fd, const char *path)
+{
+    struct stat a, b;
+    return fstat(fd, &a) == 0 && stat(path, &b) == 0 &&
+           a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+}
+
+static void *beat_thread(void *arg)
+{
+    ckpt_lease *l = arg;
+    pthread_mutex_lock(&l->mu);
+    while (!l->stop) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        t.tv_sec += l->beat_ms / 1000;
+        t.tv_nsec += (long)(l->beat_ms % 1000) * 1000000L;
+        if (t.tv_nsec >= 1000000000L) {
+            t.tv_sec++;
+            t.tv_nsec -= 1000000000L;
+        }
+        int rc = 0;
+        while (!l->stop && rc != ETIMEDOUT)
+            rc = pthread_cond_timedwait(&l->cv, &l->mu, &t);
+        if (!l->stop)
+            (void)futimens(l->fd, NULL);   /* a heartbeat: best effort */
+    }
+    pthread_mutex_unlock(&l->mu);
+    return NULL;
+}
+
+static int start_beat(ckpt_lease *l, ckpt_error *err)
+{
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&l->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&l->mu, NULL);
+    int rc = pthread_create(&l->thread, NULL, beat_thread, l);
+    if (rc) {
+        pthread_cond_destroy(&l->cv);
+        pthread_mutex_destroy(&l->mu);
+        return ckpt_err_sys(err, -rc, "%s: cannot start the lease's "
+                            "heartbeat thread", l->path);
+    }
+    l->running = 1;
+    return 0;
+}
+
+void ckpt_lease_drop(ckpt_lease *l)
+{
+    if (!l)
+        return;
+    if (l->running) {
+        pthread_mutex_lock(&l->mu);
+        l->stop = 1;
+        pthread_cond_broadcast(&l->cv);
+        pthread_mutex_unlock(&l->mu);
+        pthread_join(l->thread, NULL);
+        pthread_cond_destroy(&l->cv);
+        pthread_mutex_destroy(&l->mu);
+    }
+    if (l->fd >= 0)
+        close(l->fd);   /* releases the lock */
+    free(l->path);
+    free(l);
+}
+
+int ckpt_lease_take(ckpt_lease **out, const char *dir, int beat_ms,
+                    ckpt_error *err)
+{
+    char path[4096];
+    *out = NULL;
+    int rc = lease_path(path, sizeof path, dir, err);
+    if (rc)
+        return rc;
+    ckpt_lease *l = calloc(1, sizeof *l);
+    if (!l || !(l->path = strdup(path))) {
+        free(l);
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    }
+    l->beat_ms = beat_ms;
+    l->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (l->fd < 0) {
+        rc = errno == ENOENT
+            ? ckpt_err(err, -ENOENT, "%s is not a save in progress (it has "
+                       "no .pending/; a gc may have removed it)", dir)
+            : ckpt_err_sys(err, -errno, "cannot open the lease %s", path);
+    }
+    if (rc == 0) {
+        rc = lock_whole(l->fd, F_RDLCK, 1);
+        if (no_locks(-rc))
+            rc = 0;             /* the heartbeat alone, then */
+        else if (rc)
+            ckpt_err_sys(err, rc, "cannot lock the lease %s", path);
+    }
+    if (rc == 0 && !still_there(l->fd, path))
+        rc = ckpt_err(err, -ESTALE, "%s was removed by ckpt gc (its save "
+                      "had been idle longer than gc's --min-age) while this "
+                      "process waited to take its lease", dir);
+    if (rc == 0) {
+        (void)futimens(l->fd, NULL);
+        if (beat_ms > 0)
+            rc = start_beat(l, err);
+    }
+    if (rc) {
+        ckpt_lease_drop(l);
+        return rc;
+    }
+    *out = l;
+    return 0;
+}
+
+int ckpt_save_begin(ckpt_lease **out, const char *dir, ckpt_error *err)
+{
+    char path[4096];
+    struct stat st;
+    *out = NULL;
+    int rc = ckpt_path_join(path, sizeof path, dir, "index.db", err);
+    if (rc == 0 && stat(path, &st) == 0)
+        return ckpt_err(err, -EEXIST, "%s is already a committed checkpoint "
+                        "(it has index.db); committed checkpoints are "
+                        "immutable", dir);
+    /* .pending/ before data/: a directory with data/ alone is never a
+     * save that someone could hold a lease on. */
+    if (rc == 0)
+        rc = ckpt_mkdirs(dir, err);
+    if (rc == 0)
+        rc = ckpt_path_join(path, sizeof path, dir, ".pending", err);
+    if (rc == 0)
+        rc = ckpt_mkdir(path, err);
+    if (rc == 0)
+        rc = ckpt_path_join(path, sizeof path, dir, "data", err);
+    if (rc == 0)
+        rc = ckpt_mkdir(path, err);
+    return rc ? rc : ckpt_lease_take(out, dir, CKPT_LEASE_BEAT_MS, err);
+}
+
+int ckpt_lease_lock_exclusive(const char *dir, int *fd, int *created,
+                              ckpt_error *err)
+{
+    char path[4096];
+    *fd = -1;
+    *created = 0;
+    int rc = lease_path(path, sizeof path, dir, err);
+    if (rc)
+        return rc;
+    int f = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (f >= 0)
+        *created = 1;
+    else if (errno == EEXIST)
+        f = open(path, O_RDWR | O_CLOEXEC);
+    if (f < 0)
+        return ckpt_err_sys(err, -errno, "cannot open the lease %s", path);
+    rc = lock_whole(f, F_WRLCK, 0);
+    if (rc == -EAGAIN) {
+        close(f);
+        return ckpt_err(err, -EBUSY, "%s: a writer or committer holds its "
+                        "lease", dir);
+    }
+    if (rc && !no_locks(-rc)) {
+        close(f);
+        return ckpt_err_sys(err, rc, "cannot lock the lease %s", path);
+    }
+    *fd = f;
+    return rc ? -ENOLCK : 0;
+}
+
+/* ------------------------------------------------------------ unsynced */
+
+void ckpt_save_mark_unsynced(const char *dir, const char *msg)
+{
+    char path[4096];
+    if (ckpt_path_join(path, sizeof path, dir, CKPT_UNSYNCED_PATH, NULL))
+        return;
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return;                 /* marked already, or cannot be */
+    (void)ckpt_write_full(fd, msg, strlen(msg), path, NULL);
+    (void)fsync(fd);
+    close(fd);
+}
+
+int ckpt_save_unsynced(const char *dir, char *buf, size_t cap)
+{
+    char path[4096];
+    if (cap)
+        buf[0] = '\0';
+    if (ckpt_path_join(path, sizeof path, dir, CKPT_UNSYNCED_PATH, NULL))
+        return 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = cap ? read(fd, buf, cap - 1) : 0;
+    if (n > 0)
+        buf[n] = '\0';
+    close(fd);
+    return 1;
+}

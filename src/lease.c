@@ -204,8 +204,8 @@ int ckpt_save_begin(ckpt_lease **out, const char *dir, ckpt_error *err)
     return rc ? rc : ckpt_lease_take(out, dir, CKPT_LEASE_BEAT_MS, err);
 }
 
-int ckpt_lease_lock_exclusive(const char *dir, int *fd, int *created,
-                              ckpt_error *err)
+int ckpt_lease_lock_exclusive(const char *dir, int create, int *fd,
+                              int *created, ckpt_error *err)
 {
     char path[4096];
     *fd = -1;
@@ -213,11 +213,22 @@ int ckpt_lease_lock_exclusive(const char *dir, int *fd, int *created,
     int rc = lease_path(path, sizeof path, dir, err);
     if (rc)
         return rc;
-    int f = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    int f = create ? open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644)
+                   : -1;
     if (f >= 0)
         *created = 1;
-    else if (errno == EEXIST)
+    else if (!create || errno == EEXIST)
         f = open(path, O_RDWR | O_CLOEXEC);
+    if (f < 0 && errno == ENOENT && !create) {
+        char pending[4096];
+        struct stat st;
+        if (ckpt_path_join(pending, sizeof pending, dir, ".pending", NULL) ||
+            stat(pending, &st) == 0)
+            return 0;
+        errno = ENOENT;
+    }
+    if (f < 0 && errno == ENOENT)
+        return ckpt_err(err, -ENOENT, "%s has no .pending/", dir);
     if (f < 0)
         return ckpt_err_sys(err, -errno, "cannot open the lease %s", path);
     rc = lock_whole(f, F_WRLCK, 0);

@@ -48,10 +48,12 @@ int ckpt_save_begin(ckpt_lease **out, const char *dir, ckpt_error *err);
  * without waiting.  0 with *fd set (the lock lasts until close(*fd)) when
  * no lease is held; -EBUSY when one is; -ENOLCK when this file system
  * cannot tell (no locks: *fd is set all the same, and only the heartbeat
- * can show a live save).  *created tells whether the lease file did not
- * exist before (then its time is gc's own, not a heartbeat). */
-int ckpt_lease_lock_exclusive(const char *dir, int *fd, int *created,
-                              ckpt_error *err);
+ * can show a live save).  A missing lease file is created when `create`
+ * (*created then tells that its time is gc's own, not a heartbeat);
+ * otherwise it is 0 with *fd = -1 (nobody ever took a lease); -ENOENT when
+ * the save has no .pending/. */
+int ckpt_lease_lock_exclusive(const char *dir, int create, int *fd,
+                              int *created, ckpt_error *err);
 
 /* The mark of a save whose shard could not be synced (fdatasync failed):
  * after such a failure the kernel may have dropped the bytes while a later

@@ -106,6 +106,73 @@ static int read_plans(const char *pending, const name_list *plans,
     return 0;
 }
 
+/* The reason recorded for a failed piece of fqn, or NULL. */
+static const char *failure_of(const ckpt_manifest *all, const char *fqn)
+{
+    for (size_t i = 0; i < all->ndeclared; i++)
+        if (all->declared[i].value && *all->declared[i].value &&
+            strcmp(all->declared[i].key, fqn) == 0)
+            return all->declared[i].value;
+    return NULL;
+}
+
+/* Refuses a declared tensor (a file created or described in a save
+ * through a mount) that no writer recorded a piece of: its only piece
+ * failed, or its writer died.  Names it, and why its piece failed. */
+static int check_declared(const ckpt_manifest *all, ckpt_error *err)
+{
+    if (all->ndeclared == 0)
+        return 0;
+    const char **have = malloc((all->npieces ? all->npieces : 1) *
+                               sizeof *have);
+    if (!have)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < all->npieces; i++)
+        have[i] = all->pieces[i].fqn;
+    qsort(have, all->npieces, sizeof *have, cmp_str);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < all->ndeclared; i++) {
+        const ckpt_kv *d = &all->declared[i];
+        if (all->npieces &&
+            bsearch(&d->key, have, all->npieces, sizeof *have, cmp_str))
+            continue;
+        const char *why = failure_of(all, d->key);
+        rc = why
+            ? ckpt_err(err, -EINVAL, "tensor '%s' has no piece: its file "
+                       "was created or described in this save (writer %s) "
+                       "and its piece failed: %s", d->key,
+                       d->writer ? d->writer : "?", why)
+            : ckpt_err(err, -EINVAL, "tensor '%s' has no piece: its file "
+                       "was created or described in this save (writer %s) "
+                       "but no piece of it was recorded (none was written, "
+                       "or the writing process died before closing it)",
+                       d->key, d->writer ? d->writer : "?");
+    }
+    free(have);
+    return rc;
+}
+
+/* A planner refusal that names a tensor whose piece failed gets the
+ * reason appended: a hole is often the piece that failed. */
+static void add_failure(const ckpt_manifest *all, ckpt_error *err)
+{
+    char quoted[4200];
+    if (!err)
+        return;
+    for (size_t i = 0; i < all->ndeclared; i++) {
+        const ckpt_kv *d = &all->declared[i];
+        if (!d->value || !*d->value)
+            continue;
+        snprintf(quoted, sizeof quoted, "'%s'", d->key);
+        if (!strstr(err->msg, quoted))
+            continue;
+        size_t n = strlen(err->msg);
+        snprintf(err->msg + n, sizeof err->msg - n, "; a piece of it "
+                 "failed: %s", d->value);
+        return;
+    }
+}
+
 /* Reduces the metadata of all writers to one value per key, refusing keys
  * set to different values by different writers. */
 static int merge_meta(const ckpt_manifest *in, ckpt_manifest *out,
@@ -260,13 +327,18 @@ static int commit_locked(const char *dir, const char *pending,
     if (rc == 0)
         rc = read_plans(pending, &plans, &all, err);
     if (rc == 0)
+        rc = check_declared(&all, err);
+    if (rc == 0)
         rc = merge_meta(&all, &meta, err);
     if (rc == 0)
         rc = add_system_meta(&meta, o->world_size > 0 ? (size_t)o->world_size
                                                        : plans.n, err);
     ckpt_plan_opts popts = { .check_replica_hashes = 1 };
-    if (rc == 0)
+    if (rc == 0) {
         rc = ckpt_plan_build(all.pieces, all.npieces, &popts, &plan, err);
+        if (rc)
+            add_failure(&all, err);
+    }
     if (rc == 0 && o->sync)
         rc = sync_shards(dir, &all, err);
     if (rc == 0) {

@@ -29,6 +29,7 @@
 #include "plan.h"
 #include "pool.h"
 #include "shape.h"
+#include "writer.h"
 
 #define MIN_FRAME_SIZE 4096
 #define MAX_NAME_LEN 128
@@ -280,6 +281,17 @@ static int sync_shard(ckpt_writer *w, ckpt_error *err)
     return rc;
 }
 
+int ckpt_writer_declare(ckpt_writer *w, const char *fqn, const char *reason,
+                        ckpt_error *err)
+{
+    if (!fqn || !*fqn)
+        return ckpt_err(err, -EINVAL, "declare: no tensor name");
+    pthread_mutex_lock(&w->mu);
+    int rc = ckpt_manifest_declare(&w->pending, fqn, reason, w->name);
+    pthread_mutex_unlock(&w->mu);
+    return rc ? ckpt_err(err, rc, "out of memory") : 0;
+}
+
 int ckpt_writer_flush(ckpt_writer *w, ckpt_error *err)
 {
     pthread_mutex_lock(&w->mu);
@@ -290,6 +302,9 @@ int ckpt_writer_flush(ckpt_writer *w, ckpt_error *err)
         rc = ckpt_planfile_append(w->plan, w->pending.pieces,
                                   w->pending.npieces, w->pending.meta,
                                   w->pending.nmeta, err);
+    if (rc == 0 && w->pending.ndeclared)
+        rc = ckpt_planfile_declare(w->plan, w->pending.declared,
+                                   w->pending.ndeclared, err);
     if (rc == 0) {
         ckpt_manifest_free(&w->pending);
     } else if (w->failure.code == 0 && err) {

@@ -363,7 +363,8 @@ typedef struct ckpt_saver_opts {
      * the state, staging proceeds in slices as the background writes and
      * frees space, so ckpt_save_async returns only when all but the last
      * cap bytes are written: a smaller stall for less memory, down to a
-     * synchronous save for a tiny cap. */
+     * synchronous save for a tiny cap.  Staging moves slabs of at least
+     * 64 KiB, so a cap below 64 KiB counts as 64 KiB (one slab). */
     size_t staging_bytes;
     /* Threads copying host memory into staging; 0 = one per CPU, at
      * most 4. */

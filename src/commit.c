@@ -219,7 +219,9 @@ static int add_system_meta(ckpt_manifest *meta, size_t writers,
 }
 
 /* Links tmp to final (fails with -EEXIST if a checkpoint was committed
- * meanwhile), then removes tmp and syncs the directory. */
+ * meanwhile), then removes tmp and syncs the directory.  A failure after
+ * the link withdraws index.db again: a commit that reports an error has
+ * committed nothing (the name might not have survived a crash either). */
 static int publish(const char *dir, const char *tmp, const char *final,
                    int sync, ckpt_error *err)
 {
@@ -231,9 +233,20 @@ static int publish(const char *dir, const char *tmp, const char *final,
                             "else meanwhile", dir);
         return ckpt_err_sys(err, -e, "cannot publish %s", final);
     }
-    if (unlink(tmp) != 0)
-        return ckpt_err_sys(err, -errno, "cannot remove %s", tmp);
-    return sync ? ckpt_fsync_dir(dir, err) : 0;
+    int rc = unlink(tmp) == 0 ? 0
+             : ckpt_err_sys(err, -errno, "cannot remove %s", tmp);
+    if (rc == 0 && sync)
+        rc = ckpt_fsync_dir(dir, err);
+    if (rc) {
+        unlink(final);
+        unlink(tmp);
+        if (err) {
+            size_t n = strlen(err->msg);
+            snprintf(err->msg + n, sizeof err->msg - n, "; the index was "
+                     "withdrawn: nothing is committed");
+        }
+    }
+    return rc;
 }
 
 /* Step (1) of the commit protocol, whatever the writers did: every shard

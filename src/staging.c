@@ -188,6 +188,11 @@ int ckpt_stage_create(ckpt_stage **out, size_t cap, size_t slab,
         return ckpt_err(err, -ENOMEM, "out of memory");
     pthread_mutex_init(&st->mu, NULL);
     pthread_cond_init(&st->cv, NULL);
+    /* A slab costs a hand-off between the caller and the background: with
+     * slabs of a few bytes, a save would take one per few bytes.  So a
+     * cap below one slab of the minimum size is raised to one. */
+    if (cap && cap < MIN_SLAB)
+        cap = MIN_SLAB;
     if (slab == 0) {
         slab = DEFAULT_SLAB;
         if (cap && slab > cap / 4)

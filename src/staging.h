@@ -27,9 +27,11 @@ typedef struct ckpt_staged ckpt_staged;   /* one save's staged stream */
 
 enum { CKPT_MEM_HOST = 0, CKPT_MEM_DEVICE = 1 };
 
-/* cap: most bytes of slabs at once (0 = no cap); slab: bytes per slab (0 =
- * default, 16 MiB, or less for a small cap so that at least four slabs
- * fit); copy_threads: host copy threads (<= 0: up to 4, one per CPU). */
+/* cap: most bytes of slabs at once (0 = no cap; a cap below 64 KiB is
+ * raised to 64 KiB: one slab of the smallest size); slab: bytes per slab
+ * (0 = default, 16 MiB, or less for a small cap so that at least four
+ * slabs fit, but never below 64 KiB); copy_threads: host copy threads
+ * (<= 0: up to 4, one per CPU). */
 int ckpt_stage_create(ckpt_stage **out, size_t cap, size_t slab,
                       int copy_threads, ckpt_error *err);
 /* Frees the pool; no staged stream may still use it. */

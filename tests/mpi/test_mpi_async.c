@@ -183,6 +183,37 @@ static void test_planner_error(tctx *t, const char *root, const char *prev)
     check_load(t, prev);
 }
 
+/* The last rank's copy of the replicated b differs in one element: the
+ * wait refuses on every rank, naming b and the writers, and the save
+ * leaves nothing (as ckpt_commit refuses such replicas). */
+static void test_replicas_differ(tctx *t, const char *root, const char *prev)
+{
+    char dir[4096], path[4200];
+    join(dir, sizeof dir, root, "replicas");
+    ckpt_saver *sv;
+    ckpt_error err = { 0 };
+    T_CHECK(t, ckpt_saver_create(&sv, NULL, &err) == 0);
+    model m;
+    model_init(&m, t, 0);
+    if (t->rank == t->size - 1)
+        ((unsigned char *)m.b)[29] ^= 1;    /* one bit of element 7 */
+    int rc = save_scribble(t, sv, dir, &m, &err);
+    if (t->size == 1) {          /* one rank: no replicas at all */
+        T_CHECKF(t, rc == 0, "rc %d (%s)", rc, err.msg);
+    } else {
+        T_CHECKF(t, rc == -EINVAL, "rc %d (%s)", rc, err.msg);
+        T_CHECKF(t, strstr(err.msg, "tensor 'b'") &&
+                 strstr(err.msg, "different bytes"), "message: %s", err.msg);
+        MPI_Barrier(t->world);
+        snprintf(path, sizeof path, "%s/index.db", dir);
+        T_CHECK(t, !t_exists(path));
+        T_CHECKF(t, !t_exists(dir), "%s left behind", dir);
+    }
+    model_free(&m);
+    ckpt_saver_destroy(sv);
+    check_load(t, prev);
+}
+
 int main(int argc, char **argv)
 {
     tctx t;
@@ -200,5 +231,6 @@ int main(int argc, char **argv)
     test_scribble(&t, root, (size_t)64 << 10, "capped");
     test_serialised(&t, root);
     test_planner_error(&t, root, prev);
+    test_replicas_differ(&t, root, prev);
     return t_finish(&t, "test_mpi_async");
 }

@@ -21,6 +21,7 @@
 #include <fuse3/fuse_log.h>
 
 #include "error.h"
+#include "gc.h"
 #include "views.h"
 
 /* A subdirectory of the root that is a checkpoint or a save. */
@@ -175,15 +176,26 @@ static root_entry *entry_find(root_entry *v, size_t n, const char *name)
     return n ? bsearch(&key, v, n, sizeof *v, by_entry_name) : NULL;
 }
 
-/* Whether checkpoint a is newer than b for `latest`: a numeric step wins
- * over none, then the greater step, then the greater name. */
+/* What ckpt_retain_newer orders c by: its step metadata, or else the
+ * number in its name; then its index's time. */
+static ckpt_retain_item retain_item(const fs_ckpt *c)
+{
+    ckpt_retain_item it = { .name = c->name, .has_key = c->has_step,
+                            .key = c->step };
+    if (!it.has_key)
+        it.has_key = ckpt_retain_key(c->name, NULL, &it.key);
+    it.committed_ns = (int64_t)c->st.st_mtim.tv_sec * 1000000000LL +
+                      c->st.st_mtim.tv_nsec;
+    return it;
+}
+
+/* Whether checkpoint a is newer than b for `latest`: the order gc's
+ * retention keeps the newest by (src/gc.h), so gc never retires what
+ * `latest` points to. */
 static int newer(const fs_ckpt *a, const fs_ckpt *b)
 {
-    if (a->has_step != b->has_step)
-        return a->has_step;
-    if (a->has_step && a->step != b->step)
-        return a->step > b->step;
-    return strcmp(a->name, b->name) > 0;
+    ckpt_retain_item x = retain_item(a), y = retain_item(b);
+    return ckpt_retain_newer(&x, &y);
 }
 
 static fs_ckpt *choose_latest(const root_entry *v, size_t n)

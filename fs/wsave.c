@@ -374,8 +374,8 @@ static int make_save_dir(ws_set *s, const char *name, const char *path,
                          ckpt_error *err)
 {
     char tmp[4096], sub[4200];
-    int n = snprintf(tmp, sizeof tmp, "%s/.%s.new-%s", s->root, name,
-                     s->prefix);
+    int n = snprintf(tmp, sizeof tmp, "%s/" CKPT_NEW_PREFIX "%s.%s", s->root,
+                     s->prefix, name);
     if (n < 0 || (size_t)n >= sizeof tmp)
         return ckpt_err(err, -ENAMETOOLONG, "%s: name too long", path);
     int rc = mkdir(tmp, 0755) == 0 ? 0 : -errno;

@@ -304,15 +304,20 @@ int ckpt_retain_probe(const char *dir, ckpt_retain_item *item,
     o.threads = 1;
     o.prefetch = 0;
     o.cache_bytes = (size_t)1 << 20;
+    char idx[PATH_CAP];
+    struct stat st;
+    int rc = ckpt_path_join(idx, sizeof idx, dir, "index.db", err);
+    if (rc == 0 && stat(idx, &st) != 0)
+        rc = ckpt_err_sys(err, -errno, "cannot inspect %s", idx);
     ckpt_reader *r;
-    int rc = ckpt_reader_open(&r, dir, &o, err);
+    if (rc == 0)
+        rc = ckpt_reader_open(&r, dir, &o, err);
     if (rc)
         return rc;
     item->has_key = ckpt_retain_key(item->name,
                                     ckpt_reader_meta_get(r, "step"),
                                     &item->key);
-    const char *c = ckpt_reader_meta_get(r, "created");
-    snprintf(item->created, sizeof item->created, "%s", c ? c : "");
+    item->committed_ns = mtime_ns(&st);
     ckpt_reader_close(r);
     return 0;
 }
@@ -323,9 +328,8 @@ int ckpt_retain_newer(const ckpt_retain_item *a, const ckpt_retain_item *b)
         return a->has_key;
     if (a->has_key && a->key != b->key)
         return a->key > b->key;
-    int c = strcmp(a->created, b->created);   /* ISO 8601 sorts as text */
-    if (c)
-        return c > 0;
+    if (a->committed_ns != b->committed_ns)
+        return a->committed_ns > b->committed_ns;
     return strcmp(a->name, b->name) > 0;
 }
 

@@ -76,7 +76,8 @@ typedef struct ckpt_retain_item {
     const char *name;        /* its directory's name */
     int has_key;
     int64_t key;             /* its step: see ckpt_retain_key */
-    char created[40];        /* commit time (ISO 8601 UTC), "" if unknown */
+    int64_t committed_ns;    /* its commit time: index.db's modification
+                                time, in ns since the epoch */
 } ckpt_retain_item;
 
 /* A checkpoint's step for ordering: its `step` metadata when that is a
@@ -86,13 +87,14 @@ typedef struct ckpt_retain_item {
 int ckpt_retain_key(const char *name, const char *step_meta, int64_t *key);
 
 /* Reads item's step and commit time from the committed checkpoint at dir
- * (item->name must be set). */
+ * (item->name must be set): its index's `step` and modification time. */
 int ckpt_retain_probe(const char *dir, ckpt_retain_item *item,
                       ckpt_error *err);
 
-/* 1 when a is newer than b: a checkpoint with a step is newer than one
- * without, then the greater step, then the later commit time, then the
- * greater name.  The newest is the one `latest` points to. */
+/* 1 when a is newer than b: a checkpoint with a step (see
+ * ckpt_retain_key) is newer than one without, then the greater step, then
+ * the later commit time, then the greater name.  The newest is the one
+ * `latest` points to (fs/source.c orders with this function too). */
 int ckpt_retain_newer(const ckpt_retain_item *a, const ckpt_retain_item *b);
 
 typedef enum ckpt_retain_why {

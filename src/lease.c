@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -179,20 +180,72 @@ int ckpt_lease_take(ckpt_lease **out, const char *dir, int beat_ms,
     return 0;
 }
 
+/* Makes the missing directory dir with its .pending/ and data/ in one
+ * step: built aside under a hidden name in its parent, then renamed into
+ * place, so that a process killed midway leaves nothing under dir's name
+ * that is not a save (gc removes the hidden leftover).  -EEXIST when dir
+ * appeared meanwhile. */
+static int make_layout_atomic(const char *dir, ckpt_error *err)
+{
+    char parent[4096], tmp[4096 + 300], sub[4096 + 320], base[256];
+    size_t n = strlen(dir);
+    while (n > 1 && dir[n - 1] == '/')
+        n--;
+    if (n >= sizeof parent)
+        return ckpt_err(err, -ENAMETOOLONG, "%s: path too long", dir);
+    memcpy(parent, dir, n);
+    parent[n] = '\0';
+    char *slash = strrchr(parent, '/');
+    snprintf(base, sizeof base, "%.255s", slash ? slash + 1 : parent);
+    if (slash == parent)
+        parent[1] = '\0';
+    else if (slash)
+        *slash = '\0';
+    else
+        snprintf(parent, sizeof parent, ".");
+    int rc = ckpt_mkdirs(parent, err);
+    if (rc)
+        return rc;
+    char comp[256];
+    snprintf(comp, sizeof comp, CKPT_NEW_PREFIX "%ld.%lx.%.200s", (long)getpid(),
+             (unsigned long)pthread_self() & 0xffffff, base);
+    snprintf(tmp, sizeof tmp, "%s/%s", parent, comp);
+    if (mkdir(tmp, 0755) != 0)
+        return ckpt_err_sys(err, -errno, "cannot create %s", tmp);
+    snprintf(sub, sizeof sub, "%s/.pending", tmp);
+    if (mkdir(sub, 0755) != 0)
+        rc = ckpt_err_sys(err, -errno, "cannot create %s", sub);
+    snprintf(sub, sizeof sub, "%s/data", tmp);
+    if (rc == 0 && mkdir(sub, 0755) != 0)
+        rc = ckpt_err_sys(err, -errno, "cannot create %s", sub);
+    if (rc == 0 && rename(tmp, dir) != 0) {
+        rc = errno == ENOTEMPTY || errno == EEXIST
+            ? -EEXIST : ckpt_err_sys(err, -errno, "cannot create %s", dir);
+    }
+    if (rc)
+        ckpt_remove_tree(tmp, NULL);
+    return rc;
+}
+
 int ckpt_save_begin(ckpt_lease **out, const char *dir, ckpt_error *err)
 {
     char path[4096];
     struct stat st;
     *out = NULL;
-    int rc = ckpt_path_join(path, sizeof path, dir, "index.db", err);
+    int rc = 0;
+    if (stat(dir, &st) != 0 && errno == ENOENT) {
+        rc = make_layout_atomic(dir, err);
+        if (rc == -EEXIST)
+            rc = 0;             /* another writer made it: join it */
+    }
+    if (rc == 0)
+        rc = ckpt_path_join(path, sizeof path, dir, "index.db", err);
     if (rc == 0 && stat(path, &st) == 0)
         return ckpt_err(err, -EEXIST, "%s is already a committed checkpoint "
                         "(it has index.db); committed checkpoints are "
                         "immutable", dir);
     /* .pending/ before data/: a directory with data/ alone is never a
      * save that someone could hold a lease on. */
-    if (rc == 0)
-        rc = ckpt_mkdirs(dir, err);
     if (rc == 0)
         rc = ckpt_path_join(path, sizeof path, dir, ".pending", err);
     if (rc == 0)

@@ -23,6 +23,9 @@
 
 /* The lease file, relative to the save's directory. */
 #define CKPT_LEASE_PATH ".pending/lease"
+/* Hidden names under which a save's directory is made before it is
+ * renamed into place; gc removes such leftovers of killed processes. */
+#define CKPT_NEW_PREFIX ".ckpt-new."
 /* How often a lease refreshes the heartbeat, in milliseconds. */
 #define CKPT_LEASE_BEAT_MS 30000
 
@@ -41,7 +44,9 @@ void ckpt_lease_drop(ckpt_lease *l);
 
 /* Makes the layout of a save in `dir` if it is missing (the directory
  * with its missing parents, .pending/ and data/) and takes a lease on it
- * with the default heartbeat.  Refuses a committed checkpoint (-EEXIST). */
+ * with the default heartbeat.  Refuses a committed checkpoint (-EEXIST).
+ * A missing directory appears with its .pending/ in one step (made aside
+ * under a name starting with CKPT_NEW_PREFIX, then renamed). */
 int ckpt_save_begin(ckpt_lease **out, const char *dir, ckpt_error *err);
 
 /* gc's side: tries to lock the lease of the save in `dir` exclusively,

@@ -17,6 +17,7 @@
 #include "cli.h"
 #include "fileio.h"
 #include "gc.h"
+#include "lease.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -41,8 +42,8 @@ static const cli_help HELP = {
     "  - unfinished saves (data/ or .pending/ but no index.db) that no\n"
     "    writer or committer holds a lease on and that nobody has written to\n"
     "    for --min-age (default 1h): the saves of crashed or killed jobs;\n"
-    "  - what interrupted commits and gcs left (a .pending/ in a committed\n"
-    "    checkpoint, hidden .ckpt-gc.* directories);\n"
+    "  - what interrupted commits, saves and gcs left (a .pending/ in a\n"
+    "    committed checkpoint, hidden .ckpt-gc.* and .ckpt-new.* directories);\n"
     "  - with --keep-last or --keep-every, the committed checkpoints that\n"
     "    retention does not keep, oldest first.  The newest checkpoint (the\n"
     "    one `latest` points to) is always kept.\n"
@@ -390,6 +391,8 @@ static int collect_entry(const gc_opts *o, const char *root,
             rc = cli_fail("cannot remove %s: %s", name, err.msg);
         else
             printf("%s %s: what an interrupted gc left\n", removed(o), name);
+    } else if (strncmp(name, CKPT_NEW_PREFIX, strlen(CKPT_NEW_PREFIX)) == 0) {
+        rc = collect_unfinished(o, root, name, name);   /* a save's start */
     } else {
         switch (ckpt_dir_probe(path)) {
         case CKPT_DIR_PENDING:

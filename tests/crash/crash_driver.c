@@ -162,6 +162,12 @@ static int cmd_async(const char *dir, uint64_t seed)
     ckpt_save_opts o;
     ckpt_save_opts_init(&o);
     o.write = small_frames();
+    char step[32];
+    snprintf(step, sizeof step, "%llu", (unsigned long long)seed);
+    const char *keys[] = { "step" }, *vals[] = { step };
+    o.meta_keys = keys;
+    o.meta_values = vals;
+    o.nmeta = 1;
     ckpt_save *h;
     if (ckpt_save_async(sv, dir, p, NT, &o, &h, &err))
         return die("%s", err.msg);
@@ -241,9 +247,13 @@ static int mount_piece(const char *save, const part *pt, int k)
 
 static int cmd_mount(const char *save, uint64_t seed, int rank, int world)
 {
-    char path[4096], r[16];
+    char path[4096], r[16], step[32];
     if (mkdirs(save))
         return 1;
+    snprintf(step, sizeof step, "%llu", (unsigned long long)seed);
+    if (setxattr(save, "user.ckpt.meta.step", step, strlen(step), 0) != 0)
+        return die("setxattr %s user.ckpt.meta.step: %s", save,
+                   strerror(errno));
     for (int k = 0; k < NT; k++) {
         snprintf(path, sizeof path, "%s/%.*s", save,
                  (int)(strchr(T[k].file, '/') - T[k].file), T[k].file);

@@ -358,8 +358,10 @@ static int commit_locked(const char *dir, const char *pending,
         unlink(tmp);   /* left by a committer that died; we hold the lock */
         rc = ckpt_index_write(tmp, dir, all.pieces, &plan, meta.meta,
                               meta.nmeta, o->sync, err);
-        if (rc)
+        if (rc) {
+            ckpt_err_wrap(err, rc, "cannot write the index");
             unlink(tmp);
+        }
     }
     if (rc == 0)
         rc = publish(dir, tmp, final, o->sync, err);

@@ -164,8 +164,11 @@ static int open_files(ckpt_writer *w, ckpt_error *err)
         return rc;
     snprintf(rel, sizeof rel, ".pending/%s.plan", w->name);
     rc = ckpt_path_join(path, sizeof path, w->dir, rel, err);
-    if (rc == 0)
+    if (rc == 0) {
         rc = ckpt_planfile_create(&w->plan, path, w->name, w->opts.sync, err);
+        if (rc)
+            ckpt_err_wrap(err, rc, "cannot create the local plan");
+    }
     return rc;
 }
 
@@ -305,6 +308,10 @@ int ckpt_writer_flush(ckpt_writer *w, ckpt_error *err)
     if (rc == 0 && w->pending.ndeclared)
         rc = ckpt_planfile_declare(w->plan, w->pending.declared,
                                    w->pending.ndeclared, err);
+    if (rc && w->failure.code == 0 && (w->pending.npieces ||
+                                       w->pending.nmeta ||
+                                       w->pending.ndeclared))
+        ckpt_err_wrap(err, rc, "cannot record pieces in the local plan");
     if (rc == 0) {
         ckpt_manifest_free(&w->pending);
     } else if (w->failure.code == 0 && err) {

@@ -67,7 +67,7 @@ count_calls() {
     local f=$TMP/count.$$
     rm -f "$f"
     shimmed CKPT_SHIM_COUNT="$f" "$@"
-    CALLS=$(sort -n "$f" 2>/dev/null | tr '\n' ' ')
+    CALLS=$(cut -d' ' -f1 "$f" 2>/dev/null | sort -n | tr '\n' ' ')
     rm -f "$f"
 }
 
@@ -194,10 +194,11 @@ check_root() {
 # return 0) and a check of what it saved.  One ok/bad line per trial and
 # a closing count.
 OTHER_RC=
+K=0
 run_kill_matrix() {
     local desc=$1 target=$2 seed=$3 n=$4 i killed=0 completed=0 committed=0
     for ((i = 1; i <= TRIALS; i++)); do
-        next_k "$n"
+        [[ $n =~ ^[0-9]+$ ]] && next_k "$n"   # else kill_save draws its own
         trial_begin
         kill_save "$K"
         case " 137 $OTHER_RC " in

@@ -14,8 +14,10 @@
  *                                 with errno ERR (EIO, ENOSPC, ...);
  *   CKPT_SHIM_DELAY=OP:GLOB:MS    sleeps MS milliseconds before each call
  *                                 OP on a path matching GLOB;
- *   CKPT_SHIM_COUNT=FILE          appends the number of calls counted to
- *                                 FILE when the process exits;
+ *   CKPT_SHIM_COUNT=FILE          appends "CALLS RANK MATCHED" to FILE when
+ *                                 the process exits: the calls counted,
+ *                                 the MPI rank ("-" outside MPI), and the
+ *                                 calls CKPT_SHIM_FAIL's rule matched;
  *   CKPT_SHIM_LOG=FILE            appends a line per fault, delay or kill.
  *
  * OP is one of: open (creating or writing), write (write, pwrite,
@@ -237,8 +239,10 @@ __attribute__((destructor)) static void report_count(void)
     char line[64];
     if (!count_file[0])
         return;
+    const char *rank = getenv("OMPI_COMM_WORLD_RANK");
     pthread_mutex_lock(&mu);
-    snprintf(line, sizeof line, "%ld\n", counted);
+    snprintf(line, sizeof line, "%ld %s %ld\n", counted, rank ? rank : "-",
+             fail_rule.seen);
     pthread_mutex_unlock(&mu);
     append_line(count_file, line);
 }

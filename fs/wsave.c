@@ -371,9 +371,11 @@ ws_save *ws_set_find(ws_set *s, const char *name)
  * know it for a save): built aside under a hidden name, then renamed into
  * place.  -EEXIST when root/name exists. */
 static int make_save_dir(ws_set *s, const char *name, const char *path,
-                         ckpt_error *err)
+                         ckpt_lease **lease, ckpt_error *err)
 {
     char tmp[4096], sub[4200];
+    ckpt_error le = { 0 };
+    *lease = NULL;
     int n = snprintf(tmp, sizeof tmp, "%s/" CKPT_NEW_PREFIX "%s.%s", s->root,
                      s->prefix, name);
     if (n < 0 || (size_t)n >= sizeof tmp)
@@ -385,15 +387,18 @@ static int make_save_dir(ws_set *s, const char *name, const char *path,
     snprintf(sub, sizeof sub, "%s/data", tmp);
     if (rc == 0 && mkdir(sub, 0755) != 0)
         rc = -errno;
+    /* Leased before it appears: no gc takes it in between. */
+    if (rc == 0 && ckpt_lease_take(lease, tmp, CKPT_LEASE_BEAT_MS, &le))
+        rc = le.code;
     if (rc == 0 && rename(tmp, path) != 0)
         rc = errno == ENOTEMPTY ? -EEXIST : -errno;
     if (rc == 0)
         return 0;
+    ckpt_lease_drop(*lease);
+    *lease = NULL;
     ckpt_remove_tree(tmp, NULL);
     return ckpt_err(err, rc, "cannot create %s: %s", path, strerror(-rc));
 }
-
-static int hold_lease(ws_save *w, ckpt_error *err);
 
 int ws_set_create(ws_set *s, const char *name, ws_save **out,
                   ckpt_error *err)
@@ -405,21 +410,25 @@ int ws_set_create(ws_set *s, const char *name, ws_save **out,
         rc = ckpt_path_join(path, sizeof path, s->root, name, err);
     if (rc)
         return rc;
+    ckpt_lease *lease = NULL;
     pthread_mutex_lock(&s->mu);
     ws_save *w = set_find_locked(s, name, 0);
     if (w) {
         *out = w;
         rc = -EEXIST;
     } else {
-        rc = make_save_dir(s, name, path, err);
+        rc = make_save_dir(s, name, path, &lease, err);
         if (rc == 0 || (rc == -EEXIST && on_disk_pending(path)))
             *out = set_add(s, name, path);
         if (rc == 0 && !*out)
             rc = ckpt_err(err, -ENOMEM, "out of memory");
+        if (rc == 0) {
+            (*out)->lease = lease;
+            lease = NULL;
+        }
     }
     pthread_mutex_unlock(&s->mu);
-    if (rc == 0)
-        rc = hold_lease(*out, err);
+    ckpt_lease_drop(lease);
     return rc;
 }
 

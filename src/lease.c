@@ -181,11 +181,13 @@ int ckpt_lease_take(ckpt_lease **out, const char *dir, int beat_ms,
 }
 
 /* Makes the missing directory dir with its .pending/ and data/ in one
- * step: built aside under a hidden name in its parent, then renamed into
- * place, so that a process killed midway leaves nothing under dir's name
- * that is not a save (gc removes the hidden leftover).  -EEXIST when dir
- * appeared meanwhile. */
-static int make_layout_atomic(const char *dir, ckpt_error *err)
+ * step: built aside under a hidden name in its parent, leased there, then
+ * renamed into place, so that a process killed midway leaves nothing under
+ * dir's name that is not a save (gc removes the hidden leftover), and no
+ * gc can take the save between its appearance and its lease.  -EEXIST
+ * when dir appeared meanwhile (then nothing is leased). */
+static int make_layout_atomic(ckpt_lease **out, const char *dir,
+                              ckpt_error *err)
 {
     char parent[4096], tmp[4096 + 300], sub[4096 + 320], base[256];
     size_t n = strlen(dir);
@@ -207,8 +209,8 @@ static int make_layout_atomic(const char *dir, ckpt_error *err)
     if (rc)
         return rc;
     char comp[256];
-    snprintf(comp, sizeof comp, CKPT_NEW_PREFIX "%ld.%lx.%.200s", (long)getpid(),
-             (unsigned long)pthread_self() & 0xffffff, base);
+    snprintf(comp, sizeof comp, CKPT_NEW_PREFIX "%ld.%lx.%.200s",
+             (long)getpid(), (unsigned long)pthread_self() & 0xffffff, base);
     snprintf(tmp, sizeof tmp, "%s/%s", parent, comp);
     if (mkdir(tmp, 0755) != 0)
         return ckpt_err_sys(err, -errno, "cannot create %s", tmp);
@@ -218,9 +220,13 @@ static int make_layout_atomic(const char *dir, ckpt_error *err)
     snprintf(sub, sizeof sub, "%s/data", tmp);
     if (rc == 0 && mkdir(sub, 0755) != 0)
         rc = ckpt_err_sys(err, -errno, "cannot create %s", sub);
+    if (rc == 0)
+        rc = ckpt_lease_take(out, tmp, CKPT_LEASE_BEAT_MS, err);
     if (rc == 0 && rename(tmp, dir) != 0) {
         rc = errno == ENOTEMPTY || errno == EEXIST
             ? -EEXIST : ckpt_err_sys(err, -errno, "cannot create %s", dir);
+        ckpt_lease_drop(*out);
+        *out = NULL;
     }
     if (rc)
         ckpt_remove_tree(tmp, NULL);
@@ -232,14 +238,12 @@ int ckpt_save_begin(ckpt_lease **out, const char *dir, ckpt_error *err)
     char path[4096];
     struct stat st;
     *out = NULL;
-    int rc = 0;
     if (stat(dir, &st) != 0 && errno == ENOENT) {
-        rc = make_layout_atomic(dir, err);
-        if (rc == -EEXIST)
-            rc = 0;             /* another writer made it: join it */
+        int rc = make_layout_atomic(out, dir, err);
+        if (rc != -EEXIST)
+            return rc;          /* else another writer made it: join it */
     }
-    if (rc == 0)
-        rc = ckpt_path_join(path, sizeof path, dir, "index.db", err);
+    int rc = ckpt_path_join(path, sizeof path, dir, "index.db", err);
     if (rc == 0 && stat(path, &st) == 0)
         return ckpt_err(err, -EEXIST, "%s is already a committed checkpoint "
                         "(it has index.db); committed checkpoints are "

@@ -12,6 +12,7 @@
  *   CKPT_SHIM_FAIL=OP:GLOB:ERR[:N] fails the N-th (default first) and every
  *                                 later call OP on a path matching GLOB
  *                                 with errno ERR (EIO, ENOSPC, ...);
+ *   CKPT_SHIM_FAIL2=...           a second such rule;
  *   CKPT_SHIM_DELAY=OP:GLOB:MS    sleeps MS milliseconds before each call
  *                                 OP on a path matching GLOB;
  *   CKPT_SHIM_COUNT=FILE          appends "CALLS RANK MATCHED" to FILE when
@@ -68,7 +69,7 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static char root[PATH_MAX];
 static size_t root_len;
 static long kill_at, counted;
-static rule fail_rule, delay_rule, kill_rule;
+static rule fail_rule, fail2_rule, delay_rule, kill_rule;
 static char count_file[PATH_MAX], log_file[PATH_MAX];
 static char *fd_path[MAX_FD];
 static unsigned char fd_dir[MAX_FD];
@@ -200,6 +201,9 @@ static void configure(void)
     parse_rule(&fail_rule, getenv("CKPT_SHIM_FAIL"), a, b);
     fail_rule.err = a[0] ? parse_errno(a) : EIO;
     fail_rule.nth = b[0] ? atol(b) : 1;
+    parse_rule(&fail2_rule, getenv("CKPT_SHIM_FAIL2"), a, b);
+    fail2_rule.err = a[0] ? parse_errno(a) : EIO;
+    fail2_rule.nth = b[0] ? atol(b) : 1;
     parse_rule(&delay_rule, getenv("CKPT_SHIM_DELAY"), a, b);
     delay_rule.ms = a[0] ? atol(a) : 0;
     const char *c = getenv("CKPT_SHIM_COUNT");
@@ -336,6 +340,9 @@ static int gate(enum op op, const char *path)
         die = 1;
     if (matches(&fail_rule, op, path) && ++fail_rule.seen >= fail_rule.nth)
         err = fail_rule.err;
+    if (matches(&fail2_rule, op, path) &&
+        ++fail2_rule.seen >= fail2_rule.nth)
+        err = fail2_rule.err;
     if (matches(&delay_rule, op, path))
         ms = delay_rule.ms;
     pthread_mutex_unlock(&mu);

@@ -264,7 +264,8 @@ N=${CALLS%% *}
 for s in 11 12 13; do "$DRIVER" lib "$ROOT/step-$s" "$s" 2 || exit 99; done
 "$DRIVER" lib "$ROOT/$BASE" 1 2 2>/dev/null    # retention took it too
 BASE_SUMS=$(snapshot "$ROOT/$BASE")
-for ((i = 1; i <= 10; i++)); do
+GC_TRIALS=$((TRIALS / 5 > 0 ? TRIALS / 5 : 1))
+for ((i = 1; i <= GC_TRIALS; i++)); do
     next_k "$N"
     trial_begin
     shimmed CKPT_SHIM_ROOT="$ROOT" CKPT_SHIM_KILL_AT="$K" "$CKPT" gc --keep-last 1 "$ROOT"

@@ -82,24 +82,6 @@ static int same_file(const struct stat *a, const struct stat *b)
            a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
 }
 
-/* A `step` value that is a decimal integer (blanks around allowed). */
-static int parse_step(const char *v, int64_t *out)
-{
-    if (!v)
-        return 0;
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (end == v || errno == ERANGE)
-        return 0;
-    while (*end == ' ' || *end == '\t' || *end == '\n')
-        end++;
-    if (*end)
-        return 0;
-    *out = x;
-    return 1;
-}
-
 /* Opens the index of the checkpoint at path with a minimal reader (one
  * thread, small cache), to check it opens and read its step. */
 static int probe(const char *path, int *has_step, int64_t *step,
@@ -114,7 +96,7 @@ static int probe(const char *path, int *has_step, int64_t *step,
     int rc = ckpt_reader_open(&r, path, &o, err);
     if (rc)
         return rc;
-    *has_step = parse_step(ckpt_reader_meta_get(r, "step"), step);
+    *has_step = ckpt_retain_parse_step(ckpt_reader_meta_get(r, "step"), step);
     ckpt_reader_close(r);
     return 0;
 }

@@ -254,8 +254,7 @@ int ckpt_gc_tidy(const char *root, const char *name, int dry_run, int *found,
 
 /* ------------------------------------------------------------ retention */
 
-/* A decimal integer, blanks around allowed. */
-static int parse_int(const char *v, int64_t *out)
+int ckpt_retain_parse_step(const char *v, int64_t *out)
 {
     if (!v)
         return 0;
@@ -274,7 +273,7 @@ static int parse_int(const char *v, int64_t *out)
 
 int ckpt_retain_key(const char *name, const char *step_meta, int64_t *key)
 {
-    if (parse_int(step_meta, key))
+    if (ckpt_retain_parse_step(step_meta, key))
         return 1;
     const char *end = NULL;
     for (const char *p = name; *p; p++)

@@ -80,6 +80,10 @@ typedef struct ckpt_retain_item {
                                 time, in ns since the epoch */
 } ckpt_retain_item;
 
+/* A `step` metadata value that is a decimal integer (blanks around
+ * allowed): 1 with *out set, else 0 (also for NULL). */
+int ckpt_retain_parse_step(const char *v, int64_t *out);
+
 /* A checkpoint's step for ordering: its `step` metadata when that is a
  * decimal integer (blanks around allowed), or else the last run of digits
  * in its directory's name (step-000300: 300).  Returns 1 with *key set, or

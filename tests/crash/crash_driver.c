@@ -127,9 +127,9 @@ static int cmd_lib(const char *dir, uint64_t seed, int n, int commit)
             if (ckpt_writer_put(w[i], &pt.p, &err))
                 return die("%s", err.msg);
         }
-    char step[32];
-    snprintf(step, sizeof step, "%llu", (unsigned long long)seed);
-    if (ckpt_writer_set_meta(w[0], "step", step, &err))
+    step_meta sm;
+    step_meta_init(&sm, seed);
+    if (ckpt_writer_set_meta(w[0], "step", sm.value, &err))
         return die("%s", err.msg);
     for (int i = 0; i < n; i++)
         if (ckpt_writer_close(w[i], &err))
@@ -162,11 +162,10 @@ static int cmd_async(const char *dir, uint64_t seed)
     ckpt_save_opts o;
     ckpt_save_opts_init(&o);
     o.write = small_frames();
-    char step[32];
-    snprintf(step, sizeof step, "%llu", (unsigned long long)seed);
-    const char *keys[] = { "step" }, *vals[] = { step };
-    o.meta_keys = keys;
-    o.meta_values = vals;
+    step_meta sm;
+    step_meta_init(&sm, seed);
+    o.meta_keys = sm.keys;
+    o.meta_values = sm.values;
     o.nmeta = 1;
     ckpt_save *h;
     if (ckpt_save_async(sv, dir, p, NT, &o, &h, &err))
@@ -247,11 +246,13 @@ static int mount_piece(const char *save, const part *pt, int k)
 
 static int cmd_mount(const char *save, uint64_t seed, int rank, int world)
 {
-    char path[4096], r[16], step[32];
+    char path[4096], r[16];
+    step_meta sm;
+    step_meta_init(&sm, seed);
     if (mkdirs(save))
         return 1;
-    snprintf(step, sizeof step, "%llu", (unsigned long long)seed);
-    if (setxattr(save, "user.ckpt.meta.step", step, strlen(step), 0) != 0)
+    if (setxattr(save, "user.ckpt.meta.step", sm.value, strlen(sm.value),
+                 0) != 0)
         return die("setxattr %s user.ckpt.meta.step: %s", save,
                    strerror(errno));
     for (int k = 0; k < NT; k++) {

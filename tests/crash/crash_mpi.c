@@ -41,11 +41,10 @@ int main(int argc, char **argv)
     ckpt_mpi_save_opts_init(&o);
     o.write.frame_size = FRAME;
     o.write.threads = 1;
-    char step[32];
-    snprintf(step, sizeof step, "%llu", (unsigned long long)seed);
-    const char *keys[] = { "step" }, *vals[] = { step };
-    o.meta_keys = keys;
-    o.meta_values = vals;
+    step_meta sm;
+    step_meta_init(&sm, seed);
+    o.meta_keys = sm.keys;
+    o.meta_values = sm.values;
     o.nmeta = 1;
     ckpt_error err = { 0 };
     int rc;

@@ -8,6 +8,7 @@
 #define CKPT_CRASH_STATE_H
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "ckptfs.h"
@@ -90,6 +91,20 @@ static inline void make_part(part *pt, int k, const float *img, int p,
     pt->size[1] = t->ndim == 2 ? t->shape[1] : 0;
     pt->p = (ckpt_piece){ t->fqn, CKPT_F32, t->ndim, t->shape, pt->off,
                           pt->size, img + r0 * row_elems(t) };
+}
+
+/* The checkpoint metadata every save of the matrix sets: step = seed
+ * (so that `latest` is the newest save by any rule). */
+typedef struct step_meta {
+    char value[32];
+    const char *keys[1], *values[1];
+} step_meta;
+
+static inline void step_meta_init(step_meta *m, uint64_t seed)
+{
+    snprintf(m->value, sizeof m->value, "%llu", (unsigned long long)seed);
+    m->keys[0] = "step";
+    m->values[0] = m->value;
 }
 
 #endif

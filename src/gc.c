@@ -230,7 +230,8 @@ int ckpt_gc_tidy(const char *root, const char *name, int dry_run, int *found,
         return rc;
     int has_pending = lstat(pending, &st) == 0 && S_ISDIR(st.st_mode);
     int has_tmp = lstat(tmp, &st) == 0;
-    *found = has_pending || has_tmp;
+    *found = (has_pending ? CKPT_GC_TIDY_PENDING : 0) |
+             (has_tmp ? CKPT_GC_TIDY_TMP : 0);
     if (!*found || dry_run)
         return 0;
     int fd = -1, created = 0;

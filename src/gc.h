@@ -57,8 +57,10 @@ int ckpt_gc_unfinished(const char *root, const char *name, int64_t min_age_ns,
 
 /* A committed checkpoint root/name may hold what an interrupted commit
  * left (.pending/, index.db.tmp).  Removes it unless a committer still
- * holds the lease (-EBUSY); *found says whether there was any.  A dry run
- * only looks. */
+ * holds the lease (-EBUSY); *found gets CKPT_GC_TIDY_* bits for what there
+ * was.  A dry run only looks. */
+#define CKPT_GC_TIDY_PENDING 1
+#define CKPT_GC_TIDY_TMP 2
 int ckpt_gc_tidy(const char *root, const char *name, int dry_run, int *found,
                  ckpt_error *err);
 

@@ -36,7 +36,7 @@ typedef struct ckpt_lease ckpt_lease;
  * then checks that `dir` still leads to the file it locked (-ESTALE, with
  * a message, when a gc retired the save meanwhile).  Touches the file, and
  * then every beat_ms milliseconds from a thread of its own (beat_ms <= 0:
- * no thread). */
+ * no thread) -- each time unless another holder did within half a beat. */
 int ckpt_lease_take(ckpt_lease **out, const char *dir, int beat_ms,
                     ckpt_error *err);
 /* Releases the lease and stops its heartbeat (NULL is fine). */

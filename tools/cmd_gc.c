@@ -287,8 +287,10 @@ static int tidy(const gc_opts *o, const char *root, const char *name)
     if (rc)
         return cli_fail("cannot tidy %s: %s", name, err.msg);
     if (found)
-        printf("%s %s/.pending: what its commit left behind\n", removed(o),
-               name);
+        printf("%s %s/%s: what its commit left behind\n", removed(o), name,
+               found == CKPT_GC_TIDY_PENDING ? ".pending"
+               : found == CKPT_GC_TIDY_TMP ? "index.db.tmp"
+               : ".pending and index.db.tmp");
     return CLI_OK;
 }
 

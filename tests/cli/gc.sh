@@ -70,7 +70,7 @@ run_ckpt gc "$R"
 expect_ok "gc of the debris"
 expect_out_re '^removed \.ckpt-gc\.123\.0\.step-0: what an interrupted gc left' "a half-removed retired directory goes"
 expect_out_re '^removed \.ckpt-new\.77\.1\.step-9: ' "a save's directory that never made it into place goes"
-expect_out_re '^removed step-6/\.pending: what its commit left behind' "a committed checkpoint's leftover .pending goes"
+expect_out_re '^removed step-6/\.pending and index\.db\.tmp: what its commit left behind' "a committed checkpoint's leftover .pending and index.db.tmp go"
 check "step-6 keeps its index, loses .pending and index.db.tmp" \
     test -f "$R/step-6/index.db" -a ! -e "$R/step-6/.pending" -a ! -e "$R/step-6/index.db.tmp"
 run_ckpt verify "$R/step-6"

@@ -12,6 +12,8 @@
 #   - errors, each with nothing committed and the earlier checkpoint intact:
 #     bad xattr values, too many / too few bytes, a write out of order, two
 #     replicas with different bytes, ranks disagreeing on dtype or shape,
+#     a declared tensor whose only piece failed (EINVAL at close, EFBIG, a
+#     non-sequential write; through a daemon that is gone by the commit),
 #     overlapping pieces, a gap, a rank outside 0..N-1, a rank committing
 #     twice, a daemon killed mid-save (then gc and a re-run), a full disk.
 . "$(dirname "$0")/lib.sh"
@@ -258,6 +260,48 @@ mkdir -p "$M/$S"
 put "$M/$S/h" "$IN/h.bin" --dtype f32 --shape 6,5 --sizes 2,5 --to 40; expect_put "rows 0..1"
 put "$M/$S/h" "$IN/h.bin" --dtype f32 --shape 6,5 --offsets 4,0 --from 80; expect_put "rows 4..5"
 fails_commit $S "cover|gap|missing"
+
+echo "# ---- a declared tensor whose only piece failed is refused at commit"
+# The reproduction: a and w created and described (f32 1024x1024); a gets
+# its 4 MiB, w 1000 bytes (its close fails); the commit must refuse w.
+S=step-000017
+mkdir -p "$M/$S"
+head -c $((1024 * 1024 * 4)) /dev/urandom >"$IN/a4m.bin"
+put "$M/$S/a" "$IN/a4m.bin" --dtype f32 --shape 1024,1024; expect_put "a: 4 MiB"
+put "$M/$S/w" "$IN/a4m.bin" --dtype f32 --shape 1024,1024 --sizes 1024,1024 --to 1000
+expect_put_err "w: 1000 bytes of 4 MiB" close EINVAL
+fails_commit $S "tensor 'w' has no piece: .*piece failed: .*4194304 bytes but 1000 were written"
+log_says "the log names w and why" "tensor 'w' has no piece"
+echo "# ---- EFBIG and a non-sequential write, each a tensor's only piece"
+S=step-000018
+mkdir -p "$M/$S"
+put "$M/$S/a" "$IN/h.bin" --dtype f32 --shape 6,5; expect_put "a: whole"
+put "$M/$S/big" "$IN/h.bin" --dtype f32 --shape 6,5 --sizes 3,5
+expect_put_err "big: past its piece's end" write EFBIG
+fails_commit $S "tensor 'big' has no piece: .*piece failed: .*goes past its end"
+S=step-000019
+mkdir -p "$M/$S"
+put "$M/$S/a" "$IN/h.bin" --dtype f32 --shape 6,5; expect_put "a: whole"
+put "$M/$S/seq" "$IN/h.bin" --dtype f32 --shape 6,5 --seek 20
+expect_put_err "seq: a non-sequential write" write EINVAL
+fails_commit $S "tensor 'seq' has no piece: .*piece failed: .*written sequentially"
+echo "# ---- the declaration and the reason outlive the daemon that saw them"
+S=step-000021
+M3=$TMP/mnt3
+mount_ck "$R" "$M3" -o rw,world=2 || exit 1
+mkdir -p "$M3/$S"
+put "$M3/$S/a" "$IN/h.bin" --dtype f32 --shape 6,5; expect_put "a through another mount"
+put "$M3/$S/w" "$IN/h.bin" --dtype f32 --shape 6,5 --sizes 6,5 --to 100
+expect_put_err "w's piece fails there" close EINVAL
+touch "$M3/$S/never"; ok "never: created, never written"
+umount_ck "$M3"
+MNT_LOG=$MAIN_LOG
+mkdir -p "$M/$S"      # this mount joins the save the other daemon left
+fails_commit $S "tensor '(w|never)' has no piece"
+run_ckpt commit "$R/$S"
+expect_rc 1 "ckpt commit refuses it too"
+expect_err_re "tensor 'never' has no piece: .*none was written|tensor 'w' has no piece: .*holds 120 bytes but 100 were written" \
+    "naming the tensor and what happened to it"
 
 echo "# ---- bad rank numbers"
 S=step-000016

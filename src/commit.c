@@ -263,19 +263,9 @@ static int sync_one(const char *dir, const char *file, ckpt_error *err)
     rc = fdatasync(fd) == 0 ? 0 : ckpt_err_sys(err, -errno, "cannot sync %s",
                                                path);
     close(fd);
-    return rc;
-}
-
-static int sync_shards_all(const char *dir, const ckpt_manifest *all,
-                           ckpt_error *err);
-
-/* Step (1); a failed fdatasync marks the save so that it never commits
- * (see CKPT_UNSYNCED_PATH). */
-static int sync_shards(const char *dir, const ckpt_manifest *all,
-                       ckpt_error *err)
-{
-    int rc = sync_shards_all(dir, all, err);
-    if (rc && rc != -ENOMEM && rc != -ENAMETOOLONG)
+    /* The kernel may have dropped what failed to sync, and a later sync
+     * would not say: the save must never commit (CKPT_UNSYNCED_PATH). */
+    if (rc)
         ckpt_save_mark_unsynced(dir, err ? err->msg : "cannot sync a shard");
     return rc;
 }
@@ -292,8 +282,8 @@ static int refuse_unsynced(const char *dir, ckpt_error *err)
                     "disk; save the step again", dir, why);
 }
 
-static int sync_shards_all(const char *dir, const ckpt_manifest *all,
-                           ckpt_error *err)
+static int sync_shards(const char *dir, const ckpt_manifest *all,
+                       ckpt_error *err)
 {
     if (all->npieces == 0)
         return 0;

@@ -17,7 +17,7 @@ resave() {
 }
 count_calls CKPT_SHIM_ROOT="$T" "$DRIVER" async "$T" 2
 N=${CALLS%% *}
-[ "$RC" = 0 ] && [ "${N:-0}" -gt 0 ] || { echo "ERROR: calibration: exit $RC, calls '$CALLS'" >&2; exit 99; }
+need_calls "$N"
 rm -rf "$T"
 run_kill_matrix "async save (background part)" "$T" 2 "$N"
 summary

@@ -19,7 +19,7 @@ resave() {
 }
 import count_calls CKPT_SHIM_ROOT="$T"
 N=${CALLS%% *}
-[ "$RC" = 0 ] && [ "${N:-0}" -gt 0 ] || { echo "ERROR: calibration: exit $RC, calls '$CALLS'" >&2; exit 99; }
+need_calls "$N"
 rm -rf "$T"
 run_kill_matrix "ckpt import" "$T" 1 "$N"
 summary

@@ -19,7 +19,7 @@ resave() {
 }
 count_calls CKPT_SHIM_ROOT="$T" "$DRIVER" lib "$T" 2 3
 N=${CALLS%% *}
-[ "$RC" = 0 ] && [ "${N:-0}" -gt 0 ] || { echo "ERROR: calibration: exit $RC, calls '$CALLS'" >&2; exit 99; }
+need_calls "$N"
 rm -rf "$T"
 run_kill_matrix "library save, 3 writers + ckpt_commit" "$T" 2 "$N"
 summary

@@ -32,7 +32,7 @@ resave() {
 mount_ck "$ROOT" "$M" -o rw,world=2 || exit 1
 writers CKPT_SHIM_COUNT="$TMP/count"
 N=$(cut -d' ' -f1 "$TMP/count")
-[ "$RC" = 0 ] && [ "${N:-0}" -gt 0 ] || { echo "ERROR: calibration: exit $RC, calls '$N': $(cat "$SHIM_OUT")" >&2; exit 99; }
+need_calls "$N"
 umount_ck "$M"
 "$DRIVER" check "$T" 2 || exit 99
 rm -rf "$T"

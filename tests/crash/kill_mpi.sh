@@ -30,7 +30,7 @@ COUNTS=$TMP/counts
 mpi_shim -x CKPT_SHIM_COUNT="$COUNTS"
 N0=$(awk '$2 == 0 { print $1 }' "$COUNTS")
 N1=$(awk '$2 == 1 { print $1 }' "$COUNTS")
-[ "$RC" = 0 ] && [ "${N0:-0}" -gt 0 ] && [ "${N1:-0}" -gt 0 ] || { echo "ERROR: calibration: exit $RC, counts $(tr '\n' ' ' <"$COUNTS"): $(tail -c 400 "$SHIM_OUT")" >&2; exit 99; }
+need_calls "$N0" "$N1"
 rm -rf "$T"
 NRESAVE=0
 resave() {

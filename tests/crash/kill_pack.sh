@@ -23,7 +23,7 @@ resave() {
 }
 pack count_calls CKPT_SHIM_ROOT="$T"
 N=${CALLS%% *}
-[ "$RC" = 0 ] && [ "${N:-0}" -gt 0 ] || { echo "ERROR: calibration: exit $RC, calls '$CALLS'" >&2; exit 99; }
+need_calls "$N"
 rm -rf "$T"
 run_kill_matrix "ckpt pack" "$T" 2 "$N"
 summary

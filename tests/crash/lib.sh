@@ -36,9 +36,12 @@ RNG=${CKPT_CRASH_SEED:-13}
 [ -f "$SHIM" ] || { echo "SKIP: the shim $SHIM is not built"; exit 77; }
 
 # In a sanitizer build the ASan runtime must come first in LD_PRELOAD.
+# (Not `ldd | grep -q`: with pipefail, ldd killed by SIGPIPE when grep
+# quits early would make the test fail at random.)
 PRELOAD=$SHIM
-if ldd "$CKPT" 2>/dev/null | grep -q libasan; then
+if [[ $(ldd "$CKPT" 2>/dev/null) == *libasan* ]]; then
     PRELOAD="$(gcc -print-file-name=libasan.so) $SHIM"
+    [ -f "${PRELOAD%% *}" ] || { echo "ERROR: no ASan runtime for LD_PRELOAD" >&2; exit 99; }
 fi
 # Processes the matrix kills or fails on purpose: their leaks on error
 # paths are checked by the other tests, not here.
@@ -69,6 +72,19 @@ count_calls() {
     shimmed CKPT_SHIM_COUNT="$f" "$@"
     CALLS=$(cut -d' ' -f1 "$f" 2>/dev/null | sort -n | tr '\n' ' ')
     rm -f "$f"
+}
+
+# need_calls N...: after a calibration run ($RC), every N must be a
+# positive count; otherwise the run's output is shown and the script ends.
+need_calls() {
+    local n
+    for n in "$@"; do
+        if [ "$RC" != 0 ] || ! [[ $n =~ ^[0-9]+$ ]] || [ "$n" -eq 0 ]; then
+            echo "ERROR: calibration: exit $RC, calls '$*'; its output:" >&2
+            tail -c 3000 "$SHIM_OUT" >&2
+            exit 99
+        fi
+    done
 }
 
 # next_k N: $K in 1..N, from a 63-bit LCG seeded by CKPT_CRASH_SEED.

@@ -319,8 +319,9 @@ else
 fi
 exec 3<&-
 sleep 1.1      # the root listing is rescanned at most once a second
-ls "$M" | grep -q '^step-20$' && bad "the mount still lists step-20" ||
-    ok "the mount no longer lists step-20"
+listed=" $(ls "$M" | tr '\n' ' ')"
+[[ $listed == *" step-20 "* ]] && bad "the mount still lists step-20" ||
+    ok "the mount no longer lists step-20 (lists:$listed)"
 [ "$(readlink "$M/latest")" = step-21 ] && ok "latest -> step-21" || bad "latest -> $(readlink "$M/latest")"
 umount_ck "$M"
 expect_daemon_clean "the read-only mount" "$MNT_LOG"

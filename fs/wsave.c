@@ -77,6 +77,7 @@ struct ws_save {
     size_t nall, capall;
     unsigned next_writer;
     int committed;
+    int gone;                  /* its directory vanished (gc removed it) */
     ckpt_lease *lease;         /* from this mount's first write to the commit */
     kv *meta;                  /* user.ckpt.meta.* set through this mount */
     size_t nmeta;
@@ -289,13 +290,28 @@ static ws_save *set_add(ws_set *s, const char *name, const char *path)
     return w;
 }
 
+/* 1 once w's directory has vanished while it was not committed: a gc
+ * removed a save that this mount had only looked at (it holds no lease on
+ * it).  Such a save is forgotten for good; the name can be saved again. */
+static int save_gone(ws_save *w)
+{
+    pthread_mutex_lock(&w->mu);
+    struct stat st;
+    if (!w->gone && !w->committed && stat(w->path, &st) != 0 &&
+        errno == ENOENT)
+        w->gone = 1;
+    int gone = w->gone;
+    pthread_mutex_unlock(&w->mu);
+    return gone;
+}
+
 /* The save `name` not yet committed, or else (when `committed`) the
  * latest one that was; NULL if none (under s->mu).  A name can be saved
  * again once its checkpoint is deleted: that is a new save object. */
 static ws_save *set_find_locked(ws_set *s, const char *name, int committed)
 {
     for (size_t i = s->n; i-- > 0;)
-        if (strcmp(s->v[i]->name, name) == 0 &&
+        if (strcmp(s->v[i]->name, name) == 0 && !save_gone(s->v[i]) &&
             (committed || !ws_save_committed(s->v[i])))
             return s->v[i];
     return NULL;
@@ -376,8 +392,9 @@ static int make_save_dir(ws_set *s, const char *name, const char *path,
     char tmp[4096], sub[4200];
     ckpt_error le = { 0 };
     *lease = NULL;
-    int n = snprintf(tmp, sizeof tmp, "%s/" CKPT_NEW_PREFIX "%s.%s", s->root,
-                     s->prefix, name);
+    char comp[256];
+    ckpt_new_name(comp, sizeof comp, s->prefix, name);
+    int n = snprintf(tmp, sizeof tmp, "%s/%s", s->root, comp);
     if (n < 0 || (size_t)n >= sizeof tmp)
         return ckpt_err(err, -ENAMETOOLONG, "%s: name too long", path);
     int rc = mkdir(tmp, 0755) == 0 ? 0 : -errno;
@@ -446,7 +463,7 @@ int ws_set_list(ws_set *s, ws_save ***out, size_t *n)
     *out = malloc((s->n ? s->n : 1) * sizeof **out);
     *n = 0;
     for (size_t i = 0; *out && i < s->n; i++)
-        if (!ws_save_committed(s->v[i]))
+        if (!save_gone(s->v[i]) && !ws_save_committed(s->v[i]))
             (*out)[(*n)++] = s->v[i];
     pthread_mutex_unlock(&s->mu);
     return *out ? 0 : -ENOMEM;

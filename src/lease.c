@@ -8,6 +8,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -225,9 +226,9 @@ static int make_layout_atomic(ckpt_lease **out, const char *dir,
     int rc = ckpt_mkdirs(parent, err);
     if (rc)
         return rc;
-    char comp[256];
-    snprintf(comp, sizeof comp, CKPT_NEW_PREFIX "%ld.%lx.%.200s",
-             (long)getpid(), (unsigned long)pthread_self() & 0xffffff, base);
+    char comp[256], tag[32];
+    snprintf(tag, sizeof tag, "%lx", (unsigned long)pthread_self() & 0xffffff);
+    ckpt_new_name(comp, sizeof comp, tag, base);
     snprintf(tmp, sizeof tmp, "%s/%s", parent, comp);
     if (mkdir(tmp, 0755) != 0)
         return ckpt_err_sys(err, -errno, "cannot create %s", tmp);
@@ -317,6 +318,49 @@ int ckpt_lease_lock_exclusive(const char *dir, int create, int *fd,
     }
     *fd = f;
     return rc ? -ENOLCK : 0;
+}
+
+/* ------------------------------------------------------------ new names */
+
+/* This host's name as it goes into hidden names: [A-Za-z0-9-] only. */
+static void host_tag(char *buf, size_t cap)
+{
+    char host[64] = "host";
+    if (gethostname(host, sizeof host - 1) != 0)
+        snprintf(host, sizeof host, "host");
+    host[sizeof host - 1] = '\0';
+    size_t n = 0;
+    for (const char *p = host; *p && n + 1 < cap && n < 40; p++)
+        buf[n++] = (char)(((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z')
+                           || (*p >= '0' && *p <= '9') || *p == '-')
+                          ? *p : '-');
+    buf[n] = '\0';
+}
+
+int ckpt_new_name(char *buf, size_t cap, const char *tag, const char *name)
+{
+    char host[48];
+    host_tag(host, sizeof host);
+    return snprintf(buf, cap, CKPT_NEW_PREFIX "%s.%ld.%.40s.%.150s", host,
+                    (long)getpid(), tag, name);
+}
+
+int ckpt_new_maker_gone(const char *name)
+{
+    char host[48];
+    size_t pl = strlen(CKPT_NEW_PREFIX);
+    if (strncmp(name, CKPT_NEW_PREFIX, pl) != 0)
+        return 0;
+    host_tag(host, sizeof host);
+    size_t hl = strlen(host);
+    const char *p = name + pl;
+    if (strncmp(p, host, hl) != 0 || p[hl] != '.')
+        return 0;                       /* made elsewhere: cannot tell */
+    char *end;
+    long pid = strtol(p + hl + 1, &end, 10);
+    if (end == p + hl + 1 || *end != '.' || pid <= 0)
+        return 0;
+    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
 }
 
 /* ------------------------------------------------------------ unsynced */

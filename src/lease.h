@@ -24,8 +24,12 @@
 /* The lease file, relative to the save's directory. */
 #define CKPT_LEASE_PATH ".pending/lease"
 /* Hidden names under which a save's directory is made before it is
- * renamed into place; gc removes such leftovers of killed processes. */
+ * renamed into place: ".ckpt-new.HOST.PID.TAG.NAME".  gc removes such a
+ * leftover once its maker is gone: at once when HOST is this host and PID
+ * is no process, else once it is CKPT_NEW_MIN_AGE_S old (making one takes
+ * microseconds, so a live maker is done long before). */
 #define CKPT_NEW_PREFIX ".ckpt-new."
+#define CKPT_NEW_MIN_AGE_S 10
 /* How often a lease refreshes the heartbeat, in milliseconds. */
 #define CKPT_LEASE_BEAT_MS 30000
 
@@ -59,6 +63,13 @@ int ckpt_save_begin(ckpt_lease **out, const char *dir, ckpt_error *err);
  * the save has no .pending/. */
 int ckpt_lease_lock_exclusive(const char *dir, int create, int *fd,
                               int *created, ckpt_error *err);
+
+/* Writes into buf (cap bytes) the hidden name under which this process
+ * makes the directory of save `name` (tag tells apart its makers). */
+int ckpt_new_name(char *buf, size_t cap, const char *tag, const char *name);
+/* 1 when hidden name `name` (ckpt_new_name's) was made on this host by a
+ * process that no longer exists. */
+int ckpt_new_maker_gone(const char *name);
 
 /* The mark of a save whose shard could not be synced (fdatasync failed):
  * after such a failure the kernel may have dropped the bytes while a later

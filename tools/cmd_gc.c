@@ -394,7 +394,12 @@ static int collect_entry(const gc_opts *o, const char *root,
         else
             printf("%s %s: what an interrupted gc left\n", removed(o), name);
     } else if (strncmp(name, CKPT_NEW_PREFIX, strlen(CKPT_NEW_PREFIX)) == 0) {
-        rc = collect_unfinished(o, root, name, name);   /* a save's start */
+        /* A save's directory being made: its maker holds no lease yet. */
+        gc_opts no = *o;
+        int64_t floor = (int64_t)CKPT_NEW_MIN_AGE_S * 1000000000LL;
+        if (!ckpt_new_maker_gone(name) && no.min_age_ns < floor)
+            no.min_age_ns = floor;
+        rc = collect_unfinished(&no, root, name, name);
     } else {
         switch (ckpt_dir_probe(path)) {
         case CKPT_DIR_PENDING:

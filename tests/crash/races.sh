@@ -256,6 +256,35 @@ else
 fi
 rm -rf "$ROOT"/step-1[0-9][0-9]
 
+echo "# ---- gc while a save's directory is being made (before its lease)"
+rm -f "$TMP/shim2.log"
+bg_shimmed "$TMP/pack.out" CKPT_SHIM_ROOT="$ROOT" \
+    CKPT_SHIM_DELAY="open:$ROOT/.ckpt-new.*/.pending/lease:1500" \
+    CKPT_SHIM_LOG="$TMP/shim2.log" "$CKPT" pack --frame-size 4K "$ROOT/step-40" \
+    --meta step=8 model.w="$IN/w.npy" model.b="$IN/b.npy" opt.m="$IN/m.npy"
+PP=$!
+wait_file "$TMP/shim2.log"
+run_ckpt gc --min-age 0 "$ROOT"
+expect_out_re '^kept \.ckpt-new\..*step-40: ' "gc keeps the directory its maker is still making"
+wait "$PP" && ok "the pack succeeds" || bad "the pack: $(cat "$TMP/pack.out")"
+check "step-40 is whole" "$DRIVER" check "$ROOT/step-40" 8
+rm -rf "$ROOT/step-40"
+
+echo "# ---- a save a mount only looked at, removed by gc, is saved again"
+"$DRIVER" lib "$ROOT/step-30" 30 2 nocommit || exit 99
+mount_ck "$ROOT" "$M" -o rw,world=2 || exit 1
+ls "$M/step-30" >/dev/null 2>&1      # joins it; writes nothing: no lease
+run_ckpt gc --min-age 0 "$ROOT"
+expect_out_re '^removed step-30: unfinished save' "gc removes the save the mount only looked at"
+sleep 1.1                            # the kernel keeps names for a second
+"$DRIVER" mount "$M/step-30" 30 1 2 >"$TMP/w.out" 2>&1 &&
+    "$DRIVER" mount "$M/step-30" 30 0 2 >>"$TMP/w.out" 2>&1 &&
+    ok "the step is saved again through the same mount" ||
+    bad "saving step-30 again: $(tr '\n' '~' <"$TMP/w.out")"
+umount_ck "$M"
+check "step-30 is whole" "$DRIVER" check "$ROOT/step-30" 30
+rm -rf "$ROOT/step-30"
+
 # ------------------------------------------------------------ gc killed
 echo "# ---- gc killed while it retires checkpoints: never half of one"
 for s in 11 12 13 14; do "$DRIVER" lib "$ROOT/step-$s" "$s" 2 || exit 99; done

@@ -476,6 +476,32 @@ START_TEST(test_commit_refuses_declared)
 }
 END_TEST
 
+START_TEST(test_new_names)
+{
+    char mine[256], other[256], dead[256];
+    ck_assert_int_gt(ckpt_new_name(mine, sizeof mine, "t1", "step-5"), 0);
+    ck_assert(strncmp(mine, CKPT_NEW_PREFIX, strlen(CKPT_NEW_PREFIX)) == 0);
+    ck_assert(strstr(mine, ".step-5") != NULL);
+    ck_assert_int_eq(ckpt_new_maker_gone(mine), 0);        /* we live */
+    /* A process of this host that is gone. */
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0)
+        _exit(0);
+    waitpid(pid, NULL, 0);
+    char *at = strchr(mine + strlen(CKPT_NEW_PREFIX), '.');
+    ck_assert_ptr_nonnull(at);
+    snprintf(dead, sizeof dead, "%.*s.%ld.t1.step-5",
+             (int)(at - mine), mine, (long)pid);
+    ck_assert_int_eq(ckpt_new_maker_gone(dead), 1);
+    /* Another host: cannot tell. */
+    snprintf(other, sizeof other, CKPT_NEW_PREFIX "elsewhere-xyz.%ld.t1.s",
+             (long)pid);
+    ck_assert_int_eq(ckpt_new_maker_gone(other), 0);
+    ck_assert_int_eq(ckpt_new_maker_gone("step-5"), 0);
+}
+END_TEST
+
 static Suite *gc_suite(void)
 {
     Suite *s = suite_create("gc");
@@ -492,6 +518,7 @@ static Suite *gc_suite(void)
     tcase_add_test(tc, test_gc_retire_and_tidy);
     tcase_add_test(tc, test_retain_key);
     tcase_add_test(tc, test_retain_select);
+    tcase_add_test(tc, test_new_names);
     suite_add_tcase(s, tc);
     tc = tcase_create("commit");
     tcase_add_test(tc, test_commit_refuses_unsynced);

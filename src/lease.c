@@ -337,6 +337,25 @@ static void host_tag(char *buf, size_t cap)
     buf[n] = '\0';
 }
 
+/* 1 when process pid has exited but was not reaped yet (a zombie: an MPI
+ * rank killed beside a launcher that does not wait for it).  Linux /proc;
+ * 0 when that cannot be read. */
+static int pid_is_zombie(long pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    const char *end = strrchr(buf, ')');   /* "PID (COMM) STATE ..." */
+    return end && end[1] == ' ' && (end[2] == 'Z' || end[2] == 'X');
+}
+
 int ckpt_new_name(char *buf, size_t cap, const char *tag, const char *name)
 {
     char host[48];
@@ -360,7 +379,9 @@ int ckpt_new_maker_gone(const char *name)
     long pid = strtol(p + hl + 1, &end, 10);
     if (end == p + hl + 1 || *end != '.' || pid <= 0)
         return 0;
-    return kill((pid_t)pid, 0) != 0 && errno == ESRCH;
+    if (kill((pid_t)pid, 0) != 0)
+        return errno == ESRCH;
+    return pid_is_zombie(pid);
 }
 
 /* ------------------------------------------------------------ unsynced */

@@ -483,16 +483,20 @@ START_TEST(test_new_names)
     ck_assert(strncmp(mine, CKPT_NEW_PREFIX, strlen(CKPT_NEW_PREFIX)) == 0);
     ck_assert(strstr(mine, ".step-5") != NULL);
     ck_assert_int_eq(ckpt_new_maker_gone(mine), 0);        /* we live */
-    /* A process of this host that is gone. */
+    /* A process of this host that is gone: first a zombie (exited, not
+     * yet reaped), then reaped. */
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0)
         _exit(0);
-    waitpid(pid, NULL, 0);
     char *at = strchr(mine + strlen(CKPT_NEW_PREFIX), '.');
     ck_assert_ptr_nonnull(at);
     snprintf(dead, sizeof dead, "%.*s.%ld.t1.step-5",
              (int)(at - mine), mine, (long)pid);
+    for (int i = 0; i < 200 && !ckpt_new_maker_gone(dead); i++)
+        usleep(10000);                   /* until the child has exited */
+    ck_assert_int_eq(ckpt_new_maker_gone(dead), 1);
+    waitpid(pid, NULL, 0);
     ck_assert_int_eq(ckpt_new_maker_gone(dead), 1);
     /* Another host: cannot tell. */
     snprintf(other, sizeof other, CKPT_NEW_PREFIX "elsewhere-xyz.%ld.t1.s",

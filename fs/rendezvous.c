@@ -10,10 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "error.h"
 #include "fileio.h"
+#include "lease.h"
 
 #define MARKER_PREFIX "rank-"
 
@@ -65,34 +67,60 @@ int rdv_mark(const char *dir, int rank, int world, int *complete,
     if (rc)
         return rc;
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    if (fd < 0 && errno == EEXIST)
-        return ckpt_err(err, -EINVAL, "%s: rank %d has already committed",
-                        dir, rank);
-    if (fd < 0)
+    int again = fd < 0 && errno == EEXIST;
+    if (fd < 0 && !again)
         return ckpt_err_sys(err, -errno, "cannot create %s", path);
-    close(fd);
+    if (fd >= 0)
+        close(fd);
     int count;
     rc = count_marks(dir, world, &count, err);
     if (rc == 0)
         *complete = count == world;
+    if (rc == 0 && again)
+        rc = ckpt_err(err, -EALREADY, "%s: rank %d has already committed "
+                      "(%d of %d ranks are in)", dir, rank, count, world);
     return rc;
 }
 
-/* Leaves msg in .pending/failed (written aside, then renamed over). */
+/* Leaves msg in .pending/failed (written aside, synced, then renamed
+ * over); a failure to do so is logged by the caller's status. */
 static void record_failure(const char *dir, const char *msg)
 {
     char path[4096], tmp[4200];
     if (pending_path(path, sizeof path, dir, "failed", NULL))
         return;
     snprintf(tmp, sizeof tmp, "%s.%ld", path, (long)getpid());
-    FILE *f = fopen(tmp, "w");
-    if (!f)
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
         return;
-    int bad = fputs(msg, f) < 0;
-    if (fclose(f) != 0 || bad || rename(tmp, path) != 0)
+    int bad = ckpt_write_full(fd, msg, strlen(msg), tmp, NULL) != 0 ||
+              fsync(fd) != 0;
+    if (close(fd) != 0 || bad || rename(tmp, path) != 0)
         unlink(tmp);
 }
 
+/* 1 while some process runs the commit of dir (holds its commit.lock). */
+static int commit_running(const char *dir)
+{
+    char path[4096];
+    if (pending_path(path, sizeof path, dir, "commit.lock", NULL))
+        return 0;
+    int fd = open(path, O_RDWR | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    int busy = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    close(fd);
+    return busy;
+}
+
+
+int rdv_retry(const char *dir, int world, ckpt_error *err)
+{
+    char path[4096];
+    if (pending_path(path, sizeof path, dir, "failed", NULL) == 0)
+        unlink(path);
+    return rdv_commit(dir, world, err);
+}
 
 int rdv_commit(const char *dir, int world, ckpt_error *err)
 {
@@ -107,22 +135,45 @@ int rdv_commit(const char *dir, int world, ckpt_error *err)
     return rc;
 }
 
+/* The message left in .pending/failed or the unsynced mark, into msg;
+ * 0 when there is none. */
+static int failure_of(const char *dir, char *msg, size_t cap)
+{
+    char path[4096];
+    if (ckpt_save_unsynced(dir, msg, cap))
+        return 1;
+    if (pending_path(path, sizeof path, dir, "failed", NULL))
+        return 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, msg, cap - 1);
+    close(fd);
+    msg[n > 0 ? n : 0] = '\0';
+    return 1;
+}
+
 int rdv_status(const char *dir, int world, char *buf, size_t cap)
 {
+    char msg[1100];
     if (ckpt_dir_probe(dir) == CKPT_DIR_COMMITTED)
         return snprintf(buf, cap, "committed\n");
-    char path[4096], msg[1100];
-    FILE *f = pending_path(path, sizeof path, dir, "failed", NULL) == 0
-                  ? fopen(path, "r") : NULL;
-    if (f) {
-        size_t n = fread(msg, 1, sizeof msg - 1, f);
-        fclose(f);
-        msg[n] = '\0';
+    if (failure_of(dir, msg, sizeof msg)) {
         msg[strcspn(msg, "\n")] = '\0';
         return snprintf(buf, cap, "failed: %s\n", msg);
     }
     int count = 0;
     if (count_marks(dir, world, &count, NULL) != 0)
         count = 0;
-    return snprintf(buf, cap, "pending %d/%d\n", count, world);
+    if (count < world)
+        return snprintf(buf, cap, "pending %d/%d\n", count, world);
+    if (commit_running(dir))
+        return snprintf(buf, cap, "committing\n");
+    /* Every rank is in but nobody commits: the committer died (or could
+     * not even record its failure).  Commit now. */
+    ckpt_error e = { 0 };
+    if (rdv_commit(dir, world, &e) == 0)
+        return snprintf(buf, cap, "committed\n");
+    e.msg[strcspn(e.msg, "\n")] = '\0';
+    return snprintf(buf, cap, "failed: %s\n", e.msg);
 }

@@ -6,7 +6,10 @@
  * it writes through); whoever completes the set of `world` markers runs
  * ckpt_commit(), which the library makes safe against a concurrent second
  * committer; a failed commit leaves its message in .pending/failed for
- * every mount's status file.  No state besides the directory.
+ * every mount's status file.  A save whose markers are all in but that
+ * nobody commits (its committer was killed, or could not record its
+ * failure) is committed by the next status read or repeated rank.  No
+ * state besides the directory.
  */
 #ifndef CKPTFS_FS_RENDEZVOUS_H
 #define CKPTFS_FS_RENDEZVOUS_H
@@ -16,8 +19,8 @@
 #include "ckptfs.h"
 
 /* Records that `rank` has closed all its pieces.  -EINVAL (with a
- * message) for a rank outside 0..world-1 or one already recorded; sets
- * *complete when all world ranks now are. */
+ * message) for a rank outside 0..world-1, -EALREADY for one already
+ * recorded; sets *complete when all world ranks now are. */
 int rdv_mark(const char *dir, int rank, int world, int *complete,
              ckpt_error *err);
 
@@ -26,8 +29,14 @@ int rdv_mark(const char *dir, int rank, int world, int *complete,
  * error, which is also left in .pending/failed. */
 int rdv_commit(const char *dir, int world, ckpt_error *err);
 
-/* The status line of dir, with its newline: "committed", "failed: MSG",
- * or "pending K/N" (K ranks recorded).  Like snprintf. */
+/* rdv_commit after forgetting the failure a previous commit recorded:
+ * what a rank's repeated commit does once every rank is in. */
+int rdv_retry(const char *dir, int world, ckpt_error *err);
+
+/* The status line of dir, with its newline: "committed", "failed: MSG"
+ * (a commit's failure, or a shard that could not be synced), "committing"
+ * or "pending K/N" (K ranks recorded).  When every rank is in and no
+ * commit runs, runs it first.  Like snprintf. */
 int rdv_status(const char *dir, int world, char *buf, size_t cap);
 
 #endif

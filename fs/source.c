@@ -21,7 +21,7 @@
 #include <fuse3/fuse_log.h>
 
 #include "error.h"
-#include "latest.h"
+#include "gc.h"
 #include "views.h"
 
 /* A subdirectory of the root that is a checkpoint or a save. */
@@ -93,8 +93,8 @@ static int same_file(const struct stat *a, const struct stat *b)
 /* Opens the index of the checkpoint at path with a minimal reader (one
  * thread, small cache; the mount's follow_links), to check it opens and
  * read its step. */
-static int probe(const fs_source *s, const char *path, int *has_step,
-                 int64_t *step, ckpt_error *err)
+static int probe(const fs_source *s, const char *name, const char *path,
+                 int *has_step, int64_t *step, ckpt_error *err)
 {
     ckpt_read_opts o;
     ckpt_read_opts_init(&o);
@@ -106,7 +106,7 @@ static int probe(const fs_source *s, const char *path, int *has_step,
     int rc = ckpt_reader_open(&r, path, &o, err);
     if (rc)
         return rc;
-    *has_step = latest_parse_step(ckpt_reader_meta_get(r, "step"), step);
+    *has_step = ckpt_retain_key(name, ckpt_reader_meta_get(r, "step"), step);
     ckpt_reader_close(r);
     return 0;
 }
@@ -168,12 +168,24 @@ static root_entry *entry_find(root_entry *v, size_t n, const char *name)
     return n ? bsearch(&key, v, n, sizeof *v, by_entry_name) : NULL;
 }
 
-/* Whether checkpoint a is newer than b for `latest` (latest.h). */
+/* What ckpt_retain_newer orders c by: its step (metadata, or else the
+ * number in its name: probe()), then its index's time. */
+static ckpt_retain_item retain_item(const fs_ckpt *c)
+{
+    ckpt_retain_item it = { .name = c->name, .has_key = c->has_step,
+                            .key = c->step };
+    it.committed_ns = (int64_t)c->st.st_mtim.tv_sec * 1000000000LL +
+                      c->st.st_mtim.tv_nsec;
+    return it;
+}
+
+/* Whether checkpoint a is newer than b for `latest`: the order gc's
+ * retention keeps the newest by (src/gc.h), so gc never retires what
+ * `latest` points to. */
 static int newer(const fs_ckpt *a, const fs_ckpt *b)
 {
-    latest_key ka = { a->name, a->has_step, a->step, a->st.st_mtim };
-    latest_key kb = { b->name, b->has_step, b->step, b->st.st_mtim };
-    return latest_newer(&ka, &kb);
+    ckpt_retain_item x = retain_item(a), y = retain_item(b);
+    return ckpt_retain_newer(&x, &y);
 }
 
 static fs_ckpt *choose_latest(const root_entry *v, size_t n)
@@ -238,13 +250,11 @@ static int scan_committed(fs_source *s, scan_result *r, const char *name,
     ckpt_error err = { 0 };
     int has_step = 0;
     int64_t step = 0;
-    if (probe(s, path, &has_step, &step, &err) != 0) {
+    if (probe(s, name, path, &has_step, &step, &err) != 0) {
         fuse_log(FUSE_LOG_WARNING, "ckptfs: %s: left out: %s\n", path,
                  err.msg);
         return scan_push(r, &e);
     }
-    if (!has_step)
-        has_step = latest_name_step(name, &step);
     if (!(e.ck = ckpt_new(name, path, idx, has_step, step)))
         return -ENOMEM;
     e.state = ENTRY_SHOWN;
@@ -422,7 +432,7 @@ static int open_single(fs_source *s, const char *stamp, ckpt_error *err)
     struct stat idx;
     int has_step = 0;
     int64_t step = 0;
-    int rc = probe(s, s->path, &has_step, &step, err);
+    int rc = probe(s, "", s->path, &has_step, &step, err);
     if (rc == 0 && stat(stamp, &idx) != 0)
         return ckpt_err_sys(err, -errno, "%s", stamp);
     if (rc)

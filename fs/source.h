@@ -35,7 +35,7 @@ typedef struct fs_ckpt {
     char *path;            /* absolute path of the checkpoint directory */
     uint32_t slot;
     struct stat st;        /* of its index.db: times, owner, identity */
-    int has_step;          /* it has a step for `latest` (latest.h): its
+    int has_step;          /* it has a step for `latest` (src/gc.h, ckpt_retain_newer): its
                               `step` metadata, or a number in its name */
     int64_t step;
     _Atomic int ready;

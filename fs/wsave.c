@@ -23,10 +23,12 @@
 
 #include "error.h"
 #include "fileio.h"
+#include "lease.h"
 #include "names.h"
 #include "pattr.h"
 #include "rendezvous.h"
 #include "shape.h"
+#include "writer.h"
 
 #define META_PREFIX "user.ckpt.meta."
 #define TENSOR_SUFFIX ".tensor"
@@ -51,6 +53,8 @@ typedef struct ws_node {
     pattr shared;              /* WS_FILE: the last values anyone set */
     overlay *own;              /* WS_FILE: per process */
     struct timespec mtime;
+    uint8_t declared;          /* WS_FILE: declared in a plan by this mount */
+    char *error;               /* WS_FILE: why its last failed piece failed */
 } ws_node;
 
 typedef struct kv {
@@ -73,6 +77,8 @@ struct ws_save {
     size_t nall, capall;
     unsigned next_writer;
     int committed;
+    int gone;                  /* its directory vanished (gc removed it) */
+    ckpt_lease *lease;         /* from this mount's first write to the commit */
     kv *meta;                  /* user.ckpt.meta.* set through this mount */
     size_t nmeta;
 };
@@ -189,6 +195,7 @@ static void node_clear(ws_node *x)
 {
     free(x->name);
     free(x->kids);
+    free(x->error);
     while (x->own) {
         overlay *o = x->own;
         x->own = o->next;
@@ -202,6 +209,7 @@ static void save_free(ws_save *w)
 {
     for (size_t i = 0; i < w->nidle; i++)
         ckpt_writer_abort(w->idle[i]);
+    ckpt_lease_drop(w->lease);
     free(w->idle);
     free(w->all);
     for (size_t i = 0; i < w->nmeta; i++) {
@@ -282,13 +290,28 @@ static ws_save *set_add(ws_set *s, const char *name, const char *path)
     return w;
 }
 
+/* 1 once w's directory has vanished while it was not committed: a gc
+ * removed a save that this mount had only looked at (it holds no lease on
+ * it).  Such a save is forgotten for good; the name can be saved again. */
+static int save_gone(ws_save *w)
+{
+    pthread_mutex_lock(&w->mu);
+    struct stat st;
+    if (!w->gone && !w->committed && stat(w->path, &st) != 0 &&
+        errno == ENOENT)
+        w->gone = 1;
+    int gone = w->gone;
+    pthread_mutex_unlock(&w->mu);
+    return gone;
+}
+
 /* The save `name` not yet committed, or else (when `committed`) the
  * latest one that was; NULL if none (under s->mu).  A name can be saved
  * again once its checkpoint is deleted: that is a new save object. */
 static ws_save *set_find_locked(ws_set *s, const char *name, int committed)
 {
     for (size_t i = s->n; i-- > 0;)
-        if (strcmp(s->v[i]->name, name) == 0 &&
+        if (strcmp(s->v[i]->name, name) == 0 && !save_gone(s->v[i]) &&
             (committed || !ws_save_committed(s->v[i])))
             return s->v[i];
     return NULL;
@@ -364,11 +387,14 @@ ws_save *ws_set_find(ws_set *s, const char *name)
  * know it for a save): built aside under a hidden name, then renamed into
  * place.  -EEXIST when root/name exists. */
 static int make_save_dir(ws_set *s, const char *name, const char *path,
-                         ckpt_error *err)
+                         ckpt_lease **lease, ckpt_error *err)
 {
     char tmp[4096], sub[4200];
-    int n = snprintf(tmp, sizeof tmp, "%s/.%s.new-%s", s->root, name,
-                     s->prefix);
+    ckpt_error le = { 0 };
+    *lease = NULL;
+    char comp[256];
+    ckpt_new_name(comp, sizeof comp, s->prefix, name);
+    int n = snprintf(tmp, sizeof tmp, "%s/%s", s->root, comp);
     if (n < 0 || (size_t)n >= sizeof tmp)
         return ckpt_err(err, -ENAMETOOLONG, "%s: name too long", path);
     int rc = mkdir(tmp, 0755) == 0 ? 0 : -errno;
@@ -378,10 +404,15 @@ static int make_save_dir(ws_set *s, const char *name, const char *path,
     snprintf(sub, sizeof sub, "%s/data", tmp);
     if (rc == 0 && mkdir(sub, 0755) != 0)
         rc = -errno;
+    /* Leased before it appears: no gc takes it in between. */
+    if (rc == 0 && ckpt_lease_take(lease, tmp, CKPT_LEASE_BEAT_MS, &le))
+        rc = le.code;
     if (rc == 0 && rename(tmp, path) != 0)
         rc = errno == ENOTEMPTY ? -EEXIST : -errno;
     if (rc == 0)
         return 0;
+    ckpt_lease_drop(*lease);
+    *lease = NULL;
     ckpt_remove_tree(tmp, NULL);
     return ckpt_err(err, rc, "cannot create %s: %s", path, strerror(-rc));
 }
@@ -396,19 +427,25 @@ int ws_set_create(ws_set *s, const char *name, ws_save **out,
         rc = ckpt_path_join(path, sizeof path, s->root, name, err);
     if (rc)
         return rc;
+    ckpt_lease *lease = NULL;
     pthread_mutex_lock(&s->mu);
     ws_save *w = set_find_locked(s, name, 0);
     if (w) {
         *out = w;
         rc = -EEXIST;
     } else {
-        rc = make_save_dir(s, name, path, err);
+        rc = make_save_dir(s, name, path, &lease, err);
         if (rc == 0 || (rc == -EEXIST && on_disk_pending(path)))
             *out = set_add(s, name, path);
         if (rc == 0 && !*out)
             rc = ckpt_err(err, -ENOMEM, "out of memory");
+        if (rc == 0) {
+            (*out)->lease = lease;
+            lease = NULL;
+        }
     }
     pthread_mutex_unlock(&s->mu);
+    ckpt_lease_drop(lease);
     return rc;
 }
 
@@ -426,7 +463,7 @@ int ws_set_list(ws_set *s, ws_save ***out, size_t *n)
     *out = malloc((s->n ? s->n : 1) * sizeof **out);
     *n = 0;
     for (size_t i = 0; *out && i < s->n; i++)
-        if (!ws_save_committed(s->v[i]))
+        if (!save_gone(s->v[i]) && !ws_save_committed(s->v[i]))
             (*out)[(*n)++] = s->v[i];
     pthread_mutex_unlock(&s->mu);
     return *out ? 0 : -ENOMEM;
@@ -471,6 +508,8 @@ int ws_save_committed(ws_save *w)
         if (c) {
             w->committed = 1;
             drop_idle(w);
+            ckpt_lease_drop(w->lease);
+            w->lease = NULL;
         }
     }
     pthread_mutex_unlock(&w->mu);
@@ -610,10 +649,13 @@ int ws_mkdir(ws_save *w, uint32_t dir, const char *name, uint32_t *node,
     return make_node(w, dir, name, WS_DIR, node, NULL, err);
 }
 
+static int declare_once(ws_save *w, uint32_t node, ckpt_error *err);
+
 int ws_mkfile(ws_save *w, uint32_t dir, const char *name, uint32_t *node,
               int *created, ckpt_error *err)
 {
-    return make_node(w, dir, name, WS_FILE, node, created, err);
+    int rc = make_node(w, dir, name, WS_FILE, node, created, err);
+    return rc ? rc : declare_once(w, *node, err);
 }
 
 /* The FQN of file node (under mu): its path with ".tensor" dropped. */
@@ -774,7 +816,7 @@ int ws_setxattr(ws_save *w, uint32_t node, pid_t pid, const char *name,
     if (rc == 0)
         (void)pattr_set(&x->shared, key, value, len, NULL);
     pthread_mutex_unlock(&w->mu);
-    return rc;
+    return rc ? rc : declare_once(w, node, err);
 }
 
 int ws_getxattr(ws_save *w, uint32_t node, pid_t pid, const char *name,
@@ -816,8 +858,34 @@ int ws_listxattr(ws_save *w, uint32_t node, pid_t pid, char *buf,
 
 /* ------------------------------------------------------------ writers */
 
+/* This mount is one of the save's writers from its first write on: it
+ * holds the save's lease until the save commits or the mount goes. */
+static int hold_lease(ws_save *w, ckpt_error *err)
+{
+    pthread_mutex_lock(&w->mu);
+    int have = w->lease || w->committed;
+    pthread_mutex_unlock(&w->mu);
+    if (have)
+        return 0;
+    ckpt_lease *l;
+    int rc = ckpt_lease_take(&l, w->path, CKPT_LEASE_BEAT_MS, err);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&w->mu);
+    if (!w->lease && !w->committed) {
+        w->lease = l;
+        l = NULL;
+    }
+    pthread_mutex_unlock(&w->mu);
+    ckpt_lease_drop(l);
+    return 0;
+}
+
 static int take_writer(ws_save *w, ckpt_writer **out, ckpt_error *err)
 {
+    int lrc = hold_lease(w, err);
+    if (lrc)
+        return lrc;
     pthread_mutex_lock(&w->mu);
     if (w->committed) {
         pthread_mutex_unlock(&w->mu);
@@ -885,6 +953,54 @@ static void give_writer(ws_save *w, ckpt_writer *wr, int ok)
     ckpt_writer_abort(wr);
 }
 
+/* Records in a writer's plan that file `node` is declared, with the
+ * reason its piece failed (or none), so that whichever mount commits
+ * refuses the tensor if no piece of it arrives. */
+static int declare(ws_save *w, uint32_t node, const char *reason,
+                   ckpt_error *err)
+{
+    char *fqn = NULL;
+    pthread_mutex_lock(&w->mu);
+    int rc = node < w->n && w->nodes[node].kind == WS_FILE
+             ? fqn_locked(w, node, &fqn, err)
+             : ckpt_err(err, -EISDIR, "not a tensor file");
+    pthread_mutex_unlock(&w->mu);
+    ckpt_writer *wr = NULL;
+    if (rc == 0)
+        rc = take_writer(w, &wr, err);
+    if (rc == 0) {
+        rc = ckpt_writer_declare(wr, fqn, reason, err);
+        if (rc == 0)
+            rc = ckpt_writer_flush(wr, err);
+        give_writer(w, wr, rc == 0);
+    }
+    if (rc == 0) {
+        pthread_mutex_lock(&w->mu);
+        w->nodes[node].declared = 1;
+        pthread_mutex_unlock(&w->mu);
+    }
+    free(fqn);
+    return rc;
+}
+
+/* Declares file `node` unless this mount did already. */
+static int declare_once(ws_save *w, uint32_t node, ckpt_error *err)
+{
+    pthread_mutex_lock(&w->mu);
+    int done = node >= w->n || w->nodes[node].declared;
+    pthread_mutex_unlock(&w->mu);
+    return done ? 0 : declare(w, node, NULL, err);
+}
+
+int ws_piece_error(ws_save *w, uint32_t node, char *buf, size_t cap)
+{
+    pthread_mutex_lock(&w->mu);
+    int rc = node < w->n && w->nodes[node].error
+             ? snprintf(buf, cap, "%s", w->nodes[node].error) : -ENODATA;
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
 /* ------------------------------------------------------------ pieces */
 
 int ws_open(ws_save *w, uint32_t node, pid_t pid, ws_file **out,
@@ -916,12 +1032,33 @@ int ws_open(ws_save *w, uint32_t node, pid_t pid, ws_file **out,
     return 0;
 }
 
+/* The one place a failed piece is recorded: its reason is kept on the
+ * file's node (ws_piece_error) and written to a plan with the tensor's
+ * declaration, so that no commit takes the save without the tensor. */
+static void piece_failed(ws_file *f)
+{
+    const char *why = f->err.msg[0] ? f->err.msg : strerror(-f->rc);
+    ws_save *w = f->w;
+    char *copy = strdup(why);
+    pthread_mutex_lock(&w->mu);
+    if (copy) {
+        free(w->nodes[f->node].error);
+        w->nodes[f->node].error = copy;
+    }
+    pthread_mutex_unlock(&w->mu);
+    ckpt_error e = { 0 };
+    if (declare(w, f->node, why, &e) != 0)
+        fuse_log(FUSE_LOG_ERR, "ckptfs: tensor '%s': cannot record why its "
+                 "piece failed: %s\n", f->fqn, e.msg);
+}
+
 static int fail(ws_file *f, int rc, const ckpt_error *err)
 {
     if (f->rc == 0) {
         f->rc = rc;
         if (err)
             f->err = *err;
+        piece_failed(f);
     }
     return f->rc;
 }
@@ -1076,9 +1213,12 @@ int ws_commit_ranks(ws_save *w, const char *text, size_t len,
                         sizeof buf - 1);
     memcpy(buf, text, len);
     buf[len] = '\0';
-    int world = w->set->world, nranks = 0, complete = 0;
+    int world = w->set->world, nranks = 0, complete = 0, again = 0;
+    int rc = hold_lease(w, err);
+    if (rc)
+        return rc;
     /* The ranks' pieces must be on disk before anyone counts them. */
-    int rc = sync_writers(w, err);
+    rc = sync_writers(w, err);
     if (rc)
         return -EIO;
     char *p = buf;
@@ -1095,6 +1235,14 @@ int ws_commit_ranks(ws_save *w, const char *text, size_t len,
             return ckpt_err(err, -EINVAL, "%s/.ckptfs/commit: '%s' is not a "
                             "rank number", w->name, buf);
         rc = rdv_mark(w->path, (int)r, world, &complete, err);
+        /* A rank again once all are in: the commit is run again (its
+         * committer died, or failed and the rank retries). */
+        if (rc == -EALREADY && complete) {
+            again = 1;
+            rc = 0;
+        } else if (rc == -EALREADY) {
+            rc = -EINVAL;
+        }
         nranks++;
         p = end;
     }
@@ -1102,7 +1250,7 @@ int ws_commit_ranks(ws_save *w, const char *text, size_t len,
         rc = ckpt_err(err, -EINVAL, "%s/.ckptfs/commit: write a rank number "
                       "(0..%d)", w->name, world - 1);
     if (rc == 0 && complete) {
-        if (rdv_commit(w->path, world, err) != 0)
+        if ((again ? rdv_retry : rdv_commit)(w->path, world, err) != 0)
             return -EIO;        /* the planner's message is in err */
         (void)ws_save_committed(w);
     }

@@ -132,6 +132,12 @@ int ws_write(ws_file *f, pid_t pid, const void *buf, size_t len,
 int ws_close(ws_file *f, ckpt_error *err);
 /* Frees f, abandoning a piece that was not closed. */
 void ws_release(ws_file *f);
+/* Why the last failed piece of file `node` failed (like snprintf), or
+ * -ENODATA.  A file created or described in a save is declared (in a
+ * writer's plan, so that it outlives this daemon), and the reason its
+ * piece failed is recorded there too: the commit refuses a declared tensor
+ * that no piece holds, naming that reason. */
+int ws_piece_error(ws_save *w, uint32_t node, char *buf, size_t cap);
 
 /* ------------------------------------------------------------ commit */
 

@@ -20,6 +20,7 @@
 
 #include "error.h"
 #include "fileio.h"
+#include "lease.h"
 #include "model.h"
 #include "plan.h"
 #include "shape.h"
@@ -118,9 +119,12 @@ void ckpt_async_cleanup(const char *dir, const char *writer, int owned,
         if (ckpt_path_join(path, sizeof path, dir, rel, NULL) == 0)
             unlink(path);
     }
-    if (ckpt_path_join(path, sizeof path, dir, ".pending/commit.lock",
-                       NULL) == 0)
-        unlink(path);
+    static const char *const shared[] = {
+        ".pending/commit.lock", CKPT_LEASE_PATH, CKPT_UNSYNCED_PATH,
+    };
+    for (size_t k = 0; k < sizeof shared / sizeof *shared; k++)
+        if (ckpt_path_join(path, sizeof path, dir, shared[k], NULL) == 0)
+            unlink(path);
     if (ckpt_path_join(path, sizeof path, dir, ".pending", NULL) == 0)
         rmdir(path);
     if (ckpt_path_join(path, sizeof path, dir, "data", NULL) == 0)
@@ -182,7 +186,14 @@ static int job_write(ckpt_save *j, ckpt_error *err)
 static void job_run(ckpt_save *j)
 {
     ckpt_error e = { 0 };
-    int rc = job_write(j, &e);
+    ckpt_lease *lease = NULL;
+    int rc = 0;
+    /* A save that commits holds its lease from its first file to its
+     * commit, so that no gc takes it between the writer and the commit. */
+    if (j->commit)
+        rc = ckpt_save_begin(&lease, j->dir, &e);
+    if (rc == 0)
+        rc = job_write(j, &e);
     if (rc == 0 && j->commit) {
         ckpt_commit_opts co;
         ckpt_commit_opts_init(&co);
@@ -193,8 +204,9 @@ static void job_run(ckpt_save *j)
     /* Give every slab back (and, after a failure, let a producer still
      * staging this save run to its end). */
     ckpt_staged_drain(j->staged);
-    if (rc && j->commit)
+    if (rc && j->commit && rc != -ESTALE)
         job_cleanup(j);
+    ckpt_lease_drop(lease);
     j->rc = rc;
     if (rc)
         j->err = e;
@@ -373,6 +385,12 @@ static int copy_meta(ckpt_save *j, const ckpt_async_desc *d, ckpt_error *err)
             return ckpt_err(err, -ENOMEM, "out of memory");
     }
     return 0;
+}
+
+int ckpt_async_hash(ckpt_saver *sv, const void *p, size_t n, uint64_t *out,
+                    const char *what, ckpt_error *err)
+{
+    return ckpt_mem_hash(sv ? sv->stage : NULL, p, n, out, what, err);
 }
 
 /* A job holding copies of everything in d but the data. */

@@ -32,6 +32,10 @@ int ckpt_async_check_target(const char *dir, int *made, ckpt_error *err);
  * CUDA is usable, device memory (errors name the tensor). */
 int ckpt_async_check_data(ckpt_saver *s, const ckpt_piece *pieces, size_t n,
                           const uint8_t *keep, ckpt_error *err);
+/* The XXH3-64 of the n bytes at p (host memory, or device memory where
+ * the saver can use CUDA; s may be NULL: host memory only). */
+int ckpt_async_hash(ckpt_saver *s, const void *p, size_t n, uint64_t *out,
+                    const char *what, ckpt_error *err);
 /* Stages the pieces and queues the job; see ckpt_save_async.  The pieces
  * must already be checked (ckpt_plan_check_piece, ckpt_async_check_data). */
 int ckpt_async_start(ckpt_saver *s, const ckpt_async_desc *d,

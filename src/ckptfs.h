@@ -132,8 +132,12 @@ typedef struct ckpt_piece {
 typedef struct ckpt_writer ckpt_writer;
 typedef struct ckpt_stream ckpt_stream;
 
-/* Creates the checkpoint directory if needed.  Refuses a directory that is
- * already committed (has index.db) and a writer name already in use. */
+/* Creates the checkpoint directory if needed (with its .pending/ and data/,
+ * in one step).  Refuses a directory that is already committed (has
+ * index.db) and a writer name already in use.  The writer holds the save's
+ * lease (docs/GUARANTEES.md, "Live saves") until it is closed or aborted,
+ * so that `ckpt gc` keeps the save; -ESTALE when a gc removed the save
+ * while the writer waited for it. */
 int ckpt_writer_open(ckpt_writer **out, const char *dir, const char *name,
                      const ckpt_write_opts *opts, ckpt_error *err);
 /* Writes one piece (validated for bounds and sizes; global consistency is
@@ -186,8 +190,13 @@ void ckpt_commit_opts_init(ckpt_commit_opts *o);
 /* Validates every local plan under dir/.pending with the planner (same
  * dtype and shape per FQN, pieces in bounds, no partial overlap, full
  * coverage; identical replicas kept once, and refused if their bytes
- * differ), then writes dir/index.db atomically and removes .pending.  On
- * error nothing is committed and the plans are left for inspection. */
+ * differ; a tensor declared through a mount with no piece refused, with
+ * why its piece failed; a save whose shard failed to sync refused), then
+ * writes dir/index.db atomically and removes .pending.  On error nothing
+ * is committed (an index.db published before a later step failed is
+ * removed again) and the plans are left for inspection.  Holds the save's
+ * lease while it runs; -ESTALE when a gc removed the save while the commit
+ * waited; -EEXIST when it is committed already. */
 int ckpt_commit(const char *dir, const ckpt_commit_opts *opts,
                 ckpt_error *err);
 
@@ -409,7 +418,8 @@ typedef struct ckpt_saver_opts {
      * the state, staging proceeds in slices as the background writes and
      * frees space, so ckpt_save_async returns only when all but the last
      * cap bytes are written: a smaller stall for less memory, down to a
-     * synchronous save for a tiny cap. */
+     * synchronous save for a tiny cap.  Staging moves slabs of at least
+     * 64 KiB, so a cap below 64 KiB counts as 64 KiB (one slab). */
     size_t staging_bytes;
     /* Threads copying host memory into staging; 0 = one per CPU, at
      * most 4. */

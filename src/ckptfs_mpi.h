@@ -69,8 +69,11 @@ void ckpt_mpi_save_opts_init(ckpt_mpi_save_opts *o);
 
 /* Collective save of this rank's pieces[0..n) into checkpoint `dir`.
  * Pieces with the same FQN, offsets and sizes on several ranks are replicas:
- * exactly one rank writes each (replicas are assumed to hold the same
- * bytes; they are not compared).  Returns 0 on every rank once the
+ * exactly one rank writes each.  Before anything is written, every rank
+ * hashes (XXH3-64) its copies of replicated pieces and rank 0 compares the
+ * hashes: replicas with different bytes are refused with -EINVAL, naming
+ * the tensor, the piece and the ranks, as ckpt_commit refuses them on
+ * every other writing path.  Returns 0 on every rank once the
  * checkpoint is committed, or the same negative errno and message on every
  * rank.  `dir` must not exist yet, or be a directory that holds no
  * checkpoint and no unfinished save: a committed checkpoint is refused with

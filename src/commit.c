@@ -21,6 +21,7 @@
 #include "error.h"
 #include "fileio.h"
 #include "index.h"
+#include "lease.h"
 #include "model.h"
 #include "plan.h"
 
@@ -105,6 +106,73 @@ static int read_plans(const char *pending, const name_list *plans,
     return 0;
 }
 
+/* The reason recorded for a failed piece of fqn, or NULL. */
+static const char *failure_of(const ckpt_manifest *all, const char *fqn)
+{
+    for (size_t i = 0; i < all->ndeclared; i++)
+        if (all->declared[i].value && *all->declared[i].value &&
+            strcmp(all->declared[i].key, fqn) == 0)
+            return all->declared[i].value;
+    return NULL;
+}
+
+/* Refuses a declared tensor (a file created or described in a save
+ * through a mount) that no writer recorded a piece of: its only piece
+ * failed, or its writer died.  Names it, and why its piece failed. */
+static int check_declared(const ckpt_manifest *all, ckpt_error *err)
+{
+    if (all->ndeclared == 0)
+        return 0;
+    const char **have = malloc((all->npieces ? all->npieces : 1) *
+                               sizeof *have);
+    if (!have)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < all->npieces; i++)
+        have[i] = all->pieces[i].fqn;
+    qsort(have, all->npieces, sizeof *have, cmp_str);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < all->ndeclared; i++) {
+        const ckpt_kv *d = &all->declared[i];
+        if (all->npieces &&
+            bsearch(&d->key, have, all->npieces, sizeof *have, cmp_str))
+            continue;
+        const char *why = failure_of(all, d->key);
+        rc = why
+            ? ckpt_err(err, -EINVAL, "tensor '%s' has no piece: its file "
+                       "was created or described in this save (writer %s) "
+                       "and its piece failed: %s", d->key,
+                       d->writer ? d->writer : "?", why)
+            : ckpt_err(err, -EINVAL, "tensor '%s' has no piece: its file "
+                       "was created or described in this save (writer %s) "
+                       "but no piece of it was recorded (none was written, "
+                       "or the writing process died before closing it)",
+                       d->key, d->writer ? d->writer : "?");
+    }
+    free(have);
+    return rc;
+}
+
+/* A planner refusal that names a tensor whose piece failed gets the
+ * reason appended: a hole is often the piece that failed. */
+static void add_failure(const ckpt_manifest *all, ckpt_error *err)
+{
+    char quoted[4200];
+    if (!err)
+        return;
+    for (size_t i = 0; i < all->ndeclared; i++) {
+        const ckpt_kv *d = &all->declared[i];
+        if (!d->value || !*d->value)
+            continue;
+        snprintf(quoted, sizeof quoted, "'%s'", d->key);
+        if (!strstr(err->msg, quoted))
+            continue;
+        size_t n = strlen(err->msg);
+        snprintf(err->msg + n, sizeof err->msg - n, "; a piece of it "
+                 "failed: %s", d->value);
+        return;
+    }
+}
+
 /* Reduces the metadata of all writers to one value per key, refusing keys
  * set to different values by different writers. */
 static int merge_meta(const ckpt_manifest *in, ckpt_manifest *out,
@@ -151,7 +219,9 @@ static int add_system_meta(ckpt_manifest *meta, size_t writers,
 }
 
 /* Links tmp to final (fails with -EEXIST if a checkpoint was committed
- * meanwhile), then removes tmp and syncs the directory. */
+ * meanwhile), then removes tmp and syncs the directory.  A failure after
+ * the link withdraws index.db again: a commit that reports an error has
+ * committed nothing (the name might not have survived a crash either). */
 static int publish(const char *dir, const char *tmp, const char *final,
                    int sync, ckpt_error *err)
 {
@@ -163,9 +233,20 @@ static int publish(const char *dir, const char *tmp, const char *final,
                             "else meanwhile", dir);
         return ckpt_err_sys(err, -e, "cannot publish %s", final);
     }
-    if (unlink(tmp) != 0)
-        return ckpt_err_sys(err, -errno, "cannot remove %s", tmp);
-    return sync ? ckpt_fsync_dir(dir, err) : 0;
+    int rc = unlink(tmp) == 0 ? 0
+             : ckpt_err_sys(err, -errno, "cannot remove %s", tmp);
+    if (rc == 0 && sync)
+        rc = ckpt_fsync_dir(dir, err);
+    if (rc) {
+        unlink(final);
+        unlink(tmp);
+        if (err) {
+            size_t n = strlen(err->msg);
+            snprintf(err->msg + n, sizeof err->msg - n, "; the index was "
+                     "withdrawn: nothing is committed");
+        }
+    }
+    return rc;
 }
 
 /* Step (1) of the commit protocol, whatever the writers did: every shard
@@ -182,7 +263,23 @@ static int sync_one(const char *dir, const char *file, ckpt_error *err)
     rc = fdatasync(fd) == 0 ? 0 : ckpt_err_sys(err, -errno, "cannot sync %s",
                                                path);
     close(fd);
+    /* The kernel may have dropped what failed to sync, and a later sync
+     * would not say: the save must never commit (CKPT_UNSYNCED_PATH). */
+    if (rc)
+        ckpt_save_mark_unsynced(dir, err ? err->msg : "cannot sync a shard");
     return rc;
+}
+
+/* A save marked unsynced is refused, with the failure that marked it. */
+static int refuse_unsynced(const char *dir, ckpt_error *err)
+{
+    char why[900];
+    if (!ckpt_save_unsynced(dir, why, sizeof why))
+        return 0;
+    why[strcspn(why, "\n")] = '\0';
+    return ckpt_err(err, -EIO, "%s cannot be committed: a shard of it could "
+                    "not be synced (%s), so its bytes may not be on the "
+                    "disk; save the step again", dir, why);
 }
 
 static int sync_shards(const char *dir, const ckpt_manifest *all,
@@ -220,6 +317,8 @@ static int commit_locked(const char *dir, const char *pending,
     if (rc == 0 && access(final, F_OK) == 0)
         rc = ckpt_err(err, -EEXIST, "%s is already committed", dir);
     if (rc == 0)
+        rc = refuse_unsynced(dir, err);
+    if (rc == 0)
         rc = list_plans(pending, &plans, err);
     if (rc == 0 && plans.n == 0)
         rc = ckpt_err(err, -EINVAL, "%s: no writer plans in .pending/: "
@@ -231,21 +330,28 @@ static int commit_locked(const char *dir, const char *pending,
     if (rc == 0)
         rc = read_plans(pending, &plans, &all, err);
     if (rc == 0)
+        rc = check_declared(&all, err);
+    if (rc == 0)
         rc = merge_meta(&all, &meta, err);
     if (rc == 0)
         rc = add_system_meta(&meta, o->world_size > 0 ? (size_t)o->world_size
                                                        : plans.n, err);
     ckpt_plan_opts popts = { .check_replica_hashes = 1 };
-    if (rc == 0)
+    if (rc == 0) {
         rc = ckpt_plan_build(all.pieces, all.npieces, &popts, &plan, err);
+        if (rc)
+            add_failure(&all, err);
+    }
     if (rc == 0 && o->sync)
         rc = sync_shards(dir, &all, err);
     if (rc == 0) {
         unlink(tmp);   /* left by a committer that died; we hold the lock */
         rc = ckpt_index_write(tmp, dir, all.pieces, &plan, meta.meta,
                               meta.nmeta, o->sync, err);
-        if (rc)
+        if (rc) {
+            ckpt_err_wrap(err, rc, "cannot write the index");
             unlink(tmp);
+        }
     }
     if (rc == 0)
         rc = publish(dir, tmp, final, o->sync, err);
@@ -270,21 +376,30 @@ int ckpt_commit(const char *dir, const ckpt_commit_opts *opts,
         rc = ckpt_path_join(lock, sizeof lock, pending, "commit.lock", err);
     if (rc)
         return rc;
+    /* The lease keeps gc away for the whole commit; a gc that retired the
+     * save while we waited for it is reported (-ESTALE). */
+    ckpt_lease *lease = NULL;
+    rc = ckpt_lease_take(&lease, dir, CKPT_LEASE_BEAT_MS, err);
+    if (rc == -ENOENT && access(dir, F_OK) == 0) {
+        char idx[4096];
+        if (ckpt_path_join(idx, sizeof idx, dir, "index.db", NULL) == 0 &&
+            access(idx, F_OK) == 0)
+            return ckpt_err(err, -EEXIST, "%s is already committed", dir);
+        return ckpt_err(err, -EINVAL, "%s: no .pending/ directory: "
+                        "nothing to commit", dir);
+    }
+    if (rc)
+        return rc;
     int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) {
-        if (errno == ENOENT && access(dir, F_OK) == 0) {
-            char idx[4096];
-            if (ckpt_path_join(idx, sizeof idx, dir, "index.db", NULL) == 0 &&
-                access(idx, F_OK) == 0)
-                return ckpt_err(err, -EEXIST, "%s is already committed", dir);
-            return ckpt_err(err, -EINVAL, "%s: no .pending/ directory: "
-                            "nothing to commit", dir);
-        }
-        return ckpt_err_sys(err, -errno, "cannot open %s", lock);
+        rc = ckpt_err_sys(err, -errno, "cannot open %s", lock);
+        ckpt_lease_drop(lease);
+        return rc;
     }
     if (flock(fd, LOCK_EX) != 0) {
         rc = ckpt_err_sys(err, -errno, "cannot lock %s", lock);
         close(fd);
+        ckpt_lease_drop(lease);
         return rc;
     }
     rc = commit_locked(dir, pending, &o, err);
@@ -295,5 +410,6 @@ int ckpt_commit(const char *dir, const ckpt_commit_opts *opts,
             ckpt_fsync_dir(dir, NULL);
     }
     close(fd);
+    ckpt_lease_drop(lease);
     return rc;
 }

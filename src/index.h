@@ -98,6 +98,11 @@ int ckpt_planfile_append(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
                          ckpt_error *err);
 /* Makes what was appended durable (the file, and its directory entry),
  * for plans created without sync. */
+/* Records declared tensors (key = FQN, value = why its piece failed or
+ * "") in one transaction; a later non-empty reason replaces an earlier
+ * one. */
+int ckpt_planfile_declare(ckpt_planfile *pf, const ckpt_kv *declared,
+                          size_t n, ckpt_error *err);
 int ckpt_planfile_sync(ckpt_planfile *pf, ckpt_error *err);
 void ckpt_planfile_close(ckpt_planfile *pf);
 /* Reads a whole plan file, appending its pieces and metadata to m (each

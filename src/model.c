@@ -53,8 +53,11 @@ void ckpt_manifest_free(ckpt_manifest *m)
         ckpt_piece_clear(&m->pieces[i]);
     for (size_t i = 0; i < m->nmeta; i++)
         kv_clear(&m->meta[i]);
+    for (size_t i = 0; i < m->ndeclared; i++)
+        kv_clear(&m->declared[i]);
     free(m->pieces);
     free(m->meta);
+    free(m->declared);
     ckpt_manifest_init(m);
 }
 
@@ -73,8 +76,15 @@ int ckpt_manifest_take(ckpt_manifest *dst, ckpt_manifest *src)
     if (grow((void **)&dst->pieces, &dst->pieces_cap,
              dst->npieces + src->npieces, sizeof *dst->pieces) ||
         grow((void **)&dst->meta, &dst->meta_cap, dst->nmeta + src->nmeta,
-             sizeof *dst->meta))
+             sizeof *dst->meta) ||
+        grow((void **)&dst->declared, &dst->declared_cap,
+             dst->ndeclared + src->ndeclared, sizeof *dst->declared))
         return -ENOMEM;
+    if (src->ndeclared)
+        memcpy(dst->declared + dst->ndeclared, src->declared,
+               src->ndeclared * sizeof *src->declared);
+    dst->ndeclared += src->ndeclared;
+    free(src->declared);
     if (src->npieces)
         memcpy(dst->pieces + dst->npieces, src->pieces,
                src->npieces * sizeof *src->pieces);
@@ -130,6 +140,36 @@ const char *ckpt_manifest_get_meta(const ckpt_manifest *m, const char *key)
         if (strcmp(m->meta[i].key, key) == 0)
             return m->meta[i].value;
     return NULL;
+}
+
+int ckpt_manifest_declare(ckpt_manifest *m, const char *fqn,
+                          const char *reason, const char *writer)
+{
+    if (!reason)
+        reason = "";
+    for (size_t i = 0; i < m->ndeclared; i++) {
+        ckpt_kv *d = &m->declared[i];
+        if (strcmp(d->key, fqn) != 0)
+            continue;
+        if (!*reason)
+            return 0;
+        char *v = strdup(reason);
+        if (!v)
+            return -ENOMEM;
+        free(d->value);
+        d->value = v;
+        return 0;
+    }
+    int oom = 0;
+    char *k = dup_or_null(fqn, &oom), *v = dup_or_null(reason, &oom);
+    char *w = dup_or_null(writer, &oom);
+    if (oom || grow((void **)&m->declared, &m->declared_cap,
+                    m->ndeclared + 1, sizeof *m->declared)) {
+        free(k), free(v), free(w);
+        return -ENOMEM;
+    }
+    m->declared[m->ndeclared++] = (ckpt_kv){ k, v, w };
+    return 0;
 }
 
 int ckpt_piece_add_frame(ckpt_piece_rec *p, const ckpt_frame_rec *f)

@@ -47,6 +47,11 @@ typedef struct ckpt_manifest {
     size_t npieces, pieces_cap;
     ckpt_kv *meta;
     size_t nmeta, meta_cap;
+    /* Declared tensors: key = FQN, value = why its piece failed ("" when
+     * none did), writer = who declared it.  A commit refuses a declared
+     * tensor that no piece of any writer holds. */
+    ckpt_kv *declared;
+    size_t ndeclared, declared_cap;
 } ckpt_manifest;
 
 void ckpt_manifest_init(ckpt_manifest *m);
@@ -61,6 +66,10 @@ int ckpt_manifest_take(ckpt_manifest *dst, ckpt_manifest *src);
 int ckpt_manifest_set_meta(ckpt_manifest *m, const char *key,
                            const char *value, const char *writer);
 const char *ckpt_manifest_get_meta(const ckpt_manifest *m, const char *key);
+/* Declares tensor fqn (copying strings); a non-empty reason replaces the
+ * one recorded before. */
+int ckpt_manifest_declare(ckpt_manifest *m, const char *fqn,
+                          const char *reason, const char *writer);
 
 /* Appends a frame to a piece (copying *f). */
 int ckpt_piece_add_frame(ckpt_piece_rec *p, const ckpt_frame_rec *f);

@@ -39,10 +39,12 @@
 #include "async.h"
 #include "error.h"
 #include "fileio.h"
+#include "lease.h"
 #include "model.h"
 #include "plan.h"
 #include "pool.h"
 #include "region.h"
+#include "shape.h"
 
 #define PATH_CAP 4096
 #define DEFAULT_EXCHANGE_BYTES ((size_t)64 << 20)
@@ -327,13 +329,19 @@ static void save_describe(const coll *c, const ckpt_piece *pieces, size_t n,
               "per rank)", b->n, INT_MAX);
 }
 
+/* Per piece, what rank 0 tells its rank to do with it. */
+#define KEEP_WRITE 1          /* write it: the kept copy */
+#define KEEP_HASH 2           /* hash it: it is a replica */
+
 /* What rank 0 holds between gathering and scattering. */
 typedef struct save_root {
     int *npieces, *nbytes, *pdispl, *bdispl;   /* per rank */
     unsigned char *wire;
     ckpt_piece_rec *recs;
     size_t nrecs;
-    uint8_t *keep;            /* per gathered piece: 1 = written */
+    uint8_t *keep;            /* per gathered piece: KEEP_* flags */
+    size_t *kept_as;          /* per gathered piece: the replica kept */
+    uint64_t *hashes;         /* per gathered piece: replicas' XXH3-64 */
     int made_dir;             /* rank 0 created the checkpoint directory */
 } save_root;
 
@@ -348,6 +356,8 @@ static void save_root_free(save_root *sr)
     free(sr->bdispl);
     free(sr->wire);
     free(sr->keep);
+    free(sr->kept_as);
+    free(sr->hashes);
 }
 
 /* Gathers the piece counts and descriptions on rank 0. */
@@ -428,7 +438,8 @@ static int parse_all(const coll *c, save_root *sr, ckpt_error *st)
         total += (size_t)sr->npieces[r];
     sr->recs = calloc(total ? total : 1, sizeof *sr->recs);
     sr->keep = calloc(total ? total : 1, 1);
-    if (!sr->recs || !sr->keep)
+    sr->kept_as = calloc(total ? total : 1, sizeof *sr->kept_as);
+    if (!sr->recs || !sr->keep || !sr->kept_as)
         return failf(c, st, -ENOMEM, "out of memory for %zu pieces", total);
     for (int r = 0; r < c->size; r++) {
         rbuf b = { sr->wire + sr->bdispl[r], (size_t)sr->nbytes[r], 0, 0 };
@@ -464,9 +475,100 @@ static void save_plan(const coll *c, const char *dir, save_root *sr,
         fail_all(st, e.code, "planner: %s", e.msg);
         return;
     }
-    for (size_t i = 0; i < sr->nrecs; i++)
-        sr->keep[i] = plan.kept_as[i] == i;
+    /* The kept copy of each piece is written; every copy of a replicated
+     * piece is hashed, so that replicas with different bytes are refused
+     * as the commit refuses them on the other writing paths. */
+    for (size_t i = 0; i < sr->nrecs; i++) {
+        size_t k = plan.kept_as[i];
+        sr->kept_as[i] = k;
+        sr->keep[i] |= k == i ? KEEP_WRITE : KEEP_HASH;
+        if (k != i)
+            sr->keep[k] |= KEEP_HASH;
+    }
     ckpt_plan_free(&plan);
+}
+
+/* Bytes of a checked piece. */
+static uint64_t piece_bytes(const ckpt_piece *p)
+{
+    if (p->ndim == 0 || !p->sizes) {
+        uint64_t n = 1;
+        for (int d = 0; d < p->ndim; d++)
+            n *= (uint64_t)p->shape[d];
+        return n * ckpt_dtype_size(p->dtype);
+    }
+    return ckpt_box_numel(p->ndim, p->sizes) * ckpt_dtype_size(p->dtype);
+}
+
+/* This rank's hashes of the pieces rank 0 flagged as replicas (0 for the
+ * others), into h[0..n). */
+static void hash_replicas(const coll *c, const ckpt_piece *pieces, size_t n,
+                          const uint8_t *keep, ckpt_saver *saver,
+                          uint64_t *h, ckpt_error *st)
+{
+    char what[300];
+    for (size_t i = 0; i < n && st->code == 0; i++) {
+        ckpt_error e = { 0 };
+        uint64_t bytes = piece_bytes(&pieces[i]);
+        h[i] = 0;
+        if (!(keep[i] & KEEP_HASH))
+            continue;
+        snprintf(what, sizeof what, "tensor '%.256s'", pieces[i].fqn);
+        if (bytes && !pieces[i].data)
+            failf(c, st, -EINVAL, "tensor '%s': piece has no data",
+                  pieces[i].fqn);
+        else if (ckpt_async_hash(saver, pieces[i].data, (size_t)bytes, &h[i],
+                                 what, &e))
+            fail_with(c, st, &e);
+    }
+}
+
+/* Rank 0: refuses replicas whose hashes differ, with the planner's words
+ * for it on the other writing paths. */
+static void compare_replicas(const save_root *sr, ckpt_error *st)
+{
+    for (size_t i = 0; i < sr->nrecs && st->code == 0; i++) {
+        size_t k = sr->kept_as[i];
+        if (k == i || sr->hashes[k] == sr->hashes[i])
+            continue;
+        const ckpt_piece_rec *a = &sr->recs[k], *b = &sr->recs[i];
+        char off[CKPT_MAX_DIMS * 21 + 3], size[CKPT_MAX_DIMS * 21 + 3];
+        ckpt_shape_format_json(off, sizeof off, a->ndim, a->offsets);
+        ckpt_shape_format_json(size, sizeof size, a->ndim, a->sizes);
+        fail_all(st, -EINVAL, "planner: tensor '%s': replicas of piece "
+                 "offsets %s sizes %s have different bytes: writer %s (hash "
+                 "%016llx) vs writer %s (hash %016llx)", a->fqn, off, size,
+                 a->writer, (unsigned long long)sr->hashes[k], b->writer,
+                 (unsigned long long)sr->hashes[i]);
+    }
+}
+
+/* Once the keep flags are scattered: every rank hashes its replicas, rank
+ * 0 gathers and compares the hashes.  Leaves only KEEP_WRITE in keep.
+ * Returns the agreed status. */
+static int save_check_replicas(coll *c, const ckpt_piece *pieces, size_t n,
+                               uint8_t *keep, ckpt_saver *saver,
+                               save_root *sr, ckpt_error *st)
+{
+    uint64_t *h = calloc(n ? n : 1, sizeof *h);
+    if (!h)
+        failf(c, st, -ENOMEM, "out of memory");
+    else
+        hash_replicas(c, pieces, n, keep, saver, h, st);
+    if (c->rank == 0 && st->code == 0 &&
+        !(sr->hashes = calloc(sr->nrecs ? sr->nrecs : 1, sizeof *h)))
+        failf(c, st, -ENOMEM, "out of memory");
+    if (agree(c, st) == 0) {
+        mpi_check(c, st, MPI_Gatherv(h, (int)n, MPI_UINT64_T, sr->hashes,
+                                     sr->npieces, sr->pdispl, MPI_UINT64_T, 0,
+                                     c->comm), "MPI_Gatherv");
+        if (c->rank == 0 && st->code == 0)
+            compare_replicas(sr, st);
+    }
+    free(h);
+    for (size_t i = 0; i < n; i++)
+        keep[i] &= KEEP_WRITE;
+    return agree(c, st);
 }
 
 /* Writes this rank's kept pieces with writer "rank<R>"; *owned tells
@@ -474,12 +576,18 @@ static void save_plan(const coll *c, const char *dir, save_root *sr,
 static void save_write(const coll *c, const char *dir,
                        const ckpt_piece *pieces, size_t n,
                        const uint8_t *keep, const ckpt_mpi_save_opts *o,
-                       int *owned, ckpt_error *st)
+                       int *owned, ckpt_lease **lease, ckpt_error *st)
 {
     char name[32];
     ckpt_writer *w;
     ckpt_error e = { 0 };
     snprintf(name, sizeof name, "rank%d", c->rank);
+    /* Rank 0 holds a lease from before the first file to the end of the
+     * commit: no gc takes the save between the writers and the commit. */
+    if (c->rank == 0 && ckpt_save_begin(lease, dir, &e)) {
+        fail_with(c, st, &e);
+        return;
+    }
     int rc = ckpt_writer_open(&w, dir, name, &o->write, &e);
     *owned = rc != -EEXIST;
     if (rc) {
@@ -546,6 +654,8 @@ static void save_cleanup(const coll *c, const char *dir, int owned,
     if (c->rank != 0 || !allowed)
         return;
     remove_file(dir, ".pending/commit.lock");
+    remove_file(dir, CKPT_LEASE_PATH);
+    remove_file(dir, CKPT_UNSYNCED_PATH);
     remove_dir(dir, ".pending");
     remove_dir(dir, "data");
     if (made_dir)
@@ -586,17 +696,19 @@ void ckpt_mpi_save_opts_init(ckpt_mpi_save_opts *o)
 /* Writing and committing, once the plan is agreed; cleans up on failure. */
 static void save_finish(coll *c, const char *dir,
                         const ckpt_piece *pieces, size_t n,
-                        const save_root *sr, const ckpt_mpi_save_opts *o,
+                        save_root *sr, const ckpt_mpi_save_opts *o,
                         ckpt_error *st)
 {
     uint8_t *keep = calloc(n ? n : 1, 1);
     int owned = 0;
+    ckpt_lease *lease = NULL;
     if (!keep)
         failf(c, st, -ENOMEM, "out of memory");
     if (agree(c, st) == 0) {
         save_scatter(c, sr, keep, n, st);
-        if (agree(c, st) == 0) {
-            save_write(c, dir, pieces, n, keep, o, &owned, st);
+        if (agree(c, st) == 0 &&
+            save_check_replicas(c, pieces, n, keep, NULL, sr, st) == 0) {
+            save_write(c, dir, pieces, n, keep, o, &owned, &lease, st);
             if (agree(c, st) == 0) {
                 save_commit(c, dir, o, st);
                 agree(c, st);
@@ -605,6 +717,7 @@ static void save_finish(coll *c, const char *dir,
                 save_cleanup(c, dir, owned, sr->made_dir);
         }
     }
+    ckpt_lease_drop(lease);
     free(keep);
 }
 
@@ -644,6 +757,7 @@ struct ckpt_mpi_async {
     int made_dir;        /* rank 0: the save created dir */
     int sync;
     ckpt_save *local;    /* this rank's background job */
+    ckpt_lease *lease;   /* rank 0: held from staging to the commit */
 };
 
 /* Stages this rank's kept pieces and queues its writer's job (rank 0 also
@@ -719,10 +833,14 @@ int ckpt_mpi_save_async(MPI_Comm comm, const char *dir,
         failf(c, &st, -ENOMEM, "out of memory");
     if (agree(c, &st) == 0) {
         save_scatter(c, &sr, keep, n, &st);
-        if (agree(c, &st) == 0) {
+        if (agree(c, &st) == 0 &&
+            save_check_replicas(c, pieces, n, keep, saver, &sr, &st) == 0) {
             h->began = 1;
+            if (c->rank == 0 && ckpt_save_begin(&h->lease, dir, &e))
+                fail_with(c, &st, &e);
             h->st = st;
-            async_stage(h, pieces, n, keep, o, saver);
+            if (st.code == 0)
+                async_stage(h, pieces, n, keep, o, saver);
             st = h->st;
         }
     }
@@ -756,6 +874,7 @@ int ckpt_mpi_save_wait(ckpt_mpi_async *h, ckpt_error *err)
     }
     if (h->st.code && h->began)
         save_cleanup(c, h->dir, owned, h->made_dir);
+    ckpt_lease_drop(h->lease);
     int rc = finish(&h->st, err);
     free(h->dir);
     free(h);

@@ -39,6 +39,16 @@ static const char PLAN_SCHEMA[] =
     " raw_size INTEGER NOT NULL, codec INTEGER NOT NULL,"
     " checksum INTEGER NOT NULL, PRIMARY KEY(piece_id, seq)) WITHOUT ROWID;";
 
+/* Tensors declared in the save (a file created or described through a
+ * mount) and why their piece failed: a commit refuses one without any
+ * piece.  Plans written before this table existed have none. */
+static const char DECLARED_SCHEMA[] =
+    "CREATE TABLE declared(fqn TEXT PRIMARY KEY, reason TEXT NOT NULL)"
+    " WITHOUT ROWID;";
+static const char DECLARE_SQL[] =
+    "INSERT INTO declared(fqn, reason) VALUES(?,?) ON CONFLICT(fqn) DO"
+    " UPDATE SET reason = excluded.reason WHERE excluded.reason <> ''";
+
 enum { PS_INFO, PS_PIECE, PS_FRAME, PS_META, PS_N };
 
 static const char *const PLAN_SQL[PS_N] = {
@@ -86,6 +96,8 @@ static int plan_init(ckpt_planfile *pf, const char *writer, int sync,
     int rc = ckpt_db_exec(pf->db, "BEGIN", pf->path, err);
     if (!rc)
         rc = ckpt_db_exec(pf->db, PLAN_SCHEMA, pf->path, err);
+    if (!rc)
+        rc = ckpt_db_exec(pf->db, DECLARED_SCHEMA, pf->path, err);
     for (int i = 0; !rc && i < PS_N; i++)
         rc = ckpt_db_prepare(pf->db, PLAN_SQL[i], &pf->st[i], pf->path, err);
     ckpt_db_val who[] = { CKPT_DB_TEXT("writer"), CKPT_DB_TEXT(writer) };
@@ -229,6 +241,28 @@ int ckpt_planfile_append(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
     return rc;
 }
 
+int ckpt_planfile_declare(ckpt_planfile *pf, const ckpt_kv *declared,
+                          size_t n, ckpt_error *err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = ckpt_db_exec(pf->db, "BEGIN IMMEDIATE", pf->path, err);
+    if (!rc)
+        rc = ckpt_db_prepare(pf->db, DECLARE_SQL, &st, pf->path, err);
+    for (size_t i = 0; !rc && i < n; i++) {
+        ckpt_db_val v[] = { CKPT_DB_TEXT(declared[i].key),
+                            CKPT_DB_TEXT(declared[i].value ? declared[i].value
+                                                           : "") };
+        rc = ckpt_db_run(st, v, 2, pf->path, "cannot write the local plan",
+                         err);
+    }
+    sqlite3_finalize(st);
+    if (!rc)
+        rc = ckpt_db_exec(pf->db, "COMMIT", pf->path, err);
+    if (rc && !sqlite3_get_autocommit(pf->db))
+        sqlite3_exec(pf->db, "ROLLBACK", NULL, NULL, NULL);  /* keeps rc */
+    return rc;
+}
+
 void ckpt_planfile_close(ckpt_planfile *pf)
 {
     if (pf)
@@ -340,6 +374,26 @@ static int frame_row(void *arg, sqlite3_stmt *st)
     return 0;
 }
 
+static int declared_row(void *arg, sqlite3_stmt *st)
+{
+    preader *r = arg;
+    const char *f = (const char *)sqlite3_column_text(st, 0);
+    const char *why = (const char *)sqlite3_column_text(st, 1);
+    if (!f)
+        return plan_damaged(r, "declared tensor without fqn", 0);
+    if (ckpt_manifest_declare(&r->m, f, why, r->writer))
+        return ckpt_err(r->err, -ENOMEM, "%s: out of memory", r->path);
+    return 0;
+}
+
+/* Counts the `declared` tables (0 in plans older than it). */
+static int table_row(void *arg, sqlite3_stmt *st)
+{
+    (void)st;
+    (*(int *)arg)++;
+    return 0;
+}
+
 static int meta_row(void *arg, sqlite3_stmt *st)
 {
     preader *r = arg;
@@ -375,6 +429,14 @@ static int read_all(sqlite3 *db, preader *r)
     if (!rc)
         rc = ckpt_db_each(db, "SELECT key, value FROM meta ORDER BY key",
                           r->path, meta_row, r, r->err);
+    int has_declared = 0;
+    if (!rc)
+        rc = ckpt_db_each(db, "SELECT 1 FROM sqlite_master WHERE type = "
+                          "'table' AND name = 'declared'", r->path,
+                          table_row, &has_declared, r->err);
+    if (!rc && has_declared)
+        rc = ckpt_db_each(db, "SELECT fqn, reason FROM declared ORDER BY fqn",
+                          r->path, declared_row, r, r->err);
     if (!rc)
         rc = ckpt_db_exec(db, "COMMIT", r->path, r->err);
     return rc;

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #ifdef HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -187,6 +188,11 @@ int ckpt_stage_create(ckpt_stage **out, size_t cap, size_t slab,
         return ckpt_err(err, -ENOMEM, "out of memory");
     pthread_mutex_init(&st->mu, NULL);
     pthread_cond_init(&st->cv, NULL);
+    /* A slab costs a hand-off between the caller and the background: with
+     * slabs of a few bytes, a save would take one per few bytes.  So a
+     * cap below one slab of the minimum size is raised to one. */
+    if (cap && cap < MIN_SLAB)
+        cap = MIN_SLAB;
     if (slab == 0) {
         slab = DEFAULT_SLAB;
         if (cap && slab > cap / 4)
@@ -348,6 +354,59 @@ int ckpt_mem_kind(const ckpt_stage *st, const void *p, size_t n,
                         writable ? "destination" : "data", p, n,
                         writable ? "writable" : "readable", why);
     return CKPT_MEM_HOST;
+}
+
+/* ------------------------------------------------------------ hashing */
+
+#ifdef HAVE_CUDA
+/* XXH3-64 of device memory, copied to the host a bounce buffer at a
+ * time. */
+static int device_hash(const void *p, size_t n, uint64_t *out,
+                       const char *what, ckpt_error *err)
+{
+    unsigned char *buf = NULL;
+    XXH3_state_t *h = XXH3_createState();
+    int rc = 0;
+    if (!h || XXH3_64bits_reset(h) != XXH_OK ||
+        cudaHostAlloc((void **)&buf, BOUNCE_BYTES, 0) != cudaSuccess) {
+        cudaGetLastError();
+        rc = ckpt_err(err, -ENOMEM, "%s: out of memory hashing %zu bytes of "
+                      "device memory", what, n);
+    }
+    for (size_t at = 0; rc == 0 && at < n;) {
+        size_t k = n - at < BOUNCE_BYTES ? n - at : BOUNCE_BYTES;
+        cudaError_t e = cudaMemcpy(buf, (const unsigned char *)p + at, k,
+                                   cudaMemcpyDeviceToHost);
+        if (e != cudaSuccess) {
+            cudaGetLastError();
+            rc = ckpt_err(err, -EIO, "%s: device-to-host copy of %zu bytes "
+                          "failed: %s", what, k, cudaGetErrorString(e));
+        } else {
+            XXH3_64bits_update(h, buf, k);
+            at += k;
+        }
+    }
+    if (rc == 0)
+        *out = XXH3_64bits_digest(h);
+    if (buf)
+        cudaFreeHost(buf);
+    XXH3_freeState(h);
+    return rc;
+}
+#endif
+
+int ckpt_mem_hash(const ckpt_stage *st, const void *p, size_t n,
+                  uint64_t *out, const char *what, ckpt_error *err)
+{
+    int kind = ckpt_mem_kind(st, p, n, 0, what, err);
+    if (kind < 0)
+        return kind;
+#ifdef HAVE_CUDA
+    if (kind == CKPT_MEM_DEVICE)
+        return device_hash(p, n, out, what, err);
+#endif
+    *out = XXH3_64bits(n ? p : NULL, n);
+    return 0;
 }
 
 /* ------------------------------------------------------------ the stream */

@@ -27,9 +27,11 @@ typedef struct ckpt_staged ckpt_staged;   /* one save's staged stream */
 
 enum { CKPT_MEM_HOST = 0, CKPT_MEM_DEVICE = 1 };
 
-/* cap: most bytes of slabs at once (0 = no cap); slab: bytes per slab (0 =
- * default, 16 MiB, or less for a small cap so that at least four slabs
- * fit); copy_threads: host copy threads (<= 0: up to 4, one per CPU). */
+/* cap: most bytes of slabs at once (0 = no cap; a cap below 64 KiB is
+ * raised to 64 KiB: one slab of the smallest size); slab: bytes per slab
+ * (0 = default, 16 MiB, or less for a small cap so that at least four
+ * slabs fit, but never below 64 KiB); copy_threads: host copy threads
+ * (<= 0: up to 4, one per CPU). */
 int ckpt_stage_create(ckpt_stage **out, size_t cap, size_t slab,
                       int copy_threads, ckpt_error *err);
 /* Frees the pool; no staged stream may still use it. */
@@ -47,6 +49,12 @@ size_t ckpt_stage_slab_bytes(const ckpt_stage *st);
  * allocation is unreadable from the host as a whole).  st may be NULL. */
 int ckpt_mem_kind(const ckpt_stage *st, const void *p, size_t n,
                   int writable, const char *what, ckpt_error *err);
+
+/* The XXH3-64 of the n bytes at p, which may be host memory or, where
+ * CUDA is usable, device memory (copied through a bounce buffer); `what`
+ * names them in errors (as ckpt_mem_kind).  st may be NULL. */
+int ckpt_mem_hash(const ckpt_stage *st, const void *p, size_t n,
+                  uint64_t *out, const char *what, ckpt_error *err);
 
 int ckpt_staged_new(ckpt_staged **out, ckpt_stage *st, ckpt_error *err);
 /* Producer: appends n bytes at src (of kind CKPT_MEM_HOST/DEVICE) to the

@@ -24,10 +24,12 @@
 #include "error.h"
 #include "fileio.h"
 #include "index.h"
+#include "lease.h"
 #include "model.h"
 #include "plan.h"
 #include "pool.h"
 #include "shape.h"
+#include "writer.h"
 
 #define MIN_FRAME_SIZE 4096
 #define MAX_NAME_LEN 128
@@ -39,6 +41,7 @@ struct ckpt_writer {
     char *shard_rel;             /* "data/<name>.shard" */
     ckpt_shard *shard;
     ckpt_planfile *plan;
+    ckpt_lease *lease;           /* held from open to free */
     ckpt_manifest pending;       /* recorded, not yet in the plan file */
     ckpt_write_opts opts;
     ckpt_pool *pool;
@@ -142,49 +145,6 @@ static int writer_failed(ckpt_writer *w, ckpt_error *err)
     return w->failure.code;
 }
 
-/* Makes dir/name, or takes it if it is a directory: not a symbolic link
- * (one left there would take the writer's files out of the checkpoint,
- * docs/TRUST.md). */
-static int make_subdir(const char *dir, const char *name, ckpt_error *err)
-{
-    char path[4096];
-    struct stat st;
-    int rc = ckpt_path_join(path, sizeof path, dir, name, err);
-    if (rc == 0)
-        rc = ckpt_mkdir(path, err);
-    if (rc == 0 && lstat(path, &st) != 0)
-        rc = ckpt_err_sys(err, -errno, "%s", path);
-    if (rc == 0 && !S_ISDIR(st.st_mode))
-        rc = ckpt_err(err, -ELOOP, "%s is a symbolic link: a writer writes "
-                      "only inside the checkpoint directory", path);
-    return rc;
-}
-
-static int make_layout(const char *dir, ckpt_error *err)
-{
-    int rc = ckpt_mkdirs(dir, err);
-    if (rc == 0)
-        rc = make_subdir(dir, "data", err);
-    if (rc == 0)
-        rc = make_subdir(dir, ".pending", err);
-    return rc;
-}
-
-static int refuse_committed(const char *dir, ckpt_error *err)
-{
-    char path[4096];
-    struct stat st;
-    int rc = ckpt_path_join(path, sizeof path, dir, "index.db", err);
-    if (rc)
-        return rc;
-    if (stat(path, &st) == 0)
-        return ckpt_err(err, -EEXIST,
-                        "%s is already a committed checkpoint (it has "
-                        "index.db); committed checkpoints are immutable",
-                        dir);
-    return 0;
-}
-
 static int open_files(ckpt_writer *w, ckpt_error *err)
 {
     char rel[MAX_NAME_LEN + 32], path[4096];
@@ -204,8 +164,11 @@ static int open_files(ckpt_writer *w, ckpt_error *err)
         return rc;
     snprintf(rel, sizeof rel, ".pending/%s.plan", w->name);
     rc = ckpt_path_join(path, sizeof path, w->dir, rel, err);
-    if (rc == 0)
+    if (rc == 0) {
         rc = ckpt_planfile_create(&w->plan, path, w->name, w->opts.sync, err);
+        if (rc)
+            ckpt_err_wrap(err, rc, "cannot create the local plan");
+    }
     return rc;
 }
 
@@ -239,6 +202,7 @@ static void writer_free(ckpt_writer *w)
     if (w->plan)
         ckpt_planfile_close(w->plan);
     ckpt_manifest_free(&w->pending);
+    ckpt_lease_drop(w->lease);
     pthread_mutex_destroy(&w->mu);
     free(w->dir);
     free(w->name);
@@ -271,9 +235,7 @@ int ckpt_writer_open(ckpt_writer **out, const char *dir, const char *name,
     if (rc == 0)
         rc = validate_opts(&w->opts, err);
     if (rc == 0)
-        rc = refuse_committed(dir, err);
-    if (rc == 0)
-        rc = make_layout(dir, err);
+        rc = ckpt_save_begin(&w->lease, dir, err);
     if (rc == 0)
         rc = open_files(w, err);
     if (rc == 0)
@@ -305,16 +267,51 @@ int ckpt_writer_set_meta(ckpt_writer *w, const char *key, const char *value,
     return rc ? ckpt_err(err, rc, "out of memory") : 0;
 }
 
+/* Syncs the shard (under mu).  A failed fdatasync may have cost bytes that
+ * a later one would not report: the writer fails for good, and the save
+ * is marked so that nobody commits it. */
+static int sync_shard(ckpt_writer *w, ckpt_error *err)
+{
+    ckpt_error e = { 0 };
+    int rc = ckpt_shard_sync(w->shard, &e);
+    if (rc == 0)
+        return 0;
+    ckpt_save_mark_unsynced(w->dir, e.msg);
+    if (w->failure.code == 0)
+        w->failure = e;
+    if (err)
+        *err = e;
+    return rc;
+}
+
+int ckpt_writer_declare(ckpt_writer *w, const char *fqn, const char *reason,
+                        ckpt_error *err)
+{
+    if (!fqn || !*fqn)
+        return ckpt_err(err, -EINVAL, "declare: no tensor name");
+    pthread_mutex_lock(&w->mu);
+    int rc = ckpt_manifest_declare(&w->pending, fqn, reason, w->name);
+    pthread_mutex_unlock(&w->mu);
+    return rc ? ckpt_err(err, rc, "out of memory") : 0;
+}
+
 int ckpt_writer_flush(ckpt_writer *w, ckpt_error *err)
 {
     pthread_mutex_lock(&w->mu);
     int rc = writer_failed(w, err);
     if (rc == 0 && w->opts.sync)
-        rc = ckpt_shard_sync(w->shard, err);
+        rc = sync_shard(w, err);
     if (rc == 0 && (w->pending.npieces || w->pending.nmeta))
         rc = ckpt_planfile_append(w->plan, w->pending.pieces,
                                   w->pending.npieces, w->pending.meta,
                                   w->pending.nmeta, err);
+    if (rc == 0 && w->pending.ndeclared)
+        rc = ckpt_planfile_declare(w->plan, w->pending.declared,
+                                   w->pending.ndeclared, err);
+    if (rc && w->failure.code == 0 && (w->pending.npieces ||
+                                       w->pending.nmeta ||
+                                       w->pending.ndeclared))
+        ckpt_err_wrap(err, rc, "cannot record pieces in the local plan");
     if (rc == 0) {
         ckpt_manifest_free(&w->pending);
     } else if (w->failure.code == 0 && err) {
@@ -329,7 +326,7 @@ int ckpt_writer_sync(ckpt_writer *w, ckpt_error *err)
     pthread_mutex_lock(&w->mu);
     int rc = writer_failed(w, err);
     if (rc == 0)
-        rc = ckpt_shard_sync(w->shard, err);
+        rc = sync_shard(w, err);
     char data[4096];
     if (rc == 0)
         rc = ckpt_path_join(data, sizeof data, w->dir, "data", err);

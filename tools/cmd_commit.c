@@ -14,9 +14,10 @@ static const cli_help HELP = {
     "ckpt commit [--world N] [--writers K] [--no-sync] DIR",
     "Validates every writer plan under DIR/.pending (same dtype and shape per\n"
     "tensor, pieces in bounds, no partial overlap, every tensor covered,\n"
-    "replicas identical) and commits DIR atomically: index.db appears, and\n"
-    ".pending/ goes.  On any error nothing is committed and the plans stay\n"
-    "for inspection (or `ckpt gc`).\n"
+    "replicas identical, no tensor declared through a mount left without a\n"
+    "piece, no shard that failed to sync) and commits DIR atomically:\n"
+    "index.db appears, and .pending/ goes.  On any error nothing is\n"
+    "committed and the plans stay for inspection (or `ckpt gc`).\n"
     "\n"
     "Options:\n"
     "  -w, --world N     record world_size N (the ranks of the job; default:\n"

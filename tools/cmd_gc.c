@@ -1,40 +1,83 @@
 /*
- * cmd_gc.c - `ckpt gc`: removes the uncommitted saves (directories with
- * data/ or .pending/ but no index.db) of a root, or one such directory.
+ * cmd_gc.c - `ckpt gc`: removes the unfinished saves of a root that no
+ * writer is working on (no lease held, idle longer than --min-age), the
+ * debris of interrupted commits and gcs, and, with --keep-last or
+ * --keep-every, the committed checkpoints a retention policy lets go.
+ * The library's gc module (src/gc.c) does the removing, always by
+ * renaming out of the way first; this file picks the candidates and
+ * reports what it did and why it kept what it kept.
  *
- * Before removing anything it checks that the directory looks like a save
- * and nothing more: no index.db anywhere inside it (a committed checkpoint
- * is never removed, even nested) and no top-level subdirectory other than
- * data/ and .pending/ (so a root that merely holds a checkpoint named
- * "data" is not mistaken for a save).  Symbolic links are never followed.
+ * Before removing an unfinished save it checks that the directory looks
+ * like a save and nothing more: no index.db anywhere inside it (a
+ * committed checkpoint is never removed as a save, even nested) and no
+ * top-level subdirectory other than data/ and .pending/ (so a root that
+ * merely holds a checkpoint named "data" is not mistaken for a save).
+ * Symbolic links are never followed.
  */
 #include "cli.h"
 #include "fileio.h"
+#include "gc.h"
+#include "lease.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <inttypes.h>
+#include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+/* Default grace period of an unfinished save: one hour of no activity. */
+#define DEFAULT_MIN_AGE_S 3600
+
 static const cli_help HELP = {
     "gc",
-    "ckpt gc [--dry-run] ROOT",
-    "Removes every subdirectory of ROOT that is an uncommitted save (it has\n"
-    "data/ or .pending/ but no index.db), printing 'removed NAME' (or 'would\n"
-    "remove NAME' with --dry-run).  Never touches committed checkpoints,\n"
-    "unrelated directories or symbolic links; a directory holding anything\n"
-    "but a save's files is skipped with a warning (exit 1).  ROOT may also be\n"
-    "a single uncommitted checkpoint directory.\n"
+    "ckpt gc [--dry-run] [--min-age AGE] [--keep-last N] [--keep-every K] "
+    "ROOT",
+    "Removes, from the root ROOT (a directory of checkpoints):\n"
+    "  - unfinished saves (data/ or .pending/ but no index.db) that no\n"
+    "    writer or committer holds a lease on and that nobody has written to\n"
+    "    for --min-age (default 1h): the saves of crashed or killed jobs;\n"
+    "  - what interrupted commits, saves and gcs left (a .pending/ in a\n"
+    "    committed checkpoint, hidden .ckpt-gc.* and .ckpt-new.* directories);\n"
+    "  - with --keep-last or --keep-every, the committed checkpoints that\n"
+    "    retention does not keep, oldest first.  The newest checkpoint (the\n"
+    "    one `latest` points to) is always kept.\n"
+    "Prints 'removed NAME: why' for each (with --dry-run 'would remove NAME:\n"
+    "why'), and 'kept NAME: why' for each unfinished save it keeps.\n"
+    "Everything is renamed out of the way before it is deleted, so readers\n"
+    "and listings never see a half-removed checkpoint.  ROOT may also be a\n"
+    "single unfinished save.  Never touches unrelated directories or\n"
+    "symbolic links; a directory holding anything but a save's files is\n"
+    "skipped with a warning (exit 1).\n"
+    "\n"
+    "Checkpoints are ordered as `latest` orders them: by their `step`\n"
+    "metadata, or else the number in their name (step-000300), then by\n"
+    "commit time.\n"
     "\n"
     "Options:\n"
-    "  -n, --dry-run   only print what would be removed\n"
-    "  -h, --help      show this help\n",
+    "  -n, --dry-run        only print what would be removed and what is kept\n"
+    "  -a, --min-age AGE    idle time before an unfinished save without a\n"
+    "                       lease is removed: N[s|m|h|d] (default 1h; 0 trusts\n"
+    "                       the leases alone)\n"
+    "  -l, --keep-last N    keep the N newest committed checkpoints (N >= 1),\n"
+    "                       remove older ones\n"
+    "  -e, --keep-every K   also keep every checkpoint whose step is a\n"
+    "                       multiple of K (with it alone, --keep-last is 1)\n"
+    "  -h, --help           show this help\n",
 };
+
+typedef struct gc_opts {
+    int dry_run;
+    int64_t min_age_ns;
+    int retain;              /* --keep-last or --keep-every given */
+    int keep_last;
+    int64_t keep_every;
+} gc_opts;
 
 /* 1 when name is "." or "..". */
 static int dot_or_dotdot(const char *name)
@@ -123,34 +166,254 @@ static int check_removable(const char *path)
     return CLI_OK;
 }
 
-/* Removes one uncommitted save (shown as `name`). */
-static int collect_one(const char *path, const char *name, int dry_run)
+/* ------------------------------------------------------------ durations */
+
+/* "90", "90s", "15m", "1h", "2d" into nanoseconds. */
+static int parse_age(const char *s, int64_t *ns)
 {
+    char *end;
+    if (*s < '0' || *s > '9')
+        return -EINVAL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    int64_t unit = 1;
+    switch (*end) {
+    case '\0': case 's': unit = 1; break;
+    case 'm': unit = 60; break;
+    case 'h': unit = 3600; break;
+    case 'd': unit = 86400; break;
+    default: return -EINVAL;
+    }
+    if (errno || (*end && end[1]) || v > INT64_MAX / 1000000000LL / unit)
+        return -EINVAL;
+    *ns = (int64_t)v * unit * 1000000000LL;
+    return 0;
+}
+
+/* "45s", "12m05s", "3h07m", "2d04h". */
+static void fmt_age(char *buf, size_t cap, int64_t ns)
+{
+    int64_t s = ns > 0 ? ns / 1000000000LL : 0;
+    if (s < 60)
+        snprintf(buf, cap, "%" PRId64 "s", s);
+    else if (s < 3600)
+        snprintf(buf, cap, "%" PRId64 "m%02" PRId64 "s", s / 60, s % 60);
+    else if (s < 86400)
+        snprintf(buf, cap, "%" PRId64 "h%02" PRId64 "m", s / 3600,
+                 s / 60 % 60);
+    else
+        snprintf(buf, cap, "%" PRId64 "d%02" PRId64 "h", s / 86400,
+                 s / 3600 % 24);
+}
+
+static const char *removed(const gc_opts *o)
+{
+    return o->dry_run ? "would remove" : "removed";
+}
+
+/* ------------------------------------------------------------ unfinished */
+
+/* Reports what ckpt_gc_unfinished decided about `shown`. */
+static void report_unfinished(const gc_opts *o, const char *shown,
+                              const ckpt_gc_result *r)
+{
+    char idle[32], age[32];
+    fmt_age(idle, sizeof idle, r->idle_ns);
+    fmt_age(age, sizeof age, o->min_age_ns);
+    switch (r->why) {
+    case CKPT_GC_REMOVED:
+        printf("%s %s: unfinished save, %s, idle %s\n", removed(o), shown,
+               r->locks ? "no writer holds its lease"
+                        : "no heartbeat (this file system has no locks)",
+               idle);
+        break;
+    case CKPT_GC_LIVE:
+        printf("kept %s: save in progress (a writer or committer holds its "
+               "lease; last written %s ago)\n", shown, idle);
+        break;
+    case CKPT_GC_YOUNG:
+        printf("kept %s: unfinished save written %s ago, less than "
+               "--min-age %s (no writer holds its lease; if its job is gone, "
+               "--min-age 0 removes it now)\n", shown, idle, age);
+        break;
+    case CKPT_GC_COMMITTED:
+        printf("kept %s: it was committed meanwhile\n", shown);
+        break;
+    }
+}
+
+/* The unfinished save root/name (shown as `shown`). */
+static int collect_unfinished(const gc_opts *o, const char *root,
+                              const char *name, const char *shown)
+{
+    char *path = cli_path_join(root, name);
+    if (!path)
+        return cli_fail("out of memory");
     int rc = check_removable(path);
+    free(path);
     if (rc)
         return rc;
-    if (dry_run) {
-        printf("would remove %s\n", name);
-        return CLI_OK;
-    }
+    ckpt_gc_result r;
     ckpt_error err = { 0 };
-    if (ckpt_remove_tree(path, &err) != 0)
-        return cli_fail("cannot remove %s: %s", path, err.msg);
-    printf("removed %s\n", name);
+    if (ckpt_gc_unfinished(root, name, o->min_age_ns, o->dry_run, &r, &err))
+        return cli_fail("cannot remove %s: %s", shown, err.msg);
+    report_unfinished(o, shown, &r);
     return CLI_OK;
 }
 
-/* The candidate root/name: CLI_OK when it is not a save or was removed. */
-static int collect_entry(const char *root, const char *name, int dry_run)
+/* ------------------------------------------------------------ committed */
+
+/* The committed checkpoints of a root, for retention. */
+typedef struct committed {
+    ckpt_retain_item *v;
+    size_t n, cap;
+} committed;
+
+static void committed_free(committed *c)
+{
+    for (size_t i = 0; i < c->n; i++)
+        free((char *)c->v[i].name);
+    free(c->v);
+}
+
+/* Removes what an interrupted commit left in root/name. */
+static int tidy(const gc_opts *o, const char *root, const char *name)
+{
+    int found = 0;
+    ckpt_error err = { 0 };
+    int rc = ckpt_gc_tidy(root, name, o->dry_run, &found, &err);
+    if (rc == -EBUSY)
+        return CLI_OK;           /* its committer is finishing */
+    if (rc)
+        return cli_fail("cannot tidy %s: %s", name, err.msg);
+    if (found)
+        printf("%s %s/%s: what its commit left behind\n", removed(o), name,
+               found == CKPT_GC_TIDY_PENDING ? ".pending"
+               : found == CKPT_GC_TIDY_TMP ? "index.db.tmp"
+               : ".pending and index.db.tmp");
+    return CLI_OK;
+}
+
+/* Adds root/name to the checkpoints retention considers. */
+static int add_committed(committed *c, const char *root, const char *name)
+{
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 16;
+        ckpt_retain_item *v = realloc(c->v, cap * sizeof *v);
+        if (!v)
+            return cli_fail("out of memory");
+        c->v = v;
+        c->cap = cap;
+    }
+    ckpt_retain_item *it = &c->v[c->n];
+    memset(it, 0, sizeof *it);
+    char *path = cli_path_join(root, name);
+    if (!path || !(it->name = strdup(name))) {
+        free(path);
+        return cli_fail("out of memory");
+    }
+    ckpt_error err = { 0 };
+    int rc = ckpt_retain_probe(path, it, &err);
+    free(path);
+    if (rc) {
+        free((char *)it->name);
+        return cli_fail("skipping %s: its index cannot be read, so "
+                        "retention leaves it: %s", name, err.msg);
+    }
+    c->n++;
+    return CLI_OK;
+}
+
+static void print_kept(const gc_opts *o, const ckpt_retain_item *it,
+                       ckpt_retain_why why)
+{
+    if (why == CKPT_RETAIN_LATEST)
+        printf("kept %s: the newest checkpoint (latest)\n", it->name);
+    else if (why == CKPT_RETAIN_LAST)
+        printf("kept %s: one of the %d newest (--keep-last)\n", it->name,
+               o->keep_last);
+    else
+        printf("kept %s: step %" PRId64 " is a multiple of --keep-every %"
+               PRId64 "\n", it->name, it->key, o->keep_every);
+}
+
+/* Retires the committed checkpoints that retention does not keep. */
+static int retain(const gc_opts *o, const char *root, committed *c)
+{
+    ckpt_retain_why *why = calloc(c->n ? c->n : 1, sizeof *why);
+    if (!why || ckpt_retain_select(c->v, c->n, o->keep_last, o->keep_every,
+                                   why)) {
+        free(why);
+        return cli_fail("out of memory");
+    }
+    int rc = CLI_OK;
+    for (size_t i = 0; i < c->n; i++) {
+        const ckpt_retain_item *it = &c->v[i];
+        if (why[i] != CKPT_RETAIN_DROP) {
+            if (o->dry_run)
+                print_kept(o, it, why[i]);
+            continue;
+        }
+        ckpt_error err = { 0 };
+        if (!o->dry_run && ckpt_gc_retire(root, it->name, &err)) {
+            rc = cli_fail("cannot remove %s: %s", it->name, err.msg);
+            continue;
+        }
+        char step[40] = "no step";
+        if (it->has_key)
+            snprintf(step, sizeof step, "step %" PRId64, it->key);
+        printf("%s %s: committed checkpoint (%s), not among the %d newest%s\n",
+               removed(o), it->name, step, o->keep_last,
+               o->keep_every > 0 ? " nor a multiple of --keep-every" : "");
+        fflush(stdout);
+    }
+    free(why);
+    return rc;
+}
+
+/* ------------------------------------------------------------ roots */
+
+/* One entry of a root: CLI_OK when it is none of gc's business or was
+ * handled. */
+static int collect_entry(const gc_opts *o, const char *root,
+                         const char *name, committed *c)
 {
     struct stat st;
     char *path = cli_path_join(root, name);
     if (!path)
         return cli_fail("out of memory");
     int rc = CLI_OK;
-    if (lstat(path, &st) == 0 && S_ISDIR(st.st_mode) &&
-        ckpt_dir_probe(path) == CKPT_DIR_PENDING)
-        rc = collect_one(path, name, dry_run);
+    if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        free(path);
+        return CLI_OK;
+    }
+    if (ckpt_gc_is_retired(name)) {
+        ckpt_error err = { 0 };
+        if (!o->dry_run && ckpt_remove_tree(path, &err))
+            rc = cli_fail("cannot remove %s: %s", name, err.msg);
+        else
+            printf("%s %s: what an interrupted gc left\n", removed(o), name);
+    } else if (strncmp(name, CKPT_NEW_PREFIX, strlen(CKPT_NEW_PREFIX)) == 0) {
+        /* A save's directory being made: its maker holds no lease yet. */
+        gc_opts no = *o;
+        int64_t floor = (int64_t)CKPT_NEW_MIN_AGE_S * 1000000000LL;
+        if (!ckpt_new_maker_gone(name) && no.min_age_ns < floor)
+            no.min_age_ns = floor;
+        rc = collect_unfinished(&no, root, name, name);
+    } else {
+        switch (ckpt_dir_probe(path)) {
+        case CKPT_DIR_PENDING:
+            rc = collect_unfinished(o, root, name, name);
+            break;
+        case CKPT_DIR_COMMITTED:
+            rc = tidy(o, root, name);
+            if (o->retain && add_committed(c, root, name) != CLI_OK)
+                rc = CLI_FAIL;
+            break;
+        default:
+            break;
+        }
+    }
     free(path);
     fflush(stdout);
     return rc;
@@ -161,24 +424,49 @@ static int cmp_name(const struct dirent **a, const struct dirent **b)
     return strcmp((*a)->d_name, (*b)->d_name);
 }
 
-static int collect_root(const char *root, int dry_run)
+static int collect_root(const gc_opts *o, const char *root)
 {
     struct dirent **ents;
+    committed c = { 0 };
     int n = scandir(root, &ents, NULL, cmp_name);
     if (n < 0)
         return cli_fail("cannot read %s: %s", root, strerror(errno));
     int rc = CLI_OK;
     for (int i = 0; i < n; i++) {
         if (!dot_or_dotdot(ents[i]->d_name) &&
-            collect_entry(root, ents[i]->d_name, dry_run) != CLI_OK)
+            collect_entry(o, root, ents[i]->d_name, &c) != CLI_OK)
             rc = CLI_FAIL;
         free(ents[i]);
     }
     free(ents);
+    if (o->retain && retain(o, root, &c) != CLI_OK)
+        rc = CLI_FAIL;
+    committed_free(&c);
     return rc;
 }
 
-static int collect(const char *root, int dry_run)
+/* ROOT given as one unfinished save: its parent is the root. */
+static int collect_single(const gc_opts *o, const char *given)
+{
+    if (o->retain)
+        return cli_fail("%s is an unfinished save, not a root: --keep-last "
+                        "and --keep-every need a root", given);
+    char *a = strdup(given), *b = strdup(given);
+    if (!a || !b) {
+        free(a);
+        free(b);
+        return cli_fail("out of memory");
+    }
+    size_t n = strlen(b);
+    while (n > 1 && b[n - 1] == '/')
+        b[--n] = '\0';
+    int rc = collect_unfinished(o, dirname(a), basename(b), given);
+    free(a);
+    free(b);
+    return rc;
+}
+
+static int collect(const gc_opts *o, const char *root)
 {
     struct stat st;
     if (stat(root, &st) != 0)
@@ -190,9 +478,9 @@ static int collect(const char *root, int dry_run)
         return cli_fail("%s is a committed checkpoint, not a root; nothing "
                         "removed", root);
     case CKPT_DIR_PENDING:
-        return collect_one(root, root, dry_run);
+        return collect_single(o, root);
     default:
-        return collect_root(root, dry_run);
+        return collect_root(o, root);
     }
 }
 
@@ -200,22 +488,52 @@ int cmd_gc(int argc, char **argv)
 {
     static const struct option longopts[] = {
         { "dry-run", no_argument, NULL, 'n' },
+        { "min-age", required_argument, NULL, 'a' },
+        { "keep-last", required_argument, NULL, 'l' },
+        { "keep-every", required_argument, NULL, 'e' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
-    int dry_run = 0, c;
+    gc_opts o = { .min_age_ns = (int64_t)DEFAULT_MIN_AGE_S * 1000000000LL };
+    long v;
+    int c;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":hn", longopts, NULL)) != -1) {
-        if (c == 'h')
+    while ((c = getopt_long(argc, argv, ":hna:l:e:", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'h':
             return cli_help_print(&HELP);
-        if (c != 'n')
+        case 'n':
+            o.dry_run = 1;
+            break;
+        case 'a':
+            if (parse_age(optarg, &o.min_age_ns))
+                return cli_usage(&HELP, "--min-age takes a duration such as "
+                                 "0, 90s, 15m, 1h or 2d, not '%s'", optarg);
+            break;
+        case 'l':
+            if (cli_parse_long(optarg, 1, 1L << 30, &v))
+                return cli_usage(&HELP, "--keep-last takes a count of at "
+                                 "least 1, not '%s'", optarg);
+            o.keep_last = (int)v;
+            o.retain = 1;
+            break;
+        case 'e':
+            if (cli_parse_long(optarg, 1, 1L << 62, &v))
+                return cli_usage(&HELP, "--keep-every takes a step count of "
+                                 "at least 1, not '%s'", optarg);
+            o.keep_every = v;
+            o.retain = 1;
+            break;
+        default:
             return cli_bad_option(&HELP, c, argv);
-        dry_run = 1;
+        }
     }
+    if (o.retain && o.keep_last == 0)
+        o.keep_last = 1;
     int rc = cli_want_args(&HELP, argc - optind, 1, 1);
     if (rc)
         return rc;
-    rc = collect(argv[optind], dry_run);
+    rc = collect(&o, argv[optind]);
     if (fflush(stdout) != 0 && rc == CLI_OK)
         rc = cli_fail("cannot write to stdout: %s", strerror(errno));
     return rc;

@@ -26,9 +26,10 @@ static int dir_is_empty(const char *path)
     return empty;
 }
 
-/* Makes OUT and its missing ancestors (mkdir -p), remembering the topmost
- * one made so that a failure removes all of them. */
-static int make_dirs(cli_outdir *o)
+/* Makes OUT's missing ancestors (mkdir -p of its parent), remembering the
+ * topmost directory made, or else OUT itself (which the library makes
+ * with its .pending/ in one step), so that a failure removes all of them. */
+static int make_parents(cli_outdir *o)
 {
     char *path = strdup(o->path);
     if (!path)
@@ -36,23 +37,24 @@ static int make_dirs(cli_outdir *o)
     size_t n = strlen(path);
     while (n > 1 && path[n - 1] == '/')
         path[--n] = '\0';   /* "a/b/" is "a/b" */
+    char *last = strrchr(path, '/');
     int rc = CLI_OK;
-    for (char *s = path + 1; rc == CLI_OK; s++) {
-        if (*s != '/' && *s != '\0')
+    for (char *s = path + 1; rc == CLI_OK && last && s <= last; s++) {
+        if (s != last && *s != '/')
             continue;
         char c = *s;
         *s = '\0';
         if (mkdir(path, 0777) == 0) {
             if (!o->created && !(o->created = strdup(path)))
                 rc = cli_fail("out of memory");
-        } else if (errno != EEXIST || c == '\0') {
+        } else if (errno != EEXIST) {
             rc = cli_fail("cannot create %s: %s", path, strerror(errno));
         }
         *s = c;
-        if (c == '\0')
-            break;
     }
     free(path);
+    if (rc == CLI_OK && !o->created && !(o->created = strdup(o->path)))
+        rc = cli_fail("out of memory");
     return rc;
 }
 
@@ -68,13 +70,16 @@ int cli_outdir_prepare(cli_outdir *o)
         if (!e)
             return cli_fail("%s exists and is not empty", o->path);
         o->ready = 1;
-        return CLI_OK;
-    }
-    if (errno != ENOENT)
+    } else if (errno != ENOENT) {
         return cli_fail("%s: %s", o->path, strerror(errno));
-    int rc = make_dirs(o);
-    o->ready = rc == CLI_OK;
-    return rc;
+    } else if (make_parents(o) != CLI_OK) {
+        return CLI_FAIL;
+    }
+    o->ready = 1;
+    ckpt_error err = { 0 };
+    if (ckpt_save_begin(&o->lease, o->path, &err))
+        return cli_fail("%s", err.msg);
+    return CLI_OK;
 }
 
 void cli_outdir_remove(const cli_outdir *o)
@@ -104,6 +109,8 @@ void cli_outdir_remove(const cli_outdir *o)
 
 void cli_outdir_free(cli_outdir *o)
 {
+    ckpt_lease_drop(o->lease);
+    o->lease = NULL;
     free(o->created);
     o->created = NULL;
 }

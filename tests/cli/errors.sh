@@ -572,14 +572,18 @@ echo "plan" >"$R2/step-3/.pending/rank0.plan"
 echo "keep me" >"$R2/notes/todo.txt"
 echo "top" >"$R2/README"
 before=$(cd "$R2" && find . | sort)
-run_ckpt gc --dry-run "$R2"
+run_ckpt gc --dry-run --min-age 0 "$R2"
 expect_ok "gc --dry-run"
-expect_out_re '^would remove .*step-3$' "gc --dry-run lists step-3"
+expect_out_re '^would remove step-3: unfinished save' "gc --dry-run lists step-3"
 if grep -E -q 'step-1|step-2|notes|README' "$OUT"; then bad "gc --dry-run lists only step-3: $(tr '\n' ';' <"$OUT")"; else ok "gc --dry-run lists only step-3"; fi
 if [ "$(cd "$R2" && find . | sort)" = "$before" ]; then ok "gc --dry-run removes nothing"; else bad "gc --dry-run changed the root"; fi
 run_ckpt gc "$R2"
-expect_ok "gc"
-expect_out_re '^removed .*step-3$' "gc prints 'removed step-3'"
+expect_ok "gc with the default --min-age"
+expect_out_re '^kept step-3: unfinished save written .* ago, less than --min-age 1h00m' "gc keeps a save written less than an hour ago"
+[ -d "$R2/step-3" ] && ok "gc with the default --min-age keeps step-3" || bad "gc removed the fresh step-3"
+run_ckpt gc --min-age 0 "$R2"
+expect_ok "gc --min-age 0"
+expect_out_re '^removed step-3: unfinished save, no writer holds its lease' "gc prints 'removed step-3'"
 if grep -E -q 'step-1|step-2|notes|README' "$OUT"; then bad "gc mentions only step-3: $(tr '\n' ';' <"$OUT")"; else ok "gc mentions only step-3"; fi
 if [ ! -e "$R2/step-3" ]; then ok "gc removed step-3"; else bad "gc left step-3: $(find "$R2/step-3" | tr '\n' ' ')"; fi
 for s in step-1 step-2; do
@@ -591,12 +595,12 @@ if [ "$(cat "$R2/notes/todo.txt" 2>/dev/null)" = "keep me" ] && [ "$(cat "$R2/RE
 else
     bad "gc: unrelated 'notes' or README touched"
 fi
-run_ckpt gc "$R2"
+run_ckpt gc --min-age 0 "$R2"
 expect_ok "gc again"
 expect_empty_out "gc again: nothing left to remove"
 # A single uncommitted checkpoint directory as ROOT.
 mkdir -p "$R2/step-4/.pending"
-run_ckpt gc "$R2/step-4"
+run_ckpt gc --min-age 0 "$R2/step-4"
 expect_ok "gc of a single uncommitted directory"
 if [ ! -e "$R2/step-4" ]; then ok "gc removed the single uncommitted step-4"; else bad "gc left the single uncommitted step-4"; fi
 # A committed checkpoint as ROOT: refused, never removed.
@@ -609,14 +613,14 @@ mkdir -p "$R2/step-5/data" "$R2/step-5/mine" "$TMP/elsewhere/data"
 echo keep >"$R2/step-5/mine/file"
 ln -s "$TMP/elsewhere" "$R2/link-6"
 mkdir -p "$R2/step-7/.pending"
-run_ckpt gc -n "$R2"
+run_ckpt gc -n --min-age 0 "$R2"
 expect_rc 1 "gc -n with a suspicious candidate exits 1"
-expect_out_re '^would remove .*step-7$' "gc -n (= --dry-run) lists step-7"
+expect_out_re '^would remove step-7: ' "gc -n (= --dry-run) lists step-7"
 [ -d "$R2/step-7" ] && ok "gc -n removes nothing" || bad "gc -n removed step-7"
-run_ckpt gc "$R2"
+run_ckpt gc --min-age 0 "$R2"
 expect_rc 1 "gc with a suspicious candidate exits 1"
 expect_err_re '^ckpt: skipping .*step-5' "gc warns that it skips step-5"
-expect_out_re '^removed .*step-7$' "gc still removes step-7"
+expect_out_re '^removed step-7: ' "gc still removes step-7"
 if [ -f "$R2/step-5/mine/file" ] && [ -d "$R2/step-5/data" ]; then ok "gc left step-5 (it has a 'mine/' subdirectory) whole"; else bad "gc touched step-5"; fi
 if [ -L "$R2/link-6" ] && [ -d "$TMP/elsewhere/data" ]; then ok "gc neither removed nor followed the link link-6"; else bad "gc removed link-6 or its target"; fi
 if grep -q 'link-6' "$OUT"; then bad "gc mentions link-6"; else ok "gc does not mention link-6"; fi

@@ -12,6 +12,8 @@
 #   - errors, each with nothing committed and the earlier checkpoint intact:
 #     bad xattr values, too many / too few bytes, a write out of order, two
 #     replicas with different bytes, ranks disagreeing on dtype or shape,
+#     a declared tensor whose only piece failed (EINVAL at close, EFBIG, a
+#     non-sequential write; through a daemon that is gone by the commit),
 #     overlapping pieces, a gap, a rank outside 0..N-1, a rank committing
 #     twice, a daemon killed mid-save (then gc and a re-run), a full disk.
 . "$(dirname "$0")/lib.sh"
@@ -214,10 +216,12 @@ expect_put_err "not a whole number of rows (sizes inferred)" close EINVAL
 put "$M/$S/x" "$IN/h.bin" --dtype f32 --shape 6,5 --seek 20
 expect_put_err "a write at a non-sequential offset" write EINVAL
 log_says "the log says sequentially" "written sequentially"
+# x was declared (created and described) but every piece of it failed: a
+# commit must not drop it silently.
 run_ckpt commit "$R/$S"
-expect_ok "ckpt commit of what the failed writers left"
-run_ckpt ls "$R/$S"
-if [ "$RC" -eq 0 ] && ! grep -q '^x ' "$OUT"; then ok "none of those pieces was recorded (no tensor x)"; else bad "ckpt ls: $(tr '\n' '~' <"$OUT")"; fi
+expect_rc 1 "ckpt commit refuses a declared tensor whose pieces all failed"
+expect_err_re "tensor 'x' has no piece: .*piece failed: .*sequentially" "the refusal names x and why its last piece failed"
+not_committed $S
 
 # fails_commit NAME WHY_RE: both ranks commit, the last write gets EIO,
 # the status and the log name the problem, nothing is committed.
@@ -264,6 +268,48 @@ mkdir -p "$M/$S"
 put "$M/$S/h" "$IN/h.bin" --dtype f32 --shape 6,5 --sizes 2,5 --to 40; expect_put "rows 0..1"
 put "$M/$S/h" "$IN/h.bin" --dtype f32 --shape 6,5 --offsets 4,0 --from 80; expect_put "rows 4..5"
 fails_commit $S "cover|gap|missing"
+
+echo "# ---- a declared tensor whose only piece failed is refused at commit"
+# The reproduction: a and w created and described (f32 1024x1024); a gets
+# its 4 MiB, w 1000 bytes (its close fails); the commit must refuse w.
+S=step-000017
+mkdir -p "$M/$S"
+head -c $((1024 * 1024 * 4)) /dev/urandom >"$IN/a4m.bin"
+put "$M/$S/a" "$IN/a4m.bin" --dtype f32 --shape 1024,1024; expect_put "a: 4 MiB"
+put "$M/$S/w" "$IN/a4m.bin" --dtype f32 --shape 1024,1024 --sizes 1024,1024 --to 1000
+expect_put_err "w: 1000 bytes of 4 MiB" close EINVAL
+fails_commit $S "tensor 'w' has no piece: .*piece failed: .*4194304 bytes but 1000 were written"
+log_says "the log names w and why" "tensor 'w' has no piece"
+echo "# ---- EFBIG and a non-sequential write, each a tensor's only piece"
+S=step-000018
+mkdir -p "$M/$S"
+put "$M/$S/a" "$IN/h.bin" --dtype f32 --shape 6,5; expect_put "a: whole"
+put "$M/$S/big" "$IN/h.bin" --dtype f32 --shape 6,5 --sizes 3,5
+expect_put_err "big: past its piece's end" write EFBIG
+fails_commit $S "tensor 'big' has no piece: .*piece failed: .*goes past its end"
+S=step-000019
+mkdir -p "$M/$S"
+put "$M/$S/a" "$IN/h.bin" --dtype f32 --shape 6,5; expect_put "a: whole"
+put "$M/$S/seq" "$IN/h.bin" --dtype f32 --shape 6,5 --seek 20
+expect_put_err "seq: a non-sequential write" write EINVAL
+fails_commit $S "tensor 'seq' has no piece: .*piece failed: .*written sequentially"
+echo "# ---- the declaration and the reason outlive the daemon that saw them"
+S=step-000021
+M3=$TMP/mnt3
+mount_ck "$R" "$M3" -o rw,world=2 || exit 1
+mkdir -p "$M3/$S"
+put "$M3/$S/a" "$IN/h.bin" --dtype f32 --shape 6,5; expect_put "a through another mount"
+put "$M3/$S/w" "$IN/h.bin" --dtype f32 --shape 6,5 --sizes 6,5 --to 100
+expect_put_err "w's piece fails there" close EINVAL
+touch "$M3/$S/never"; ok "never: created, never written"
+umount_ck "$M3"
+MNT_LOG=$MAIN_LOG
+mkdir -p "$M/$S"      # this mount joins the save the other daemon left
+fails_commit $S "tensor '(w|never)' has no piece"
+run_ckpt commit "$R/$S"
+expect_rc 1 "ckpt commit refuses it too"
+expect_err_re "tensor 'never' has no piece: .*none was written|tensor 'w' has no piece: .*holds 120 bytes but 100 were written" \
+    "naming the tensor and what happened to it"
 
 echo "# ---- bad rank numbers"
 S=step-000016
@@ -328,8 +374,8 @@ grep -q '^ERR' "$TMP/kill.out" && ok "the writer gets an error ($(cat "$TMP/kill
 umount_ck "$M" -z
 not_committed $S
 for s in 000001 000002 000003 000020; do verify_ok "$R/step-$s"; done
-run_ckpt gc "$R"
-expect_out_re "removed .*$S" "ckpt gc removes the interrupted save"
+run_ckpt gc --min-age 0 "$R"
+expect_out_re "removed $S: unfinished save" "ckpt gc removes the interrupted save"
 check "$S is gone" test ! -e "$R/$S"
 check "gc removed the failed saves too" test ! -e "$R/step-000011"
 mount_ck "$R" "$M" -o rw,world=1 || exit 1

@@ -160,10 +160,33 @@ static void test_serialised(tctx *t, const char *root)
     check_load(t, d2);
 }
 
-static void test_planner_error(tctx *t, const char *root, const char *prev)
+/* A save of m into root/name that the wait must refuse on every rank
+ * (when `refused`) with a message holding want (and want2), leaving
+ * nothing; prev still loads. */
+static void expect_refused(tctx *t, const char *root, const char *name,
+                           const char *prev, model *m, ckpt_saver *sv,
+                           int refused, const char *want, const char *want2)
 {
     char dir[4096], path[4200];
-    join(dir, sizeof dir, root, "bad");
+    ckpt_error err = { 0 };
+    join(dir, sizeof dir, root, name);
+    int rc = save_scribble(t, sv, dir, m, &err);
+    if (!refused) {
+        T_CHECKF(t, rc == 0, "rc %d (%s)", rc, err.msg);
+    } else {
+        T_CHECKF(t, rc == -EINVAL, "rc %d (%s)", rc, err.msg);
+        T_CHECKF(t, strstr(err.msg, want) && (!want2 ||
+                 strstr(err.msg, want2)), "message: %s", err.msg);
+        MPI_Barrier(t->world);
+        snprintf(path, sizeof path, "%s/index.db", dir);
+        T_CHECK(t, !t_exists(path));
+        T_CHECKF(t, !t_exists(dir), "%s left behind", dir);
+    }
+    check_load(t, prev);
+}
+
+static void test_planner_error(tctx *t, const char *root, const char *prev)
+{
     ckpt_saver *sv;
     ckpt_error err = { 0 };
     T_CHECK(t, ckpt_saver_create(&sv, NULL, &err) == 0);
@@ -171,16 +194,27 @@ static void test_planner_error(tctx *t, const char *root, const char *prev)
     model_init(&m, t, t->size > 1 ? 1 : 0);
     if (t->size == 1)   /* one rank: a hole (the last row) instead */
         m.size[0]--;
-    int rc = save_scribble(t, sv, dir, &m, &err);
-    T_CHECKF(t, rc == -EINVAL, "rc %d (%s)", rc, err.msg);
-    T_CHECKF(t, strstr(err.msg, "planner") != NULL, "message: %s", err.msg);
-    MPI_Barrier(t->world);
-    snprintf(path, sizeof path, "%s/index.db", dir);
-    T_CHECK(t, !t_exists(path));
-    T_CHECKF(t, !t_exists(dir), "%s left behind", dir);
+    expect_refused(t, root, "bad", prev, &m, sv, 1, "planner", NULL);
     model_free(&m);
     ckpt_saver_destroy(sv);
-    check_load(t, prev);
+}
+
+/* The last rank's copy of the replicated b differs in one element: the
+ * wait refuses on every rank, naming b, and the save leaves nothing (as
+ * ckpt_commit refuses such replicas).  One rank has no replicas. */
+static void test_replicas_differ(tctx *t, const char *root, const char *prev)
+{
+    ckpt_saver *sv;
+    ckpt_error err = { 0 };
+    T_CHECK(t, ckpt_saver_create(&sv, NULL, &err) == 0);
+    model m;
+    model_init(&m, t, 0);
+    if (t->rank == t->size - 1)
+        ((unsigned char *)m.b)[29] ^= 1;    /* one bit of element 7 */
+    expect_refused(t, root, "replicas", prev, &m, sv, t->size > 1,
+                   "tensor 'b'", "different bytes");
+    model_free(&m);
+    ckpt_saver_destroy(sv);
 }
 
 int main(int argc, char **argv)
@@ -200,5 +234,6 @@ int main(int argc, char **argv)
     test_scribble(&t, root, (size_t)64 << 10, "capped");
     test_serialised(&t, root);
     test_planner_error(&t, root, prev);
+    test_replicas_differ(&t, root, prev);
     return t_finish(&t, "test_mpi_async");
 }

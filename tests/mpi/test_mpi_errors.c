@@ -222,6 +222,28 @@ static void hole(tctx *t, const char *root, model *m)
                        "tensor 'w'", "not covered", dir, 1);
 }
 
+/* The last rank's copy of the replicated b differs in one element: refused
+ * before anything is written, naming b and the two writers. */
+static void replicas_differ(tctx *t, const char *root, model *m)
+{
+    char dir[4096], who[32];
+    path_of(dir, sizeof dir, root, "step-2");
+    model mm = *m;
+    float *b = malloc(sizeof(float) * COLS);
+    memcpy(b, m->b, sizeof(float) * COLS);
+    ((unsigned char *)b)[2 * COLS] ^= 1;    /* one bit of one element */
+    if (t->rank == t->size - 1)
+        mm.p[1].data = b;
+    ckpt_mpi_save_opts o = save_opts();
+    ckpt_error e;
+    int rc = save_model(t, dir, mm.p, 2, &o, &e);
+    snprintf(who, sizeof who, "writer rank%d", t->size - 1);
+    expect_failed_save(t, "replicas with different bytes", rc, &e, -EINVAL,
+                       "tensor 'b': replicas", who, dir, 1);
+    T_CHECKF(t, strstr(e.msg, "different bytes"), "message: %s", e.msg);
+    free(b);
+}
+
 static void committed_target(tctx *t, const char *root, model *m)
 {
     char dir[4096];
@@ -413,6 +435,7 @@ int main(int argc, char **argv)
     dtype_mismatch(&t, root, &m);
     overlap(&t, root, &m);
     hole(&t, root, &m);
+    replicas_differ(&t, root, &m);
     committed_target(&t, root, &m);
     unfinished_target(&t, root, &m);
     other_dir(&t, root, &m);

@@ -6,7 +6,8 @@
  * serialises saves (depth 2 lets one wait); planner refusals and (case
  * "enospc", run by tests/async/enospc.sh on a small tmpfs) ENOSPC are
  * reported by wait, with nothing committed and the previous checkpoint
- * intact; data that is not readable host memory (what a CUDA device
+ * intact; replicas with different bytes are refused; staging caps far
+ * below a slab stay prompt; data that is not readable host memory (what a CUDA device
  * pointer is to a build or a machine without CUDA) is refused at once.
  * ckpt_save_sync, which shares the checks and the cleanup, is tested here
  * too: the same state reads back; refusals come first with nothing made;
@@ -346,7 +347,7 @@ START_TEST(test_planner_errors)
     ck_assert_int_eq(ckpt_saver_create(&sv, &so, &err), 0);
     state p;
     save_prev(sv, prev, &p);
-    for (int kind = 0; kind < 3; kind++) {
+    for (int kind = 0; kind < 4; kind++) {
         state s;
         state_init(&s, 3);
         const char *want;
@@ -357,9 +358,13 @@ START_TEST(test_planner_errors)
         } else if (kind == 1) {   /* overlap: piece 1 moved onto piece 0 */
             s.woff[1][0] = 50;
             want = "model.w";
-        } else {                  /* one fqn, two dtypes */
+        } else if (kind == 2) {   /* one fqn, two dtypes */
             s.p[4].fqn = "model.b";
             want = "model.b";
+        } else {                  /* replicas of row 100, other bytes */
+            s.p[6] = s.p[1];
+            s.p[6].data = s.b;
+            want = "different bytes";
         }
         ckpt_save *h;
         int rc = ckpt_save_async(sv, dir, s.p, s.np, NULL, &h, &err);
@@ -382,6 +387,53 @@ START_TEST(test_planner_errors)
     state_free(&s);
     state_free(&p);
     ckpt_saver_destroy(sv);
+    remove_tmpdir(tmp);
+}
+END_TEST
+
+/* A cap far below a slab: staging moves slabs of 64 KiB whatever the cap,
+ * so a save takes a handful of hand-offs, not one per byte (with a 1-byte
+ * cap, 20,000 f32 elements took 4.4 s and 100,000 did not finish in 20 s).
+ * The tcase's timeout bounds it; the bytes must come back. */
+START_TEST(test_tiny_caps)
+{
+    static const size_t caps[] = { 1, 1000, ((size_t)64 << 10) - 1 };
+    static const int64_t sizes[] = { 20000, 100000 };
+    char *tmp = make_tmpdir(), dir[4096];
+    rng r = { 77 };
+    for (size_t c = 0; c < sizeof caps / sizeof *caps; c++) {
+        ckpt_saver_opts so;
+        ckpt_saver_opts_init(&so);
+        so.staging_bytes = caps[c];
+        ckpt_saver *sv;
+        ckpt_error err = { 0 };
+        ck_assert_msg(ckpt_saver_create(&sv, &so, &err) == 0, "%s", err.msg);
+        for (size_t k = 0; k < 2; k++) {
+            int64_t shape[1] = { sizes[k] };
+            size_t n = (size_t)sizes[k] * 4;
+            unsigned char *v = malloc(n), *ref = malloc(n), *got = malloc(n);
+            fill_random(v, n, &r);
+            memcpy(ref, v, n);
+            ckpt_piece p = { "w", CKPT_F32, 1, shape, NULL, NULL, v };
+            char name[64];
+            snprintf(name, sizeof name, "cap%zu-%zu", c, k);
+            join(dir, tmp, name);
+            ckpt_save *h;
+            ck_assert_msg(ckpt_save_async(sv, dir, &p, 1, NULL, &h, &err) ==
+                          0, "%s", err.msg);
+            memset(v, 0xEE, n);
+            ck_assert_msg(ckpt_save_wait(h, &err) == 0, "%s", err.msg);
+            ckpt_reader *rd;
+            ck_assert_int_eq(ckpt_reader_open(&rd, dir, NULL, &err), 0);
+            ck_assert_int_eq(ckpt_read(rd, 0, got, 0, n, &err), (int64_t)n);
+            ck_assert_mem_eq(got, ref, n);
+            ckpt_reader_close(rd);
+            free(v);
+            free(ref);
+            free(got);
+        }
+        ckpt_saver_destroy(sv);
+    }
     remove_tmpdir(tmp);
 }
 END_TEST
@@ -688,6 +740,10 @@ static Suite *suite(void)
     tcase_add_test(tc, test_sync_refused_first);
     tcase_add_test(tc, test_sync_late_failures);
     suite_add_tcase(s, tc);
+    TCase *tt = tcase_create("tiny caps");
+    tcase_set_timeout(tt, 20);
+    tcase_add_test(tt, test_tiny_caps);
+    suite_add_tcase(s, tt);
     if (getenv("CKPT_TEST_SMALLFS")) {
         TCase *te = tcase_create("enospc");
         tcase_set_timeout(te, 300);

@@ -1,6 +1,7 @@
 /*
- * test_latest.c - unit tests for fs/latest.c, the rule that picks the
- * checkpoint `latest` points to (docs/MOUNT.md, "latest"): steps from
+ * test_latest.c - unit tests for the rule that picks the checkpoint
+ * `latest` points to (docs/MOUNT.md, "latest"), which is also the order
+ * gc's retention keeps the newest by (src/gc.h, ckpt_retain_*): steps from
  * metadata or from the directory's name, the order between checkpoints
  * with and without steps, ties broken by commit time then by name, and
  * the choice among a whole root's worth of checkpoints in every order.
@@ -11,23 +12,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "latest.h"
+#include "gc.h"
 
 START_TEST(test_parse_step)
 {
     int64_t v = -99;
-    ck_assert_int_eq(latest_parse_step("100", &v), 1);
+    ck_assert_int_eq(ckpt_retain_parse_step("100", &v), 1);
     ck_assert_int_eq(v, 100);
-    ck_assert_int_eq(latest_parse_step(" -1 \n", &v), 1);
+    ck_assert_int_eq(ckpt_retain_parse_step(" -1 \n", &v), 1);
     ck_assert_int_eq(v, -1);
-    ck_assert_int_eq(latest_parse_step("+7", &v), 1);
+    ck_assert_int_eq(ckpt_retain_parse_step("+7", &v), 1);
     ck_assert_int_eq(v, 7);
     v = 5;
-    ck_assert_int_eq(latest_parse_step(NULL, &v), 0);
-    ck_assert_int_eq(latest_parse_step("", &v), 0);
-    ck_assert_int_eq(latest_parse_step("1e3", &v), 0);
-    ck_assert_int_eq(latest_parse_step("abc", &v), 0);
-    ck_assert_int_eq(latest_parse_step("99999999999999999999", &v), 0);
+    ck_assert_int_eq(ckpt_retain_parse_step(NULL, &v), 0);
+    ck_assert_int_eq(ckpt_retain_parse_step("", &v), 0);
+    ck_assert_int_eq(ckpt_retain_parse_step("1e3", &v), 0);
+    ck_assert_int_eq(ckpt_retain_parse_step("abc", &v), 0);
+    ck_assert_int_eq(ckpt_retain_parse_step("99999999999999999999", &v), 0);
     ck_assert_int_eq(v, 5);     /* untouched when there is no step */
 }
 END_TEST
@@ -54,7 +55,7 @@ START_TEST(test_name_step)
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         int64_t v = -1;
-        int has = latest_name_step(cases[i].name, &v);
+        int has = ckpt_retain_key(cases[i].name, NULL, &v);
         ck_assert_msg(has == cases[i].has, "'%s': has %d, want %d",
                       cases[i].name, has, cases[i].has);
         if (has)
@@ -69,31 +70,33 @@ START_TEST(test_step_metadata_first)
 {
     int64_t v = 0;
     /* The metadata wins over the name, even when they disagree. */
-    ck_assert_int_eq(latest_step("3", "step-000009", &v), 1);
+    ck_assert_int_eq(ckpt_retain_key("step-000009", "3", &v), 1);
     ck_assert_int_eq(v, 3);
     /* No (usable) metadata: the name's number. */
-    ck_assert_int_eq(latest_step(NULL, "step-000004", &v), 1);
+    ck_assert_int_eq(ckpt_retain_key("step-000004", NULL, &v), 1);
     ck_assert_int_eq(v, 4);
-    ck_assert_int_eq(latest_step("abc", "step-000004", &v), 1);
+    ck_assert_int_eq(ckpt_retain_key("step-000004", "abc", &v), 1);
     ck_assert_int_eq(v, 4);
-    ck_assert_int_eq(latest_step(NULL, "final", &v), 0);
+    ck_assert_int_eq(ckpt_retain_key("final", NULL, &v), 0);
 }
 END_TEST
 
-static latest_key key(const char *name, const char *meta, long sec, long ns)
+static ckpt_retain_item key(const char *name, const char *meta, long sec,
+                            long ns)
 {
-    latest_key k = { name, 0, 0, { sec, ns } };
-    k.has_step = latest_step(meta, name, &k.step);
+    ckpt_retain_item k = { .name = name,
+                           .committed_ns = sec * 1000000000LL + ns };
+    k.has_key = ckpt_retain_key(name, meta, &k.key);
     return k;
 }
 
 /* a is newer than b, and not the other way round. */
 #define NEWER(a, b)                                                         \
     do {                                                                    \
-        latest_key ka_ = (a), kb_ = (b);                                    \
-        ck_assert_msg(latest_newer(&ka_, &kb_), "%s should be newer than %s",\
+        ckpt_retain_item ka_ = (a), kb_ = (b);                                    \
+        ck_assert_msg(ckpt_retain_newer(&ka_, &kb_), "%s should be newer than %s",\
                       ka_.name, kb_.name);                                  \
-        ck_assert_msg(!latest_newer(&kb_, &ka_), "%s should not be newer "  \
+        ck_assert_msg(!ckpt_retain_newer(&kb_, &ka_), "%s should not be newer "  \
                       "than %s", kb_.name, ka_.name);                       \
     } while (0)
 
@@ -121,17 +124,17 @@ START_TEST(test_order)
     /* Negative steps order too. */
     NEWER(key("x", "-1", 1, 0), key("y", "-2", 2, 0));
     /* A checkpoint is not newer than itself. */
-    latest_key s = key("step-1", NULL, 1, 0);
-    ck_assert(!latest_newer(&s, &s));
+    ckpt_retain_item s = key("step-1", NULL, 1, 0);
+    ck_assert(!ckpt_retain_newer(&s, &s));
 }
 END_TEST
 
 /* The newest of n keys by pairwise comparison, as the mount picks it. */
-static size_t pick(const latest_key *v, const size_t *order, size_t n)
+static size_t pick(const ckpt_retain_item *v, const size_t *order, size_t n)
 {
     size_t best = order[0];
     for (size_t i = 1; i < n; i++)
-        if (latest_newer(&v[order[i]], &v[best]))
+        if (ckpt_retain_newer(&v[order[i]], &v[best]))
             best = order[i];
     return best;
 }
@@ -142,7 +145,7 @@ START_TEST(test_choice_independent_of_order)
      * numbers.  Whatever order the scan meets them in, `latest` is
      * step-000007 (name step 7, tied with run-x's step=7 metadata but
      * committed later). */
-    latest_key v[] = {
+    ckpt_retain_item v[] = {
         key("step-000002", "2", 10, 0),
         key("step-000004", NULL, 5, 0),
         key("run-x", "7", 20, 0),

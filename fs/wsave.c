@@ -78,6 +78,7 @@ struct ws_save {
     unsigned next_writer;
     int committed;
     int gone;                  /* its directory vanished (gc removed it) */
+    int failed;                /* its last commit was refused: not held */
     ckpt_lease *lease;         /* from this mount's first write to the commit */
     kv *meta;                  /* user.ckpt.meta.* set through this mount */
     size_t nmeta;
@@ -874,6 +875,7 @@ static int hold_lease(ws_save *w, ckpt_error *err)
     pthread_mutex_lock(&w->mu);
     if (!w->lease && !w->committed) {
         w->lease = l;
+        w->failed = 0;  /* written or committed again: held again */
         l = NULL;
     }
     pthread_mutex_unlock(&w->mu);
@@ -935,6 +937,8 @@ static int sync_writers(ws_save *w, ckpt_error *err)
 static void give_writer(ws_save *w, ckpt_writer *wr, int ok)
 {
     pthread_mutex_lock(&w->mu);
+    if (w->failed)
+        ok = 0;         /* a refused save keeps no writer (release_failed) */
     if (ok && !w->committed && w->nidle == w->capidle) {
         size_t cap = w->capidle ? w->capidle * 2 : 8;
         ckpt_writer **v = realloc(w->idle, cap * sizeof *v);
@@ -1203,6 +1207,21 @@ void ws_release(ws_file *f)
 
 /* ------------------------------------------------------------ commit */
 
+/* After a refused commit this mount stops holding the save: its lease and
+ * idle writers (whose plans are on disk) go, so that `ckpt gc` may remove
+ * the save at once and the step be saved again.  A rank that writes or
+ * commits again takes the lease again. */
+static void release_failed(ws_save *w)
+{
+    pthread_mutex_lock(&w->mu);
+    w->failed = 1;
+    drop_idle(w);
+    ckpt_lease *l = w->lease;
+    w->lease = NULL;
+    pthread_mutex_unlock(&w->mu);
+    ckpt_lease_drop(l);
+}
+
 int ws_commit_ranks(ws_save *w, const char *text, size_t len,
                     ckpt_error *err)
 {
@@ -1250,8 +1269,10 @@ int ws_commit_ranks(ws_save *w, const char *text, size_t len,
         rc = ckpt_err(err, -EINVAL, "%s/.ckptfs/commit: write a rank number "
                       "(0..%d)", w->name, world - 1);
     if (rc == 0 && complete) {
-        if ((again ? rdv_retry : rdv_commit)(w->path, world, err) != 0)
+        if ((again ? rdv_retry : rdv_commit)(w->path, world, err) != 0) {
+            release_failed(w);
             return -EIO;        /* the planner's message is in err */
+        }
         (void)ws_save_committed(w);
     }
     return rc;

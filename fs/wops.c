@@ -18,10 +18,11 @@
 typedef struct wfile {
     ops_handle link;          /* first: a wfile is an ops_handle */
     ws_save *w;
-    ws_kind kind;             /* WS_FILE, WS_COMMIT, WS_STATUS */
+    ws_kind kind;             /* WS_FILE, WS_COMMIT, WS_STATUS, WS_ERRORS */
     ws_file *piece;           /* WS_FILE */
     int writable;
-    char text[1200];          /* WS_STATUS: the status when opened */
+    char *text;               /* WS_STATUS, WS_ERRORS: the content when
+                                 opened */
     size_t len;
 } wfile;
 
@@ -86,7 +87,7 @@ int wops_stat(fs_ctx *c, ws_save *w, uint32_t node, struct stat *st)
         st->st_mode = S_IFREG | (bits & 0222);
         st->st_nlink = 1;
         break;
-    default:
+    default:                     /* status, errors */
         st->st_mode = S_IFREG | (bits & 0444);
         st->st_nlink = 1;
         st->st_size = 4096;      /* read with direct I/O: up to EOF */
@@ -239,6 +240,17 @@ void wops_readdir(fuse_req_t req, ws_save *w, uint32_t dir, size_t size,
     free(buf);
 }
 
+/* The status line into h->text. */
+static int status_text(ws_save *w, wfile *h)
+{
+    size_t cap = 1200;
+    if (!(h->text = malloc(cap)))
+        return -ENOMEM;
+    int n = ws_status(w, h->text, cap);
+    h->len = n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+    return 0;
+}
+
 /* Opens node for the request's process; replies. */
 static void open_node(fs_ctx *c, fuse_req_t req, ws_save *w, uint32_t node,
                       struct fuse_file_info *fi, int created)
@@ -249,7 +261,8 @@ static void open_node(fs_ctx *c, fuse_req_t req, ws_save *w, uint32_t node,
     int writing = (fi->flags & O_ACCMODE) != O_RDONLY;
     if (rc == 0 && ws.kind == WS_DIR)
         rc = -EISDIR;
-    else if (rc == 0 && ws.kind == WS_STATUS && writing)
+    else if (rc == 0 && (ws.kind == WS_STATUS || ws.kind == WS_ERRORS) &&
+             writing)
         rc = -EACCES;
     else if (rc == 0 && ws.kind == WS_FILE && !writing) {
         rc = -EBUSY;
@@ -267,11 +280,13 @@ static void open_node(fs_ctx *c, fuse_req_t req, ws_save *w, uint32_t node,
         if (ws.kind == WS_FILE)
             rc = ws_open(w, node, caller(req), &h->piece, &err);
         else if (ws.kind == WS_STATUS)
-            h->len = (size_t)ws_status(w, h->text, sizeof h->text);
-        if (h->len >= sizeof h->text)
-            h->len = sizeof h->text - 1;
+            rc = status_text(w, h);
+        else if (ws.kind == WS_ERRORS)
+            rc = ws_errors(w, &h->text, &h->len);
     }
     if (rc) {
+        if (h)
+            free(h->text);
         free(h);
         reply_fail(req, rc, &err);
         return;
@@ -303,7 +318,7 @@ void wops_create(fs_ctx *c, fuse_req_t req, ws_save *w, uint32_t dir,
     uint32_t node;
     int created;
     ckpt_error err = { 0 };
-    int rc = ws_mkfile(w, dir, name, &node, &created, &err);
+    int rc = ws_mkfile(w, dir, name, caller(req), &node, &created, &err);
     if (rc == 0 && !created && (fi->flags & O_EXCL))
         rc = -EEXIST;
     if (rc)
@@ -315,15 +330,14 @@ void wops_create(fs_ctx *c, fuse_req_t req, ws_save *w, uint32_t dir,
 void wops_read(fuse_req_t req, ops_handle *hh, size_t size, off_t off)
 {
     wfile *h = (wfile *)hh;
-    if (h->kind != WS_STATUS || off < 0) {
+    if (!h->text || off < 0) {
         fuse_reply_buf(req, NULL, 0);    /* commit reads empty */
         return;
     }
-    char text[sizeof h->text];
     size_t o = (size_t)off < h->len ? (size_t)off : h->len;
     size_t n = h->len - o < size ? h->len - o : size;
-    memcpy(text, h->text + o, n);        /* h may go once replied */
-    fuse_reply_buf(req, text, n);
+    /* The kernel releases h only after this read is answered. */
+    fuse_reply_buf(req, h->text + o, n);
 }
 
 void wops_write(fuse_req_t req, ops_handle *hh, const char *buf, size_t size,
@@ -361,6 +375,7 @@ void wops_handle_free(ops_handle *hh)
 {
     wfile *h = (wfile *)hh;
     ws_release(h->piece);
+    free(h->text);
     free(h);
 }
 

@@ -37,7 +37,7 @@
 #include <string.h>
 #include <zstd.h>
 #include <zstd_errors.h>
-#include <xxhash.h>
+#include "xxh.h"
 
 #include "bytegroup.h"
 #include "error.h"

@@ -18,7 +18,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
+#include "xxh.h"
 
 #include "codec.h"
 #include "error.h"

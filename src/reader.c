@@ -337,6 +337,43 @@ static int decode_frame(const frame_ref *fr, void *dst, scratch *s,
     return 0;
 }
 
+/* Reads bytes [fo, fo + n) of raw frame fr straight into dst.  Only for
+ * frames without a checksum (foreign checkpoints): a ckptfs frame is
+ * checked whole, so a part of one comes from the decoded-frame cache. */
+static int read_raw_part(const frame_ref *fr, uint64_t fo, uint64_t n,
+                         void *dst, ckpt_error *err)
+{
+    ckpt_reader *r = fr->r;
+    int fd = shard_fd(r, chunk_at(r, fr->t, fr->c)->file, err);
+    if (fd < 0)
+        return frame_fail(fr, err, fd);
+    scratch *s = scratch_get(r);
+    if (!s)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    int rc = ckpt_sio_read(s->io, fd, dst, n, fr->f->file_offset + fo, NULL,
+                           file_of(r, fr->t, fr->c), err);
+    scratch_put(r, s);
+    if (rc)
+        return frame_fail(fr, err, rc);
+    atomic_fetch_add(&r->bytes_read, n);
+    atomic_fetch_add(&r->bytes_decoded, n);
+    return 0;
+}
+
+/* Segments at least this long read their parts of checksum-less raw
+ * frames in place; shorter ones (rows of a region) come from one read of
+ * the whole frame into the cache, rather than one pread each. */
+#define PARTIAL_MIN ((uint64_t)64 << 10)
+
+/* 1 when part of frame fr can be read without reading all of it: a raw,
+ * row-major frame without a checksum. */
+static int partial_ok(const frame_ref *fr)
+{
+    return fr->r->foreign && fr->f->codec == CKPT_CODEC_RAW &&
+           fr->f->stored_size == fr->f->raw_size &&
+           !strided_of(fr->r, fr->t, fr->c);
+}
+
 static int decode_with_scratch(const frame_ref *fr, void *dst,
                                ckpt_error *err)
 {
@@ -503,6 +540,8 @@ static int copy_segment(ckpt_reader *r, size_t t, const segment *sg,
         int whole = fo == 0 && take == frames[i].raw_size;
         if (whole && !ckpt_cache_contains(r->cache, frame_key(r, t, sg->c, i)))
             rc = decode_with_scratch(&fr, dst, err);
+        else if (!whole && sg->n >= PARTIAL_MIN && partial_ok(&fr))
+            rc = read_raw_part(&fr, fo, take, dst, err);
         else
             rc = copy_cached(&fr, cur, fo, take, dst, err);
         if (rc)
@@ -665,12 +704,16 @@ static void prefetch_after(ckpt_reader *r, size_t t, const segment *last)
         if (i < ch->nframes && frames[i].raw_offset < pos)
             i++;   /* the frame holding pos was just read */
         for (; i < ch->nframes && want > 0; i++, want--) {
+            frame_ref fr = { r, t, c, i, &frames[i] };
+            if (partial_ok(&fr))
+                return;   /* read in place when asked for (a sequential
+                             reader asks for large parts) */
             if (ckpt_cache_contains(r->cache, frame_key(r, t, c, i)))
                 continue;
             prefetch_task *pt = malloc(sizeof *pt);
             if (!pt)
                 return;
-            pt->fr = (frame_ref){ r, t, c, i, &frames[i] };
+            pt->fr = fr;
             if (ckpt_pool_submit(r->pool, prefetch_run, pt)) {
                 free(pt);
                 return;

@@ -11,8 +11,8 @@
  * case was the slow one).  So:
  *  - a raw frame goes straight into the destination when that is fast,
  *    else through a bounce buffer placed at the source's alignment and is
- *    copied from there with memcpy in blocks of COPY_BLOCK bytes (below
- *    the size at which glibc's memcpy itself switches to `rep movsb`);
+ *    copied from there by ckpt_copy_blocks (memcpy in blocks below the
+ *    size at which glibc's memcpy itself switches to `rep movsb`);
  *  - the bytes are read in pieces of PIECE bytes, each checksummed
  *    (XXH3-64, streaming) right after it lands, while it is in the L2
  *    cache, so that checking a frame costs no second pass over memory;
@@ -32,8 +32,6 @@
 #define LINE 64
 /* Bytes read (and checksummed) at a time: fits the L2 cache of a core. */
 #define PIECE ((size_t)128 << 10)
-/* memcpy block of the bounce path: below glibc's rep-movsb threshold. */
-#define COPY_BLOCK ((size_t)2048)
 
 struct ckpt_sio {
     unsigned char *bounce;    /* PIECE + LINE bytes, line-aligned */
@@ -70,24 +68,7 @@ void ckpt_sio_free(ckpt_sio *s)
 
 int ckpt_sio_direct(const void *dst, uint64_t off)
 {
-    unsigned rel = (unsigned)(((uintptr_t)dst - (uintptr_t)off) % LINE);
-    return rel == 0 || rel >= LINE / 2;
-}
-
-/* memcpy in blocks of COPY_BLOCK (vector loops, whatever the alignment).
- * noinline + the volatile size keep the compiler from fusing the blocks
- * back into one large memcpy. */
-static void copy_out(unsigned char *dst, const unsigned char *src, size_t n)
-{
-    volatile size_t block = COPY_BLOCK;
-    size_t b = block;
-    while (n > b) {
-        memcpy(dst, src, b);
-        dst += b;
-        src += b;
-        n -= b;
-    }
-    memcpy(dst, src, n);
+    return ckpt_copy_fast(off, (uintptr_t)dst);
 }
 
 /* The bytes at `off`, piece by piece, straight into dst. */
@@ -131,7 +112,7 @@ static int read_bounced(ckpt_sio *s, int fd, unsigned char *dst, size_t n,
             XXH3_64bits_update(s->hash, b, m);
         else if (sum)
             *sum = (uint64_t)XXH3_64bits(b, m);
-        copy_out(dst + k, b, m);
+        ckpt_copy_blocks(dst + k, b, m);
     }
     if (many)
         *sum = (uint64_t)XXH3_64bits_digest(s->hash);

@@ -56,8 +56,8 @@ static void file_teardown(void)
 static void check_read(ckpt_sio *s, int fd, uint64_t off, size_t n,
                        unsigned align, int with_sum)
 {
-    unsigned char *mem = aligned_alloc(64, n + 256);
-    ck_assert_ptr_nonnull(mem);
+    unsigned char *mem = NULL;
+    ck_assert_int_eq(posix_memalign((void **)&mem, 64, n + 256), 0);
     memset(mem, 0x5a, n + 256);
     unsigned char *dst = mem + 64 + align;
     uint64_t sum = 0;

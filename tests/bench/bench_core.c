@@ -25,6 +25,12 @@
  *       destination the size of the state (pre-faulted) and checks its
  *       checksum, as a load does, without reading files; bytes per CPU
  *       second.  The output is compared with DIR/state.bin afterwards.
+ *   bench_core copy DIR CKPT [--name NAME] [--threads N]
+ *       The floor of a warm raw load: every byte of CKPT's shard files read
+ *       with 1 MiB preads into a pre-faulted, 64-byte aligned destination
+ *       the size of the state, on N threads (default: all CPUs), with no
+ *       checksum and no index: the kernel's one copy into memory that the
+ *       load must write.
  *   bench_core resident FILE
  *       Prints the percentage of FILE's pages in the page cache (mincore),
  *       so that run.sh can check that dropping the cache worked.
@@ -37,6 +43,7 @@
 #endif
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <ftw.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -783,6 +790,97 @@ static int cmd_decode(const char *dir, const char *ckpt, const char *name)
     return 0;
 }
 
+/* ------------------------------------------------------------ copy */
+
+typedef struct copy_job {
+    int *fd;                          /* per shard file */
+    uint64_t *base, *size;            /* where each file's bytes go */
+    size_t nfiles;
+    unsigned char *dst;
+    atomic_size_t next;               /* next 1 MiB piece, over all files */
+} copy_job;
+
+static void *copy_worker(void *arg)
+{
+    copy_job *j = arg;
+    size_t k;
+    for (;;) {
+        k = atomic_fetch_add(&j->next, 1);
+        uint64_t at = (uint64_t)k * MIB;
+        size_t f = 0;
+        while (f < j->nfiles && at >= j->base[f] + j->size[f])
+            f++;
+        if (f == j->nfiles)
+            return NULL;
+        uint64_t off = at - j->base[f];
+        uint64_t n = j->size[f] - off < MIB ? j->size[f] - off : MIB;
+        pread_full(j->fd[f], j->dst + at, n, off, "shard");
+    }
+}
+
+static int cmd_copy(const char *ckpt, const char *name, int threads)
+{
+    char data[4096];
+    path_join(data, sizeof data, ckpt, "data");
+    uint64_t total = disk_bytes(data);
+    copy_job j = { 0 };
+    DIR *d = opendir(data);
+    if (!d)
+        die("cannot open %s: %s", data, strerror(errno));
+    struct dirent *de;
+    size_t cap = 0;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        if (j.nfiles == cap) {
+            cap = cap ? 2 * cap : 16;
+            j.fd = realloc(j.fd, cap * sizeof *j.fd);
+            j.base = realloc(j.base, cap * sizeof *j.base);
+            j.size = realloc(j.size, cap * sizeof *j.size);
+            if (!j.fd || !j.base || !j.size)
+                die("out of memory");
+        }
+        char path[4096];
+        struct stat st;
+        path_join(path, sizeof path, data, de->d_name);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0 || fstat(fd, &st) != 0)
+            die("cannot open %s: %s", path, strerror(errno));
+        j.base[j.nfiles] = j.nfiles ? j.base[j.nfiles - 1] +
+                                      j.size[j.nfiles - 1] : 0;
+        /* each file starts on a MiB boundary of the destination */
+        j.base[j.nfiles] = (j.base[j.nfiles] + MIB - 1) / MIB * MIB;
+        j.size[j.nfiles] = (uint64_t)st.st_size;
+        j.fd[j.nfiles++] = fd;
+    }
+    closedir(d);
+    uint64_t span = j.nfiles ? j.base[j.nfiles - 1] + j.size[j.nfiles - 1]
+                             : 0;
+    j.dst = dest_alloc(span);
+    atomic_init(&j.next, 0);
+    int n = threads > 0 ? threads : cpu_count();
+    if (n > 64)
+        n = 64;
+    pthread_t th[64];
+    double cpu0 = cpu_s(), t0 = now_s();
+    for (int i = 0; i < n; i++)
+        if (pthread_create(&th[i], NULL, copy_worker, &j) != 0)
+            die("pthread_create failed");
+    for (int i = 0; i < n; i++)
+        pthread_join(th[i], NULL);
+    double secs = now_s() - t0, cpu = cpu_s() - cpu0;
+    printf("RESULT name=%s seconds=%.4f cpu_seconds=%.3f bytes_logical=%llu "
+           "bytes_on_disk=%llu threads=%d\n", name, secs, cpu,
+           (unsigned long long)total, (unsigned long long)total, n);
+    for (size_t i = 0; i < j.nfiles; i++)
+        close(j.fd[i]);
+    free(j.fd);
+    free(j.base);
+    free(j.size);
+    free(j.dst);
+    return 0;
+}
+
 /* ------------------------------------------------------------ resident */
 
 static int cmd_resident(const char *path)
@@ -818,6 +916,7 @@ static void usage(void)
           "       bench_core load DIR CKPT [--name NAME] [--threads N] "
           "[--reader-threads N]\n"
           "       bench_core decode DIR CKPT [--name NAME]\n"
+          "       bench_core copy DIR CKPT [--name NAME] [--threads N]\n"
           "       bench_core resident FILE\n", stderr);
     exit(2);
 }
@@ -888,6 +987,8 @@ int main(int argc, char **argv)
                         o.reader_threads);
     if (strcmp(cmd, "decode") == 0)
         return cmd_decode(argv[2], argv[3], o.name);
+    if (strcmp(cmd, "copy") == 0)
+        return cmd_copy(argv[3], o.name, o.threads);
     usage();
     return 2;
 }

@@ -148,7 +148,8 @@ flat_round() {
 # Save, cold load, warm load of libckptfs with codec $1.  For auto also
 # the yardsticks of its warm load: the per-core decode speed of its frames
 # (bench_core decode: codec and checksum, one thread, bytes in memory) and
-# a warm load with one decoder thread.
+# a warm load with one decoder thread; for raw the floor of its warm load:
+# the shard files pread into memory on all cores (bench_core copy).
 lib_round() {
     fresh "$work/$1"
     run_result "$core" save "$state" "$work/$1" --codec "$1"
@@ -162,6 +163,9 @@ lib_round() {
     warm_up "$work/$1"
     run_result "$core" load "$state" "$work/$1" --threads "$load_threads" \
         --name "libckptfs_load_${1}_warm"
+    if [[ $1 == raw ]]; then
+        run_result "$core" copy "$state" "$work/$1" --name copy_raw_allcores
+    fi
     if [[ $1 == auto ]]; then
         run_result "$core" decode "$state" "$work/$1" --name decode_auto_1core
         warm_up "$work/$1"
@@ -267,6 +271,7 @@ table() {
     row libckptfs_load_auto_warm_1thread "  libckptfs auto, 1 decoder thread"
     row decode_auto_1core "  auto frames decoded in memory, 1 core"
     row libckptfs_load_raw_warm "  libckptfs raw"
+    row copy_raw_allcores "  raw shards pread to memory, all cores"
     row libckptfs_load_zstd_warm "  libckptfs zstd"
     row dcp_load_warm "  DCP"
 }
@@ -293,7 +298,7 @@ col() { stats_of "$1" | awk -v c="$2" '{ print $(c + 1) }'; }
 # The yardsticks of the targets, measured in this run: prints lines and
 # sets lim_* for targets().
 limits() {
-    local cat_c cat_w dd_s st ratio_auto dec_mbs ncpu
+    local cat_c cat_w cp_s dd_s ratio_auto dec_mbs ncpu
     ncpu=$(nproc)
     cat_c=$(median_of flat_read_cold)
     cat_w=$(median_of flat_read_warm)
@@ -307,6 +312,9 @@ limits() {
         printf "  %-62s %7.3f s %6.2f GB/s\n", "disk read x stored/raw of auto (" r "): reading fewer bytes", s * r, l / (s * r) / 1e9 }'
     [[ -n $cat_w ]] && awk -v s="$cat_w" -v l="$logical" 'BEGIN {
         printf "  %-62s %7.3f s %6.2f GB/s\n", "one copy: cat of the raw bytes, warm", s, l / s / 1e9 }'
+    cp_s=$(median_of copy_raw_allcores)
+    [[ -n $cp_s ]] && awk -v s="$cp_s" -v l="$logical" 'BEGIN {
+        printf "  %-62s %7.3f s %6.2f GB/s\n", "  the same into memory the size of the state, all cores", s, l / s / 1e9 }'
     [[ -n $dec_mbs ]] && awk -v m="$dec_mbs" -v n="$ncpu" -v l="$logical" 'BEGIN {
         printf "  %-62s %7.3f s %6.2f GB/s\n", "auto decode + checksum: " m " MB/s per core x " n " cores", l / (m * n * 1e6), m * n / 1000 }'
     [[ -n $dd_s ]] && awk -v s="$dd_s" -v l="$logical" -v r="$ratio_auto" 'BEGIN {
@@ -379,6 +387,9 @@ targets() {
     fi
     verdict "warm load raw >= 0.85x cat" \
         "$(ratio flat_read_warm libckptfs_load_raw_warm)" 0.85
+    r=$(ratio copy_raw_allcores libckptfs_load_raw_warm)
+    [[ -n $r ]] && printf "  %-56s %6sx  (information: the copy the load must make)\n" \
+        "warm load raw vs pread into memory, all cores" "$r"
     r=$(awk -v l="$logical" -v s="$(median_of libckptfs_load_auto_warm)" -v d="$lim_dec" \
         'BEGIN { if (s > 0 && d > 0) printf "%.2f", l / s / 1e9 / d }')
     verdict "warm load auto >= 0.9x per-core decode x cores" "$r" 0.9 \

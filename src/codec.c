@@ -37,11 +37,11 @@
 #include <string.h>
 #include <zstd.h>
 #include <zstd_errors.h>
-#include "xxh.h"
 
 #include "bytegroup.h"
 #include "error.h"
 #include "huff.h"
+#include "xxh.h"
 
 #define CODEC_MIN_LEVEL (-7)
 #define CODEC_MAX_LEVEL 22

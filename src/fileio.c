@@ -12,6 +12,9 @@
  *  - fsync of a directory tolerates EINVAL/EOPNOTSUPP, which some
  *    filesystems answer for directories that have nothing to sync.
  *  - close() failing with EINTR is success: on Linux the descriptor is gone.
+ *  - An append whose bytes the kernel would copy slowly (their address and
+ *    the file offset 1..31 bytes apart within a cache line, see
+ *    ckpt_copy_fast) goes through a 128 KiB bounce buffer that lines up.
  */
 #include "fileio.h"
 

@@ -24,10 +24,10 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include "xxh.h"
 
 #include "error.h"
 #include "fileio.h"
+#include "xxh.h"
 
 #define LINE 64
 /* Bytes read (and checksummed) at a time: fits the L2 cache of a core. */

@@ -18,7 +18,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "xxh.h"
 
 #include "codec.h"
 #include "error.h"
@@ -28,6 +27,7 @@
 #include "plan.h"
 #include "pool.h"
 #include "shape.h"
+#include "xxh.h"
 
 #define MIN_FRAME_SIZE 4096
 #define MAX_NAME_LEN 128

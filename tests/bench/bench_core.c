@@ -55,6 +55,7 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -598,9 +599,44 @@ static void *load_worker(void *arg)
     return NULL;
 }
 
+/* Milliseconds the block device holding `path` has had requests in
+ * flight (io_ticks, field 13 of /proc/diskstats), or -1 when unknown (not
+ * a block device's file system, no /proc). */
+static long disk_ticks(const char *path)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return -1;
+    unsigned maj = major(st.st_dev), min = minor(st.st_dev);
+    FILE *f = fopen("/proc/diskstats", "r");
+    if (!f)
+        return -1;
+    char line[512];
+    long ticks = -1;
+    while (fgets(line, sizeof line, f)) {
+        unsigned a, b;
+        long v[11];
+        char name[64];
+        if (sscanf(line, "%u %u %63s %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld "
+                   "%ld", &a, &b, name, &v[0], &v[1], &v[2], &v[3], &v[4],
+                   &v[5], &v[6], &v[7], &v[8], &v[9], &v[10]) == 14 &&
+            a == maj && b == min) {
+            ticks = v[9];
+            break;
+        }
+    }
+    fclose(f);
+    return ticks;
+}
+
+/* The share (%) of the timed load's wall time during which the disk was
+ * busy; -1 when unknown. */
+static double g_busy_pct = -1;
+
 static double timed_load(const state_dict *sd, const char *ckpt,
                          unsigned char *dst, int threads, int reader_threads)
 {
+    long ticks0 = disk_ticks(ckpt);
     ckpt_read_opts ro;
     pthread_t th[64];
     load_job job = { .sd = sd, .dst = dst };
@@ -622,6 +658,9 @@ static double timed_load(const state_dict *sd, const char *ckpt,
     }
     ckpt_reader_close(job.r);
     double secs = now_s() - t0;
+    long ticks1 = disk_ticks(ckpt);
+    if (ticks0 >= 0 && ticks1 >= ticks0 && secs > 0)
+        g_busy_pct = 100.0 * (double)(ticks1 - ticks0) / (secs * 1000.0);
     if (atomic_load(&job.failed))
         die_ckpt("ckpt_read", &job.err);
     return secs;
@@ -674,10 +713,13 @@ static int cmd_load(const char *dir, const char *ckpt, const char *name,
     double cpu = cpu_s() - cpu0;
     verify_loaded(&sd, dir, dst);
     printf("RESULT name=%s seconds=%.4f cpu_seconds=%.3f bytes_logical=%llu "
-           "bytes_on_disk=%llu threads=%d reader_threads=%d verified=1\n",
+           "bytes_on_disk=%llu threads=%d reader_threads=%d verified=1",
            name, secs, cpu, (unsigned long long)sd.total,
            (unsigned long long)disk_bytes(ckpt), threads < 1 ? 1 : threads,
            reader_threads);
+    if (g_busy_pct >= 0)
+        printf(" disk_busy_pct=%.1f", g_busy_pct);
+    printf("\n");
     free(dst);
     free(sd.t);
     return 0;

@@ -94,6 +94,11 @@ run_result() {
     out=$("$@") || die "failed: $*"
     line=$(grep '^RESULT ' <<<"$out" | tail -n 1) || die "no RESULT from: $*"
     echo "$line" >>"$rawlog"
+    # a contender that measured its disk's busy time itself (bench_core
+    # load: over its timed part only) reports it
+    awk '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+           if (v["disk_busy_pct"] != "") print v["name"], v["disk_busy_pct"] }' \
+        <<<"$line" >>"$busyfile"
     awk '{ for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
            cpu = v["cpu_seconds"] == "" ? "-" : v["cpu_seconds"]
            print v["name"], v["seconds"], v["bytes_logical"], v["bytes_on_disk"], cpu }' \
@@ -155,10 +160,8 @@ lib_round() {
     run_result "$core" save "$state" "$work/$1" --codec "$1"
     if (( cold )); then
         drop_caches
-        busy_start
         run_result "$core" load "$state" "$work/$1" --threads "$load_threads" \
             --name "libckptfs_load_${1}_cold"
-        busy_end "libckptfs_load_${1}_cold"
     fi
     warm_up "$work/$1"
     run_result "$core" load "$state" "$work/$1" --threads "$load_threads" \
@@ -175,9 +178,10 @@ lib_round() {
 }
 
 # Disk busy time (io_ticks of /proc/diskstats) of the scratch directory's
-# device over a cold read: busy_start, then busy_end NAME records the
-# percentage of the wall time the device had requests in flight (100: the
-# disk never waited for the reader).  Nothing when the device is unknown.
+# device over a cold read by a shell command (cat): busy_start, then
+# busy_end NAME records the percentage of the wall time the device had
+# requests in flight (100: the disk never waited for the reader).  Nothing
+# when the device is unknown.  bench_core load measures its own.
 disk_dev=$(stat -c '%d' "$work" 2>/dev/null || echo)
 disk_major=$(( (${disk_dev:-0} >> 8) & 0xfff ))
 disk_minor=$(( (${disk_dev:-0} & 0xff) | ((${disk_dev:-0} >> 12) & 0xfff00) ))

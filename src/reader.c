@@ -1020,6 +1020,15 @@ int ckpt_reader_open(ckpt_reader **out, const char *dir,
 
 /* ---------------------------------------------------------------- listing */
 
+ckpt_format ckpt_reader_format(const ckpt_reader *r)
+{
+    if (!r->foreign)
+        return CKPT_FORMAT_CKPTFS;
+    const char *f = ckpt_reader_meta_get(r, "source_format");
+    return f && strcmp(f, "safetensors") == 0 ? CKPT_FORMAT_SAFETENSORS
+                                              : CKPT_FORMAT_DCP;
+}
+
 size_t ckpt_reader_count(const ckpt_reader *r)
 {
     return r->d.ntensors;

@@ -92,7 +92,8 @@ for (( rep = 1; rep <= reps; rep++ )); do
         if (( (k + rep) % 2 )); then
             can_mount "$ckptfs" && read_mount mount_t "$ckptfs" "$work/dcp"
         else
-            can_mount "$pt_bin" && read_mount pt_t "$pt_bin" "$work/dcp"
+            # st_blksize as ckptfs gives a foreign checkpoint's files
+            can_mount "$pt_bin" && read_mount pt_t "$pt_bin" -o blksize=131072 "$work/dcp"
         fi
     done
     warm

@@ -245,6 +245,7 @@ START_TEST(test_random_roundtrip)
         ck_assert_msg(ckpt_writer_close(w[k], &e) == 0, "%s", e.msg);
     commit_ok(ck);
     ckpt_reader *r = open_ok(ck);
+    ck_assert_int_eq(ckpt_reader_format(r), CKPT_FORMAT_CKPTFS);
     ck_assert_uint_eq(ckpt_reader_count(r), NT);
     ck_assert_str_eq(ckpt_reader_meta_get(r, "step"), "1");
     for (int i = 0; i < NT; i++) {
@@ -827,6 +828,7 @@ START_TEST(test_foreign_partial_reads)
     ckpt_reader *r;
     ckpt_error e;
     ck_assert_msg(ckpt_reader_open(&r, path, &ro, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(ckpt_reader_format(r), CKPT_FORMAT_SAFETENSORS);
     unsigned char *buf = malloc(nb[2] + 128);
     for (size_t i = 0; i < NST; i++) {
         long t = ckpt_reader_find(r, st_tensors[i].name);

@@ -383,6 +383,12 @@ typedef enum ckpt_format {
  * (for a directory of .safetensors without index, the directory). */
 ckpt_format ckpt_format_probe(const char *path, char *stamp, size_t cap);
 
+/* What an open reader reads: CKPT_FORMAT_CKPTFS, or the foreign format it
+ * was opened on (CKPT_FORMAT_DCP, CKPT_FORMAT_SAFETENSORS), whose bytes
+ * carry no checksums: any byte range is read as it is, without the frame
+ * around it. */
+ckpt_format ckpt_reader_format(const ckpt_reader *r);
+
 /* Version of the library, e.g. "0.1.0". */
 const char *ckpt_version(void);
 

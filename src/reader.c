@@ -40,15 +40,15 @@
 #include "pool.h"
 #include "region.h"
 #include "shape.h"
+#include "shardio.h"
 
-/* Scratch for one decoding thread: codec contexts and a stored-bytes
- * buffer.  Kept on a free list so any thread (FUSE's, the pool's) can
+/* Scratch for one decoding thread: codec contexts and shard reading
+ * buffers.  Kept on a free list so any thread (FUSE's, the pool's) can
  * borrow one. */
 typedef struct scratch {
     struct scratch *next;
     ckpt_codec_ctx *codec;
-    unsigned char *buf;
-    size_t cap;
+    ckpt_sio *io;
 } scratch;
 
 struct ckpt_reader {
@@ -118,7 +118,9 @@ static scratch *scratch_get(ckpt_reader *r)
     if (s)
         return s;
     s = calloc(1, sizeof *s);
-    if (s && !(s->codec = ckpt_codec_ctx_new())) {
+    if (s && (!(s->codec = ckpt_codec_ctx_new()) ||
+              !(s->io = ckpt_sio_new()))) {
+        ckpt_codec_ctx_free(s->codec);
         free(s);
         s = NULL;
     }
@@ -133,25 +135,13 @@ static void scratch_put(ckpt_reader *r, scratch *s)
     pthread_mutex_unlock(&r->scratch_mu);
 }
 
-static int scratch_reserve(scratch *s, size_t n)
-{
-    if (n <= s->cap)
-        return 0;
-    unsigned char *b = realloc(s->buf, n);
-    if (!b)
-        return -ENOMEM;
-    s->buf = b;
-    s->cap = n;
-    return 0;
-}
-
 static void scratch_free_all(ckpt_reader *r)
 {
     while (r->free_scratch) {
         scratch *s = r->free_scratch;
         r->free_scratch = s->next;
         ckpt_codec_ctx_free(s->codec);
-        free(s->buf);
+        ckpt_sio_free(s->io);
         free(s);
     }
 }
@@ -296,19 +286,19 @@ static int read_strided(const frame_ref *fr, int fd, const ckpt_strided *sd,
 {
     const ckpt_frame_rec *f = fr->f;
     const ckpt_index_tensor *t = tensor_at(fr->r, fr->t);
-    int rc = scratch_reserve(s, f->stored_size);
-    if (rc)
-        return ckpt_err(err, rc, "out of memory");
-    rc = ckpt_pread_full(fd, s->buf, f->stored_size, f->file_offset,
-                         file_of(fr->r, fr->t, fr->c), err);
+    const unsigned char *src;
+    int rc = ckpt_sio_stored(s->io, fd, f->stored_size, f->file_offset, &src,
+                             file_of(fr->r, fr->t, fr->c), err);
     if (rc == 0)
-        gather(dst, s->buf, t->ndim, chunk_at(fr->r, fr->t, fr->c)->sizes,
+        gather(dst, src, t->ndim, chunk_at(fr->r, fr->t, fr->c)->sizes,
                sd->stride, ckpt_dtype_size(t->dtype));
     return rc;
 }
 
 /* Reads and decodes frame fr into dst (raw_size bytes) and checks its
- * checksum. */
+ * checksum.  A raw frame is read straight into dst and checksummed as it
+ * lands (shardio.c); a coded one is read into the scratch's buffer and
+ * decoded into dst. */
 static int decode_frame(const frame_ref *fr, void *dst, scratch *s,
                         ckpt_error *err)
 {
@@ -316,10 +306,12 @@ static int decode_frame(const frame_ref *fr, void *dst, scratch *s,
     const ckpt_frame_rec *f = fr->f;
     const ckpt_index_chunk *ch = chunk_at(r, fr->t, fr->c);
     const ckpt_strided *sd = strided_of(r, fr->t, fr->c);
+    const char *file = file_of(r, fr->t, fr->c);
     int fd = shard_fd(r, ch->file, err);
     if (fd < 0)
         return frame_fail(fr, err, fd);
-    int rc = 0;
+    int rc = 0, summed = 0;
+    uint64_t sum = 0;
     if (sd) {
         rc = read_strided(fr, fd, sd, dst, s, err);
     } else if (f->codec == CKPT_CODEC_RAW) {
@@ -328,18 +320,16 @@ static int decode_frame(const frame_ref *fr, void *dst, scratch *s,
                           (unsigned long long)f->stored_size,
                           (unsigned long long)f->raw_size);
         else
-            rc = ckpt_pread_full(fd, dst, f->raw_size, f->file_offset,
-                                 file_of(r, fr->t, fr->c), err);
+            rc = ckpt_sio_read(s->io, fd, dst, f->raw_size, f->file_offset,
+                               r->foreign ? NULL : &sum, file, err);
+        summed = 1;
     } else {
-        rc = scratch_reserve(s, f->stored_size);
-        if (rc)
-            rc = ckpt_err(err, rc, "out of memory");
+        const unsigned char *src;
+        rc = ckpt_sio_stored(s->io, fd, f->stored_size, f->file_offset, &src,
+                             file, err);
         if (rc == 0)
-            rc = ckpt_pread_full(fd, s->buf, f->stored_size, f->file_offset,
-                                 file_of(r, fr->t, fr->c), err);
-        if (rc == 0)
-            rc = ckpt_codec_decode(s->codec, f->codec, s->buf,
-                                   f->stored_size, dst, f->raw_size, err);
+            rc = ckpt_codec_decode(s->codec, f->codec, src, f->stored_size,
+                                   dst, f->raw_size, err);
     }
     if (rc)
         return frame_fail(fr, err, rc);
@@ -348,7 +338,8 @@ static int decode_frame(const frame_ref *fr, void *dst, scratch *s,
     atomic_fetch_add(&r->bytes_decoded, f->raw_size);
     if (r->foreign)
         return 0;
-    uint64_t sum = ckpt_checksum(dst, f->raw_size);
+    if (!summed)
+        sum = ckpt_checksum(dst, f->raw_size);
     if (sum != f->checksum) {
         ckpt_err(err, -EIO, "checksum mismatch (index has %016llx, data "
                  "hashes to %016llx): the shard is corrupt",
@@ -356,6 +347,43 @@ static int decode_frame(const frame_ref *fr, void *dst, scratch *s,
         return frame_fail(fr, err, -EIO);
     }
     return 0;
+}
+
+/* Reads bytes [fo, fo + n) of raw frame fr straight into dst.  Only for
+ * frames without a checksum (foreign checkpoints): a ckptfs frame is
+ * checked whole, so a part of one comes from the decoded-frame cache. */
+static int read_raw_part(const frame_ref *fr, uint64_t fo, uint64_t n,
+                         void *dst, ckpt_error *err)
+{
+    ckpt_reader *r = fr->r;
+    int fd = shard_fd(r, chunk_at(r, fr->t, fr->c)->file, err);
+    if (fd < 0)
+        return frame_fail(fr, err, fd);
+    scratch *s = scratch_get(r);
+    if (!s)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    int rc = ckpt_sio_read(s->io, fd, dst, n, fr->f->file_offset + fo, NULL,
+                           file_of(r, fr->t, fr->c), err);
+    scratch_put(r, s);
+    if (rc)
+        return frame_fail(fr, err, rc);
+    atomic_fetch_add(&r->bytes_read, n);
+    atomic_fetch_add(&r->bytes_decoded, n);
+    return 0;
+}
+
+/* Segments at least this long read their parts of checksum-less raw
+ * frames in place; shorter ones (rows of a region) come from one read of
+ * the whole frame into the cache, rather than one pread each. */
+#define PARTIAL_MIN ((uint64_t)64 << 10)
+
+/* 1 when part of frame fr can be read without reading all of it: a raw,
+ * row-major frame without a checksum. */
+static int partial_ok(const frame_ref *fr)
+{
+    return fr->r->foreign && fr->f->codec == CKPT_CODEC_RAW &&
+           fr->f->stored_size == fr->f->raw_size &&
+           !strided_of(fr->r, fr->t, fr->c);
 }
 
 static int decode_with_scratch(const frame_ref *fr, void *dst,
@@ -524,6 +552,8 @@ static int copy_segment(ckpt_reader *r, size_t t, const segment *sg,
         int whole = fo == 0 && take == frames[i].raw_size;
         if (whole && !ckpt_cache_contains(r->cache, frame_key(r, t, sg->c, i)))
             rc = decode_with_scratch(&fr, dst, err);
+        else if (!whole && sg->n >= PARTIAL_MIN && partial_ok(&fr))
+            rc = read_raw_part(&fr, fo, take, dst, err);
         else
             rc = copy_cached(&fr, cur, fo, take, dst, err);
         if (rc)
@@ -686,12 +716,16 @@ static void prefetch_after(ckpt_reader *r, size_t t, const segment *last)
         if (i < ch->nframes && frames[i].raw_offset < pos)
             i++;   /* the frame holding pos was just read */
         for (; i < ch->nframes && want > 0; i++, want--) {
+            frame_ref fr = { r, t, c, i, &frames[i] };
+            if (partial_ok(&fr))
+                return;   /* read in place when asked for (a sequential
+                             reader asks for large parts) */
             if (ckpt_cache_contains(r->cache, frame_key(r, t, c, i)))
                 continue;
             prefetch_task *pt = malloc(sizeof *pt);
             if (!pt)
                 return;
-            pt->fr = (frame_ref){ r, t, c, i, &frames[i] };
+            pt->fr = fr;
             if (ckpt_pool_submit(r->pool, prefetch_run, pt)) {
                 free(pt);
                 return;
@@ -1066,6 +1100,15 @@ int ckpt_reader_open(ckpt_reader **out, const char *dir,
 }
 
 /* ---------------------------------------------------------------- listing */
+
+ckpt_format ckpt_reader_format(const ckpt_reader *r)
+{
+    if (!r->foreign)
+        return CKPT_FORMAT_CKPTFS;
+    const char *f = ckpt_reader_meta_get(r, "source_format");
+    return f && strcmp(f, "safetensors") == 0 ? CKPT_FORMAT_SAFETENSORS
+                                              : CKPT_FORMAT_DCP;
+}
 
 size_t ckpt_reader_count(const ckpt_reader *r)
 {

@@ -5,14 +5,16 @@
 #include "model.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Grows *arr (of elements of size `elem`) to hold at least `need`. */
-static int grow(void **arr, size_t *cap, size_t need, size_t elem)
+int ckpt_array_reserve(void **arr, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap)
         return 0;
+    if (need > SIZE_MAX / 2 / elem)
+        return -ENOMEM;
     size_t ncap = *cap ? *cap * 2 : 16;
     while (ncap < need)
         ncap *= 2;
@@ -25,6 +27,7 @@ static int grow(void **arr, size_t *cap, size_t need, size_t elem)
     return 0;
 }
 
+/* Grows *arr (of elements of size `elem`) to hold at least `need`. */
 void ckpt_manifest_init(ckpt_manifest *m)
 {
     memset(m, 0, sizeof *m);
@@ -60,8 +63,8 @@ void ckpt_manifest_free(ckpt_manifest *m)
 
 ckpt_piece_rec *ckpt_manifest_add_piece(ckpt_manifest *m)
 {
-    if (grow((void **)&m->pieces, &m->pieces_cap, m->npieces + 1,
-             sizeof *m->pieces))
+    if (ckpt_array_reserve((void **)&m->pieces, &m->pieces_cap,
+                           m->npieces + 1, sizeof *m->pieces))
         return NULL;
     ckpt_piece_rec *p = &m->pieces[m->npieces++];
     memset(p, 0, sizeof *p);
@@ -70,10 +73,10 @@ ckpt_piece_rec *ckpt_manifest_add_piece(ckpt_manifest *m)
 
 int ckpt_manifest_take(ckpt_manifest *dst, ckpt_manifest *src)
 {
-    if (grow((void **)&dst->pieces, &dst->pieces_cap,
-             dst->npieces + src->npieces, sizeof *dst->pieces) ||
-        grow((void **)&dst->meta, &dst->meta_cap, dst->nmeta + src->nmeta,
-             sizeof *dst->meta))
+    if (ckpt_array_reserve((void **)&dst->pieces, &dst->pieces_cap,
+                           dst->npieces + src->npieces, sizeof *dst->pieces) ||
+        ckpt_array_reserve((void **)&dst->meta, &dst->meta_cap,
+                           dst->nmeta + src->nmeta, sizeof *dst->meta))
         return -ENOMEM;
     if (src->npieces)
         memcpy(dst->pieces + dst->npieces, src->pieces,
@@ -116,7 +119,8 @@ int ckpt_manifest_set_meta(ckpt_manifest *m, const char *key,
             return 0;
         }
     }
-    if (grow((void **)&m->meta, &m->meta_cap, m->nmeta + 1, sizeof *m->meta)) {
+    if (ckpt_array_reserve((void **)&m->meta, &m->meta_cap, m->nmeta + 1,
+                           sizeof *m->meta)) {
         free(k), free(v), free(w);
         return -ENOMEM;
     }
@@ -134,7 +138,7 @@ const char *ckpt_manifest_get_meta(const ckpt_manifest *m, const char *key)
 
 int ckpt_piece_add_frame(ckpt_piece_rec *p, const ckpt_frame_rec *f)
 {
-    if (grow((void **)&p->frames, &p->frames_cap, p->nframes + 1,
+    if (ckpt_array_reserve((void **)&p->frames, &p->frames_cap, p->nframes + 1,
              sizeof *p->frames))
         return -ENOMEM;
     p->frames[p->nframes++] = *f;

@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include "model.h"
+#include "pieces.h"
 
 typedef struct ckpt_plan_tensor {
     const char *fqn;        /* points into the pieces */
@@ -52,6 +53,12 @@ typedef struct ckpt_plan_opts {
 int ckpt_plan_build(const ckpt_piece_rec *pieces, size_t n,
                     const ckpt_plan_opts *opts, ckpt_plan *out,
                     ckpt_error *err);
+/* The same on the compact table of pieces (the committer's): the plan
+ * refers to pieces by their index in `tab` and points into it (fqn,
+ * shape), which must outlive it and not grow meanwhile.  O(n log n) in
+ * the number of pieces. */
+int ckpt_plan_build_pieces(const ckpt_pieces *tab, const ckpt_plan_opts *opts,
+                           ckpt_plan *out, ckpt_error *err);
 void ckpt_plan_free(ckpt_plan *p);
 
 /* Checks one piece on its own (valid dtype, fqn rules, ndim, offsets and

@@ -126,16 +126,6 @@ static pview view_rec(const ckpt_piece_rec *p)
                     p->offsets, p->sizes, p->raw_bytes, p->data_hash };
 }
 
-static pview view_at(const ckpt_pieces *tab, size_t i)
-{
-    const ckpt_pieces_rec *r = &tab->v[i];
-    return (pview){ ckpt_pieces_str(tab, r->fqn),
-                    ckpt_pieces_str(tab, r->writer), (ckpt_dtype)r->dtype,
-                    r->ndim, ckpt_pieces_shape(tab, i),
-                    ckpt_pieces_offsets(tab, i), ckpt_pieces_sizes(tab, i),
-                    r->raw_bytes, r->data_hash };
-}
-
 static const char *name_of(const char *writer)
 {
     return writer && *writer ? writer : "unnamed";
@@ -301,14 +291,18 @@ static uint32_t rank_of(const uint32_t *rank, const ckpt_pieces *tab,
 
 /* ------------------------------------------------------- per tensor */
 
-/* A piece of the tensor being planned, its box (offsets, then sizes)
- * copied beside the others' so that sorting and sweeping touch one array:
- * entries have a fixed stride for the tensor's largest ndim. */
+/* A piece of the tensor being planned, with what the checks read of it
+ * copied beside the others' (the table holds a tensor's pieces far apart,
+ * one per writer), so that sorting, checking and sweeping touch one
+ * array: entries have a fixed stride for the tensor's largest ndim. */
 typedef struct entry {
     size_t i;            /* input index */
+    uint64_t raw_bytes, data_hash;
+    uint32_t fqn, writer;    /* string ids */
     uint32_t wrank;      /* rank of its writer's name (NULL as "") */
     int32_t ndim;        /* as given */
-    int64_t box[];
+    int32_t dtype;
+    int64_t box[];       /* offsets, sizes, shape: stored dims each */
 } entry;
 
 /* A distinct box of a tensor: entries [start, end) are its replicas. */
@@ -366,7 +360,13 @@ static entry *ent_at(const planner *pl, size_t k)
 
 static pview ent_view(const planner *pl, size_t k)
 {
-    return view_at(pl->tab, ent_at(pl, k)->i);
+    const entry *e = ent_at(pl, k);
+    int n = e->ndim < 0 ? 0 : e->ndim > CKPT_MAX_DIMS ? CKPT_MAX_DIMS
+                                                       : e->ndim;
+    return (pview){ ckpt_pieces_str(pl->tab, e->fqn),
+                    ckpt_pieces_str(pl->tab, e->writer),
+                    (ckpt_dtype)e->dtype, e->ndim, e->box + 2 * n, e->box,
+                    e->box + n, e->raw_bytes, e->data_hash };
 }
 
 static int oom(const planner *pl)
@@ -406,7 +406,7 @@ static int load_entries(planner *pl, const size_t *idx, size_t k)
         int n = ckpt_pieces_ndims(&pl->tab->v[idx[j]]);
         nd = n > nd ? n : nd;
     }
-    pl->stride = sizeof(entry) + 2 * (size_t)nd * sizeof(int64_t);
+    pl->stride = sizeof(entry) + 3 * (size_t)nd * sizeof(int64_t);
     if (ckpt_array_reserve((void **)&pl->ent, &pl->ent_cap, k * pl->stride,
                            1))
         return oom(pl);
@@ -414,12 +414,12 @@ static int load_entries(planner *pl, const size_t *idx, size_t k)
         const ckpt_pieces_rec *r = &pl->tab->v[idx[j]];
         entry *e = ent_at(pl, j);
         int n = ckpt_pieces_ndims(r);
-        e->i = idx[j];
-        e->wrank = rank_of(pl->wrank, pl->tab, r->writer);
-        e->ndim = r->ndim;
+        *e = (entry){ idx[j], r->raw_bytes, r->data_hash, r->fqn, r->writer,
+                      rank_of(pl->wrank, pl->tab, r->writer), r->ndim,
+                      r->dtype };
         memcpy(e->box, ckpt_pieces_offsets(pl->tab, idx[j]),
-               (size_t)n * sizeof *e->box);
-        memcpy(e->box + n, ckpt_pieces_sizes(pl->tab, idx[j]),
+               2 * (size_t)n * sizeof *e->box);
+        memcpy(e->box + 2 * n, ckpt_pieces_shape(pl->tab, idx[j]),
                (size_t)n * sizeof *e->box);
     }
     qsort(pl->ent, k, pl->stride, cmp_entry);
@@ -496,9 +496,8 @@ static int add_sets(planner *pl, size_t k)
             pl->sets[pl->nsets - 1].end = j + 1;
             continue;
         }
-        pl->sets[pl->nsets++] = (box_set){
-            j, j + 1, e->i, pl->tab->v[e->i].raw_bytes, e->box,
-            e->box + e->ndim };
+        pl->sets[pl->nsets++] = (box_set){ j, j + 1, e->i, e->raw_bytes,
+                                           e->box, e->box + e->ndim };
     }
     return 0;
 }
@@ -715,8 +714,7 @@ static void list_writers(const planner *pl, size_t k, char *buf, size_t cap)
     if (!names)
         return;
     for (size_t j = 0; j < k; j++)
-        names[j] = name_of(ckpt_pieces_str(
-            pl->tab, pl->tab->v[ent_at(pl, j)->i].writer));
+        names[j] = name_of(ckpt_pieces_str(pl->tab, ent_at(pl, j)->writer));
     qsort(names, k, sizeof *names, cmp_name);
     size_t o = 0, shown = 0, total = 0;
     for (size_t j = 0; j < k; j++) {
@@ -788,7 +786,8 @@ static int note_for_balance(planner *pl, const box_set *s, size_t tensor,
                             size_t chunk)
 {
     if (s->end - s->start == 1) {
-        pl->kept[brank_of(pl, s->keep)] += s->bytes;
+        pl->kept[rank_of(pl->brank, pl->tab, ent_at(pl, s->start)->writer)] +=
+            s->bytes;
         return 0;
     }
     size_t m = s->end - s->start;

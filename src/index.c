@@ -2,8 +2,10 @@
  * index.c - the committed index of a checkpoint, index.db (see index.h;
  * schema and meaning in docs/FORMAT.md): written once from the global plan
  * in one transaction into a new file, then opened read-only with
- * immutable=1 and loaded, with every value checked before it is trusted.
- * Also the SQLite helpers that planfile.c shares.
+ * immutable=1 and loaded, with every value checked before it is trusted:
+ * metadata, files and tensors at open, a tensor's chunks when asked for
+ * (a search of the chunks (tensor_id, seq) index), a chunk's frames
+ * likewise.  Also the SQLite helpers that planfile.c shares.
  *
  * uint64 checksums and hashes are stored as the int64 with the same bits.
  */
@@ -1101,11 +1103,11 @@ typedef struct chunk_load {
     ckpt_error *err;
 } chunk_load;
 
-/* offsets and sizes of a chunk row into c's place in dims: ndim of the
- * tensor, inside its shape, and not before the previous chunk in
- * row-major order. */
-static int chunk_box(chunk_load *cl, sqlite3_stmt *st, int64_t *off,
-                     int64_t *size)
+/* offsets and sizes of a chunk row into off and size (its place in dims;
+ * NULL for a scalar): ndim of the tensor, inside its shape, and not before
+ * the previous chunk (prev) in row-major order. */
+static int chunk_box(chunk_load *cl, sqlite3_stmt *st, const int64_t *prev,
+                     int64_t *off, int64_t *size)
 {
     const ckpt_index_tensor *t = cl->t;
     const char *path = cl->ix->path;
@@ -1124,8 +1126,7 @@ static int chunk_box(chunk_load *cl, sqlite3_stmt *st, int64_t *off,
     for (int d = 0; d < t->ndim; d++)
         if (o[d] > t->shape[d] || s[d] > t->shape[d] - o[d])
             return damaged(cl->err, path, "%s lies outside the tensor", what);
-    if (cl->n > 0) {
-        const int64_t *prev = off - 2 * t->ndim;
+    if (prev) {
         int d = 0;
         while (d < t->ndim && prev[d] == o[d])
             d++;
@@ -1133,8 +1134,10 @@ static int chunk_box(chunk_load *cl, sqlite3_stmt *st, int64_t *off,
             return damaged(cl->err, path, "%s is out of row-major order",
                            what);
     }
-    memcpy(off, o, (size_t)t->ndim * sizeof *o);
-    memcpy(size, s, (size_t)t->ndim * sizeof *s);
+    if (t->ndim) {
+        memcpy(off, o, (size_t)t->ndim * sizeof *o);
+        memcpy(size, s, (size_t)t->ndim * sizeof *s);
+    }
     return 0;
 }
 
@@ -1184,11 +1187,13 @@ static int chunk_row(chunk_load *cl, sqlite3_stmt *st)
                      per * sizeof *cl->dims)))
         return oom(cl->err, cl->ix);
     ckpt_index_chunk *c = &cl->v[cl->n];
-    int64_t *off = cl->dims + per * cl->n, *size = off + t->ndim;
+    int64_t *off = per ? cl->dims + per * cl->n : NULL;
+    int64_t *size = per ? off + t->ndim : NULL;
+    const int64_t *prev = per && cl->n ? off - per : NULL;
     memset(c, 0, sizeof *c);
     c->id = sqlite3_column_int64(st, 0);
     unsigned mask = 0;
-    int rc = chunk_box(cl, st, off, size);
+    int rc = chunk_box(cl, st, prev, off, size);
     if (!rc)
         rc = chunk_sizes(cl, st, c, size, &mask);
     if (rc)

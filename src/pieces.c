@@ -108,17 +108,20 @@ int ckpt_pieces_add(ckpt_pieces *t, const ckpt_piece_rec *p)
     if (!rc)
         r.writer = intern(t, p->writer, &rc);
     if (rc || reserve((void **)&t->v, &t->cap, t->n, 1, sizeof *t->v) ||
-        reserve((void **)&t->dims, &t->dims_cap, t->ndims, 3 * (size_t)nd,
-                sizeof *t->dims) ||
+        /* at least one: dims is never NULL once a piece is in */
+        reserve((void **)&t->dims, &t->dims_cap, t->ndims,
+                nd ? 3 * (size_t)nd : 1, sizeof *t->dims) ||
         reserve((void **)&t->frames, &t->frames_cap, t->nframes, p->nframes,
                 sizeof *t->frames))
         return -ENOMEM;   /* strings interned on the way are harmless */
     r.dims = t->ndims;
-    int64_t *d = t->dims + t->ndims;
-    memcpy(d, p->shape, (size_t)nd * sizeof *d);
-    memcpy(d + nd, p->offsets, (size_t)nd * sizeof *d);
-    memcpy(d + 2 * nd, p->sizes, (size_t)nd * sizeof *d);
-    t->ndims += 3 * (size_t)nd;
+    if (nd) {
+        int64_t *d = t->dims + t->ndims;
+        memcpy(d, p->shape, (size_t)nd * sizeof *d);
+        memcpy(d + nd, p->offsets, (size_t)nd * sizeof *d);
+        memcpy(d + 2 * nd, p->sizes, (size_t)nd * sizeof *d);
+        t->ndims += 3 * (size_t)nd;
+    }
     r.frame0 = t->nframes;
     r.nframes = p->nframes;
     if (p->nframes)
@@ -171,10 +174,12 @@ int ckpt_pieces_get(const ckpt_pieces *t, size_t i, ckpt_piece_rec *out)
     }
     out->dtype = (ckpt_dtype)r->dtype;
     out->ndim = r->ndim;
-    memcpy(out->shape, ckpt_pieces_shape(t, i), (size_t)nd * sizeof(int64_t));
-    memcpy(out->offsets, ckpt_pieces_offsets(t, i),
-           (size_t)nd * sizeof(int64_t));
-    memcpy(out->sizes, ckpt_pieces_sizes(t, i), (size_t)nd * sizeof(int64_t));
+    if (nd) {
+        size_t n = (size_t)nd * sizeof(int64_t);
+        memcpy(out->shape, ckpt_pieces_shape(t, i), n);
+        memcpy(out->offsets, ckpt_pieces_offsets(t, i), n);
+        memcpy(out->sizes, ckpt_pieces_sizes(t, i), n);
+    }
     out->raw_bytes = r->raw_bytes;
     out->stored_bytes = r->stored_bytes;
     out->data_hash = r->data_hash;

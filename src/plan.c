@@ -417,10 +417,12 @@ static int load_entries(planner *pl, const size_t *idx, size_t k)
         *e = (entry){ idx[j], r->raw_bytes, r->data_hash, r->fqn, r->writer,
                       rank_of(pl->wrank, pl->tab, r->writer), r->ndim,
                       r->dtype };
-        memcpy(e->box, ckpt_pieces_offsets(pl->tab, idx[j]),
-               2 * (size_t)n * sizeof *e->box);
-        memcpy(e->box + 2 * n, ckpt_pieces_shape(pl->tab, idx[j]),
-               (size_t)n * sizeof *e->box);
+        if (n) {
+            memcpy(e->box, ckpt_pieces_offsets(pl->tab, idx[j]),
+                   2 * (size_t)n * sizeof *e->box);
+            memcpy(e->box + 2 * n, ckpt_pieces_shape(pl->tab, idx[j]),
+                   (size_t)n * sizeof *e->box);
+        }
     }
     qsort(pl->ent, k, pl->stride, cmp_entry);
     return 0;

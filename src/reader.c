@@ -2,6 +2,9 @@
  * reader.c - reading a committed checkpoint: tensor listing, byte-range and
  * region reads, verification.
  *
+ * Opening reads the index's tensors; a tensor's chunks are loaded when
+ * something first needs them (tensor_chunks), a chunk's frames likewise.
+ *
  * A read is turned into segments (chunk, byte range of the chunk's image,
  * destination) by the region arithmetic; each segment is served frame by
  * frame.  A frame covered whole is decoded (or, if raw, pread) straight

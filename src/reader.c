@@ -1220,8 +1220,10 @@ static void verify_coverage(verifier *v, size_t t)
         p[c].dtype = tt->dtype;
         p[c].ndim = tt->ndim;
         memcpy(p[c].shape, tt->shape, sizeof tt->shape);
-        memcpy(p[c].offsets, tt->chunks[c].offsets, sizeof p[c].offsets);
-        memcpy(p[c].sizes, tt->chunks[c].sizes, sizeof p[c].sizes);
+        memcpy(p[c].offsets, tt->chunks[c].offsets,
+               (size_t)tt->ndim * sizeof *p[c].offsets);
+        memcpy(p[c].sizes, tt->chunks[c].sizes,
+               (size_t)tt->ndim * sizeof *p[c].sizes);
         p[c].raw_bytes = tt->chunks[c].raw_bytes;
         p[c].writer = wname;
     }

@@ -22,6 +22,7 @@
 #include <fuse3/fuse_opt.h>
 
 #include "codec.h"
+#include "mountinfo.h"
 #include "source.h"
 #include "wsave.h"
 
@@ -37,10 +38,12 @@ typedef struct cli {
     int rw;                /* -o rw: saves may be written */
     int world;             /* -o world=N: ranks that commit a save */
     ckpt_write_opts wo;
+    char write_opt[64];    /* the first option of writing given, for the
+                              message when -o rw is missing */
 } cli;
 
 enum { KEY_CACHE, KEY_PREFETCH, KEY_THREADS, KEY_HELP, KEY_VERSION, KEY_RW,
-       KEY_RO, KEY_WORLD, KEY_CODEC, KEY_FRAME, KEY_SYNC };
+       KEY_RO, KEY_WORLD, KEY_CODEC, KEY_FRAME, KEY_SYNC, KEY_FOLLOW };
 
 static const struct fuse_opt cli_opts[] = {
     FUSE_OPT_KEY("cache_size=", KEY_CACHE),
@@ -52,6 +55,7 @@ static const struct fuse_opt cli_opts[] = {
     FUSE_OPT_KEY("codec=", KEY_CODEC),
     FUSE_OPT_KEY("frame_size=", KEY_FRAME),
     FUSE_OPT_KEY("sync=", KEY_SYNC),
+    FUSE_OPT_KEY("follow_links", KEY_FOLLOW),
     FUSE_OPT_KEY("-h", KEY_HELP),
     FUSE_OPT_KEY("--help", KEY_HELP),
     FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -158,14 +162,20 @@ static int cli_proc(void *data, const char *arg, int key,
     cli *c = data;
     (void)outargs;
     switch (key) {
-    case KEY_CACHE: case KEY_PREFETCH: case KEY_THREADS: case KEY_WORLD:
-    case KEY_CODEC: case KEY_FRAME: case KEY_SYNC:
+    case KEY_WORLD: case KEY_CODEC: case KEY_FRAME: case KEY_SYNC:
+        if (!c->write_opt[0])
+            snprintf(c->write_opt, sizeof c->write_opt, "%s", arg);
+        return cli_option(c, arg, key);
+    case KEY_CACHE: case KEY_PREFETCH: case KEY_THREADS:
         return cli_option(c, arg, key);
     case KEY_RW:
         c->rw = 1;
         return 0;
     case KEY_RO:
         c->rw = 0;
+        return 0;
+    case KEY_FOLLOW:
+        c->ro.follow_links = 1;
         return 0;
     case KEY_HELP:
         c->help = 1;
@@ -197,6 +207,14 @@ static void print_help(void)
            "new checkpoints are\nwritten there too (docs/MOUNT.md). "
            "Unmount with 'fusermount3 -u MOUNTPOINT'.\n"
            "\n"
+           "SOURCE may be a ckptfs checkpoint (a directory with index.db), "
+           "a PyTorch\ndistributed checkpoint (a directory with .metadata), "
+           "a .safetensors file or a\ndirectory of them, or a root "
+           "directory of any of these; the PyTorch and\nsafetensors ones "
+           "are served read-only, as they are (docs/MOUNT.md, \"Foreign\n"
+           "checkpoints\"). In a root, 'latest' points to the newest "
+           "checkpoint\n(docs/MOUNT.md, \"latest\").\n"
+           "\n"
            "ckptfs options:\n"
            "    -o cache_size=N[K|M|G] decoded-frame cache of each open "
            "checkpoint (256M)\n"
@@ -211,6 +229,12 @@ static void print_help(void)
            "    -o codec=C             codec of what is written (auto)\n"
            "    -o frame_size=N[K|M]   frame size of what is written (1M)\n"
            "    -o sync=commit|close   when pieces are fsynced (commit)\n"
+           "    -o follow_links        read checkpoint files that are "
+           "symbolic links out of\n"
+           "                           their directory (refused "
+           "otherwise)\n"
+           "                           (world, codec, frame_size and sync "
+           "need -o rw)\n"
            "    -h   --help            print this help and exit\n"
            "    -V   --version         print the version and exit\n"
            "\n"
@@ -253,6 +277,12 @@ static int parse_args(struct fuse_args *args, cli *c,
         usage_hint();
         return EXIT_USAGE;
     }
+    if (!c->rw && c->write_opt[0]) {
+        fprintf(stderr, "ckptfs: -o %s is an option of writing: it needs "
+                "-o rw (without it the mount is read-only)\n", c->write_opt);
+        usage_hint();
+        return EXIT_USAGE;
+    }
     if (!c->source || !fo->mountpoint) {
         fprintf(stderr, "ckptfs: missing %s\n",
                 c->source ? "MOUNTPOINT" : "SOURCE and MOUNTPOINT");
@@ -263,7 +293,11 @@ static int parse_args(struct fuse_args *args, cli *c,
 }
 
 /* Mount options ckptfs adds before the user's (so those win): read-only,
- * "fuse.ckptfs" as the type and SOURCE as the device in /proc/mounts. */
+ * "fuse.ckptfs" as the type and SOURCE as the device in /proc/mounts, and
+ * default_permissions: the kernel checks every access against the owner
+ * and mode the mount shows, which are those of the files read (so with
+ * allow_other nobody reads through the mount what they could not read on
+ * the disk). */
 static int add_mount_defaults(struct fuse_args *args, const char *source,
                               int rw)
 {
@@ -272,6 +306,7 @@ static int add_mount_defaults(struct fuse_args *args, const char *source,
     if (asprintf(&fsname, "fsname=%s", source) >= 0 &&
         fuse_opt_add_opt(&opts, rw ? "rw" : "ro") == 0 &&
         fuse_opt_add_opt(&opts, "subtype=ckptfs") == 0 &&
+        fuse_opt_add_opt(&opts, "default_permissions") == 0 &&
         fuse_opt_add_opt_escaped(&opts, fsname) == 0 &&
         asprintf(&arg, "-o%s", opts) >= 0)
         rc = fuse_opt_insert_arg(args, 1, arg);
@@ -287,48 +322,45 @@ static int add_mount_defaults(struct fuse_args *args, const char *source,
  * libfuse 3.14), and the library's default frame size. */
 #define READAHEAD_KB 1024
 
-/* Undoes mountinfo's octal escapes (" " is "\040") in place. */
-static void unescape_mountinfo(char *s)
+/* find_mount's search: the last mount on `point`. */
+typedef struct mount_search {
+    const char *point;
+    ckpt_mount *found;
+    int hit;
+} mount_search;
+
+static int match_point(const ckpt_mount *m, void *arg)
 {
-    char *out = s;
-    for (; *s; s++) {
-        if (s[0] == '\\' && s[1] >= '0' && s[1] <= '3' && s[2] >= '0' &&
-            s[2] <= '7' && s[3] >= '0' && s[3] <= '7') {
-            *out++ = (char)((s[1] - '0') << 6 | (s[2] - '0') << 3 |
-                            (s[3] - '0'));
-            s += 3;
-        } else {
-            *out++ = *s;
-        }
+    mount_search *s = arg;
+    if (strcmp(m->point, s->point) == 0) {
+        *s->found = *m;
+        s->hit = 1;
     }
-    *out = '\0';
+    return 0;
 }
 
-/* The "major:minor" of the FUSE file system mounted last on mountpoint,
- * from /proc/self/mountinfo (without touching the mount itself, which
- * does not answer yet). */
-static int mount_device(const char *mountpoint, char *dev, size_t cap)
+/* The file system mounted last on mountpoint (the one that is seen there),
+ * from /proc/self/mountinfo, without touching the mount itself (which may
+ * not answer yet, or ever).  0, -ENOENT when nothing is mounted there. */
+static int find_mount(const char *mountpoint, ckpt_mount *m)
 {
-    FILE *f = fopen("/proc/self/mountinfo", "r");
-    if (!f)
-        return -errno;
-    char *line = NULL;
-    size_t len = 0;
-    int found = -ENOENT;
-    while (getline(&line, &len, f) > 0) {
-        char mdev[64], mpoint[4096], fstype[256];
-        const char *sep = strstr(line, " - ");
-        if (!sep || sscanf(line, "%*s %*s %63s %*s %4095s", mdev, mpoint) != 2
-            || sscanf(sep, " - %255s", fstype) != 1)
-            continue;
-        unescape_mountinfo(mpoint);
-        if (strcmp(mpoint, mountpoint) == 0 && strncmp(fstype, "fuse", 4) == 0
-            && snprintf(dev, cap, "%s", mdev) < (int)cap)
-            found = 0;
-    }
-    free(line);
-    fclose(f);
-    return found;
+    mount_search s = { mountpoint, m, 0 };
+    int rc = ckpt_mountinfo_each(match_point, &s);
+    return rc ? rc : s.hit ? 0 : -ENOENT;
+}
+
+/* Refuses a MOUNTPOINT where a ckptfs is mounted already: a second mount
+ * would hide the first (and pile up with each retry of a script).  Other
+ * file systems there (a container's volume) may be mounted over. */
+static int check_mountpoint(const char *mountpoint)
+{
+    ckpt_mount m;
+    if (find_mount(mountpoint, &m) != 0 || strcmp(m.fstype, "fuse.ckptfs"))
+        return 0;
+    fprintf(stderr, "ckptfs: %s is already a ckptfs mount (of %s); unmount "
+            "it first: fusermount3 -u %s\n", mountpoint, m.source,
+            mountpoint);
+    return -1;
 }
 
 /* Raises the mount's readahead to READAHEAD_KB so that sequential reads
@@ -337,10 +369,13 @@ static int mount_device(const char *mountpoint, char *dev, size_t cap)
  * failure is only reported with -d. */
 static void raise_readahead(const char *mountpoint, int debug)
 {
-    char dev[64], path[128];
-    int rc = mount_device(mountpoint, dev, sizeof dev);
+    char path[128];
+    ckpt_mount m;
+    int rc = find_mount(mountpoint, &m);
+    if (rc == 0 && strncmp(m.fstype, "fuse", 4) != 0)
+        rc = -ENOENT;
     if (rc == 0)
-        snprintf(path, sizeof path, "/sys/class/bdi/%s/read_ahead_kb", dev);
+        snprintf(path, sizeof path, "/sys/class/bdi/%s/read_ahead_kb", m.dev);
     FILE *f = rc == 0 ? fopen(path, "r+") : NULL;
     unsigned long kb = 0;
     if (f && fscanf(f, "%lu", &kb) == 1 && kb < READAHEAD_KB) {
@@ -431,6 +466,10 @@ int main(int argc, char **argv)
     int status = parse_args(&args, &c, &fo);
     if (status >= 0)
         goto out;
+    if (check_mountpoint(fo.mountpoint) != 0) {
+        status = EXIT_FAILURE;
+        goto out;
+    }
     fs_ctx ctx;
     ckpt_error err = { 0 };
     ops_ctx_init(&ctx);

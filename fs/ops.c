@@ -128,8 +128,10 @@ static int ref_open(fs_ctx *c, fs_ref *r)
 
 /* ------------------------------------------------------------ attributes */
 
+/* Owner, permission bits (refined by stat_dir, stat_file) and times. */
 static void stat_times(const struct stat *from, struct stat *st)
 {
+    st->st_mode = from->st_mode & 0777;
     st->st_uid = from->st_uid;
     st->st_gid = from->st_gid;
     st->st_atim = from->st_mtim;
@@ -137,16 +139,22 @@ static void stat_times(const struct stat *from, struct stat *st)
     st->st_ctim = from->st_ctim;
 }
 
+/* The read bits of mode, and search bits where there are read bits. */
+static mode_t read_search(mode_t mode)
+{
+    return (mode & 0444) | (mode & 0444) >> 2;
+}
+
 static void stat_dir(struct stat *st, nlink_t nlink)
 {
-    st->st_mode = S_IFDIR | 0555;
+    st->st_mode = S_IFDIR | read_search(st->st_mode);
     st->st_nlink = nlink;
     st->st_blksize = OPS_BLKSIZE;
 }
 
 static void stat_file(struct stat *st, uint64_t size)
 {
-    st->st_mode = S_IFREG | 0444;
+    st->st_mode = S_IFREG | (st->st_mode & 0444);
     st->st_nlink = 1;
     st->st_size = (off_t)size;
     st->st_blksize = OPS_BLKSIZE;
@@ -176,6 +184,28 @@ static int generated_size(const fs_ckpt *ck, const tree_node *n,
     return 0;
 }
 
+/* Who may read node n: the owner, group and mode of the files it is read
+ * from (ckpt_reader_perm), so that the kernel (default_permissions) lets
+ * nobody read through the mount what they could not read on the disk.
+ * The checkpoint's own directory carries those of its index (ck->st),
+ * known before the checkpoint is opened. */
+static int node_perm(const fs_ckpt *ck, uint32_t node, const tree_node *n,
+                     struct stat *st)
+{
+    if (!n || node == TREE_ROOT)
+        return 0;           /* stat_times took ck->st's */
+    ckpt_perm p;
+    size_t idx = n->kind == TREE_TENSOR || n->kind == TREE_NPY
+                     ? n->tensor : (size_t)-1;
+    int rc = ckpt_reader_perm(ck->reader, idx, &p, NULL);
+    if (rc)
+        return rc;
+    st->st_uid = p.uid;
+    st->st_gid = p.gid;
+    st->st_mode = p.mode;
+    return 0;
+}
+
 /* Attributes of a node of a checkpoint (n NULL: its directory, not yet
  * opened, whose number of subdirectories is unknown: nlink 1). */
 static int stat_node(const fs_ctx *c, const fs_ckpt *ck, uint32_t node,
@@ -184,6 +214,9 @@ static int stat_node(const fs_ctx *c, const fs_ckpt *ck, uint32_t node,
     memset(st, 0, sizeof *st);
     st->st_ino = ino_of(c, ck, node);
     stat_times(&ck->st, st);
+    int prc = node_perm(ck, node, n, st);
+    if (prc)
+        return prc;
     if (!n || n->kind == TREE_DIR) {
         stat_dir(st, n ? 2 + n->nsubdirs : 1);
         return 0;
@@ -202,6 +235,8 @@ static void stat_root(fs_ctx *c, struct stat *st)
     st->st_ino = FUSE_ROOT_ID;
     stat_times(&dir, st);
     stat_dir(st, 2 + source_shown(c->src));
+    if (c->ws)    /* saves are made there by those who may write ROOT */
+        st->st_mode |= dir.st_mode & 0222;
 }
 
 static void stat_latest(const fs_ckpt *target, struct stat *st)
@@ -517,7 +552,7 @@ static int root_entry_at(fs_ctx *c, const dir_handle *h, size_t i,
             return 1;
         e->name = ws_save_name(h->saves[i]);
         e->entry_timeout = e->attr_timeout = 0.0;
-        return wops_stat(h->saves[i], WS_ROOT, &e->st);
+        return wops_stat(c, h->saves[i], WS_ROOT, &e->st);
     }
     fs_ckpt *ck = h->list.v[i];
     const fs_tree *t = tree_of(ck);
@@ -648,7 +683,7 @@ typedef struct open_file {
     ckpt_reader *reader;
     uint32_t tensor;
     views_npy npy;            /* TREE_NPY */
-    const char *data;         /* TREE_METADATA, TREE_STATS: the content */
+    const char *data;         /* METADATA, STATS, STATUS, a blob: content */
     size_t len;
     char text[256];           /* TREE_STATS: the counters when opened */
 } open_file;
@@ -658,6 +693,16 @@ static int handle_fill(fs_ckpt *ck, const tree_node *n, open_file *h)
     h->kind = (tree_kind)n->kind;
     h->reader = ck->reader;
     h->tensor = n->tensor;
+    if (n->blob) {             /* a BytesIO's value (its .npy view) */
+        const views_blob *b = tree_blob(ck->tree, n->tensor);
+        h->data = (const char *)b->npy;
+        h->len = b->header_len + b->len;
+        if (n->kind == TREE_TENSOR) {
+            h->data += b->header_len;
+            h->len = b->len;
+        }
+        return 0;
+    }
     if (n->kind == TREE_NPY) {
         ckpt_tensor_info ti;
         int rc = ckpt_reader_info(ck->reader, n->tensor, &ti);
@@ -761,8 +806,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
         reply_err(req, -EINVAL);
         return;
     }
-    if (h->kind == TREE_METADATA || h->kind == TREE_STATS ||
-        h->kind == TREE_STATUS) {
+    if (h->data) {             /* generated, or held in memory */
         size_t o = (uint64_t)off < h->len ? (size_t)off : h->len;
         size_t n = h->len - o < size ? h->len - o : size;
         char text[sizeof h->text];
@@ -848,7 +892,14 @@ static int xattr_tensor(fuse_req_t req, fuse_ino_t ino,
         return rc;
     if (r.kind != REF_NODE || !r.n || r.n->kind != TREE_TENSOR)
         return -ENODATA;
-    return ckpt_reader_info(r.ck->reader, r.n->tensor, ti);
+    rc = ckpt_reader_info(r.ck->reader, r.n->tensor, ti);
+    const views_blob *b = r.n->blob ? tree_blob(r.ck->tree, r.n->tensor)
+                                    : NULL;
+    if (rc == 0 && b) {        /* a BytesIO's value: its own size */
+        ti->shape = &b->dim;
+        ti->numel = ti->nbytes = b->len;
+    }
+    return rc;
 }
 
 void ops_reply_xattr(fuse_req_t req, const char *val, size_t len,

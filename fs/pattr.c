@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "dtype.h"
 #include "error.h"
 #include "shape.h"
 
@@ -93,8 +94,7 @@ int pattr_set(pattr *a, unsigned key, const char *value, size_t len,
     case PATTR_DTYPE:
         b.dtype = ckpt_dtype_parse(text);
         if (b.dtype == CKPT_DTYPE_INVALID)
-            return ckpt_err(err, -EINVAL, "user.ckpt.dtype: unknown dtype "
-                            "'%s'", text);
+            return ckpt_dtype_unknown(err, "user.ckpt.dtype", text);
         break;
     case PATTR_SHAPE:
         n = b.ndim = parse_dims(key, text, b.shape, err);

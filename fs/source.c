@@ -21,6 +21,7 @@
 #include <fuse3/fuse_log.h>
 
 #include "error.h"
+#include "latest.h"
 #include "views.h"
 
 /* A subdirectory of the root that is a checkpoint or a save. */
@@ -73,6 +74,14 @@ static int stat_index(const char *dir, struct stat *st)
     return rc;
 }
 
+/* Whether path is a checkpoint of another tool (PyTorch DCP,
+ * safetensors); stamp receives the file that stands for it. */
+static int is_foreign(const char *path, char *stamp, size_t cap)
+{
+    ckpt_format f = ckpt_format_probe(path, stamp, cap);
+    return f == CKPT_FORMAT_DCP || f == CKPT_FORMAT_SAFETENSORS;
+}
+
 static int same_file(const struct stat *a, const struct stat *b)
 {
     return a->st_dev == b->st_dev && a->st_ino == b->st_ino &&
@@ -81,31 +90,15 @@ static int same_file(const struct stat *a, const struct stat *b)
            a->st_mtim.tv_nsec == b->st_mtim.tv_nsec;
 }
 
-/* A `step` value that is a decimal integer (blanks around allowed). */
-static int parse_step(const char *v, int64_t *out)
-{
-    if (!v)
-        return 0;
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (end == v || errno == ERANGE)
-        return 0;
-    while (*end == ' ' || *end == '\t' || *end == '\n')
-        end++;
-    if (*end)
-        return 0;
-    *out = x;
-    return 1;
-}
-
 /* Opens the index of the checkpoint at path with a minimal reader (one
- * thread, small cache), to check it opens and read its step. */
-static int probe(const char *path, int *has_step, int64_t *step,
-                 ckpt_error *err)
+ * thread, small cache; the mount's follow_links), to check it opens and
+ * read its step. */
+static int probe(const fs_source *s, const char *path, int *has_step,
+                 int64_t *step, ckpt_error *err)
 {
     ckpt_read_opts o;
     ckpt_read_opts_init(&o);
+    o.follow_links = s->ro.follow_links;
     o.threads = 1;
     o.prefetch = 0;
     o.cache_bytes = (size_t)1 << 20;
@@ -113,7 +106,7 @@ static int probe(const char *path, int *has_step, int64_t *step,
     int rc = ckpt_reader_open(&r, path, &o, err);
     if (rc)
         return rc;
-    *has_step = parse_step(ckpt_reader_meta_get(r, "step"), step);
+    *has_step = latest_parse_step(ckpt_reader_meta_get(r, "step"), step);
     ckpt_reader_close(r);
     return 0;
 }
@@ -175,15 +168,12 @@ static root_entry *entry_find(root_entry *v, size_t n, const char *name)
     return n ? bsearch(&key, v, n, sizeof *v, by_entry_name) : NULL;
 }
 
-/* Whether checkpoint a is newer than b for `latest`: a numeric step wins
- * over none, then the greater step, then the greater name. */
+/* Whether checkpoint a is newer than b for `latest` (latest.h). */
 static int newer(const fs_ckpt *a, const fs_ckpt *b)
 {
-    if (a->has_step != b->has_step)
-        return a->has_step;
-    if (a->has_step && a->step != b->step)
-        return a->step > b->step;
-    return strcmp(a->name, b->name) > 0;
+    latest_key ka = { a->name, a->has_step, a->step, a->st.st_mtim };
+    latest_key kb = { b->name, b->has_step, b->step, b->st.st_mtim };
+    return latest_newer(&ka, &kb);
 }
 
 static fs_ckpt *choose_latest(const root_entry *v, size_t n)
@@ -248,11 +238,13 @@ static int scan_committed(fs_source *s, scan_result *r, const char *name,
     ckpt_error err = { 0 };
     int has_step = 0;
     int64_t step = 0;
-    if (probe(path, &has_step, &step, &err) != 0) {
+    if (probe(s, path, &has_step, &step, &err) != 0) {
         fuse_log(FUSE_LOG_WARNING, "ckptfs: %s: left out: %s\n", path,
                  err.msg);
         return scan_push(r, &e);
     }
+    if (!has_step)
+        has_step = latest_name_step(name, &step);
     if (!(e.ck = ckpt_new(name, path, idx, has_step, step)))
         return -ENOMEM;
     e.state = ENTRY_SHOWN;
@@ -285,8 +277,11 @@ static int scan_one(fs_source *s, scan_result *r, const char *name)
         return -ENOMEM;
     int rc = 0;
     struct stat idx;
+    char stamp[4096];
     ckpt_dir_state st = ckpt_dir_probe(path);
-    if (st != CKPT_DIR_NONE && strcmp(name, "latest") == 0) {
+    int foreign = st == CKPT_DIR_NONE && is_foreign(path, stamp,
+                                                    sizeof stamp);
+    if ((st != CKPT_DIR_NONE || foreign) && strcmp(name, "latest") == 0) {
         if (!s->latest_name_logged)
             fuse_log(FUSE_LOG_NOTICE, "ckptfs: %s: left out: ckptfs shows "
                      "its own 'latest'\n", path);
@@ -294,6 +289,8 @@ static int scan_one(fs_source *s, scan_result *r, const char *name)
     } else if (st == CKPT_DIR_PENDING) {
         rc = scan_pending(s, r, name, path);
     } else if (st == CKPT_DIR_COMMITTED && stat_index(path, &idx) == 0) {
+        rc = scan_committed(s, r, name, path, &idx);
+    } else if (foreign && stat(stamp, &idx) == 0) {
         rc = scan_committed(s, r, name, path, &idx);
     }
     free(path);
@@ -425,7 +422,7 @@ static int open_single(fs_source *s, const char *stamp, ckpt_error *err)
     struct stat idx;
     int has_step = 0;
     int64_t step = 0;
-    int rc = probe(s->path, &has_step, &step, err);
+    int rc = probe(s, s->path, &has_step, &step, err);
     if (rc == 0 && stat(stamp, &idx) != 0)
         return ckpt_err_sys(err, -errno, "%s", stamp);
     if (rc)
@@ -449,7 +446,9 @@ static int open_root(fs_source *s, const char *path, int writable,
         return ckpt_err(err, rc, "cannot scan %s: %s", path, strerror(-rc));
     if (s->nlist == 0 && !writable)
         return ckpt_err(err, -ENOENT, "%s holds no checkpoint: neither it "
-                       "nor any of its subdirectories has an index.db",
+                       "nor any of its subdirectories is a ckptfs "
+                       "checkpoint (index.db) or save, a PyTorch "
+                       "distributed checkpoint (.metadata) or safetensors",
                        path);
     return 0;
 }
@@ -465,8 +464,7 @@ int source_open(fs_source **out, const char *path, const ckpt_read_opts *ro,
     /* A PyTorch distributed checkpoint or safetensors is served as one
      * checkpoint, read-only, by the same reader. */
     char stamp[4096];
-    ckpt_format fmt = ckpt_format_probe(abs, stamp, sizeof stamp);
-    int foreign = fmt == CKPT_FORMAT_DCP || fmt == CKPT_FORMAT_SAFETENSORS;
+    int foreign = is_foreign(abs, stamp, sizeof stamp);
     if (!foreign && (stat(abs, &st) != 0 || !S_ISDIR(st.st_mode))) {
         int rc = ckpt_err(err, -ENOTDIR, "%s is not a directory", path);
         free(abs);
@@ -616,7 +614,10 @@ static int ckpt_open_locked(fs_source *s, fs_ckpt *c)
         fuse_log(FUSE_LOG_ERR, "ckptfs: %s\n", err.msg);
         return -EIO;
     }
-    rc = tree_build(&t, r, tree_warning, c);
+    views_blob *blobs = NULL;
+    rc = views_bytesio(r, &blobs);
+    if (rc == 0)
+        rc = tree_build(&t, r, blobs, tree_warning, c);
     if (rc) {
         fuse_log(FUSE_LOG_ERR, "ckptfs: %s: cannot list its tensors: %s\n",
                  c->path, strerror(-rc));

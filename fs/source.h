@@ -2,7 +2,8 @@
  * source.h - what ckptfs serves: SOURCE is either one committed checkpoint
  * or a root whose subdirectories are checkpoints (docs/MOUNT.md, SOURCE);
  * a PyTorch distributed checkpoint or safetensors (file or directory) is
- * served as one checkpoint, read by the library like any other.
+ * served as one checkpoint, read by the library like any other, and a
+ * root may hold such checkpoints too.
  *
  * Each checkpoint served is an fs_ckpt with a stable slot number.  Its
  * reader and tree are opened on first access and kept until the source is
@@ -34,7 +35,8 @@ typedef struct fs_ckpt {
     char *path;            /* absolute path of the checkpoint directory */
     uint32_t slot;
     struct stat st;        /* of its index.db: times, owner, identity */
-    int has_step;          /* its `step` metadata is an integer */
+    int has_step;          /* it has a step for `latest` (latest.h): its
+                              `step` metadata, or a number in its name */
     int64_t step;
     _Atomic int ready;
     ckpt_reader *reader;

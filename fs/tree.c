@@ -22,6 +22,8 @@ struct fs_tree {
     uint32_t *children;       /* each directory's children, sorted */
     uint32_t *hash;           /* node number + 1; 0 is an empty slot */
     size_t hash_cap;          /* a power of two, at least twice n */
+    views_blob *blobs;        /* per tensor, or NULL (views_bytesio) */
+    size_t nblobs;
 };
 
 /* ------------------------------------------------------------ queries */
@@ -74,6 +76,12 @@ static long find(const fs_tree *t, uint32_t parent, const char *name,
     }
 }
 
+const views_blob *tree_blob(const fs_tree *t, uint32_t tensor)
+{
+    return t->blobs && tensor < t->nblobs && t->blobs[tensor].npy
+               ? &t->blobs[tensor] : NULL;
+}
+
 long tree_lookup(const fs_tree *t, uint32_t dir, const char *name)
 {
     const tree_node *d = tree_node_at(t, dir);
@@ -92,6 +100,8 @@ typedef struct builder {
     tree_warn_fn warn;
     void *arg;
     uint32_t npy_root;
+    int dcp;                  /* a PyTorch DCP checkpoint: byte objects get
+                                 their archive in .pt/ */
 } builder;
 
 static void warn(builder *b, const char *fmt, const char *fqn)
@@ -278,6 +288,20 @@ static int add_leaves(builder *b, size_t t, const ckpt_tensor_info *ti,
         return (int)f;
     tr->nodes[f].tensor = (uint32_t)t;
     tr->nodes[f].size = ti->nbytes;
+    const views_blob *blob = tree_blob(tr, (uint32_t)t);
+    if (blob) {
+        tr->nodes[f].size = blob->len;
+        tr->nodes[f].blob = 1;
+        int64_t v = add_node(tr, npy_dir, esc, strlen(esc), ".npy",
+                             TREE_NPY);
+        if (v < 0)
+            return (int)v;
+        tr->nodes[v].tensor = (uint32_t)t;
+        tr->nodes[v].size = blob->header_len + blob->len;
+        tr->nodes[v].npy_header = (uint16_t)blob->header_len;
+        tr->nodes[v].blob = 1;
+        return 0;
+    }
     views_npy lay;
     if (views_npy_layout(ti, &lay) != 0) {
         warn(b, "tensor '%s' has no .npy view: it would be too large",
@@ -334,6 +358,36 @@ static int add_tensor(builder *b, size_t t)
     }
 }
 
+/* Adds .pt/<path>.pt, the torch.save archive of byte object t of a
+ * PyTorch DCP checkpoint (its plain file may show a BytesIO's value). */
+static int add_archive(builder *b, size_t t)
+{
+    ckpt_tensor_info ti;
+    int rc = ckpt_reader_info(b->r, t, &ti);
+    if (rc || ti.dtype != CKPT_BYTES || !names_fit(ti.fqn))
+        return rc;
+    char esc[TREE_NAME_MAX + 1];
+    names_iter it;
+    const char *comp;
+    size_t len;
+    int64_t dir = get_dir(b->t, TREE_ROOT, ".pt", 3);
+    names_iter_init(&it, ti.fqn);
+    while (dir >= 0 && names_iter_next(&it, &comp, &len)) {
+        names_escape(comp, len, esc, sizeof esc);
+        if (!it.next) {
+            int64_t f = add_node(b->t, (uint32_t)dir, esc, strlen(esc),
+                                 ".pt", TREE_TENSOR);
+            if (f < 0)
+                return (int)f;
+            b->t->nodes[f].tensor = (uint32_t)t;
+            b->t->nodes[f].size = ti.nbytes;
+            return 0;
+        }
+        dir = get_dir(b->t, (uint32_t)dir, esc, strlen(esc));
+    }
+    return dir == -EEXIST ? 0 : (int)dir;
+}
+
 static int by_name(const void *a, const void *b, void *arg)
 {
     const fs_tree *t = arg;
@@ -369,19 +423,27 @@ static int link_children(fs_tree *t)
     return 0;
 }
 
-int tree_build(fs_tree **out, const ckpt_reader *r, tree_warn_fn warn_fn,
-               void *arg)
+int tree_build(fs_tree **out, const ckpt_reader *r, views_blob *blobs,
+               tree_warn_fn warn_fn, void *arg)
 {
     *out = NULL;
     fs_tree *t = calloc(1, sizeof *t);
-    if (!t)
+    if (!t) {
+        views_blobs_free(blobs, ckpt_reader_count(r));
         return -ENOMEM;
-    builder b = { .t = t, .r = r, .warn = warn_fn, .arg = arg };
+    }
+    t->blobs = blobs;
+    t->nblobs = ckpt_reader_count(r);
+    const char *fmt = ckpt_reader_meta_get(r, "source_format");
+    builder b = { .t = t, .r = r, .warn = warn_fn, .arg = arg,
+                  .dcp = fmt && strcmp(fmt, "pytorch-dcp") == 0 };
     int rc = hash_grow(t);
     if (rc == 0)
         rc = add_fixed(&b);
     for (size_t i = 0; rc == 0 && i < ckpt_reader_count(r); i++)
         rc = add_tensor(&b, i);
+    for (size_t i = 0; b.dcp && rc == 0 && i < ckpt_reader_count(r); i++)
+        rc = add_archive(&b, i);
     if (rc == 0)
         rc = link_children(t);
     if (rc) {
@@ -400,5 +462,6 @@ void tree_free(fs_tree *t)
     free(t->names);
     free(t->children);
     free(t->hash);
+    views_blobs_free(t->blobs, t->nblobs);
     free(t);
 }

@@ -9,6 +9,10 @@
  *   /.ckptfs/metadata.json  the index as JSON
  *   /.ckptfs/stats          the reader's counters
  *   /.ckptfs/status         "committed", as in a save that was written
+ *   /.pt/a/b/c.pt           byte object a.b.c of a PyTorch distributed
+ *                           checkpoint: its torch.save archive, as stored
+ *                           (while /a/b/c shows the value of an io.BytesIO
+ *                           that the archive holds)
  *
  * Nodes are numbered from 0 (the checkpoint's root directory); a node's
  * number is stable for the life of the tree, so it can be part of an inode
@@ -22,6 +26,7 @@
 #include <stdint.h>
 
 #include "ckptfs.h"
+#include "views.h"
 
 #define TREE_ROOT 0u
 /* The longest path component the kernel passes (NAME_MAX); tensors with a
@@ -47,6 +52,8 @@ typedef struct tree_node {
     uint32_t tensor;      /* TENSOR, NPY: the reader's tensor index */
     uint16_t npy_header;  /* NPY: header length (data starts there) */
     uint8_t kind;         /* tree_kind */
+    uint8_t blob;         /* TENSOR, NPY: the content is in memory, from
+                             tree_blob(tensor), not read through the reader */
 } tree_node;
 
 typedef struct fs_tree fs_tree;
@@ -54,10 +61,12 @@ typedef struct fs_tree fs_tree;
 /* Called for each tensor left out (its message names it and says why). */
 typedef void (*tree_warn_fn)(void *arg, const char *msg);
 
-/* Builds the tree of reader r.  Returns 0, -ENOMEM, or -EOVERFLOW when the
+/* Builds the tree of reader r.  blobs (from views_bytesio: one entry per
+ * tensor, or NULL) are the byte objects shown from memory; the tree takes
+ * them over in any case.  Returns 0, -ENOMEM, or -EOVERFLOW when the
  * checkpoint has more nodes than 32 bits can number. */
-int tree_build(fs_tree **out, const ckpt_reader *r, tree_warn_fn warn,
-               void *arg);
+int tree_build(fs_tree **out, const ckpt_reader *r, views_blob *blobs,
+               tree_warn_fn warn, void *arg);
 void tree_free(fs_tree *t);
 
 /* Number of nodes; nodes are 0 .. tree_size() - 1. */
@@ -67,6 +76,8 @@ const tree_node *tree_node_at(const fs_tree *t, uint32_t i);
 const char *tree_name(const fs_tree *t, const tree_node *n);
 /* The k-th child (by name) of directory n, k < n->nchild. */
 uint32_t tree_child(const fs_tree *t, const tree_node *n, uint32_t k);
+/* The in-memory content of tensor `tensor` (a node with `blob` set). */
+const views_blob *tree_blob(const fs_tree *t, uint32_t tensor);
 /* The child `name` of node dir: its number, -ENOENT, or -ENOTDIR when dir
  * is not a directory. */
 long tree_lookup(const fs_tree *t, uint32_t dir, const char *name);

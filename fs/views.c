@@ -15,6 +15,7 @@
 
 #include "dtype.h"
 #include "error.h"
+#include "torchsave.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "ckptfs's .npy view assumes a little-endian host"
@@ -195,6 +196,93 @@ int views_npy_layout(const ckpt_tensor_info *ti, views_npy *out)
         .size = (uint64_t)h + ti->numel * isz,
     };
     return 0;
+}
+
+/* ------------------------------------------------------------ BytesIO */
+
+/* Reads an archive through the reader (for the zip and pickle readers). */
+typedef struct item_src {
+    ckpt_reader *r;
+    size_t idx;
+} item_src;
+
+static int item_read(void *arg, void *buf, size_t n, uint64_t off,
+                     ckpt_error *err)
+{
+    const item_src *s = arg;
+    int64_t got = ckpt_read(s->r, s->idx, buf, off, n, err);
+    if (got >= 0 && (uint64_t)got != n)
+        return ckpt_err(err, -EIO, "short read of a byte item");
+    return got < 0 ? (int)got : 0;
+}
+
+/* Decodes byte object idx into *b when it is a BytesIO archive. */
+static int decode_one(ckpt_reader *r, size_t idx, const ckpt_tensor_info *ti,
+                      views_blob *b)
+{
+    item_src src = { r, idx };
+    unsigned char *val;
+    size_t len;
+    ckpt_error err = { 0 };
+    int rc = ckpt_torch_bytesio_read(item_read, &src, ti->nbytes, ti->fqn,
+                                     &val, &len, &err);
+    if (rc <= 0)
+        return rc;
+    ckpt_tensor_info shown = *ti;
+    int64_t dim = (int64_t)len;
+    shown.numel = shown.nbytes = len;
+    shown.ndim = 1;
+    shown.shape = &dim;
+    views_npy lay;
+    rc = views_npy_layout(&shown, &lay);
+    if (rc == 0 && !(b->npy = malloc(lay.header_len + len + 1)))
+        rc = -ENOMEM;
+    if (rc == 0) {
+        views_npy_header(&shown, (char *)b->npy, lay.header_len);
+        memcpy(b->npy + lay.header_len, val, len);
+        b->header_len = lay.header_len;
+        b->len = len;
+        b->dim = (int64_t)len;
+    }
+    free(val);
+    return rc == -ENOMEM ? rc : 0;
+}
+
+int views_bytesio(ckpt_reader *r, views_blob **out)
+{
+    *out = NULL;
+    const char *fmt = ckpt_reader_meta_get(r, "source_format");
+    if (!fmt || strcmp(fmt, "pytorch-dcp") != 0)
+        return 0;
+    size_t n = ckpt_reader_count(r);
+    views_blob *v = NULL;
+    int found = 0;
+    for (size_t i = 0; i < n; i++) {
+        ckpt_tensor_info ti;
+        if (ckpt_reader_info(r, i, &ti) != 0 || ti.dtype != CKPT_BYTES ||
+            ti.nbytes > 2 * CKPT_BYTESIO_MAX + ((uint64_t)1 << 20))
+            continue;
+        if (!v && !(v = calloc(n, sizeof *v)))
+            return -ENOMEM;
+        int rc = decode_one(r, i, &ti, &v[i]);
+        if (rc) {
+            views_blobs_free(v, n);
+            return rc;
+        }
+        found |= v[i].npy != NULL;
+    }
+    if (found)
+        *out = v;
+    else
+        free(v);
+    return 0;
+}
+
+void views_blobs_free(views_blob *v, size_t n)
+{
+    for (size_t i = 0; v && i < n; i++)
+        free(v[i].npy);
+    free(v);
 }
 
 /* ------------------------------------------------------------ reading */

@@ -2,7 +2,8 @@
  * views.h - the content ckptfs generates rather than stores: the NumPy
  * view of a tensor (a version 1.0 .npy header, then the tensor's bytes, or
  * for bf16/f8e4m3/f8e5m2 the values widened to float32 on the fly),
- * .ckptfs/metadata.json (the whole index as JSON) and .ckptfs/stats.
+ * .ckptfs/metadata.json (the whole index as JSON), .ckptfs/stats, and the
+ * values of the io.BytesIO items of PyTorch checkpoints.
  * No FUSE here: these work on a ckpt_reader and plain buffers.
  */
 #ifndef CKPTFS_FS_VIEWS_H
@@ -51,6 +52,26 @@ int64_t views_npy_read(ckpt_reader *r, size_t idx, const ckpt_tensor_info *ti,
                        const views_npy *lay, const views_tables *tab,
                        unsigned char *dst, uint64_t off, uint64_t len,
                        ckpt_error *err);
+
+/* A byte item of a PyTorch distributed checkpoint whose torch.save
+ * archive holds an io.BytesIO, shown as the BytesIO's value: its .npy
+ * image (a header, then the value's bytes), so that the plain file is the
+ * image from header_len on. */
+typedef struct views_blob {
+    unsigned char *npy;     /* NULL: this tensor is not such an item */
+    uint32_t header_len;
+    uint64_t len;           /* the value's bytes */
+    int64_t dim;            /* len, as the shape of the byte object shown */
+} views_blob;
+
+/* For a PyTorch distributed checkpoint (metadata source_format
+ * "pytorch-dcp", imported ones too), decodes the value of each byte
+ * object that is a torch.save archive of an io.BytesIO (read through r,
+ * parsed by the restricted readers: nothing runs).  *out gets one entry
+ * per tensor of r, or stays NULL when no tensor is such an item.  Returns
+ * 0 or -ENOMEM; an archive that does not decode is left as it is. */
+int views_bytesio(ckpt_reader *r, views_blob **out);
+void views_blobs_free(views_blob *v, size_t n);
 
 /* Renders the index as JSON (see docs/MOUNT.md) into a malloc'd buffer.
  * Returns 0 or -ENOMEM. */

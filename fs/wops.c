@@ -52,35 +52,42 @@ static void reply_fail(fuse_req_t req, int rc, const ckpt_error *err)
     fuse_reply_err(req, -rc);
 }
 
-int wops_stat(ws_save *w, uint32_t node, struct stat *st)
+/* A save's files and directories carry the owner, group and permission
+ * bits of the root directory (ROOT itself, shared by every mount of it):
+ * whoever may create a checkpoint in ROOT may write the saves in progress
+ * there, and the kernel (default_permissions) keeps everyone else out. */
+int wops_stat(fs_ctx *c, ws_save *w, uint32_t node, struct stat *st)
 {
     ws_stat ws;
     int rc = ws_stat_node(w, node, &ws);
     if (rc)
         return rc;
+    struct stat root;
+    source_root_stat(c->src, &root);
+    mode_t bits = root.st_mode & 0777;
     memset(st, 0, sizeof *st);
     st->st_ino = wops_ino(w, node);
-    st->st_uid = getuid();
-    st->st_gid = getgid();
+    st->st_uid = root.st_uid;
+    st->st_gid = root.st_gid;
     st->st_atim = st->st_mtim = st->st_ctim = ws.mtime;
     st->st_blksize = BLKSIZE;
     switch (ws.kind) {
     case WS_DIR:
-        st->st_mode = S_IFDIR | 0755;
+        st->st_mode = S_IFDIR | bits;
         st->st_nlink = 2 + ws.nsubdirs;
         break;
     case WS_FILE:
-        st->st_mode = S_IFREG | 0644;
+        st->st_mode = S_IFREG | (bits & 0666);
         st->st_nlink = 1;
         st->st_size = (off_t)ws.size;
         st->st_blocks = (blkcnt_t)((ws.size + 511) / 512);
         break;
     case WS_COMMIT:
-        st->st_mode = S_IFREG | 0200;
+        st->st_mode = S_IFREG | (bits & 0222);
         st->st_nlink = 1;
         break;
     default:
-        st->st_mode = S_IFREG | 0444;
+        st->st_mode = S_IFREG | (bits & 0444);
         st->st_nlink = 1;
         st->st_size = 4096;      /* read with direct I/O: up to EOF */
         break;
@@ -97,7 +104,7 @@ static void reply_node(fuse_req_t req, ws_save *w, uint32_t node)
 {
     struct fuse_entry_param e;
     memset(&e, 0, sizeof e);
-    int rc = wops_stat(w, node, &e.attr);
+    int rc = wops_stat(fuse_req_userdata(req), w, node, &e.attr);
     if (rc) {
         fuse_reply_err(req, -rc);
         return;
@@ -147,7 +154,7 @@ void wops_lookup(fuse_req_t req, ws_save *w, uint32_t dir, const char *name)
 void wops_getattr(fuse_req_t req, ws_save *w, uint32_t node)
 {
     struct stat st;
-    int rc = wops_stat(w, node, &st);
+    int rc = wops_stat(fuse_req_userdata(req), w, node, &st);
     if (rc)
         fuse_reply_err(req, -rc);
     else
@@ -160,7 +167,7 @@ void wops_setattr(fuse_req_t req, ws_save *w, uint32_t node,
                   const struct stat *attr, int to_set)
 {
     struct stat st;
-    int rc = wops_stat(w, node, &st);
+    int rc = wops_stat(fuse_req_userdata(req), w, node, &st);
     if (rc == 0 && (to_set & FUSE_SET_ATTR_SIZE) && attr->st_size != 0) {
         ckpt_error err = { 0 };
         rc = -EINVAL;
@@ -208,7 +215,7 @@ void wops_readdir(fuse_req_t req, ws_save *w, uint32_t dir, size_t size,
         struct fuse_entry_param e;
         memset(&e, 0, sizeof e);
         if (rc == 0)
-            rc = wops_stat(w, node, &e.attr);
+            rc = wops_stat(fuse_req_userdata(req), w, node, &e.attr);
         if (rc)
             break;
         size_t add;
@@ -278,7 +285,7 @@ static void open_node(fs_ctx *c, fuse_req_t req, ws_save *w, uint32_t node,
     }
     struct fuse_entry_param e;
     memset(&e, 0, sizeof e);
-    wops_stat(w, node, &e.attr);
+    wops_stat(c, w, node, &e.attr);
     e.ino = e.attr.st_ino;
     e.entry_timeout = NAME_TIMEOUT;
     fuse_reply_create(req, &e, fi);

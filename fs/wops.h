@@ -32,8 +32,10 @@ int wops_resolve(fs_ctx *c, fuse_ino_t ino, ws_save **w, uint32_t *node);
  * committed (the root must be rescanned to find it). */
 int wops_lookup_root(fs_ctx *c, fuse_req_t req, const char *name);
 void wops_mkdir_root(fs_ctx *c, fuse_req_t req, const char *name);
-/* Attributes of a save's directory, for the root's listing. */
-int wops_stat(ws_save *w, uint32_t node, struct stat *st);
+/* Attributes of a node of a save (for the root's listing: its
+ * directory): owner, group and permission bits are the root directory's,
+ * so that whoever may make a checkpoint in ROOT may write its saves. */
+int wops_stat(fs_ctx *c, ws_save *w, uint32_t node, struct stat *st);
 
 void wops_lookup(fuse_req_t req, ws_save *w, uint32_t dir, const char *name);
 void wops_getattr(fuse_req_t req, ws_save *w, uint32_t node);

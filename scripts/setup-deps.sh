@@ -14,7 +14,7 @@ PACKAGES="
   libopenmpi-dev openmpi-bin
   python3 python3-numpy python3-zstandard python3-torch
   clang libclang-rt-14-dev
-  procps util-linux bsdextrautils
+  procps util-linux bsdextrautils bsdutils
 "
 
 missing=""

@@ -104,28 +104,34 @@ static void job_free(ckpt_save *j)
 /* Removes what a failed single-process save created: its writer's files,
  * then the directories when empty (the checkpoint directory only when the
  * save made it).  Never touches a committed checkpoint. */
-static void job_cleanup(const ckpt_save *j)
+void ckpt_async_cleanup(const char *dir, const char *writer, int owned,
+                        int made_dir)
 {
     char rel[256], path[PATH_CAP];
     static const char *const fmt[] = {
         "data/%s.shard", ".pending/%s.plan", ".pending/%s.plan-journal",
     };
-    if (ckpt_dir_probe(j->dir) == CKPT_DIR_COMMITTED)
+    if (ckpt_dir_probe(dir) == CKPT_DIR_COMMITTED)
         return;
-    for (size_t k = 0; j->owned && k < sizeof fmt / sizeof *fmt; k++) {
-        snprintf(rel, sizeof rel, fmt[k], j->writer);
-        if (ckpt_path_join(path, sizeof path, j->dir, rel, NULL) == 0)
+    for (size_t k = 0; owned && k < sizeof fmt / sizeof *fmt; k++) {
+        snprintf(rel, sizeof rel, fmt[k], writer);
+        if (ckpt_path_join(path, sizeof path, dir, rel, NULL) == 0)
             unlink(path);
     }
-    if (ckpt_path_join(path, sizeof path, j->dir, ".pending/commit.lock",
+    if (ckpt_path_join(path, sizeof path, dir, ".pending/commit.lock",
                        NULL) == 0)
         unlink(path);
-    if (ckpt_path_join(path, sizeof path, j->dir, ".pending", NULL) == 0)
+    if (ckpt_path_join(path, sizeof path, dir, ".pending", NULL) == 0)
         rmdir(path);
-    if (ckpt_path_join(path, sizeof path, j->dir, "data", NULL) == 0)
+    if (ckpt_path_join(path, sizeof path, dir, "data", NULL) == 0)
         rmdir(path);
-    if (j->made_dir)
-        rmdir(j->dir);
+    if (made_dir)
+        rmdir(dir);
+}
+
+static void job_cleanup(const ckpt_save *j)
+{
+    ckpt_async_cleanup(j->dir, j->writer, j->owned, j->made_dir);
 }
 
 /* Streams piece p's staged bytes into writer w. */
@@ -320,6 +326,12 @@ static int check_piece(const ckpt_piece *p, size_t i, uint64_t *nbytes,
         rc = ckpt_shape_nbytes(rec.dtype, rec.ndim, rec.sizes, nbytes,
                                rec.fqn, err);
     return rc;
+}
+
+int ckpt_async_check_piece(const ckpt_piece *p, size_t i, uint64_t *nbytes,
+                           ckpt_error *err)
+{
+    return check_piece(p, i, nbytes, err);
 }
 
 int ckpt_async_check_data(ckpt_saver *sv, const ckpt_piece *pieces, size_t n,

@@ -2,7 +2,8 @@
  * async.h - the library-internal side of asynchronous saves (async.c),
  * shared by the single-process API (ckpt_save_async) and the collective
  * one (mpi.c): one background job writes one writer's pieces from staged
- * memory and, for a single-process save, commits.
+ * memory and, for a single-process save, commits.  The synchronous
+ * ckpt_save_sync (save.c) shares its checks and its cleanup.
  */
 #ifndef CKPT_ASYNC_H
 #define CKPT_ASYNC_H
@@ -35,6 +36,15 @@ int ckpt_async_check_data(ckpt_saver *s, const ckpt_piece *pieces, size_t n,
  * must already be checked (ckpt_plan_check_piece, ckpt_async_check_data). */
 int ckpt_async_start(ckpt_saver *s, const ckpt_async_desc *d,
                      ckpt_save **out, ckpt_error *err);
+/* The checks a writer makes of a piece on its own (dtype, fqn, shape,
+ * bounds), and its byte count. */
+int ckpt_async_check_piece(const ckpt_piece *p, size_t i, uint64_t *nbytes,
+                           ckpt_error *err);
+/* Removes what a failed single-process save into dir made: the files of
+ * writer `writer` when `owned`, the lock, .pending/ and data/ when empty,
+ * and dir itself when `made_dir`.  Leaves a committed checkpoint alone. */
+void ckpt_async_cleanup(const char *dir, const char *writer, int owned,
+                        int made_dir);
 /* Waits for the job and frees it; *owned tells whether the job created
  * the writer's files (to remove them after a failure). */
 int ckpt_async_wait(ckpt_save *h, int *owned, ckpt_error *err);

@@ -35,6 +35,9 @@ extern "C" {
 #define CKPT_MAX_DIMS 32
 /* Default frame size: raw bytes per independently decodable frame. */
 #define CKPT_DEFAULT_FRAME_SIZE ((size_t)1 << 20)
+/* The largest frame the format allows: 1 GiB of raw bytes (readers refuse
+ * an index that claims more). */
+#define CKPT_MAX_FRAME_SIZE ((size_t)1 << 30)
 
 /* ------------------------------------------------------------------ errors */
 
@@ -195,6 +198,12 @@ typedef struct ckpt_read_opts {
     int threads;         /* decoder threads; 0 = online CPUs */
     int prefetch;        /* frames decoded ahead of a sequential reader
                             (default 4; 0 disables) */
+    /* Files are read only inside the checkpoint's directory: a shard,
+     * item or .safetensors file that is a symbolic link (or lies under
+     * one) is refused, but for a Hugging Face cache snapshot's links into
+     * its blobs/ (docs/TRUST.md).  1 follows links wherever they lead
+     * (default 0). */
+    int follow_links;
 } ckpt_read_opts;
 
 void ckpt_read_opts_init(ckpt_read_opts *o);
@@ -202,12 +211,14 @@ void ckpt_read_opts_init(ckpt_read_opts *o);
 typedef struct ckpt_reader ckpt_reader;
 
 /* Opens a committed checkpoint.  Refuses, with a message saying which, a
- * missing directory, a directory without index.db (not committed), and an
- * index.db that is not a ckptfs index or is of a newer format.  Reads the
- * metadata, files and tensors; each tensor's chunks are read from the
- * index when first needed (a read of it, ckpt_reader_chunk, verify), so
- * opening costs the same for 8 writers as for 16,384.  The reader may be
- * shared by threads. */
+ * missing directory, a directory without index.db (not committed), an
+ * index.db that is not a ckptfs index or is of a newer format, and one
+ * that breaks the format (names against the FQN rules or repeated, sizes
+ * out of bounds: "damaged index"; docs/TRUST.md).  Reads the metadata,
+ * files and tensors; each tensor's chunks are read from the index when
+ * first needed (a read of it, ckpt_reader_chunk, verify), so opening costs
+ * the same for 8 writers as for 16,384.  The reader may be shared by
+ * threads. */
 int ckpt_reader_open(ckpt_reader **out, const char *dir,
                      const ckpt_read_opts *opts, ckpt_error *err);
 void ckpt_reader_close(ckpt_reader *r);
@@ -264,7 +275,11 @@ int ckpt_reader_meta_at(const ckpt_reader *r, size_t i, const char **key,
 const char *ckpt_reader_meta_get(const ckpt_reader *r, const char *key);
 
 /* Reads bytes [off, off+len) of tensor idx's row-major image into dst.
- * Returns the number of bytes read (short only at the end of the image). */
+ * Returns the number of bytes read (short only at the end of the image).
+ * Before the first byte of a tensor is served, its chunks are checked to
+ * tile it exactly (once per tensor, the verdict kept): a tensor whose
+ * chunks overlap, repeat or leave a hole is -EIO ("damaged index", naming
+ * the tensor and chunks), here and in ckpt_read_region. */
 int64_t ckpt_read(ckpt_reader *r, size_t idx, void *dst, uint64_t off,
                   uint64_t len, ckpt_error *err);
 /* Reads the region [offsets, offsets+sizes) of tensor idx into dst, stored
@@ -303,6 +318,37 @@ typedef struct ckpt_stats {
 } ckpt_stats;
 
 void ckpt_reader_stats(const ckpt_reader *r, ckpt_stats *out);
+
+struct stat;
+
+/* stat(2) of the checkpoint's file `file` (a path relative to the
+ * checkpoint, as ckpt_chunk_info.file gives it), found the way the reader
+ * opens its files: inside the checkpoint's directory, through no symbolic
+ * link unless follow_links (docs/TRUST.md).  Returns 0, or a negative
+ * errno with err naming the file (-ENOENT when it is missing, -ELOOP for
+ * a link that is not followed). */
+int ckpt_reader_file_stat(const ckpt_reader *r, const char *file,
+                          struct stat *st, ckpt_error *err);
+
+/* An owner, a group and permission bits, as a file system shows them. */
+typedef struct ckpt_perm {
+    uint32_t uid, gid;
+    uint32_t mode;          /* permission bits: 0777 at most */
+} ckpt_perm;
+
+/* Who may read what the reader serves of tensor idx: the owner, group and
+ * permission bits that stand for every file it is read from (its chunks'
+ * files, and the file that names the checkpoint's tensors: index.db,
+ * .metadata, model.safetensors.index.json, or for safetensors every
+ * file's header), combined so that whoever they let read could read each
+ * of those files (the first one's owner and group; for files of one owner
+ * and group, the AND of their modes).  idx (size_t)-1 stands for the
+ * listing of the tensors (names, dtypes, shapes) alone.  A file that
+ * cannot be looked at grants nothing.  Each file is looked at once, when
+ * first needed (later changes are not seen).  Returns 0 or a negative
+ * errno (-EINVAL for a bad idx, -ENOMEM). */
+int ckpt_reader_perm(ckpt_reader *r, size_t idx, ckpt_perm *out,
+                     ckpt_error *err);
 
 /* ------------------------------------------------------------------ dirs */
 
@@ -436,6 +482,20 @@ int ckpt_save_poll(ckpt_save *h);
 /* Waits for the save to finish and frees the handle: 0 once the
  * checkpoint is committed, or the background part's error. */
 int ckpt_save_wait(ckpt_save *h, ckpt_error *err);
+
+/* The synchronous form of ckpt_save_async, without staging: saves
+ * pieces[0..n) as the checkpoint `dir` in one call (one writer, "rank0",
+ * writing straight from the caller's buffers, then ckpt_commit) and
+ * returns once it is committed.  Checks everything it can before creating
+ * anything: bad arguments, a piece malformed on its own (dtype, fqn,
+ * bounds) or without data, `dir` already a committed checkpoint (-EEXIST)
+ * or holding an unfinished save (-EBUSY).  Any later failure (a planner
+ * refusal, an I/O error, ENOSPC) removes every file the save created, and
+ * `dir` when the save made it, so nothing is committed, earlier
+ * checkpoints are untouched and the save can be retried.  Byte objects are
+ * pieces of dtype CKPT_BYTES (ndim 1, shape {length}). */
+int ckpt_save_sync(const char *dir, const ckpt_piece *pieces, size_t n,
+                   const ckpt_save_opts *opts, ckpt_error *err);
 
 /* Like ckpt_read_region (NULL offsets and sizes: the whole tensor), but
  * dst may also be CUDA device memory (in a

@@ -53,13 +53,12 @@ typedef struct dcp {
 
 /* ---------------------------------------------------------------- .metadata */
 
-static int read_metadata(const char *dir, unsigned char **buf, size_t *len,
+static int read_metadata(ckpt_foreign *f, unsigned char **buf, size_t *len,
                          ckpt_error *err)
 {
-    char path[4096];
-    int rc = ckpt_path_join(path, sizeof path, dir, ".metadata", err);
-    return rc ? rc : ckpt_foreign_slurp(path, MAX_METADATA, (char **)buf,
-                                        len, err);
+    f->index_file = ".metadata";
+    return ckpt_foreign_slurp(f, ".metadata", MAX_METADATA, (char **)buf,
+                              len, err);
 }
 
 static int is_metadata(int g)
@@ -189,9 +188,11 @@ static int open_item(dcp *x, const char *fqn, const item_loc *loc,
             close(x->cur_fd);
         free(x->cur_path);
         x->cur_path = NULL;
-        x->cur_fd = open(path, O_RDONLY | O_CLOEXEC);
+        x->cur_fd = ckpt_foreign_openat(x->f, loc->file, x->err);
+        if (x->cur_fd < 0)
+            return ckpt_err_wrap(x->err, x->cur_fd, "tensor '%s'", fqn);
         struct stat st;
-        if (x->cur_fd < 0 || fstat(x->cur_fd, &st) != 0)
+        if (fstat(x->cur_fd, &st) != 0)
             return ckpt_err_sys(x->err, -errno, "tensor '%s': %s", fqn,
                                 path);
         x->cur_size = (uint64_t)st.st_size;
@@ -350,7 +351,7 @@ int ckpt_dcp_open(const char *dir, ckpt_foreign *f, ckpt_error *err)
     snprintf(what, sizeof what, "%s/.metadata", dir);
     if (!(f->dir = strdup(dir)))
         return ckpt_err(err, -ENOMEM, "out of memory");
-    int rc = read_metadata(dir, &buf, &len, err);
+    int rc = read_metadata(f, &buf, &len, err);
     if (rc == 0) {
         size_t lim = len < MAX_PICKLE_MEM / 64 ? 64 * len + ((size_t)16 << 20)
                                                : MAX_PICKLE_MEM;

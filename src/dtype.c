@@ -11,7 +11,10 @@
  */
 #include "ckptfs.h"
 #include "dtype.h"
+#include "error.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <string.h>
 
 typedef struct dtype_desc {
@@ -90,6 +93,30 @@ const char *ckpt_dtype_name(ckpt_dtype dt)
 size_t ckpt_dtype_size(ckpt_dtype dt)
 {
     return valid(dt) ? DTYPES[dt].size : 0;
+}
+
+size_t ckpt_dtype_names(char *buf, size_t cap)
+{
+    size_t n = 0;
+    for (int i = CKPT_DTYPE_INVALID + 1; i < CKPT_DTYPE_COUNT; i++) {
+        int k = snprintf(n < cap ? buf + n : NULL, n < cap ? cap - n : 0,
+                         "%s%s", n ? ", " : "", DTYPES[i].name);
+        if (k > 0)
+            n += (size_t)k;
+    }
+    if (cap && n == 0)
+        buf[0] = '\0';
+    return n;
+}
+
+int ckpt_dtype_unknown(ckpt_error *err, const char *what, const char *text)
+{
+    char names[256];
+    ckpt_dtype_names(names, sizeof names);
+    return ckpt_err(err, -EINVAL, "%s%sunknown dtype '%.100s' (valid: %s; "
+                    "or a PyTorch or NumPy spelling such as float32, "
+                    "torch.bfloat16, <f4)", what ? what : "",
+                    what ? ": " : "", text, names);
 }
 
 static ckpt_dtype find_canonical(const char *s)

@@ -1,7 +1,7 @@
 /*
  * dtype.h - internal dtype helpers beyond the public names and sizes: how a
  * dtype is written in NumPy's .npy format (used by `ckpt unpack` and the
- * mount's .npy view).
+ * mount's .npy view), and the list of names for error messages.
  */
 #ifndef CKPT_DTYPE_H
 #define CKPT_DTYPE_H
@@ -13,5 +13,13 @@
  * f8e4m3 and f8e5m2, which NumPy lacks and which widen to float32 exactly.
  * Byte objects are "|u1".  NULL for an invalid dtype. */
 const char *ckpt_dtype_npy_descr(ckpt_dtype dt, ckpt_dtype *stored);
+
+/* The canonical dtype names, ", "-separated ("f64, f32, ..., bytes"),
+ * like snprintf: returns the length the whole list needs.  For messages
+ * that refuse an unknown dtype. */
+size_t ckpt_dtype_names(char *buf, size_t cap);
+/* Fills err with "<what>: unknown dtype 'TEXT' (valid: f64, f32, ...)"
+ * (no "<what>: " when what is NULL); returns -EINVAL. */
+int ckpt_dtype_unknown(ckpt_error *err, const char *what, const char *text);
 
 #endif

@@ -88,9 +88,11 @@ ckpt_foreign_kind ckpt_foreign_probe(const char *path, char *stamp,
     return CKPT_FOREIGN_NONE;
 }
 
-int ckpt_foreign_open(const char *path, ckpt_foreign *f, ckpt_error *err)
+int ckpt_foreign_open(const char *path, int follow, ckpt_foreign *f,
+                      ckpt_error *err)
 {
     memset(f, 0, sizeof *f);
+    f->follow = follow;
     char stamp[4096];
     f->kind = ckpt_foreign_probe(path, stamp, sizeof stamp);
     if (f->kind == CKPT_FOREIGN_NONE)
@@ -98,8 +100,15 @@ int ckpt_foreign_open(const char *path, ckpt_foreign *f, ckpt_error *err)
                         "distributed nor a safetensors checkpoint", path);
     if (!(f->stamp = strdup(stamp)))
         return ckpt_err(err, -ENOMEM, "out of memory");
-    int rc = f->kind == CKPT_FOREIGN_DCP ? ckpt_dcp_open(path, f, err)
-                                         : ckpt_safetensors_open(path, f, err);
+    /* A file named as the source is read wherever its path leads: its
+     * directory is the one the links end in. */
+    struct stat st;
+    char *real = stat(path, &st) == 0 && S_ISREG(st.st_mode)
+                     ? realpath(path, NULL) : NULL;
+    int rc = f->kind == CKPT_FOREIGN_DCP
+                 ? ckpt_dcp_open(path, f, err)
+                 : ckpt_safetensors_open(real ? real : path, f, err);
+    free(real);
     if (rc == 0)
         rc = ckpt_foreign_finish(f, err);
     if (rc)
@@ -123,6 +132,8 @@ void ckpt_foreign_free(ckpt_foreign *f)
     free(f->frames);
     free(f->strided);
     ckpt_index_data_free(&f->d);
+    if (f->root.dir)
+        ckpt_confine_close(&f->root);
     free(f->dir);
     free(f->stamp);
     memset(f, 0, sizeof *f);
@@ -146,22 +157,32 @@ bad:
                     "the checkpoint directory", what, p);
 }
 
-int ckpt_foreign_slurp(const char *path, uint64_t max, char **buf,
-                       size_t *len, ckpt_error *err)
+int ckpt_foreign_openat(ckpt_foreign *f, const char *rel, ckpt_error *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (!f->root.dir) {
+        int rc = ckpt_confine_open(&f->root, f->dir, f->follow, err);
+        if (rc)
+            return rc;
+    }
+    return ckpt_confine_openat(&f->root, rel, err);
+}
+
+int ckpt_foreign_slurp(ckpt_foreign *f, const char *rel, uint64_t max,
+                       char **buf, size_t *len, ckpt_error *err)
+{
+    int fd = ckpt_foreign_openat(f, rel, err);
     if (fd < 0)
-        return ckpt_err_sys(err, -errno, "%s", path);
+        return fd;
     struct stat st;
     int rc = 0;
     if (fstat(fd, &st) != 0)
-        rc = ckpt_err_sys(err, -errno, "%s", path);
+        rc = ckpt_err_sys(err, -errno, "%s/%s", f->dir, rel);
     else if ((uint64_t)st.st_size > max)
-        rc = ckpt_err(err, -EFBIG, "%s: larger than %llu bytes", path,
-                      (unsigned long long)max);
+        rc = ckpt_err(err, -EFBIG, "%s/%s: larger than %llu bytes", f->dir,
+                      rel, (unsigned long long)max);
     else if (!(*buf = malloc((size_t)st.st_size + 1)))
         rc = ckpt_err(err, -ENOMEM, "out of memory");
-    else if ((rc = ckpt_pread_full(fd, *buf, (size_t)st.st_size, 0, path,
+    else if ((rc = ckpt_pread_full(fd, *buf, (size_t)st.st_size, 0, rel,
                                    err)) != 0) {
         free(*buf);
         *buf = NULL;
@@ -293,16 +314,17 @@ static int build_files(ckpt_foreign *f, ckpt_error *err)
         if (f->d.nfiles && strcmp(f->d.files[f->d.nfiles - 1].path,
                                   names[i]) == 0)
             continue;
-        char path[4096];
         struct stat st;
-        rc = ckpt_path_join(path, sizeof path, f->dir, names[i], err);
-        if (rc)
-            break;
-        if (stat(path, &st) != 0) {
-            rc = ckpt_err_sys(err, -errno, "%s (named by the checkpoint's "
-                              "metadata)", path);
+        int fd = ckpt_foreign_openat(f, names[i], err);
+        if (fd < 0 || fstat(fd, &st) != 0) {
+            rc = fd < 0 ? fd : ckpt_err_sys(err, -errno, "%s/%s", f->dir,
+                                             names[i]);
+            if (fd >= 0)
+                close(fd);
+            ckpt_err_wrap(err, rc, "a file the checkpoint's metadata names");
             break;
         }
+        close(fd);
         ckpt_index_file *fi = &f->d.files[f->d.nfiles];
         if (!(fi->path = strdup(names[i]))) {
             rc = ckpt_err(err, -ENOMEM, "out of memory");

@@ -16,6 +16,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "ckptfs.h"
+#include "confine.h"
 #include "index.h"
 
 typedef enum ckpt_foreign_kind {
@@ -45,6 +46,12 @@ typedef struct ckpt_foreign_chunk {
 typedef struct ckpt_foreign {
     ckpt_foreign_kind kind;
     char *dir;              /* the directory the files are relative to */
+    ckpt_confine root;      /* dir, where every file is opened (confine.h);
+                               opened on first use */
+    int follow;             /* follow symbolic links (the opt-in) */
+    const char *index_file; /* the file naming the tensors besides their
+                               data files (".metadata", the safetensors
+                               index json), relative to dir, or NULL */
     char *stamp;            /* the file whose stat stands for the whole
                                checkpoint (.metadata, the .safetensors
                                file, the index json) */
@@ -62,8 +69,10 @@ typedef struct ckpt_foreign {
 ckpt_foreign_kind ckpt_foreign_probe(const char *path, char *stamp,
                                      size_t cap);
 /* Describes the checkpoint at `path` (refusing, with a message naming the
- * file and the problem, anything malformed). */
-int ckpt_foreign_open(const char *path, ckpt_foreign *out, ckpt_error *err);
+ * file and the problem, anything malformed).  Its files are read inside
+ * its directory only (confine.h), unless `follow`. */
+int ckpt_foreign_open(const char *path, int follow, ckpt_foreign *out,
+                      ckpt_error *err);
 void ckpt_foreign_free(ckpt_foreign *f);
 
 /* ---- the builder (format modules) ---- */
@@ -90,10 +99,16 @@ int ckpt_foreign_finish(ckpt_foreign *f, ckpt_error *err);
 int ckpt_foreign_check_relpath(const char *p, const char *what,
                                ckpt_error *err);
 
-/* Reads the whole of the file at `path` (at most `max` bytes, else
- * -EFBIG) into a new buffer (one spare byte at its end). */
-int ckpt_foreign_slurp(const char *path, uint64_t max, char **buf,
-                       size_t *len, ckpt_error *err);
+/* Opens the regular file `rel` of the checkpoint (relative to f->dir)
+ * for reading, without leaving f->dir (confine.h).  Returns the
+ * descriptor or a negative errno naming the file. */
+int ckpt_foreign_openat(ckpt_foreign *f, const char *rel, ckpt_error *err);
+
+/* Reads the whole of the file `rel` (as ckpt_foreign_openat opens it; at
+ * most `max` bytes, else -EFBIG) into a new buffer (one spare byte at its
+ * end). */
+int ckpt_foreign_slurp(ckpt_foreign *f, const char *rel, uint64_t max,
+                       char **buf, size_t *len, ckpt_error *err);
 
 /* The format modules. */
 int ckpt_dcp_open(const char *dir, ckpt_foreign *f, ckpt_error *err);

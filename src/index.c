@@ -10,8 +10,10 @@
  * uint64 checksums and hashes are stored as the int64 with the same bits.
  */
 #include "index.h"
+#include "codec.h"
 #include "error.h"
 #include "fileio.h"
+#include "region.h"
 #include "shape.h"
 
 #include <errno.h>
@@ -1072,6 +1074,31 @@ static int tensor_fields(loader *l, sqlite3_stmt *st, ckpt_index_tensor *t)
     return l->ix->has_totals ? tensor_totals(l, st, t) : 0;
 }
 
+/* A tensor's name: one the library would write (no '/', no empty or
+ * dotted components that could make a path, no control characters; see
+ * ckpt_fqn_check), and after the previous one in name order, so that
+ * names are unique and a binary search finds them. */
+static int tensor_name(loader *l, sqlite3_stmt *st, const char *fqn)
+{
+    ckpt_error e = { 0 };
+    if ((size_t)sqlite3_column_bytes(st, 1) != strlen(fqn))
+        return damaged(l->err, l->ix->path, "a tensor name holds a NUL byte "
+                       "(after '%.200s')", fqn);
+    if (ckpt_fqn_check(fqn, &e))
+        return damaged(l->err, l->ix->path, "%s", e.msg);
+    if (l->d->ntensors == 0)
+        return 0;
+    int c = strcmp(l->d->tensors[l->d->ntensors - 1].fqn, fqn);
+    if (c == 0)
+        return damaged(l->err, l->ix->path, "tensor name '%s' appears more "
+                       "than once", fqn);
+    if (c > 0)
+        return damaged(l->err, l->ix->path, "tensor names are not in name "
+                       "order ('%s' after '%s')", fqn,
+                       l->d->tensors[l->d->ntensors - 1].fqn);
+    return 0;
+}
+
 static int tensor_row(void *arg, sqlite3_stmt *st)
 {
     loader *l = arg;
@@ -1079,6 +1106,9 @@ static int tensor_row(void *arg, sqlite3_stmt *st)
     const char *fqn = col_text(st, 1);
     if (!fqn)
         return damaged(l->err, l->ix->path, "tensor without a name");
+    int rc = tensor_name(l, st, fqn);
+    if (rc)
+        return rc;
     size_t n = d->ntensors;
     if (grow((void **)&d->tensors, &l->tensors_cap, n, sizeof *d->tensors))
         return oom(l->err, l->ix);
@@ -1209,6 +1239,11 @@ static int chunk_row(chunk_load *cl, sqlite3_stmt *st)
 static int check_totals(const chunk_load *cl)
 {
     const ckpt_index_tensor *t = cl->t;
+    uint64_t numel = ckpt_box_numel(t->ndim, t->shape);
+    if (cl->n == 0 && numel > 0)   /* read as zeros, it would be lost */
+        return damaged(cl->err, cl->ix->path, "tensor '%s': no chunk holds "
+                       "any of its %llu elements", t->fqn,
+                       (unsigned long long)numel);
     if (cl->n != t->nchunks || cl->stored != t->stored_bytes)
         return damaged(cl->err, cl->ix->path, "tensor '%s' has %zu chunks "
                        "storing %llu bytes; it records %zu chunks and %llu "
@@ -1346,7 +1381,8 @@ static int frame_row(sqlite3_stmt *st, uint64_t k, uint64_t raw_bytes,
     f->codec = (int)codec;
     f->checksum = (uint64_t)sqlite3_column_int64(st, 6);
     if (f->raw_offset != *raw || f->raw_size == 0 ||
-        f->raw_size > raw_bytes - *raw ||
+        f->raw_size > raw_bytes - *raw || f->raw_size > CKPT_MAX_FRAME_SIZE ||
+        f->stored_size > ckpt_codec_bound((size_t)f->raw_size) ||
         f->stored_size > (uint64_t)INT64_MAX - f->file_offset)
         return -1;
     *raw += f->raw_size;
@@ -1389,8 +1425,9 @@ int ckpt_index_load_frames(ckpt_index *ix, int64_t chunk_id,
     if (!rc && (bad || k != expect_frames || raw != raw_bytes)) {
         chunk_label(ix, chunk_id, label, sizeof label);
         rc = damaged(err, ix->path, "%s: its frames do not tile its %llu raw "
-                     "bytes in %llu frames, or use codecs its codec_mask "
-                     "does not list (frame %llu is wrong)", label,
+                     "bytes in %llu frames of at most 1 GiB, or use codecs "
+                     "its codec_mask does not list (frame %llu is wrong)",
+                     label,
                      (unsigned long long)raw_bytes,
                      (unsigned long long)expect_frames,
                      (unsigned long long)k);

@@ -1,7 +1,8 @@
 /*
  * json.c - the JSON reader (see json.h): recursive descent with a depth
  * limit, strings checked to be valid UTF-8 with \u escapes (surrogate
- * pairs included) decoded.
+ * pairs included) decoded; \u0000 is refused (a C string would end
+ * there).
  */
 #include "json.h"
 
@@ -137,6 +138,11 @@ static int parse_string(parser *ps, char **out, size_t *olen)
                     cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
                 } else if (cp >= 0xdc00 && cp <= 0xdfff) {
                     rc = fail(ps, "lone surrogate in \\u escape");
+                    break;
+                } else if (cp == 0) {
+                    /* C strings end there: a name would be cut short */
+                    rc = fail(ps, "\\u0000 (NUL) in a string: names and "
+                              "values cannot hold it");
                     break;
                 }
                 put_utf8(buf, &n, cp);

@@ -376,8 +376,40 @@ static int is_value_global(int id)
            (id >= PKG_DT_F64 && id <= PKG_ST_BOOL);
 }
 
+/* _codecs.encode(s, "latin1"): how protocol 2 pickles bytes, as the
+ * string of their code points.  Strict: s must be UTF-8 of code points
+ * below 256, and the encoding latin1 (Python would fail otherwise). */
+static int call_encode(pk_ctx *c, const pk_val *args)
+{
+    const pk_val *s = pk_item(args, 0), *enc = pk_item(args, 1);
+    if (args->n != 2 || s->type != PK_STR || enc->type != PK_STR ||
+        (strcmp(enc->s, "latin1") != 0 && strcmp(enc->s, "latin-1") != 0))
+        return fail(c, -EINVAL, "_codecs.encode other than of a string to "
+                    "latin1%s", NULL);
+    pk_val *v = new_str(c, PK_BYTES, (const unsigned char *)s->s, s->len);
+    if (!v)
+        return -E2BIG;
+    const unsigned char *p = (const unsigned char *)s->s, *end = p + s->len;
+    size_t n = 0;
+    while (p < end) {
+        if (p[0] < 0x80) {
+            v->s[n++] = (char)*p++;
+        } else if ((p[0] == 0xc2 || p[0] == 0xc3) && end - p >= 2 &&
+                   (p[1] & 0xc0) == 0x80) {
+            v->s[n++] = (char)(((p[0] & 0x03) << 6) | (p[1] & 0x3f));
+            p += 2;
+        } else {
+            return fail(c, -EINVAL, "_codecs.encode of a string that is not "
+                        "latin1 in UTF-8%s", NULL);
+        }
+    }
+    v->s[n] = '\0';
+    v->len = n;
+    return push(c, v);
+}
+
 /* cls(*args): records the call, except for the few that only build data
- * (torch.Size, OrderedDict, pathlib paths), which give that data. */
+ * (torch.Size, OrderedDict, pathlib paths, bytes), which give that data. */
 static int call(pk_ctx *c, pk_val *cls, pk_val *args)
 {
     if (cls->type != PK_GLOBAL)
@@ -398,6 +430,13 @@ static int call(pk_ctx *c, pk_val *cls, pk_val *args)
                 if (add_item(c, t, src->items[i]))
                     return -EINVAL;
         return push(c, t);
+    }
+    if (id == PKG_CODECS_ENCODE)
+        return call_encode(c, args);
+    if (id == PKG_BUILTIN_BYTES) {
+        if (args->n)
+            return fail(c, -EINVAL, "bytes() with arguments%s", NULL);
+        return push(c, new_str(c, PK_BYTES, (const unsigned char *)"", 0));
     }
     if (id == PKG_ORDERED_DICT) {
         if (args->n)

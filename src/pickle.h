@@ -1,7 +1,7 @@
 /*
  * pickle.h - a restricted reader of Python pickles: exactly what PyTorch's
  * distributed-checkpoint metadata (.metadata) and torch.save's data.pkl
- * hold, turned into plain values.  It never executes anything: a global
+ * hold (a tensor, or an io.BytesIO), turned into plain values.  It never executes anything: a global
  * is accepted only when it is on the allowlist below (anything else is
  * refused with a message naming it), and calling one (REDUCE, NEWOBJ)
  * only records the call as an object.  Memory, stack, memo and nesting are
@@ -60,7 +60,10 @@
     X(PKG_ST_F16, "torch", "HalfStorage") X(PKG_ST_BF16, "torch", "BFloat16Storage") \
     X(PKG_ST_I64, "torch", "LongStorage") X(PKG_ST_I32, "torch", "IntStorage") \
     X(PKG_ST_I16, "torch", "ShortStorage") X(PKG_ST_I8, "torch", "CharStorage") \
-    X(PKG_ST_U8, "torch", "ByteStorage") X(PKG_ST_BOOL, "torch", "BoolStorage")
+    X(PKG_ST_U8, "torch", "ByteStorage") X(PKG_ST_BOOL, "torch", "BoolStorage") \
+    X(PKG_BYTESIO, "_io", "BytesIO") \
+    X(PKG_CODECS_ENCODE, "_codecs", "encode") \
+    X(PKG_BUILTIN_BYTES, "__builtin__", "bytes")
 
 typedef enum pk_global {
 #define PK_ENUM_(id, mod, name) id,
@@ -73,7 +76,10 @@ typedef enum pk_type {
     PK_NONE, PK_BOOL, PK_INT, PK_FLOAT, PK_STR, PK_BYTES,
     PK_TUPLE, PK_LIST, PK_DICT,
     PK_GLOBAL,   /* an allowlisted global: `i` is its pk_global */
-    PK_OBJ,      /* cls(args) recorded, plus the BUILD state if any */
+    PK_OBJ,      /* cls(args) recorded, plus the BUILD state if any;
+                    but _codecs.encode(str, "latin1") and
+                    __builtin__.bytes(), protocol 2's spelling of bytes,
+                    give the BYTES they make */
     PK_PERSID    /* a persistent id (torch.save's storages): `args` */
 } pk_type;
 

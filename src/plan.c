@@ -71,6 +71,11 @@ static void quote_fqn(char *buf, size_t cap, const char *s)
     buf[o] = '\0';
 }
 
+void ckpt_text_quote(char *buf, size_t cap, const char *s)
+{
+    quote_fqn(buf, cap, s);
+}
+
 static int fqn_err(ckpt_error *err, const char *fqn, const char *why,
                    size_t at)
 {
@@ -332,6 +337,9 @@ typedef struct planner {
     size_t n;
     const ckpt_plan_opts *opts;
     ckpt_plan *out;
+    int chunks;              /* checking a committed tensor's chunks:
+                                pieces are named by position, replicas
+                                refused */
     ckpt_error *err;
     uint32_t *wrank;         /* per string id: writer order (NULL as "") */
     uint32_t *brank;         /* balance: per string id, writer name rank
@@ -520,6 +528,10 @@ static int overlap_err(const planner *pl, const box_set *a, const box_set *b)
     char ba[2 * DIMS_TEXT_CAP + 32], bb[2 * DIMS_TEXT_CAP + 32];
     fmt_box(ba, sizeof ba, pa.ndim, pa.offsets, pa.sizes);
     fmt_box(bb, sizeof bb, pb.ndim, pb.offsets, pb.sizes);
+    if (pl->chunks)
+        return ckpt_err(pl->err, -EINVAL, "tensor '%s': chunks %zu (%s) and "
+                        "%zu (%s) overlap", pa.fqn, ent_at(pl, a->start)->i,
+                        ba, ent_at(pl, b->start)->i, bb);
     return ckpt_err(pl->err, -EINVAL, "tensor '%s': pieces partly overlap: "
                     "%s (writer %s) and %s (writer %s)", pa.fqn, ba,
                     writer_of(&pa), bb, writer_of(&pb));
@@ -747,6 +759,11 @@ static int coverage_err(const planner *pl, size_t k, uint64_t covered,
     } else {
         snprintf(where, sizeof where, "some elements are not covered");
     }
+    if (pl->chunks)
+        return ckpt_err(pl->err, -EINVAL, "tensor '%s': its %zu chunks cover "
+                        "%llu of %llu elements of shape %s; %s", p0.fqn,
+                        pl->nsets, (unsigned long long)covered,
+                        (unsigned long long)numel, shape, where);
     list_writers(pl, k, writers, sizeof writers);
     return ckpt_err(pl->err, -EINVAL, "tensor '%s': pieces cover %llu of "
                     "%llu elements of shape %s; %s (pieces from writers %s)",
@@ -763,6 +780,25 @@ static int check_coverage(const planner *pl, size_t k)
     for (size_t s = 0; s < pl->nsets; s++)
         covered += ckpt_box_numel(p0.ndim, pl->sets[s].size);
     return covered == numel ? 0 : coverage_err(pl, k, covered, numel);
+}
+
+/* A committed tensor lists each box once: a chunk listed twice is a
+ * damaged index, not a replica. */
+static int check_no_replicas(const planner *pl)
+{
+    for (size_t s = 0; s < pl->nsets; s++) {
+        const box_set *bs = &pl->sets[s];
+        if (bs->end - bs->start < 2)
+            continue;
+        pview p = set_view(pl, bs);
+        char box[2 * DIMS_TEXT_CAP + 32];
+        fmt_box(box, sizeof box, p.ndim, p.offsets, p.sizes);
+        size_t i = ent_at(pl, bs->start)->i, j = ent_at(pl, bs->start + 1)->i;
+        return ckpt_err(pl->err, -EINVAL, "tensor '%s': chunks %zu and %zu "
+                        "are the same box (%s)", p.fqn, i < j ? i : j,
+                        i < j ? j : i, box);
+    }
+    return 0;
 }
 
 /* --------------------------------------------------------- replicas */
@@ -877,9 +913,9 @@ static int emit_tensor(planner *pl, size_t t)
     return 0;
 }
 
-/* Checks the pieces idx[0..k) of one tensor and records it as plan
- * tensor t. */
-static int plan_tensor(planner *pl, const size_t *idx, size_t k, size_t t)
+/* Checks the pieces idx[0..k) of one tensor, leaving its distinct boxes
+ * in pl->sets. */
+static int check_tensor(planner *pl, const size_t *idx, size_t k)
 {
     int rc = load_entries(pl, idx, k);
     if (rc)
@@ -892,6 +928,8 @@ static int plan_tensor(planner *pl, const size_t *idx, size_t k, size_t t)
     }
     if (!rc)
         rc = add_sets(pl, k);
+    if (!rc && pl->chunks)
+        rc = check_no_replicas(pl);
     if (!rc)
         rc = check_overlaps(pl, ent_at(pl, 0)->ndim);
     for (size_t s = 0; !rc && s < pl->nsets; s++)
@@ -899,9 +937,15 @@ static int plan_tensor(planner *pl, const size_t *idx, size_t k, size_t t)
             rc = check_replicas(pl, &pl->sets[s]);
     if (!rc)
         rc = check_coverage(pl, k);
-    if (!rc)
-        rc = emit_tensor(pl, t);
     return rc;
+}
+
+/* Checks the pieces idx[0..k) of one tensor and records it as plan
+ * tensor t. */
+static int plan_tensor(planner *pl, const size_t *idx, size_t k, size_t t)
+{
+    int rc = check_tensor(pl, idx, k);
+    return rc ? rc : emit_tensor(pl, t);
 }
 
 /* Groups the pieces by fqn (a counting sort on the rank of their fqn) and
@@ -1014,6 +1058,41 @@ int ckpt_plan_build(const ckpt_piece_rec *pieces, size_t n,
         out->tensors[t].shape = p->shape;
     }
     ckpt_pieces_free(&tab);
+    return rc;
+}
+
+int ckpt_plan_check_chunks(const ckpt_piece_rec *chunks, size_t n,
+                           ckpt_error *err)
+{
+    static const ckpt_plan_opts defaults;
+    if (n == 0)
+        return 0;
+    for (size_t i = 1; i < n; i++)
+        if (strcmp(chunks[i].fqn ? chunks[i].fqn : "",
+                   chunks[0].fqn ? chunks[0].fqn : ""))
+            return ckpt_err(err, -EINVAL, "chunks of tensor '%s' and of '%s' "
+                            "checked together", chunks[0].fqn, chunks[i].fqn);
+    ckpt_pieces tab;
+    ckpt_plan unused = { 0 };
+    ckpt_pieces_init(&tab);
+    size_t *idx = malloc(n * sizeof *idx);
+    planner pl = { .tab = &tab, .n = n, .opts = &defaults, .out = &unused,
+                   .chunks = 1, .err = err };
+    int rc = idx ? 0 : -ENOMEM;
+    for (size_t i = 0; !rc && i < n; i++) {
+        idx[i] = i;
+        rc = ckpt_pieces_add(&tab, &chunks[i]);
+    }
+    if (rc)
+        rc = ckpt_err(err, -ENOMEM, "planner: out of memory");
+    if (!rc)
+        rc = planner_init(&pl);
+    if (!rc)
+        rc = check_tensor(&pl, idx, n);
+    planner_free(&pl);
+    ckpt_plan_free(&unused);
+    ckpt_pieces_free(&tab);
+    free(idx);
     return rc;
 }
 

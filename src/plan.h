@@ -61,6 +61,17 @@ int ckpt_plan_build_pieces(const ckpt_pieces *tab, const ckpt_plan_opts *opts,
                            ckpt_plan *out, ckpt_error *err);
 void ckpt_plan_free(ckpt_plan *p);
 
+/* Checks that chunks[0..n), the chunks one committed index lists for one
+ * tensor (same fqn, dtype and shape; raw_bytes set; writer unused), tile
+ * it exactly, with the rules of the planner: each inside the shape, no
+ * two sharing an element, no element left out, and no box listed twice
+ * (an index keeps one copy of a replica).  What a reader checks before
+ * serving any byte of a tensor of an index it did not write.  Messages
+ * name chunks by their position in the array ("chunks 0 (offsets [0,0]
+ * sizes [50,100]) and 1 (...) overlap").  Returns 0, -EINVAL, or -ENOMEM. */
+int ckpt_plan_check_chunks(const ckpt_piece_rec *chunks, size_t n,
+                           ckpt_error *err);
+
 /* Checks one piece on its own (valid dtype, fqn rules, ndim, offsets and
  * sizes inside the shape, byte count without overflow): what a writer can
  * refuse before any data moves.  Returns 0 or -EINVAL / -EOVERFLOW. */
@@ -71,5 +82,12 @@ int ckpt_plan_check_piece(const ckpt_piece_rec *p, ckpt_error *err);
  * ("a..b", ".a", "a.").  Returns 0 or -EINVAL with a message quoting it
  * (control characters escaped). */
 int ckpt_fqn_check(const char *fqn, ckpt_error *err);
+
+/* Copies s into buf (cap bytes, at least 9) as the messages quote names:
+ * control characters (< 0x20, 0x7f) and bytes that are not valid UTF-8
+ * become \xNN, the rest is kept; a text too long for buf is cut and ends
+ * in "...".  4 * strlen(s) + 9 bytes always hold all of it.  For printing
+ * names and values that come from files (ckpt ls, info, verify). */
+void ckpt_text_quote(char *buf, size_t cap, const char *s);
 
 #endif

@@ -33,10 +33,12 @@
 
 #include "cache.h"
 #include "codec.h"
+#include "confine.h"
 #include "error.h"
 #include "fileio.h"
 #include "foreign.h"
 #include "index.h"
+#include "perm.h"
 #include "plan.h"
 #include "pool.h"
 #include "region.h"
@@ -64,6 +66,7 @@ typedef struct tensor_state {
 
 struct ckpt_reader {
     char *dir;
+    ckpt_confine root;              /* dir: where files are opened */
     ckpt_read_opts opts;
     ckpt_index *ix;
     pthread_mutex_t ix_mu;          /* the index handle, lazy loads */
@@ -79,8 +82,21 @@ struct ckpt_reader {
     pthread_mutex_t fd_mu;
     char (*codecs)[32];             /* per tensor: "raw+zstd" */
     _Atomic uint64_t *seq_end;      /* per tensor: end of the last read */
+    _Atomic int *tiled;             /* per tensor: 1 once its chunks were
+                                       found to tile it, -1 when not, 0
+                                       before the first read */
     int foreign;                    /* not a ckptfs checkpoint: frames have
                                        no checksums */
+    const char *index_file;         /* names the tensors: "index.db",
+                                       ".metadata", ..., or NULL */
+    int names_in_files;             /* safetensors: every file's header
+                                       names tensors too */
+    pthread_mutex_t perm_mu;        /* what follows */
+    signed char *file_seen;         /* per file: 0 not looked at yet, 1 in
+                                       file_st, -1 could not be */
+    struct stat *file_st;
+    int names_seen;                 /* names_perm is set */
+    ckpt_perm names_perm;
     ckpt_cache *cache;
     ckpt_pool *pool;
     scratch *free_scratch;
@@ -291,21 +307,17 @@ static int shard_fd(ckpt_reader *r, int file, ckpt_error *err)
     int fd = atomic_load(&r->fds[file]);
     if (fd >= 0)
         return fd;
-    char path[4096];
-    int rc = ckpt_path_join(path, sizeof path, r->dir, r->d.files[file].path,
-                            err);
-    if (rc)
-        return rc;
+    int rc = 0;
     pthread_mutex_lock(&r->fd_mu);
     fd = atomic_load(&r->fds[file]);
     if (fd < 0) {
-        fd = open(path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0 && errno == ENOENT)
+        fd = ckpt_confine_openat(&r->root, r->d.files[file].path, err);
+        if (fd == -ENOENT)
             rc = ckpt_err(err, -EIO, "shard file %s is missing",
                           r->d.files[file].path);
         else if (fd < 0)
-            rc = ckpt_err_sys(err, -errno, "shard file %s cannot be opened",
-                              r->d.files[file].path);
+            rc = ckpt_err_wrap(err, fd, "shard file %s cannot be opened",
+                               r->d.files[file].path);
         else {
             /* Reads mostly walk a shard forward: ask for a wide readahead
              * (a hint; failure changes nothing). */
@@ -791,13 +803,58 @@ static int run_segments(ckpt_reader *r, seg_list *l, ckpt_error *err)
     return rc;
 }
 
-/* A valid tensor index, whose chunks are then loaded. */
+/* Whether the chunks of tensor t tile it exactly (pure: the planner's
+ * rules on the chunks as the index lists them). */
+static int tensor_tiling(const ckpt_index_tensor *t, ckpt_error *err)
+{
+    uint64_t numel = ckpt_box_numel(t->ndim, t->shape);
+    if (t->nchunks == 0 && numel > 0)
+        return ckpt_err(err, -EINVAL, "tensor '%s': no chunk holds any of "
+                        "its %llu elements", t->fqn,
+                        (unsigned long long)numel);
+    ckpt_piece_rec *p = calloc(t->nchunks + 1, sizeof *p);
+    if (!p)
+        return ckpt_err(err, -ENOMEM, "out of memory checking the chunks of "
+                        "tensor '%s'", t->fqn);
+    for (size_t c = 0; c < t->nchunks; c++) {
+        p[c].fqn = t->fqn;
+        p[c].dtype = t->dtype;
+        p[c].ndim = t->ndim;
+        memcpy(p[c].shape, t->shape, sizeof t->shape);
+        memcpy(p[c].offsets, t->chunks[c].offsets,
+               (size_t)t->ndim * sizeof *p[c].offsets);
+        memcpy(p[c].sizes, t->chunks[c].sizes,
+               (size_t)t->ndim * sizeof *p[c].sizes);
+        p[c].raw_bytes = t->chunks[c].raw_bytes;
+    }
+    int rc = ckpt_plan_check_chunks(p, t->nchunks, err);
+    free(p);
+    return rc;
+}
+
+/* A valid tensor index whose chunks are loaded and tile the tensor:
+ * checked before the first byte of it is served, the verdict kept
+ * (threads racing on the first read may both check: the check is
+ * pure). */
 static int check_tensor(ckpt_reader *r, size_t t, ckpt_error *err)
 {
     if (t >= r->d.ntensors)
         return ckpt_err(err, -EINVAL, "tensor index %zu out of range (%zu "
                         "tensors)", t, r->d.ntensors);
-    return tensor_chunks(r, t, err);
+    int rc = tensor_chunks(r, t, err);
+    if (rc)
+        return rc;
+    int v = atomic_load_explicit(&r->tiled[t], memory_order_acquire);
+    if (v > 0)
+        return 0;
+    rc = tensor_tiling(tensor_at(r, t), err);
+    if (rc != -ENOMEM)
+        atomic_store_explicit(&r->tiled[t], rc ? -1 : 1,
+                              memory_order_release);
+    if (rc == -EINVAL)
+        rc = ckpt_err_wrap(err, -EIO, "%s: damaged %s", r->dir,
+                           r->foreign ? "checkpoint" : "index");
+    return rc;
 }
 
 /* Reads elements [lo, hi) of tensor t's image to dst. */
@@ -934,14 +991,16 @@ static int alloc_tables(ckpt_reader *r, ckpt_error *err)
     r->codecs = calloc(nt + 1, sizeof *r->codecs);
     r->seq_end = calloc(nt + 1, sizeof *r->seq_end);
     r->ts = calloc(nt + 1, sizeof *r->ts);
+    r->tiled = calloc(nt + 1, sizeof *r->tiled);
     r->fds = calloc(r->d.nfiles + 1, sizeof *r->fds);
-    if (!r->codecs || !r->seq_end || !r->ts || !r->fds)
+    if (!r->codecs || !r->seq_end || !r->ts || !r->tiled || !r->fds)
         return ckpt_err(err, -ENOMEM, "out of memory");
     for (size_t t = 0; t < nt; t++) {
         describe_codecs(r->d.tensors[t].codec_mask, r->codecs[t],
                         sizeof r->codecs[t]);
         atomic_init(&r->seq_end[t], UINT64_MAX);
         atomic_init(&r->ts[t], NULL);
+        atomic_init(&r->tiled[t], 0);
     }
     for (size_t i = 0; i < r->d.nfiles; i++)
         atomic_init(&r->fds[i], -1);
@@ -977,9 +1036,15 @@ void ckpt_reader_close(ckpt_reader *r)
     free(r->fds);
     free(r->codecs);
     free(r->seq_end);
+    free(r->tiled);
+    if (r->root.dir)
+        ckpt_confine_close(&r->root);
     free(r->dir);
     pthread_mutex_destroy(&r->ix_mu);
     pthread_mutex_destroy(&r->fd_mu);
+    pthread_mutex_destroy(&r->perm_mu);
+    free(r->file_seen);
+    free(r->file_st);
     pthread_mutex_destroy(&r->scratch_mu);
     free(r);
 }
@@ -989,10 +1054,12 @@ void ckpt_reader_close(ckpt_reader *r)
 static int open_foreign(ckpt_reader *r, const char *path, ckpt_error *err)
 {
     ckpt_foreign f;
-    int rc = ckpt_foreign_open(path, &f, err);
+    int rc = ckpt_foreign_open(path, r->opts.follow_links, &f, err);
     if (rc)
         return rc;
     r->foreign = 1;
+    r->index_file = f.index_file;
+    r->names_in_files = f.kind == CKPT_FOREIGN_SAFETENSORS;
     r->d = f.d;
     memset(&f.d, 0, sizeof f.d);
     free(r->dir);
@@ -1018,6 +1085,16 @@ static int open_foreign(ckpt_reader *r, const char *path, ckpt_error *err)
     return rc;
 }
 
+/* index.db is read in the checkpoint's directory like its shards: not
+ * through a symbolic link (SQLite opens it by name; this check comes
+ * first). */
+static int check_index_file(ckpt_reader *r, ckpt_error *err)
+{
+    struct stat st;
+    int rc = ckpt_confine_stat(&r->root, "index.db", &st, err);
+    return rc ? ckpt_err_wrap(err, rc, "cannot open the index") : 0;
+}
+
 int ckpt_reader_open(ckpt_reader **out, const char *dir,
                      const ckpt_read_opts *opts, ckpt_error *err)
 {
@@ -1034,6 +1111,8 @@ int ckpt_reader_open(ckpt_reader **out, const char *dir,
         return ckpt_err(err, -ENOMEM, "out of memory");
     pthread_mutex_init(&r->ix_mu, NULL);
     pthread_mutex_init(&r->fd_mu, NULL);
+    pthread_mutex_init(&r->perm_mu, NULL);
+    r->index_file = "index.db";
     pthread_mutex_init(&r->scratch_mu, NULL);
     if (opts)
         r->opts = *opts;
@@ -1043,8 +1122,15 @@ int ckpt_reader_open(ckpt_reader **out, const char *dir,
         rc = ckpt_err(err, -ENOMEM, "out of memory");
     if (rc == 0 && foreign) {
         rc = open_foreign(r, dir, err);
+        if (rc == 0)
+            rc = ckpt_confine_open(&r->root, r->dir, r->opts.follow_links,
+                                   err);
     } else if (rc == 0) {
-        rc = ckpt_index_open(&r->ix, path, err);
+        rc = ckpt_confine_open(&r->root, r->dir, r->opts.follow_links, err);
+        if (rc == 0)
+            rc = check_index_file(r, err);
+        if (rc == 0)
+            rc = ckpt_index_open(&r->ix, path, err);
         if (rc == 0)
             rc = ckpt_index_load_tensors(r->ix, &r->d, err);
         if (rc == 0)
@@ -1179,6 +1265,86 @@ void ckpt_reader_stats(const ckpt_reader *r, ckpt_stats *out)
     };
 }
 
+/* ---------------------------------------------------------------- access */
+
+int ckpt_reader_file_stat(const ckpt_reader *r, const char *file,
+                          struct stat *st, ckpt_error *err)
+{
+    return ckpt_confine_stat(&r->root, file, st, err);
+}
+
+/* Folds the status of `rel` into p (the first file sets it). */
+static void perm_fold(ckpt_perm *p, int *first, const struct stat *st)
+{
+    if (!st)
+        ckpt_perm_add_none(p);
+    else if (*first)
+        ckpt_perm_init(p, st);
+    else
+        ckpt_perm_add(p, st);
+    *first = 0;
+}
+
+/* The status of shard/data file i, looked at once (under perm_mu). */
+static const struct stat *file_status(ckpt_reader *r, size_t i)
+{
+    if (!r->file_seen) {
+        r->file_seen = calloc(r->d.nfiles + 1, sizeof *r->file_seen);
+        r->file_st = calloc(r->d.nfiles + 1, sizeof *r->file_st);
+        if (!r->file_seen || !r->file_st) {
+            free(r->file_seen);
+            free(r->file_st);
+            r->file_seen = NULL;
+            r->file_st = NULL;
+            return NULL;
+        }
+    }
+    if (!r->file_seen[i])
+        r->file_seen[i] = ckpt_confine_stat(&r->root, r->d.files[i].path,
+                                            &r->file_st[i], NULL) ? -1 : 1;
+    return r->file_seen[i] > 0 ? &r->file_st[i] : NULL;
+}
+
+/* The permission of the listing (under perm_mu). */
+static const ckpt_perm *names_perm(ckpt_reader *r)
+{
+    if (r->names_seen)
+        return &r->names_perm;
+    int first = 1;
+    struct stat st;
+    if (r->index_file)
+        perm_fold(&r->names_perm, &first,
+                  ckpt_confine_stat(&r->root, r->index_file, &st, NULL)
+                      ? NULL : &st);
+    for (size_t i = 0; r->names_in_files && i < r->d.nfiles; i++)
+        perm_fold(&r->names_perm, &first, file_status(r, i));
+    if (first)   /* no file at all: the directory's own */
+        perm_fold(&r->names_perm, &first,
+                  fstat(r->root.fd, &st) ? NULL : &st);
+    r->names_seen = 1;
+    return &r->names_perm;
+}
+
+int ckpt_reader_perm(ckpt_reader *r, size_t idx, ckpt_perm *out,
+                     ckpt_error *err)
+{
+    if (idx != (size_t)-1 && idx >= r->d.ntensors)
+        return ckpt_err(err, -EINVAL, "tensor index %zu out of range (%zu "
+                        "tensors)", idx, r->d.ntensors);
+    pthread_mutex_lock(&r->perm_mu);
+    *out = *names_perm(r);
+    int first = 0, prev = -1;
+    const ckpt_index_tensor *t = idx == (size_t)-1 ? NULL : tensor_at(r, idx);
+    for (size_t c = 0; t && c < t->nchunks; c++) {
+        int file = t->chunks[c].file;
+        if (file != prev)
+            perm_fold(out, &first, file_status(r, (size_t)file));
+        prev = file;
+    }
+    pthread_mutex_unlock(&r->perm_mu);
+    return 0;
+}
+
 /* ---------------------------------------------------------------- verify */
 
 typedef struct verifier {
@@ -1208,33 +1374,9 @@ static void report(verifier *v, size_t t, long c, long f, const char *file,
 /* Checks that the chunks of tensor t tile it exactly, with the planner. */
 static void verify_coverage(verifier *v, size_t t)
 {
-    const ckpt_index_tensor *tt = tensor_at(v->r, t);
-    ckpt_piece_rec *p = calloc(tt->nchunks + 1, sizeof *p);
-    if (!p) {
-        report(v, t, -1, -1, NULL, 0, "out of memory checking coverage");
-        return;
-    }
-    char wname[] = "chunk";
-    for (size_t c = 0; c < tt->nchunks; c++) {
-        p[c].fqn = tt->fqn;
-        p[c].dtype = tt->dtype;
-        p[c].ndim = tt->ndim;
-        memcpy(p[c].shape, tt->shape, sizeof tt->shape);
-        memcpy(p[c].offsets, tt->chunks[c].offsets,
-               (size_t)tt->ndim * sizeof *p[c].offsets);
-        memcpy(p[c].sizes, tt->chunks[c].sizes,
-               (size_t)tt->ndim * sizeof *p[c].sizes);
-        p[c].raw_bytes = tt->chunks[c].raw_bytes;
-        p[c].writer = wname;
-    }
-    ckpt_plan plan;
-    ckpt_plan_opts popts = { 0 };
     ckpt_error e = { 0 };
-    if (ckpt_plan_build(p, tt->nchunks, &popts, &plan, &e) == 0)
-        ckpt_plan_free(&plan);
-    else
+    if (tensor_tiling(tensor_at(v->r, t), &e))
         report(v, t, -1, -1, NULL, 0, e.msg);
-    free(p);
 }
 
 typedef struct verify_task {
@@ -1303,22 +1445,27 @@ static void verify_files(verifier *v)
 {
     ckpt_reader *r = v->r;
     for (size_t i = 0; i < r->d.nfiles; i++) {
-        char path[4096], msg[512];
+        char msg[1200];
         struct stat st;
-        if (ckpt_path_join(path, sizeof path, r->dir, r->d.files[i].path,
-                           NULL))
-            continue;
+        ckpt_error e = { 0 };
+        int rc = ckpt_confine_stat(&r->root, r->d.files[i].path, &st, &e);
         const char *what = NULL;
-        if (stat(path, &st) != 0)
+        if (rc == -ENOENT)
             what = "is missing";
+        else if (rc)
+            what = e.msg;
         else if ((uint64_t)st.st_size != r->d.files[i].size)
             what = (uint64_t)st.st_size < r->d.files[i].size ? "is truncated"
                                                              : "has grown";
         if (!what)
             continue;
-        snprintf(msg, sizeof msg, "shard file %s %s (recorded %llu bytes)",
-                 r->d.files[i].path, what,
-                 (unsigned long long)r->d.files[i].size);
+        if (rc && rc != -ENOENT)
+            snprintf(msg, sizeof msg, "shard file %s cannot be read: %s",
+                     r->d.files[i].path, what);
+        else
+            snprintf(msg, sizeof msg, "shard file %s %s (recorded %llu "
+                     "bytes)", r->d.files[i].path, what,
+                     (unsigned long long)r->d.files[i].size);
         ckpt_fault fault = { .fqn = "-", .chunk = -1, .frame = -1,
                              .file = r->d.files[i].path, .msg = msg };
         v->faults++;

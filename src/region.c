@@ -251,8 +251,12 @@ static int slice_err(const slice_ctx *c, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(why, sizeof why, fmt, ap);
     va_end(ap);
-    ckpt_shape_format(dims, sizeof dims, c->ndim, c->shape);
-    return ckpt_err(c->err, -EINVAL, "bad slice '%.256s' for shape [%s]: %s",
+    /* Shapes as docs/CLI.md writes them: "256,64", "()" for a scalar. */
+    if (c->ndim == 0)
+        snprintf(dims, sizeof dims, "()");
+    else
+        ckpt_shape_format(dims, sizeof dims, c->ndim, c->shape);
+    return ckpt_err(c->err, -EINVAL, "bad slice '%.256s' for shape %s: %s",
                     c->spec, dims, why);
 }
 

@@ -185,9 +185,9 @@ static int add_file(ckpt_foreign *f, const char *file, ckpt_error *err)
     int rc = ckpt_path_join(path, sizeof path, f->dir, file, err);
     if (rc)
         return rc;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = ckpt_foreign_openat(f, file, err);
     if (fd < 0)
-        return ckpt_err_sys(err, -errno, "%s", path);
+        return fd;
     struct stat st;
     unsigned char lenbuf[8];
     char *hdr = NULL;
@@ -331,8 +331,10 @@ static int open_indexed(ckpt_foreign *f, const char *dir, ckpt_error *err)
     size_t len = 0, nfiles = 0;
     json_val j = { 0 };
     int rc = ckpt_path_join(path, sizeof path, dir, INDEX_JSON, err);
+    f->index_file = INDEX_JSON;
     if (rc == 0)
-        rc = ckpt_foreign_slurp(path, ST_MAX_INDEX, &text, &len, err);
+        rc = ckpt_foreign_slurp(f, INDEX_JSON, ST_MAX_INDEX, &text, &len,
+                                err);
     if (rc == 0)
         rc = json_parse(text, len, path, &j, err);
     const json_val *wm = json_get(&j, "weight_map");

@@ -232,3 +232,66 @@ int ckpt_torch_tensor_read(ckpt_zip_read_fn rd, void *arg, uint64_t len,
     ckpt_zip_free(&z);
     return rc;
 }
+
+/* The value of the BytesIO that root is, or NULL: BytesIO() built with the
+ * state (value, position, attributes) that its __getstate__ gives. */
+static const pk_val *bytesio_value(const pk_val *root)
+{
+    if (!root || root->type != PK_OBJ ||
+        pk_global_of(root) != PKG_BYTESIO || !root->args ||
+        root->args->n != 0 || !root->state)
+        return NULL;
+    const pk_val *st = root->state, *v = pk_item(st, 0), *pos = pk_item(st, 1);
+    if (st->type != PK_TUPLE || st->n != 3 || !v || v->type != PK_BYTES ||
+        !pos || pos->type != PK_INT)
+        return NULL;
+    return v;
+}
+
+int ckpt_torch_bytesio_read(ckpt_zip_read_fn rd, void *arg, uint64_t len,
+                            const char *what, unsigned char **out,
+                            size_t *n, ckpt_error *err)
+{
+    *out = NULL;
+    *n = 0;
+    ckpt_zip z;
+    int rc = ckpt_zip_open(rd, arg, len, what, &z, err);
+    if (rc)
+        return rc == -ENOMEM ? rc : 0;
+    size_t plen = 0;
+    const ckpt_zip_entry *pkl = find_pkl(&z, &plen);
+    unsigned char *buf = NULL;
+    pk_ctx *ctx = NULL;
+    pk_val *root = NULL;
+    /* A BytesIO of N bytes pickles as at most 2N bytes of UTF-8. */
+    if (!pkl || pkl->size > 2 * CKPT_BYTESIO_MAX + 4096)
+        rc = ckpt_err(err, -EINVAL, "%s: not a torch.save archive of a "
+                      "BytesIO of at most %llu bytes", what,
+                      (unsigned long long)CKPT_BYTESIO_MAX);
+    if (rc == 0)
+        rc = read_small(rd, arg, pkl, &buf, err);
+    if (rc == 0)
+        rc = pk_load(buf, pkl->size, 4 * pkl->size + ((size_t)1 << 20),
+                     what, &ctx, &root, err);
+    const pk_val *v = rc == 0 ? bytesio_value(root) : NULL;
+    int found = 0;
+    if (rc == 0 && !v)
+        ckpt_err(err, -EINVAL, "%s: data.pkl holds something other than an "
+                 "io.BytesIO", what);
+    if (v && v->len > CKPT_BYTESIO_MAX)
+        ckpt_err(err, -EFBIG, "%s: the io.BytesIO holds more than %llu "
+                 "bytes", what, (unsigned long long)CKPT_BYTESIO_MAX);
+    if (v && v->len <= CKPT_BYTESIO_MAX) {
+        if ((*out = malloc(v->len + 1))) {
+            memcpy(*out, v->s, v->len + 1);
+            *n = v->len;
+            found = 1;
+        } else {
+            found = ckpt_err(err, -ENOMEM, "out of memory");
+        }
+    }
+    pk_free(ctx);
+    free(buf);
+    ckpt_zip_free(&z);
+    return rc == -ENOMEM ? rc : found;
+}

@@ -3,7 +3,8 @@
  * wrote (the zip of data.pkl plus one entry per storage): the tensor's
  * dtype, sizes, strides and the byte range of its storage, found by
  * running data.pkl through the restricted pickle reader.  Nothing of the
- * storage itself is read.
+ * storage itself is read.  Also the value of an io.BytesIO saved so (as
+ * PyTorch's distributed checkpoint saves byte items).
  */
 #ifndef CKPT_TORCHSAVE_H
 #define CKPT_TORCHSAVE_H
@@ -30,6 +31,22 @@ typedef struct ckpt_torch_tensor {
 int ckpt_torch_tensor_read(ckpt_zip_read_fn rd, void *arg, uint64_t len,
                            const char *what, ckpt_torch_tensor *out,
                            ckpt_error *err);
+
+/* The most bytes ckpt_torch_bytesio_read decodes: larger values stay
+ * archives. */
+#define CKPT_BYTESIO_MAX ((uint64_t)64 << 20)
+
+/* Reads the archive of `len` bytes that `rd` reads and, when its data.pkl
+ * is an io.BytesIO (what torch.save of one writes: the BytesIO's state is
+ * its value, position and attributes), gives its value, getvalue(), in a
+ * new buffer *out of *n bytes (plus a NUL) and returns 1.  Returns 0 when
+ * the archive holds anything else or cannot be read as one (err says
+ * why), and -ENOMEM.  Values over CKPT_BYTESIO_MAX bytes are not decoded
+ * (0).  Nothing runs: the restricted pickle reader only admits BytesIO
+ * and the two ways protocol 2 spells bytes. */
+int ckpt_torch_bytesio_read(ckpt_zip_read_fn rd, void *arg, uint64_t len,
+                            const char *what, unsigned char **out,
+                            size_t *n, ckpt_error *err);
 
 /* The dtype of a pickled torch dtype or storage-class global (a
  * pk_global id), or CKPT_DTYPE_INVALID. */

@@ -122,7 +122,7 @@ static int validate_opts(const ckpt_write_opts *o, ckpt_error *err)
 {
     if (o->codec != CKPT_CODEC_AUTO && !ckpt_codec_known(o->codec))
         return ckpt_err(err, -EINVAL, "unknown codec id %d", o->codec);
-    if (o->frame_size < MIN_FRAME_SIZE || o->frame_size > ((size_t)1 << 30))
+    if (o->frame_size < MIN_FRAME_SIZE || o->frame_size > CKPT_MAX_FRAME_SIZE)
         return ckpt_err(err, -EINVAL,
                         "frame size %zu is outside [%d, 1 GiB]",
                         o->frame_size, MIN_FRAME_SIZE);
@@ -142,18 +142,31 @@ static int writer_failed(ckpt_writer *w, ckpt_error *err)
     return w->failure.code;
 }
 
-static int make_layout(const char *dir, ckpt_error *err)
+/* Makes dir/name, or takes it if it is a directory: not a symbolic link
+ * (one left there would take the writer's files out of the checkpoint,
+ * docs/TRUST.md). */
+static int make_subdir(const char *dir, const char *name, ckpt_error *err)
 {
     char path[4096];
+    struct stat st;
+    int rc = ckpt_path_join(path, sizeof path, dir, name, err);
+    if (rc == 0)
+        rc = ckpt_mkdir(path, err);
+    if (rc == 0 && lstat(path, &st) != 0)
+        rc = ckpt_err_sys(err, -errno, "%s", path);
+    if (rc == 0 && !S_ISDIR(st.st_mode))
+        rc = ckpt_err(err, -ELOOP, "%s is a symbolic link: a writer writes "
+                      "only inside the checkpoint directory", path);
+    return rc;
+}
+
+static int make_layout(const char *dir, ckpt_error *err)
+{
     int rc = ckpt_mkdirs(dir, err);
     if (rc == 0)
-        rc = ckpt_path_join(path, sizeof path, dir, "data", err);
+        rc = make_subdir(dir, "data", err);
     if (rc == 0)
-        rc = ckpt_mkdir(path, err);
-    if (rc == 0)
-        rc = ckpt_path_join(path, sizeof path, dir, ".pending", err);
-    if (rc == 0)
-        rc = ckpt_mkdir(path, err);
+        rc = make_subdir(dir, ".pending", err);
     return rc;
 }
 

@@ -25,6 +25,15 @@
 /* Room for a shape printed by cli_format_shape (32 dims of 20 digits). */
 #define CLI_SHAPE_MAX (CKPT_MAX_DIMS * 21 + 4)
 
+/* What the reading commands (ls, info, cat, verify) accept, for their
+ * --help texts. */
+#define CLI_HELP_SOURCES \
+    "A checkpoint may be ckptfs's (a directory with index.db), a PyTorch\n" \
+    "distributed checkpoint (a directory with .metadata), a .safetensors\n" \
+    "file, or a directory of .safetensors files (with or without\n" \
+    "model.safetensors.index.json); see docs/MOUNT.md, \"Foreign\n" \
+    "checkpoints\".\n"
+
 /* The help of one command: its name, its synopsis (one or more lines, each
  * starting with "ckpt NAME") and the rest of its --help text. */
 typedef struct cli_help {
@@ -61,8 +70,8 @@ int cli_help_print(const cli_help *h);
 int cli_bad_option(const cli_help *h, int c, char **argv);
 /* Checks the count of positional arguments left after options. */
 int cli_want_args(const cli_help *h, int have, int min, int max);
-/* For a command whose only option is --help: parses argv and checks that
- * min..max operands follow.  Returns CLI_GO_ON when the command should go
+/* For a command whose only options are --help and --follow-links:
+ * parses argv and checks that min..max operands follow.  Returns CLI_GO_ON when the command should go
  * on with its operands at argv[optind], else the exit status to return. */
 #define CLI_GO_ON (-2)
 int cli_parse_operands(const cli_help *h, int argc, char **argv, int min,
@@ -80,6 +89,11 @@ int cli_parse_long(const char *s, long min, long max, long *out);
 
 /* "4096,4096"; "()" for a scalar.  Returns buf. */
 char *cli_format_shape(char *buf, size_t cap, int ndim, const int64_t *dims);
+/* A name or value read from a checkpoint, fit to print: control
+ * characters and bytes that are not UTF-8 as \xNN (ckpt_text_quote), so
+ * that no name can move the cursor, forge lines or colour a terminal.  A
+ * new string (free it), or NULL when out of memory. */
+char *cli_escape(const char *s);
 /* "1.5 MiB", "512 B". */
 void cli_human_size(char *buf, size_t cap, double bytes);
 /* "raw/stored" as "2.50", or "-" when stored is 0. */
@@ -91,6 +105,15 @@ void cli_format_ratio(char *buf, size_t cap, uint64_t raw, uint64_t stored);
  * info): they read each frame about once, so a small cache bounds their
  * memory without slowing them. */
 #define CLI_READ_CACHE ((size_t)32 << 20)
+
+/* --follow-links, taken by the commands that read a checkpoint (ls, info,
+ * cat, verify, unpack, import): its files are read even through symbolic
+ * links that lead out of its directory, which are refused otherwise
+ * (docs/TRUST.md).  getopt_long's value for the option, the call that
+ * records it, and read options that apply it. */
+#define CLI_OPT_FOLLOW_LINKS 'L'
+void cli_set_follow_links(void);
+void cli_read_opts_init(ckpt_read_opts *o);
 
 /* Opens a committed checkpoint for streaming reads; prints the library's
  * message and returns CLI_FAIL when it cannot be opened. */

@@ -4,6 +4,8 @@
  * formatting of shapes, sizes and ratios, and complete writes.
  */
 #include "cli.h"
+#include "mounthint.h"
+#include "plan.h"
 
 #include <ctype.h>
 #include <getopt.h>
@@ -16,11 +18,16 @@
 #include <string.h>
 #include <unistd.h>
 
+/* "ckpt: <message>" on one line: the message may quote names read from a
+ * checkpoint, so it is escaped (cli_escape). */
 static void vreport(const char *fmt, va_list ap)
 {
-    fputs("ckpt: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    char *msg = NULL, *shown = NULL;
+    if (vasprintf(&msg, fmt, ap) >= 0)
+        shown = cli_escape(msg);
+    fprintf(stderr, "ckpt: %s\n", shown ? shown : msg ? msg : fmt);
+    free(shown);
+    free(msg);
 }
 
 int cli_fail(const char *fmt, ...)
@@ -152,6 +159,15 @@ char *cli_format_shape(char *buf, size_t cap, int ndim, const int64_t *dims)
     return buf;
 }
 
+char *cli_escape(const char *s)
+{
+    size_t cap = 4 * strlen(s) + 9;
+    char *buf = malloc(cap);
+    if (buf)
+        ckpt_text_quote(buf, cap, s);
+    return buf;
+}
+
 void cli_human_size(char *buf, size_t cap, double bytes)
 {
     static const char *const units[] = { "B", "KiB", "MiB", "GiB", "TiB",
@@ -175,14 +191,32 @@ void cli_format_ratio(char *buf, size_t cap, uint64_t raw, uint64_t stored)
         snprintf(buf, cap, "%.2f", (double)raw / (double)stored);
 }
 
+/* The tool runs one command: --follow-links holds for all it reads. */
+static int follow_links;
+
+void cli_set_follow_links(void)
+{
+    follow_links = 1;
+}
+
+void cli_read_opts_init(ckpt_read_opts *o)
+{
+    ckpt_read_opts_init(o);
+    o->cache_bytes = CLI_READ_CACHE;
+    o->follow_links = follow_links;
+}
+
 int cli_open_reader(ckpt_reader **r, const char *dir)
 {
     ckpt_read_opts opts;
     ckpt_error err = { 0 };
-    ckpt_read_opts_init(&opts);
-    opts.cache_bytes = CLI_READ_CACHE;
-    if (ckpt_reader_open(r, dir, &opts, &err) != 0)
+    cli_read_opts_init(&opts);
+    if (ckpt_reader_open(r, dir, &opts, &err) != 0) {
+        char hint[3 * 4096];
+        if (cli_mount_hint(dir, hint, sizeof hint))
+            return cli_fail("%s; %s", err.msg, hint);
         return cli_fail("%s", err.msg);
+    }
     return CLI_OK;
 }
 
@@ -221,6 +255,7 @@ int cli_parse_operands(const cli_help *h, int argc, char **argv, int min,
 {
     static const struct option longopts[] = {
         { "help", no_argument, NULL, 'h' },
+        { "follow-links", no_argument, NULL, CLI_OPT_FOLLOW_LINKS },
         { NULL, 0, NULL, 0 },
     };
     int c;
@@ -228,7 +263,9 @@ int cli_parse_operands(const cli_help *h, int argc, char **argv, int min,
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         if (c == 'h')
             return cli_help_print(h);
-        return cli_bad_option(h, c, argv);
+        if (c != CLI_OPT_FOLLOW_LINKS)
+            return cli_bad_option(h, c, argv);
+        cli_set_follow_links();
     }
     int rc = cli_want_args(h, argc - optind, min, max);
     return rc ? rc : CLI_GO_ON;

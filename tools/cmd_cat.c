@@ -24,8 +24,13 @@ static const cli_help HELP = {
     "are whole; no steps.  If the reader of stdout goes away, cat stops\n"
     "quietly with status 0.\n"
     "\n"
+    CLI_HELP_SOURCES
+    "A byte item of a PyTorch checkpoint is written as stored: the\n"
+    "torch.save archive of the object.\n"
+    "\n"
     "Options:\n"
     "  --slice SPEC   write only this region\n"
+    "  --follow-links read files that are symbolic links out of CKPT\n"
     "  -h, --help     show this help\n",
 };
 
@@ -152,6 +157,7 @@ int cmd_cat(int argc, char **argv)
 {
     static const struct option longopts[] = {
         { "slice", required_argument, NULL, 's' },
+        { "follow-links", no_argument, NULL, CLI_OPT_FOLLOW_LINKS },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -161,9 +167,12 @@ int cmd_cat(int argc, char **argv)
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         if (c == 'h')
             return cli_help_print(&HELP);
-        if (c != 's')
+        if (c == CLI_OPT_FOLLOW_LINKS)
+            cli_set_follow_links();
+        else if (c != 's')
             return cli_bad_option(&HELP, c, argv);
-        slice = optarg;
+        else
+            slice = optarg;
     }
     int rc = cli_want_args(&HELP, argc - optind, 2, 2);
     if (rc)

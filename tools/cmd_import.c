@@ -38,6 +38,8 @@ static const cli_help HELP = {
     "  --codec CODEC        as for ckpt pack (default auto: by dtype)\n"
     "  --frame-size N       raw bytes per frame (default 1M, 4K to 1G)\n"
     "  --threads N          encoder threads (default 0: one per CPU)\n"
+    "  --follow-links       read files of SRC that are symbolic links out of\n"
+    "                       it (refused otherwise; docs/TRUST.md)\n"
     "  -h, --help           show this help\n",
 };
 
@@ -259,6 +261,8 @@ static int write_all(import_job *job)
     ckpt_error err = { 0 };
     if (rc == CLI_OK && ckpt_commit(job->out.path, NULL, &err))
         rc = cli_fail("%s", err.msg);
+    if (rc == CLI_OK)
+        progress_done_path(&job->prog, "imported", job->out.path);
     return rc;
 }
 
@@ -287,6 +291,9 @@ static int take_option(import_job *job, int c, char **argv)
                              "4096", optarg);
         job->wopts.threads = (int)n;
         return CLI_OK;
+    case CLI_OPT_FOLLOW_LINKS:
+        cli_set_follow_links();
+        return CLI_OK;
     default:
         return cli_bad_option(&HELP, c, argv);
     }
@@ -298,6 +305,7 @@ static int parse_args(import_job *job, int argc, char **argv)
         { "codec", required_argument, NULL, 'c' },
         { "frame-size", required_argument, NULL, 'f' },
         { "threads", required_argument, NULL, 't' },
+        { "follow-links", no_argument, NULL, CLI_OPT_FOLLOW_LINKS },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
@@ -323,8 +331,7 @@ static int open_source(import_job *job)
 {
     ckpt_read_opts o;
     ckpt_error err = { 0 };
-    ckpt_read_opts_init(&o);
-    o.cache_bytes = CLI_READ_CACHE;
+    cli_read_opts_init(&o);
     o.prefetch = 0;   /* each block is read once, whole */
     if (ckpt_reader_open(&job->r, job->src, &o, &err))
         return cli_fail("%s", err.msg);

@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -39,8 +40,14 @@ static const cli_help HELP = {
     "(offsets within the shard file and within the chunk's row-major image;\n"
     "the checksum is the XXH3-64 of the frame's raw bytes).\n"
     "\n"
+    CLI_HELP_SOURCES
+    "In PyTorch and safetensors checkpoints, frames are byte ranges of the\n"
+    "original files (codec raw, checksum 0000000000000000: they carry none).\n"
+    "\n"
     "Options:\n"
-    "  -h, --help   show this help\n",
+    "  --follow-links  read files that are symbolic links out of the\n"
+    "                  checkpoint (refused otherwise; docs/TRUST.md)\n"
+    "  -h, --help      show this help\n",
 };
 
 /* A sorted set of strings (codec names, shard files). */
@@ -109,6 +116,14 @@ static void strset_free(strset *s)
     free(s->v);
 }
 
+/* Prints a name or value read from the checkpoint, escaped (cli_escape). */
+static void put_text(const char *s)
+{
+    char *e = cli_escape(s);
+    fputs(e ? e : "?", stdout);
+    free(e);
+}
+
 /* Prints the set joined by '+', or "-" when empty. */
 static void print_joined(const char *label, const strset *s)
 {
@@ -125,8 +140,13 @@ static void print_metadata(const ckpt_reader *r)
     printf("metadata:\n");
     for (size_t i = 0; i < ckpt_reader_meta_count(r); i++) {
         const char *k, *v;
-        if (ckpt_reader_meta_at(r, i, &k, &v) == 0)
-            printf("  %s = %s\n", k, v);
+        if (ckpt_reader_meta_at(r, i, &k, &v) != 0)
+            continue;
+        fputs("  ", stdout);
+        put_text(k);
+        fputs(" = ", stdout);
+        put_text(v);
+        fputs("\n", stdout);
     }
 }
 
@@ -140,7 +160,9 @@ static int print_tensor_lines(const ckpt_reader *r)
             return cli_fail("cannot read tensor %zu", i);
         char ratio[32];
         cli_format_ratio(ratio, sizeof ratio, t.nbytes, t.stored_bytes);
-        printf("  %s %s %s %s\n", t.fqn, ckpt_dtype_name(t.dtype),
+        fputs("  ", stdout);
+        put_text(t.fqn);
+        printf(" %s %s %s\n", ckpt_dtype_name(t.dtype),
                no_codecs(t.codecs) ? "-" : t.codecs, ratio);
     }
     return CLI_OK;
@@ -177,10 +199,15 @@ static int add_shard_files(const char *ckpt, strset *files)
     char *dir = cli_path_join(ckpt, "data");
     if (!dir)
         return cli_fail("out of memory");
-    DIR *d = opendir(dir);
+    /* not through a symbolic link (docs/TRUST.md) */
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     free(dir);
-    if (!d)
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
         return CLI_OK;   /* a missing data/ shows as missing files */
+    }
     int rc = CLI_OK;
     struct dirent *e;
     while (rc == CLI_OK && (e = readdir(d)) != NULL) {
@@ -196,17 +223,20 @@ static int add_shard_files(const char *ckpt, strset *files)
     return rc;
 }
 
-static void print_shards(const char *ckpt, const strset *files)
+/* Each file's size now, looked at as the reader opens it (a symbolic
+ * link out of the checkpoint is not followed: "refused"). */
+static void print_shards(const ckpt_reader *r, const strset *files)
 {
     printf("shards: %zu\n", files->n);
     for (size_t i = 0; i < files->n; i++) {
-        char *path = cli_path_join(ckpt, files->v[i]);
         struct stat st;
-        if (path && stat(path, &st) == 0)
-            printf("  %s %" PRIu64 "\n", files->v[i], (uint64_t)st.st_size);
+        int rc = ckpt_reader_file_stat(r, files->v[i], &st, NULL);
+        fputs("  ", stdout);
+        put_text(files->v[i]);
+        if (rc == 0)
+            printf(" %" PRIu64 "\n", (uint64_t)st.st_size);
         else
-            printf("  %s missing\n", files->v[i]);
-        free(path);
+            printf(" %s\n", rc == -ENOENT ? "missing" : "refused");
     }
 }
 
@@ -230,7 +260,7 @@ static int print_summary(const ckpt_reader *r, const char *ckpt)
         printf("stored_bytes: %" PRIu64 "\n", stored);
         printf("ratio: %s\n", ratio);
         print_joined("codecs", &codecs);
-        print_shards(ckpt, &files);
+        print_shards(r, &files);
     }
     strset_free(&codecs);
     strset_free(&files);
@@ -265,9 +295,10 @@ static int print_chunks(ckpt_reader *r, size_t idx, const ckpt_tensor_info *t)
         char off[CLI_SHAPE_MAX], size[CLI_SHAPE_MAX];
         cli_format_shape(off, sizeof off, t->ndim, ch.offsets);
         cli_format_shape(size, sizeof size, t->ndim, ch.sizes);
-        printf("chunk %zu: offsets=%s sizes=%s file=%s frames=%" PRIu64
-               " raw_bytes=%" PRIu64 " stored_bytes=%" PRIu64 "\n", c, off,
-               size, ch.file, ch.nframes, ch.raw_bytes, ch.stored_bytes);
+        printf("chunk %zu: offsets=%s sizes=%s file=", c, off, size);
+        put_text(ch.file);
+        printf(" frames=%" PRIu64 " raw_bytes=%" PRIu64 " stored_bytes=%"
+               PRIu64 "\n", ch.nframes, ch.raw_bytes, ch.stored_bytes);
         int rc = print_frames(r, idx, c, &ch);
         if (rc)
             return rc;
@@ -286,7 +317,9 @@ static int print_tensor(ckpt_reader *r, const char *ckpt, const char *fqn)
     char shape[CLI_SHAPE_MAX], ratio[32];
     cli_format_shape(shape, sizeof shape, t.ndim, t.shape);
     cli_format_ratio(ratio, sizeof ratio, t.nbytes, t.stored_bytes);
-    printf("fqn: %s\n", t.fqn);
+    fputs("fqn: ", stdout);
+    put_text(t.fqn);
+    fputs("\n", stdout);
     printf("dtype: %s\n", ckpt_dtype_name(t.dtype));
     printf("shape: %s\n", shape);
     printf("numel: %" PRIu64 "\n", t.numel);

@@ -4,6 +4,7 @@
  * interrupted) of a root directory with their size on disk.
  */
 #include "cli.h"
+#include "mounthint.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -26,17 +27,24 @@ static const cli_help HELP = {
     "For a root (a directory of checkpoints): one line per subdirectory that\n"
     "is a checkpoint or an interrupted save, in name order, no header:\n"
     "  NAME STATE SIZE_ON_DISK TENSORS\n"
-    "STATE is committed or uncommitted; SIZE_ON_DISK is the bytes of disk\n"
-    "blocks its files use; TENSORS is - for uncommitted ones.\n"
+    "STATE is committed or uncommitted (ckptfs), pytorch-dcp or safetensors\n"
+    "(checkpoints of those tools); SIZE_ON_DISK is the bytes of disk blocks\n"
+    "its files use; TENSORS is - for uncommitted ones.  A root in which\n"
+    "nothing is a checkpoint is an error (exit 1).\n"
+    "\n"
+    "PATH is a checkpoint, or a root of checkpoints of any of these kinds.\n"
+    CLI_HELP_SOURCES
     "\n"
     "Options:\n"
-    "  -h, --help   show this help\n",
+    "  --follow-links  read files that are symbolic links out of the\n"
+    "                  checkpoint (refused otherwise; docs/TRUST.md)\n"
+    "  -h, --help      show this help\n",
 };
 
 /* ------------------------------------------------------------ checkpoint */
 
 typedef struct ls_row {
-    const char *fqn;
+    char *fqn;              /* escaped (cli_escape) */
     const char *dtype;
     char shape[CLI_SHAPE_MAX];
     char raw[24], stored[24];
@@ -91,7 +99,10 @@ static int list_checkpoint(const char *path)
             rc = cli_fail("%s: cannot read tensor %zu", path, i);
             break;
         }
-        rows[i].fqn = t.fqn;
+        if (!(rows[i].fqn = cli_escape(t.fqn))) {
+            rc = cli_fail("out of memory");
+            break;
+        }
         rows[i].dtype = ckpt_dtype_name(t.dtype);
         cli_format_shape(rows[i].shape, sizeof rows[i].shape, t.ndim,
                          t.shape);
@@ -104,6 +115,8 @@ static int list_checkpoint(const char *path)
     }
     if (rc == CLI_OK)
         print_rows(rows, n);
+    for (size_t i = 0; rows && i < n; i++)
+        free(rows[i].fqn);
     free(rows);
     ckpt_reader_close(r);
     return rc;
@@ -140,9 +153,31 @@ static int disk_usage_at(int dirfd, const char *name, uint64_t *sum)
     return rc;
 }
 
-/* Prints the line of one subdirectory of a root, if it is a checkpoint or
- * an interrupted save; sets *failed when something could not be read. */
-static void list_entry(const char *root, const char *name, int *failed)
+/* The STATE column of a subdirectory of a root: committed or uncommitted
+ * for ckptfs, the format of a checkpoint of another tool (complete once it
+ * is recognised), or NULL when it is none of these. */
+static const char *entry_state(const char *path, ckpt_dir_state *st)
+{
+    *st = ckpt_dir_probe(path);
+    if (*st == CKPT_DIR_COMMITTED)
+        return "committed";
+    if (*st == CKPT_DIR_PENDING)
+        return "uncommitted";
+    switch (ckpt_format_probe(path, NULL, 0)) {
+    case CKPT_FORMAT_DCP:
+        return "pytorch-dcp";
+    case CKPT_FORMAT_SAFETENSORS:
+        return "safetensors";
+    default:
+        return NULL;
+    }
+}
+
+/* Prints the line of one subdirectory of a root, if it is a checkpoint (of
+ * ckptfs or another tool) or an interrupted save, counting it in *listed;
+ * sets *failed when something could not be read. */
+static void list_entry(const char *root, const char *name, int *failed,
+                       size_t *listed)
 {
     char *path = cli_path_join(root, name);
     if (!path) {
@@ -150,8 +185,9 @@ static void list_entry(const char *root, const char *name, int *failed)
         cli_warn("out of memory");
         return;
     }
-    ckpt_dir_state st = ckpt_dir_probe(path);
-    if (st == CKPT_DIR_NONE) {
+    ckpt_dir_state st;
+    const char *state = entry_state(path, &st);
+    if (!state) {
         free(path);
         return;
     }
@@ -162,10 +198,12 @@ static void list_entry(const char *root, const char *name, int *failed)
         *failed = 1;
     }
     char tensors[24] = "-";
-    if (st == CKPT_DIR_COMMITTED) {
+    if (st != CKPT_DIR_PENDING) {
         ckpt_reader *r;
         ckpt_error err = { 0 };
-        if (ckpt_reader_open(&r, path, NULL, &err) == 0) {
+        ckpt_read_opts opts;
+        cli_read_opts_init(&opts);   /* --follow-links */
+        if (ckpt_reader_open(&r, path, &opts, &err) == 0) {
             snprintf(tensors, sizeof tensors, "%zu", ckpt_reader_count(r));
             ckpt_reader_close(r);
         } else {
@@ -174,9 +212,11 @@ static void list_entry(const char *root, const char *name, int *failed)
             *failed = 1;
         }
     }
-    printf("%s %s %" PRIu64 " %s\n", name,
-           st == CKPT_DIR_COMMITTED ? "committed" : "uncommitted", size,
+    char *shown = cli_escape(name);
+    printf("%s %s %" PRIu64 " %s\n", shown ? shown : "?", state, size,
            tensors);
+    free(shown);
+    (*listed)++;
     free(path);
 }
 
@@ -195,6 +235,19 @@ static int cmp_name(const struct dirent **a, const struct dirent **b)
     return strcmp((*a)->d_name, (*b)->d_name);
 }
 
+/* A root that lists nothing is an error: say what was looked for (and,
+ * inside a ckptfs mount, where the checkpoint is on disk). */
+static int nothing_listed(const char *root)
+{
+    char hint[3 * 4096];
+    if (cli_mount_hint(root, hint, sizeof hint))
+        return cli_fail("%s: nothing to list: %s", root, hint);
+    return cli_fail("%s holds no checkpoint: neither it nor any of its "
+                    "subdirectories is a ckptfs checkpoint (index.db) or "
+                    "save (data/, .pending/), a PyTorch distributed "
+                    "checkpoint (.metadata) or safetensors", root);
+}
+
 static int list_root(const char *root)
 {
     struct dirent **ents;
@@ -202,14 +255,17 @@ static int list_root(const char *root)
     if (n < 0)
         return cli_fail("cannot read %s: %s", root, strerror(errno));
     int failed = 0;
+    size_t listed = 0;
     for (int i = 0; i < n; i++) {
         const char *name = ents[i]->d_name;
         if (strcmp(name, ".") != 0 && strcmp(name, "..") != 0 &&
             is_subdir(root, name))
-            list_entry(root, name, &failed);
+            list_entry(root, name, &failed, &listed);
         free(ents[i]);
     }
     free(ents);
+    if (listed == 0 && !failed)
+        return nothing_listed(root);
     return failed ? CLI_FAIL : CLI_OK;
 }
 

@@ -13,6 +13,7 @@
  */
 #include "cli.h"
 #include "codec.h"
+#include "dtype.h"
 #include "fileio.h"
 #include "npy.h"
 #include "outdir.h"
@@ -199,9 +200,11 @@ static int parse_raw_spec(const char *arg, const char *spec, const char *c1,
     memcpy(dt, c1 + 1, n);
     dt[n] = '\0';
     in->dtype = ckpt_dtype_parse(dt);
-    if (in->dtype == CKPT_DTYPE_INVALID)
-        return cli_usage(&HELP, "unknown dtype '%s' in '%s'", dt, arg);
     ckpt_error err = { 0 };
+    if (in->dtype == CKPT_DTYPE_INVALID) {
+        ckpt_dtype_unknown(&err, arg, dt);
+        return cli_usage(&HELP, "%s", err.msg);
+    }
     int nd = ckpt_shape_parse(c2 + 1, in->shape, &err);
     if (nd < 0)
         return cli_usage(&HELP, "bad shape in '%s': %s", arg, err.msg);
@@ -771,6 +774,8 @@ static int write_and_commit(pack_job *job)
     ckpt_error err = { 0 };
     if (rc == CLI_OK && ckpt_commit(job->out, NULL, &err))
         rc = cli_fail("%s", err.msg);
+    if (rc == CLI_OK)
+        progress_done_path(&job->prog, "packed", job->out);
     return rc;
 }
 

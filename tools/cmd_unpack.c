@@ -26,12 +26,15 @@ static const cli_help HELP = {
     "DIR/<fqn>.bin.\n"
     "\n"
     "Options:\n"
-    "  -h, --help   show this help\n",
+    "  --follow-links  read files that are symbolic links out of the\n"
+    "                  checkpoint (refused otherwise; docs/TRUST.md)\n"
+    "  -h, --help      show this help\n",
 };
 
 typedef struct unpack_job {
     ckpt_reader *r;
     const char *dir;
+    int dirfd;              /* DIR: every file is made in it, by name */
     unsigned char *in;      /* raw bytes read, CLI_BLOCK */
     unsigned char *out;     /* widened bytes, CLI_BLOCK */
     progress prog;
@@ -87,18 +90,44 @@ static int write_data(unpack_job *job, size_t idx, const ckpt_tensor_info *t,
     return CLI_OK;
 }
 
-/* The output file name of a tensor: DIR/<fqn>.npy or DIR/<fqn>.bin. */
-static char *output_path(const char *dir, const ckpt_tensor_info *t)
+/* The output file name of a tensor: <fqn>.npy or <fqn>.bin. */
+static char *output_name(const ckpt_tensor_info *t)
 {
     const char *ext = t->dtype == CKPT_BYTES ? ".bin" : ".npy";
-    size_t n = strlen(t->fqn) + strlen(ext) + 1;
-    char *name = malloc(n);
-    if (!name)
-        return NULL;
-    snprintf(name, n, "%s%s", t->fqn, ext);
-    char *path = cli_path_join(dir, name);
-    free(name);
-    return path;
+    char *name;
+    return asprintf(&name, "%s%s", t->fqn, ext) < 0 ? NULL : name;
+}
+
+/* Creates (or truncates) the file `name` right in DIR: a name with a '/'
+ * is refused, and an existing symbolic link of that name is replaced by
+ * the file, never followed, so nothing is written outside DIR.  Returns
+ * the descriptor, or -1 (the problem printed). */
+static int create_in_dir(const unpack_job *job, const char *name,
+                         const char *path)
+{
+    if (strchr(name, '/')) {
+        cli_fail("tensor file name '%s' would leave %s: refused", name,
+                 job->dir);
+        return -1;
+    }
+    int flags = O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_NONBLOCK |
+                O_CLOEXEC;
+    int fd = openat(job->dirfd, name, flags, 0666);
+    if (fd < 0 && errno == ELOOP && unlinkat(job->dirfd, name, 0) == 0)
+        fd = openat(job->dirfd, name, flags | O_EXCL, 0666);
+    if (fd < 0) {
+        cli_fail("cannot create %s: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) ||
+        fcntl(fd, F_SETFL, 0) != 0) {
+        close(fd);
+        cli_fail("cannot create %s: it exists and is not a regular file",
+                 path);
+        return -1;
+    }
+    return fd;
 }
 
 /* Writes one tensor's file; a failed file is removed. */
@@ -107,14 +136,15 @@ static int unpack_one(unpack_job *job, size_t idx)
     ckpt_tensor_info t;
     if (ckpt_reader_info(job->r, idx, &t) != 0)
         return cli_fail("cannot read the description of tensor %zu", idx);
-    char *path = output_path(job->dir, &t);
-    if (!path)
+    char *name = output_name(&t);
+    char *path = name ? cli_path_join(job->dir, name) : NULL;
+    if (!path) {
+        free(name);
         return cli_fail("out of memory");
-    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    int rc = CLI_OK;
-    if (fd < 0) {
-        rc = cli_fail("cannot create %s: %s", path, strerror(errno));
-    } else {
+    }
+    int fd = create_in_dir(job, name, path);
+    int rc = fd < 0 ? CLI_FAIL : CLI_OK;
+    if (fd >= 0) {
         if (t.dtype != CKPT_BYTES)
             rc = write_header(fd, path, &t);
         if (rc == CLI_OK)
@@ -122,8 +152,9 @@ static int unpack_one(unpack_job *job, size_t idx)
         if (close(fd) != 0 && rc == CLI_OK)
             rc = cli_fail("cannot write %s: %s", path, strerror(errno));
         if (rc)
-            unlink(path);
+            unlinkat(job->dirfd, name, 0);
     }
+    free(name);
     free(path);
     return rc;
 }
@@ -154,10 +185,16 @@ static int unpack_all(unpack_job *job)
     if (!job->in || !job->out)
         return cli_fail("out of memory");
     int rc = make_dir(job->dir);
+    if (rc == CLI_OK &&
+        (job->dirfd = open(job->dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0)
+        rc = cli_fail("cannot open %s: %s", job->dir, strerror(errno));
     progress_init(&job->prog, "unpacking", total);
     for (size_t i = 0; i < n && rc == CLI_OK; i++)
         rc = unpack_one(job, i);
-    progress_clear(&job->prog);
+    if (rc == CLI_OK)
+        progress_done(&job->prog, "unpacked", job->r);
+    else
+        progress_clear(&job->prog);
     return rc;
 }
 
@@ -166,10 +203,12 @@ int cmd_unpack(int argc, char **argv)
     int rc = cli_parse_operands(&HELP, argc, argv, 2, 2);
     if (rc != CLI_GO_ON)
         return rc;
-    unpack_job job = { NULL, argv[optind + 1], NULL, NULL, { 0 } };
+    unpack_job job = { NULL, argv[optind + 1], -1, NULL, NULL, { 0 } };
     if (cli_open_reader(&job.r, argv[optind]) != CLI_OK)
         return CLI_FAIL;
     rc = unpack_all(&job);
+    if (job.dirfd >= 0)
+        close(job.dirfd);
     ckpt_reader_close(job.r);
     free(job.in);
     free(job.out);

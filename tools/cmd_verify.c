@@ -10,6 +10,7 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 #include <string.h>
 
@@ -24,8 +25,14 @@ static const cli_help HELP = {
     "  FAULT tensor=<fqn> chunk=<i> frame=<j> file=<shard> offset=<o>: <what>\n"
     "('-' for a field that does not apply), and exits 1.\n"
     "\n"
+    CLI_HELP_SOURCES
+    "PyTorch and safetensors checkpoints carry no checksums: every byte is\n"
+    "read, and bounds, file sizes and the chunks' coverage are checked.\n"
+    "\n"
     "Options:\n"
-    "  -h, --help   show this help\n",
+    "  --follow-links  read files that are symbolic links out of the\n"
+    "                  checkpoint (refused otherwise; docs/TRUST.md)\n"
+    "  -h, --help      show this help\n",
 };
 
 /* Shared with the callbacks, which the library may call from its threads. */
@@ -56,15 +63,22 @@ static void on_fault(void *arg, const ckpt_fault *f)
     char chunk[24], frame[24], offset[24] = "-";
     if (f->file && *f->file)
         snprintf(offset, sizeof offset, "%" PRIu64, f->file_offset);
+    /* names and messages come from the checkpoint: escaped */
+    char *fqn = cli_escape(str_or_dash(f->fqn));
+    char *file = cli_escape(str_or_dash(f->file));
+    char *msg = cli_escape(f->msg && *f->msg ? f->msg : "fault");
     pthread_mutex_lock(&v->mu);
     progress_clear(&v->prog);
     printf("FAULT tensor=%s chunk=%s frame=%s file=%s offset=%s: %s\n",
-           str_or_dash(f->fqn), num_or_dash(chunk, sizeof chunk, f->chunk),
-           num_or_dash(frame, sizeof frame, f->frame), str_or_dash(f->file),
-           offset, f->msg && *f->msg ? f->msg : "fault");
+           fqn ? fqn : "?", num_or_dash(chunk, sizeof chunk, f->chunk),
+           num_or_dash(frame, sizeof frame, f->frame), file ? file : "?",
+           offset, msg ? msg : "?");
     fflush(stdout);
     v->faults++;
     pthread_mutex_unlock(&v->mu);
+    free(fqn);
+    free(file);
+    free(msg);
 }
 
 static void on_progress(void *arg, uint64_t done, uint64_t total)
@@ -112,6 +126,8 @@ static int verify(ckpt_reader *r, const char *ckpt)
                         faults == 1 ? "" : "s");
     }
     print_ok(r);
+    fflush(stdout);
+    progress_done(&v.prog, "verified", r);
     return CLI_OK;
 }
 

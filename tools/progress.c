@@ -1,9 +1,11 @@
 /*
- * progress.c - the stderr progress bar (see progress.h).
+ * progress.c - the stderr progress bar and the summary line that stays
+ * when it ends (see progress.h).
  */
 #include "progress.h"
 #include "cli.h"
 
+#include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -90,4 +92,53 @@ void progress_clear(progress *p)
         fflush(stderr);
         p->drawn = 0;
     }
+}
+
+size_t progress_summary(char *buf, size_t cap, const char *verb,
+                        uint64_t items, uint64_t raw, uint64_t stored,
+                        double secs)
+{
+    char size[32], rate[32], ratio[32];
+    cli_human_size(size, sizeof size, (double)raw);
+    cli_format_ratio(ratio, sizeof ratio, raw, stored);
+    if (secs > 0)
+        cli_human_size(rate, sizeof rate, (double)raw / secs);
+    int n = snprintf(buf, cap, "%s %" PRIu64 " tensor%s, %s in %.1f s "
+                     "(%s%s), ratio %s", verb, items, items == 1 ? "" : "s",
+                     size, secs, secs > 0 ? rate : "-",
+                     secs > 0 ? "/s" : "", ratio);
+    return n < 0 ? 0 : (size_t)n;
+}
+
+void progress_done(progress *p, const char *verb, const ckpt_reader *r)
+{
+    progress_clear(p);
+    if (!p->enabled || !r)
+        return;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    uint64_t raw = 0, stored = 0;
+    size_t n = ckpt_reader_count(r);
+    for (size_t i = 0; i < n; i++) {
+        ckpt_tensor_info t;
+        if (ckpt_reader_info(r, i, &t) == 0) {
+            raw += t.nbytes;
+            stored += t.stored_bytes;
+        }
+    }
+    char line[256];
+    progress_summary(line, sizeof line, verb, n, raw, stored,
+                     (double)elapsed_ns(&p->start, &now) / 1e9);
+    fprintf(stderr, "%s\n", line);
+    fflush(stderr);
+}
+
+void progress_done_path(progress *p, const char *verb, const char *dir)
+{
+    ckpt_reader *r = NULL;
+    ckpt_error err = { 0 };
+    if (p->enabled && ckpt_reader_open(&r, dir, NULL, &err) != 0)
+        r = NULL;           /* the summary is a courtesy: none then */
+    progress_done(p, verb, r);
+    ckpt_reader_close(r);
 }

@@ -108,8 +108,58 @@ if [ "$(awk '{print $1}' "$OUT")" = "$(awk '{print $1}' "$OUT" | LC_ALL=C sort)"
 rm -rf "$ROOT/step-000200" "$ROOT/step-000300" "$ROOT/notes" "$ROOT/README" "$ROOT/latest"
 mkdir -p "$TMP/emptyroot"
 run_ckpt ls "$TMP/emptyroot"
-expect_ok "ls of an empty root"
+expect_rc 1 "ls of an empty root fails"
 expect_empty_out "ls of an empty root lists nothing"
+expect_err_re 'emptyroot holds no checkpoint: neither it nor any of its subdirectories' "ls of an empty root says it found nothing"
+mkdir -p "$TMP/unrelated/sub"
+echo hi >"$TMP/unrelated/sub/readme"
+echo hi >"$TMP/unrelated/file.txt"
+run_ckpt ls "$TMP/unrelated"
+expect_rc 1 "ls of a directory of unrelated files fails"
+expect_err_re 'unrelated holds no checkpoint' "ls of unrelated files says it found nothing"
+run_ckpt ls /etc
+expect_rc 1 "ls /etc fails"
+expect_err_re '/etc holds no checkpoint' "ls /etc says it found nothing"
+
+# ------------------------------------------------- summary on a terminal
+echo "# ---- the summary line that stays on a terminal"
+# script(1) gives the command a terminal; its output is that terminal's.
+# tty_run NAME CMD...: runs CMD under script, output in $TMP/NAME.tty.
+tty_run() {
+    local name=$1 q=
+    shift
+    printf -v q '%q ' "$@"
+    script -qec "$q" /dev/null </dev/null >"$TMP/$name.tty" 2>&1
+}
+# summary_is NAME VERB N CKPT: the last line of NAME's terminal output is
+# "VERB N tensors, SIZE in T s (RATE/s), ratio R", R = CKPT's info ratio.
+summary_is() {
+    local line ratio
+    # the bar redraws itself after '\r' and erases to the end of the line
+    line=$(tr '\r' '\n' <"$TMP/$1.tty" | sed 's/\x1b\[K//g' | grep -v '^$' | tail -n 1)
+    run_ckpt info "$4"
+    ratio=$(sed -n 's/^ratio: //p' "$OUT")
+    if [[ "$line" =~ ^$2\ $3\ tensors,\ [0-9.]+\ (B|KiB|MiB|GiB)\ in\ [0-9]+\.[0-9]\ s\ \(([0-9.]+\ (B|KiB|MiB|GiB)/s|-)\),\ ratio\ ${ratio//./\\.}$ ]]; then
+        ok "$1 on a terminal ends with the summary: $line"
+    else
+        bad "$1 on a terminal: last line '$line', want '$2 $3 tensors, SIZE in T s (RATE/s), ratio $ratio'"
+    fi
+}
+if command -v script >/dev/null 2>&1; then
+    tty_run pack "$CKPT" pack --grid 2x3 --codec zstd "$TMP/tty-ck" "${PACKARGS[@]}"
+    summary_is pack packed "$NT" "$TMP/tty-ck"
+    tty_run verify "$CKPT" verify "$TMP/tty-ck"
+    summary_is verify verified "$NT" "$TMP/tty-ck"
+    grep -q "^ok: $NT tensors" "$TMP/verify.tty" && ok "verify on a terminal: the ok line too" ||
+        bad "verify on a terminal: no ok line"
+    tty_run unpack "$CKPT" unpack "$TMP/tty-ck" "$TMP/tty-un"
+    summary_is unpack unpacked "$NT" "$TMP/tty-ck"
+    # Not a terminal: nothing on stderr (the scripts' view).
+    run_ckpt verify "$TMP/tty-ck"
+    if [ -s "$ERR" ]; then bad "verify writes on stderr when it is not a terminal"; else ok "verify: no summary when stderr is not a terminal"; fi
+else
+    echo "     (script(1) is not installed: the terminal summary is not checked)"
+fi
 
 # ------------------------------------------------------------- info summary
 echo "# ---- info CKPT"
@@ -171,6 +221,12 @@ for cmd in pack unpack ls info cat verify gc; do
     run_ckpt $cmd --help
     expect_ok "$cmd --help"
     if grep -q -i 'usage' "$OUT" && grep -q "ckpt $cmd" "$OUT"; then ok "$cmd --help prints 'usage' and 'ckpt $cmd' on stdout"; else bad "$cmd --help output"; _show; fi
+done
+# The reading commands say what else they read (docs/MOUNT.md, "Foreign").
+for cmd in ls info cat verify; do
+    run_ckpt $cmd --help
+    expect_out_re 'distributed checkpoint \(a directory with \.metadata\)' "$cmd --help: a PyTorch DCP directory is accepted"
+    expect_out_re '\.safetensors' "$cmd --help: safetensors are accepted"
 done
 run_ckpt --help
 expect_ok "ckpt --help"

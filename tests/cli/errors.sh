@@ -410,6 +410,7 @@ pack_fails() {
     intact "$desc"
 }
 pack_fails 2 bad-dtype 'f17' "unknown dtype" x=$IN/f32x4.bin:f17:4
+expect_err_re "unknown dtype 'f17' \\(valid: f64, f32, f16, bf16, .*, bool, bytes" "unknown dtype: the message lists the valid names"
 pack_fails - bad-shape-ovf 'overflow|too large|too big' "overflowing shape" \
     x=$IN/f32x4.bin:f32:4611686018427387904,4
 pack_fails 2 bad-shape-neg 'shape|-1|negative' "negative dim" x=$IN/f32x4.bin:f32:-1,4
@@ -543,6 +544,7 @@ expect_err_re 'step|slice' "slice with a step: message"
 run_ckpt cat "$GOOD" a --slice 64
 expect_fail "slice index 64 of a dim of 64"
 expect_err_re 'range|64|bound' "slice index out of range: message"
+expect_err_re "bad slice '64' for shape 64,100: " "slice error: the shape comma-separated, as ls prints it"
 run_ckpt cat "$GOOD" a --slice 0,0,0
 expect_fail "slice with 3 indices on a 2-d tensor"
 expect_err_re 'dim|index|indices|slice' "too many slice indices: message"

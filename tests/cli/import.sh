@@ -99,6 +99,21 @@ if [ "$HAVE_TORCH" = 1 ]; then
     expect_fail "an item offset past the end of its file"
     expect_err_re "tensor 'model\\.w': its item at bytes [0-9]+\\.\\.[0-9]+ of __0_[0-9]+\\.distcp lies past the end of the file" \
         "offset past EOF: names tensor, bytes and file"
+
+    # A root of DCP step directories is listed (not silently empty).
+    mkdir -p "$TMP/dcproot/notes"
+    cp -r "$TMP/dcp1" "$TMP/dcproot/step-000100"
+    cp -r "$TMP/dcp2" "$TMP/dcproot/step-000200"
+    echo "not a checkpoint" >"$TMP/dcproot/notes/readme.txt"
+    run_ckpt ls "$TMP/dcp1"
+    n1=$(($(wc -l <"$OUT") - 1))
+    run_ckpt ls "$TMP/dcp2"
+    n2=$(($(wc -l <"$OUT") - 1))
+    run_ckpt ls "$TMP/dcproot"
+    expect_ok "ls of a root of DCP checkpoints"
+    expect_out_re "^step-000100 pytorch-dcp [0-9]+ $n1\$" "root of DCP: step-000100 listed with its $n1 tensors"
+    expect_out_re "^step-000200 pytorch-dcp [0-9]+ $n2\$" "root of DCP: step-000200 listed with its $n2 tensors"
+    check "root of DCP: exactly those two lines" test "$(wc -l <"$OUT")" -eq 2
 else
     echo "     (no usable torch in $PY: the DCP checks are skipped)"
 fi
@@ -111,6 +126,16 @@ run_ckpt info "$TMP/one.safetensors"
 expect_out_re '^  note = written by dcp_ref\.py$' "__metadata__ becomes metadata"
 run_ckpt info "$TMP/sharded"
 expect_out_re '^  total_size = 12345$' "the index's metadata too"
+
+# A root of safetensors models (a file in one directory, a sharded model
+# in another) is listed too.
+mkdir -p "$TMP/stroot/model-a"
+cp "$TMP/one.safetensors" "$TMP/stroot/model-a/"
+cp -r "$TMP/sharded" "$TMP/stroot/model-b"
+run_ckpt ls "$TMP/stroot"
+expect_ok "ls of a root of safetensors models"
+expect_out_re '^model-a safetensors [0-9]+ 9$' "root of safetensors: model-a, 9 tensors"
+expect_out_re '^model-b safetensors [0-9]+ 18$' "root of safetensors: model-b, 18 tensors"
 
 "$PY" "$REF" bad st-header-long "$TMP/one.safetensors" "$TMP/long.safetensors"
 run_ckpt ls "$TMP/long.safetensors"

@@ -225,6 +225,24 @@ refuse_mount "an uncommitted checkpoint (data/ and .pending/, no index.db)" 'unc
 refuse_mount "-o cache_size=bogus" 'cache_size' "$TMP/unc-ok" nonzero -o cache_size=bogus
 refuse_mount "-o prefetch=-1" 'prefetch' "$TMP/unc-ok" nonzero -o prefetch=-1
 refuse_mount "-o threads=many" 'threads' "$TMP/unc-ok" nonzero -o threads=many
+# options of writing without -o rw: refused, not silently ignored
+refuse_mount "-o world=2 without rw" 'world=2.*-o rw' "$TMP/unc-ok" 2 -o world=2
+refuse_mount "-o codec=zstd without rw" 'codec=zstd.*-o rw' "$TMP/unc-ok" 2 -o codec=zstd
+refuse_mount "-o rw,world=2,ro (ro last)" 'world=2.*-o rw' "$TMP/unc-ok" 2 -o rw,world=2,ro
+
+# ckptfs --help says what SOURCE may be, and which options need rw
+"$CKPTFS" --help >"$TMP/help.out" 2>&1
+if grep -q 'PyTorch' "$TMP/help.out" && grep -q '\.safetensors' "$TMP/help.out" &&
+    grep -q 'need -o rw' "$TMP/help.out"; then
+    ok "ckptfs --help: SOURCE may be a PyTorch DCP or safetensors; write options need rw"
+else
+    bad "ckptfs --help does not say SOURCE may be PyTorch DCP or safetensors, or that write options need rw"
+fi
+
+# mounts_at MNT: how many mounts /proc/self/mountinfo has on MNT
+mounts_at() {
+    awk -v m="$1" '$5 == m' /proc/self/mountinfo | wc -l
+}
 
 # ---------------------------------------------------------------- writes
 echo "# ---- writes fail with EROFS"
@@ -237,6 +255,22 @@ before=$(cd "$CKW" && find . -type f -exec sha256sum {} + | LC_ALL=C sort; find 
 MNT=$TMP/mnt_wr
 if mount_ck "$CKW" "$MNT"; then
     LOG=$MNT_LOG
+    # A second ckptfs on the same mount point is refused, not stacked.
+    timeout 20 "$CKPTFS" "$CKW" "$MNT" </dev/null >"$TMP/stack.out" 2>&1
+    rc=$?
+    n=$(mounts_at "$MNT")
+    if [ "$n" -gt 1 ]; then
+        bad "ckptfs on a mount point that is already a ckptfs mount stacked a second mount ($n mounts, exit $rc)"
+        timeout 10 fusermount3 -u "$MNT"      # the top one
+    else
+        ok "ckptfs on a mount point that is already a ckptfs mount: still one mount"
+    fi
+    if [ "$rc" -eq 1 ] && grep -E -q 'already a ckptfs mount.*fusermount3 -u' "$TMP/stack.out"; then
+        ok "the second ckptfs exits 1 saying why: $(head -c 200 "$TMP/stack.out")"
+    else
+        bad "the second ckptfs: exit $rc, message '$(head -c 300 "$TMP/stack.out" | tr '\n' '~')'"
+    fi
+    cmp -s "$MNT/w/a" "$IN/s.ref" && ok "the first mount still serves w/a" || bad "the first mount no longer serves w/a"
     tree_before=$(cd "$MNT" && find . | LC_ALL=C sort)
     expect_erofs "echo x > w/a" sh -c "echo x > '$MNT/w/a'"
     expect_erofs "echo x >> w/a" sh -c "echo x >> '$MNT/w/a'"

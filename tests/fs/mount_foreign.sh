@@ -30,16 +30,57 @@ mounted_check() {
 if [ "$HAVE_TORCH" = 1 ]; then
     "$PY" "$REF" save1 "$TMP/dcp1" && "$PY" "$REF" save2 "$TMP/dcp2" ||
         { echo "ERROR: saving with torch failed"; exit 99; }
-    mounted_check dcp1 "$TMP/dcp1" check "$TMP/dcp1"
-    mounted_check dcp2 "$TMP/dcp2" check "$TMP/dcp2"
+    # mcheck: an io.BytesIO item shows its value (checked against torch's
+    # own load), every byte item's archive is in .pt/.
+    mounted_check dcp1 "$TMP/dcp1" mcheck "$TMP/dcp1"
+    mounted_check dcp2 "$TMP/dcp2" mcheck "$TMP/dcp2"
     run_ckpt import "$TMP/dcp2" "$TMP/dcp2.ck"
     expect_ok "ckpt import of the 2-rank checkpoint"
-    mounted_check dcp2-imported "$TMP/dcp2.ck" check "$TMP/dcp2"
+    mounted_check dcp2-imported "$TMP/dcp2.ck" mcheck "$TMP/dcp2"
+    run_ckpt import "$TMP/dcp1" "$TMP/dcp1.ck"
+    expect_ok "ckpt import of the 1-process checkpoint (byte items kept as archives)"
+    mounted_check dcp1-imported "$TMP/dcp1.ck" mcheck "$TMP/dcp1"
+    # A BytesIO whose archive is damaged stays the archive, as stored.
+    "$PY" "$REF" bad bytesio-pkl "$TMP/dcp1" "$TMP/dcp1-badpkl" >/dev/null ||
+        { echo "ERROR: bad bytesio-pkl failed"; exit 99; }
+    mount_ck "$TMP/dcp1-badpkl" "$TMP/mnt.badpkl" && {
+        "$PY" "$REF" storedcheck "$TMP/dcp1-badpkl" rng "$TMP/mnt.badpkl" >"$TMP/check.out" 2>&1
+        [ $? -eq 0 ] && ok "a BytesIO item whose data.pkl does not decode reads as its stored archive" ||
+            bad "a BytesIO item with a damaged data.pkl: $(tail -n 3 "$TMP/check.out" | tr '\n' '~')"
+        umount_ck "$TMP/mnt.badpkl"
+        expect_daemon_clean "damaged BytesIO archive" "$MNT_LOG"
+    }
     "$PY" "$REF" bad meta-global "$TMP/dcp1" "$TMP/evil" >/dev/null
     refuse_mount "a .metadata pickle naming os.system" "refusing global 'os\\.system'" "$TMP/evil"
     check "no code ran" test ! -e "$TMP/PWNED"
     "$PY" "$REF" bad item-past-eof "$TMP/dcp1" "$TMP/past" >/dev/null
     refuse_mount "an item past the end of its file" "lies past the end of the file" "$TMP/past"
+
+    # A root of DCP step directories mounts as a root: each checkpoint a
+    # directory, `latest` by the number in the names (DCP has no step
+    # metadata), though step-000200 is the older one.
+    mkdir -p "$TMP/dcproot"
+    cp -r "$TMP/dcp1" "$TMP/dcproot/step-000100"
+    cp -r "$TMP/dcp2" "$TMP/dcproot/step-000200"
+    find "$TMP/dcproot/step-000200" -exec touch -h -d "2021-01-01 00:00:00" {} +
+    MNTR=$TMP/mnt.dcproot
+    if mount_ck "$TMP/dcproot" "$MNTR"; then
+        l=$(ls -1 "$MNTR" | LC_ALL=C sort | tr '\n' ' ')
+        [ "$l" = "latest step-000100 step-000200 " ] && ok "root of DCP: ls shows $l" ||
+            bad "root of DCP: ls shows '$l', want 'latest step-000100 step-000200 '"
+        [ "$(readlink "$MNTR/latest")" = step-000200 ] &&
+            ok "root of DCP: latest -> step-000200 (the number in its name)" ||
+            bad "root of DCP: latest -> '$(readlink "$MNTR/latest")', want step-000200"
+        "$PY" "$REF" mcheck "$TMP/dcp2" "$MNTR/latest" >"$TMP/check.out" 2>&1 &&
+            ok "root of DCP: latest/ equals what torch loads of step-000200" ||
+            bad "root of DCP: latest/: $(tail -n 3 "$TMP/check.out" | tr '\n' '~')"
+        report "$TMP/check.out" "root of DCP, latest: "
+        "$PY" "$REF" mcheck "$TMP/dcp1" "$MNTR/step-000100" >"$TMP/check.out" 2>&1 &&
+            ok "root of DCP: step-000100/ equals what torch loads of it" ||
+            bad "root of DCP: step-000100/: $(tail -n 3 "$TMP/check.out" | tr '\n' '~')"
+        umount_ck "$MNTR"
+        expect_daemon_clean "root of DCP" "$MNT_LOG"
+    fi
 else
     echo "     (no usable torch in $PY: the DCP mounts are skipped)"
 fi
@@ -55,6 +96,26 @@ mount_ck "$TMP/one.safetensors" "$TMP/mnt.meta" && {
         bad "__metadata__ is not in .ckptfs/metadata.json"
     umount_ck "$TMP/mnt.meta"
 }
+# A root of safetensors models: a file in one directory, a sharded model
+# in another; without numbers in the names, `latest` is the later one.
+mkdir -p "$TMP/stroot/model-a"
+cp "$TMP/one.safetensors" "$TMP/stroot/model-a/"
+cp -r "$TMP/sharded" "$TMP/stroot/model-b"
+find "$TMP/stroot/model-b" -exec touch -h -d "2021-01-01 00:00:00" {} +
+if mount_ck "$TMP/stroot" "$TMP/mnt.stroot"; then
+    [ "$(readlink "$TMP/mnt.stroot/latest")" = model-a ] &&
+        ok "root of safetensors: latest -> model-a (committed later)" ||
+        bad "root of safetensors: latest -> '$(readlink "$TMP/mnt.stroot/latest")', want model-a"
+    "$PY" "$REF" stcheck "$TMP/one.safetensors" "$TMP/mnt.stroot/latest" >"$TMP/check.out" 2>&1 &&
+        ok "root of safetensors: latest/ equals the file's tensors" ||
+        bad "root of safetensors: latest/: $(tail -n 3 "$TMP/check.out" | tr '\n' '~')"
+    "$PY" "$REF" stcheck "$TMP/sharded" "$TMP/mnt.stroot/model-b" >"$TMP/check.out" 2>&1 &&
+        ok "root of safetensors: model-b/ equals the sharded model's tensors" ||
+        bad "root of safetensors: model-b/: $(tail -n 3 "$TMP/check.out" | tr '\n' '~')"
+    umount_ck "$TMP/mnt.stroot"
+    expect_daemon_clean "root of safetensors" "$MNT_LOG"
+fi
+
 "$PY" "$REF" bad st-overlap "$TMP/one.safetensors" "$TMP/overlap.safetensors"
 refuse_mount "overlapping safetensors offsets" "overlap" "$TMP/overlap.safetensors"
 

@@ -12,7 +12,9 @@
 # `latest` moves to it: numeric, not lexicographic), step-150 committed
 # (appears, `latest` stays), an uncommitted and a broken one added (never
 # appear, the mount keeps working).  A second root without any step:
-# `latest` is the last name.
+# `latest` is the last committed.  A third: steps from directory names
+# (step-000004 without metadata beats step-000002 with step=2), ties on
+# the step broken by commit time, metadata over the name.
 . "$(dirname "$0")/lib.sh"
 
 IN=$TMP/in
@@ -175,6 +177,21 @@ sys.exit(0 if a.dtype.str == "<i8" and a.tolist() == [100] else 1)' "$MNT/step-1
 else
     bad "numpy.load(step-100/.npy/step/marker.npy) is not int64 [100]"
 fi
+# ckpt on a path inside the mount: an error that says where the
+# checkpoint is on disk, never an empty listing with status 0.
+run_ckpt ls "$MNT/latest"
+expect_rc 1 "ckpt ls MNT/latest fails"
+expect_empty_out "ckpt ls MNT/latest lists nothing"
+expect_err_re 'latest: nothing to list: it is inside the ckptfs mount of .*/root on .*/mnt.*try .*/root/step-300$' \
+    "ckpt ls MNT/latest names the checkpoint on disk"
+run_ckpt ls "$MNT"
+expect_rc 1 "ckpt ls MNT fails"
+expect_err_re 'nothing to list: it is inside the ckptfs mount of .*/root on .*ckpt reads checkpoints on disk, in .*/root$' \
+    "ckpt ls MNT names the root on disk"
+run_ckpt info "$MNT/latest"
+expect_rc 1 "ckpt info MNT/latest fails"
+expect_err_re 'is not a checkpoint: .*; it is inside the ckptfs mount of .*try .*/root/step-300$' \
+    "ckpt info MNT/latest names the checkpoint on disk"
 expect_erofs "rm latest" rm -f "$MNT/latest"
 expect_erofs "mkdir step-500" mkdir "$MNT/step-500"
 
@@ -233,29 +250,75 @@ umount_ck "$MNT"
 expect_daemon_clean "root mount" "$LOG"
 
 # --------------------------------------------------- a root without steps
-echo "# ---- a root whose checkpoints have no step"
+echo "# ---- a root whose checkpoints have no step, in metadata or name"
 ROOT2=$TMP/root2
 mkck "$ROOT2/c-ck" 1
 settime "$ROOT2/c-ck" "2021-01-01 00:00:00"
-mkck "$ROOT2/a-ck" 2
 mkck "$ROOT2/b-ck" 3
+settime "$ROOT2/b-ck" "2022-01-01 00:00:00"
+mkck "$ROOT2/a-ck" 2
 MNT2=$TMP/mnt2
 if mount_ck "$ROOT2" "$MNT2"; then
     LOG2=$MNT_LOG
     if listing_is "$MNT2" "a-ck b-ck c-ck latest "; then ok "ls: a-ck b-ck c-ck latest"; else bad "ls: '$(listing "$MNT2")', want 'a-ck b-ck c-ck latest '"; fi
-    if latest_is "$MNT2" c-ck && cmp -s "$MNT2/latest/w" "$IN/w1.ref"; then
-        ok "without steps, latest is the last name: c-ck (though the oldest)"
+    if latest_is "$MNT2" a-ck && cmp -s "$MNT2/latest/w" "$IN/w2.ref"; then
+        ok "without steps, latest is the last committed: a-ck (though first by name)"
     else
-        bad "without steps: latest -> '$(readlink "$MNT2/latest")', want c-ck"
+        bad "without steps: latest -> '$(readlink "$MNT2/latest")', want a-ck (committed last)"
     fi
     mkck "$ROOT2/0-first" 7 --meta step=1
+    settime "$ROOT2/0-first" "2020-01-01 00:00:00"
     if wait_for 5 latest_is "$MNT2" 0-first; then
-        ok "a checkpoint with a step (0-first, step 1) wins over those without: latest -> 0-first"
+        ok "a checkpoint with a step (0-first, step 1, oldest) wins over those without: latest -> 0-first"
     else
         bad "after committing 0-first with step=1: latest -> '$(readlink "$MNT2/latest")', want 0-first"
     fi
     umount_ck "$MNT2"
     expect_daemon_clean "root without steps" "$LOG2"
+fi
+
+# ------------------------------------------- steps from directory names
+echo "# ---- steps from directory names (docs/MOUNT.md, \`latest\`)"
+ROOT3=$TMP/root3
+mkck "$ROOT3/step-000004" 2                   # no step metadata, older
+settime "$ROOT3/step-000004" "2021-01-01 00:00:00"
+mkck "$ROOT3/step-000002" 1 --meta step=2     # step=2, committed later
+MNT3=$TMP/mnt3
+if mount_ck "$ROOT3" "$MNT3"; then
+    LOG3=$MNT_LOG
+    if latest_is "$MNT3" step-000004 && cmp -s "$MNT3/latest/w" "$IN/w2.ref"; then
+        ok "step-000004 without step metadata is step 4: latest -> step-000004 over step-000002 (step=2, newer)"
+    else
+        bad "latest -> '$(readlink "$MNT3/latest")', want step-000004 (its name's number 4 > step 2)"
+    fi
+    # A tie: run-b says step=4 in metadata and is committed after
+    # step-000004: the later commit wins.
+    mkck "$ROOT3/run-b" 3 --meta step=4
+    if wait_for 5 latest_is "$MNT3" run-b; then
+        ok "tie on step 4 (run-b's metadata, step-000004's name): the later commit, run-b"
+    else
+        bad "tie on step 4: latest -> '$(readlink "$MNT3/latest")', want run-b (committed later)"
+    fi
+    # Metadata wins over the name: step-000009 with step=3 is step 3.
+    mkck "$ROOT3/step-000009" 7 --meta step=3
+    wait_for 5 has_entry "$MNT3" step-000009 ||
+        bad "step-000009 committed after mounting: not in ls after 5 s"
+    sleep 1.2
+    ls "$MNT3" >/dev/null
+    if latest_is "$MNT3" run-b; then
+        ok "step-000009 with step=3 metadata is step 3: latest stays run-b"
+    else
+        bad "after step-000009 (step=3): latest -> '$(readlink "$MNT3/latest")', want run-b"
+    fi
+    # Numeric: step-000010 (no metadata) is step 10 > 4.
+    mkck "$ROOT3/step-000010" 150
+    if wait_for 5 latest_is "$MNT3" step-000010 && cmp -s "$MNT3/latest/w" "$IN/w150.ref"; then
+        ok "step-000010 without metadata: latest -> step-000010 (10 > 4)"
+    else
+        bad "after step-000010: latest -> '$(readlink "$MNT3/latest")', want step-000010"
+    fi
+    umount_ck "$MNT3"
+    expect_daemon_clean "steps from names" "$LOG3"
 fi
 
 summary

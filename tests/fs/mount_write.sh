@@ -141,6 +141,14 @@ expect_out_re 'step.*2' "ckpt info shows meta step=2"
 expect_out_re 'world_size.*2' "ckpt info shows world_size=2"
 verify_ok "$R/$S"
 check "ls shows the new checkpoint and latest -> it" test "$(readlink "$M/latest")" = $S
+# Shard files are named as README.md ("How it stores a checkpoint") says
+# a mount save names them: <host>-<pid>-<6 hex digits>-<n>.
+names=$(cd "$R/$S/data" && ls)
+if [ -n "$names" ] && ! echo "$names" | grep -v -E -q '^[A-Za-z0-9_-]+-[0-9]+-[0-9a-f]{6}-[0-9]+\.shard$'; then
+    ok "shard files named as README says: $(echo $names)"
+else
+    bad "shard files '$(echo $names)' are not named <host>-<pid>-<6 hex digits>-<n>.shard as README says"
+fi
 
 echo "# ---- committed checkpoints stay read-only"
 expect_erofs "touch in a committed checkpoint" touch "$M/step-000001/x"

@@ -1,18 +1,30 @@
 #!/bin/bash
-# run_fuzz.sh - builds tests/fuzz/fuzz_parsers.c with clang's libFuzzer
-# (plus AddressSanitizer and UndefinedBehaviorSanitizer) and fuzzes the
-# pickle, zip/torch.save and JSON parsers for a bounded time
-# (CKPT_FUZZ_SECONDS, default 20), starting from a seed corpus of real
-# inputs: DCP .metadata and .distcp items that PyTorch writes (when
-# /usr/bin/python3 has torch), torch.save archives, safetensors headers.
-# Fails on any crash, leak, sanitizer report or timeout of one input.
+# run_fuzz.sh - builds the libFuzzer targets of tests/fuzz/ with clang
+# (plus AddressSanitizer and UndefinedBehaviorSanitizer) and fuzzes each
+# for a bounded time, from seed corpora of real inputs:
+#   fuzz_parsers  the pickle, zip/torch.save and JSON parsers, seeded with
+#                 DCP .metadata and .distcp items PyTorch writes (when
+#                 /usr/bin/python3 has torch), torch.save archives,
+#                 safetensors headers (CKPT_FUZZ_SECONDS, default 20)
+#   fuzz_index    a ckptfs checkpoint's index.db and .pending plans, then
+#                 open, list, read, verify (and commit, for plans); seeded
+#                 with the real files of a checkpoint the target writes
+#                 (CKPT_FUZZ_SECONDS, default 10)
+#   fuzz_frames   every codec's frame decoder on arbitrary frame bytes, and
+#                 encode/decode round trips; seeded with real frames of
+#                 every codec (CKPT_FUZZ_SECONDS, default 8)
+# CKPT_FUZZ_SECONDS=N runs each for N seconds (longer runs on demand:
+# CKPT_FUZZ_SECONDS=600 bash tests/fuzz/run_fuzz.sh); CKPT_FUZZ_TARGETS
+# picks targets (default: all three).  Fails on any crash, leak, sanitizer
+# report or timeout of one input (the input is kept under
+# tests/fuzz/artifacts/ of the build directory).
 # Exit 77 (skip) when clang or the libFuzzer runtime is missing.
 set -u
 SRC=${CKPT_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 BUILD=${CKPT_BUILDDIR:-$SRC}
-SECONDS_MAX=${CKPT_FUZZ_SECONDS:-20}
 PY=/usr/bin/python3
 CLANG=${CLANG:-clang}
+TARGETS=${CKPT_FUZZ_TARGETS:-fuzz_parsers fuzz_index fuzz_frames}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/ckpt-fuzz.XXXXXX") || exit 99
 trap 'rm -rf "$WORK"' EXIT
 
@@ -21,51 +33,110 @@ echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }' 
 "$CLANG" -fsanitize=fuzzer "$WORK/probe.c" -o "$WORK/probe" 2>/dev/null ||
     { echo "SKIP: run_fuzz: $CLANG cannot link libFuzzer (package libclang-rt-14-dev)"; exit 77; }
 
-BIN=$BUILD/tests/fuzz/fuzz_parsers
-mkdir -p "$(dirname "$BIN")"
-"$CLANG" -std=c11 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
-    -fno-sanitize-recover=undefined -I"$SRC/src" \
-    "$SRC/tests/fuzz/fuzz_parsers.c" "$SRC/src/pickle.c" "$SRC/src/zipread.c" \
-    "$SRC/src/torchsave.c" "$SRC/src/json.c" "$SRC/src/error.c" \
-    "$SRC/src/dtype.c" -o "$BIN" || { echo "FAIL: run_fuzz: build failed"; exit 1; }
-
-# Seed corpus: selector byte (0 pickle, 1 zip item, 2 JSON) + input.
-CORPUS=$WORK/corpus
-mkdir -p "$CORPUS"
-seed() {   # seed SELECTOR FILE
-    { printf "\\x$1"; cat "$2"; } >"$CORPUS/$1-$(basename "$2")-$RANDOM"
+mkdir -p "$BUILD/tests/fuzz"
+CFLAGS=(-std=c11 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
+        -fno-sanitize-recover=undefined -I"$SRC/src")
+# The library's sources a target needs (all but MPI, CUDA staging and the
+# asynchronous saver for fuzz_index).
+sources_of() {
+    local s
+    case $1 in
+    fuzz_parsers)
+        for s in pickle zipread torchsave json error dtype; do echo "$SRC/src/$s.c"; done ;;
+    fuzz_frames)
+        for s in codec bytegroup huff error dtype; do echo "$SRC/src/$s.c"; done ;;
+    fuzz_index)
+        for s in "$SRC"/src/*.c; do
+            case $(basename "$s") in mpi.c|staging.c|async.c) ;; *) echo "$s" ;; esac
+        done ;;
+    esac
 }
-if "$PY" "$SRC/tests/helpers/dcp_ref.py" save1 "$WORK/dcp" >/dev/null 2>&1; then
-    seed 00 "$WORK/dcp/.metadata"
-    for f in "$WORK"/dcp/__*.distcp; do
-        seed 01 "$f"
-        "$PY" -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); sys.stdout.buffer.write(z.read([n for n in z.namelist() if n.endswith("data.pkl")][0]))' \
-            "$f" >"$WORK/data.pkl" 2>/dev/null && seed 00 "$WORK/data.pkl"
-    done
-fi
-if "$PY" "$SRC/tests/helpers/dcp_ref.py" stdir "$WORK/st" >/dev/null 2>&1; then
-    seed 02 "$WORK/st/model.safetensors.index.json"
-    for f in "$WORK"/st/*.safetensors; do
-        "$PY" -c 'import sys, struct; d = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", d[:8])[0]; sys.stdout.buffer.write(d[8:8 + n])' \
-            "$f" >"$WORK/hdr.json" && seed 02 "$WORK/hdr.json"
-    done
-fi
-printf '\x00\x80\x02}q\x00.' >"$CORPUS/min-pickle"
-printf '\x02{"a":[1,2.5e3,"\\u00e9\\ud83d\\ude00",true,null]}' >"$CORPUS/min-json"
-echo "run_fuzz: $(ls "$CORPUS" | wc -l) seeds, ${SECONDS_MAX}s"
+libs_of() {
+    case $1 in
+    fuzz_parsers) ;;
+    fuzz_frames) echo "-lzstd -lxxhash -lm" ;;
+    fuzz_index) echo "-lzstd -lxxhash -lsqlite3 -lpthread -lm" ;;
+    esac
+}
+# Compiles the targets two at a time (the machines that run the suite
+# have few cores; compiling with the sanitizers takes a while).
+build() {   # build TARGET: its status in $WORK/build-TARGET.rc
+    # shellcheck disable=SC2046
+    "$CLANG" "${CFLAGS[@]}" "$SRC/tests/fuzz/$1.c" $(sources_of "$1") $(libs_of "$1") \
+        -o "$BUILD/tests/fuzz/$1" >"$WORK/build-$1.log" 2>&1
+    echo $? >"$WORK/build-$1.rc"
+}
+pids=()
+for t in $TARGETS; do
+    build "$t" &
+    pids+=($!)
+    if [ ${#pids[@]} -ge 2 ]; then wait "${pids[0]}"; pids=("${pids[@]:1}"); fi
+done
+wait
+for t in $TARGETS; do
+    if [ "$(cat "$WORK/build-$t.rc" 2>/dev/null)" != 0 ]; then
+        cat "$WORK/build-$t.log"
+        echo "FAIL: run_fuzz: building $t failed"
+        exit 1
+    fi
+done
 
-ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
-    "$BIN" -max_total_time="$SECONDS_MAX" -timeout=10 -rss_limit_mb=2048 \
-    -max_len=65536 -artifact_prefix="$WORK/" -print_final_stats=1 \
-    "$CORPUS" >"$WORK/log" 2>&1
-rc=$?
-tail -n 12 "$WORK/log"
-if [ "$rc" -ne 0 ]; then
-    echo "FAIL: run_fuzz: the fuzzer found a problem (exit $rc); input:"
-    for a in "$WORK"/crash-* "$WORK"/leak-* "$WORK"/timeout-* "$WORK"/oom-*; do
-        [ -e "$a" ] && { mkdir -p "$BUILD/tests/fuzz/artifacts"; cp "$a" "$BUILD/tests/fuzz/artifacts/"; xxd "$a" | head -20; }
-    done
-    exit 1
-fi
-echo "PASS: run_fuzz: $(grep -o 'stat::number_of_executed_units: [0-9]*' "$WORK/log")"
-exit 0
+# Seed corpora.  fuzz_parsers: selector byte (0 pickle, 1 zip item, 2
+# JSON) + input.
+seed_parsers() {
+    local CORPUS=$1
+    seed() {   # seed SELECTOR FILE
+        { printf "\\x$1"; cat "$2"; } >"$CORPUS/$1-$(basename "$2")-$RANDOM"
+    }
+    if "$PY" "$SRC/tests/helpers/dcp_ref.py" save1 "$WORK/dcp" >/dev/null 2>&1; then
+        seed 00 "$WORK/dcp/.metadata"
+        for f in "$WORK"/dcp/__*.distcp; do
+            seed 01 "$f"
+            "$PY" -c 'import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); sys.stdout.buffer.write(z.read([n for n in z.namelist() if n.endswith("data.pkl")][0]))' \
+                "$f" >"$WORK/data.pkl" 2>/dev/null && seed 00 "$WORK/data.pkl"
+        done
+    fi
+    if "$PY" "$SRC/tests/helpers/dcp_ref.py" stdir "$WORK/st" >/dev/null 2>&1; then
+        seed 02 "$WORK/st/model.safetensors.index.json"
+        for f in "$WORK"/st/*.safetensors; do
+            "$PY" -c 'import sys, struct; d = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", d[:8])[0]; sys.stdout.buffer.write(d[8:8 + n])' \
+                "$f" >"$WORK/hdr.json" && seed 02 "$WORK/hdr.json"
+        done
+    fi
+    printf '\x00\x80\x02}q\x00.' >"$CORPUS/min-pickle"
+    printf '\x02{"a":[1,2.5e3,"\\u00e9\\ud83d\\ude00",true,null]}' >"$CORPUS/min-json"
+}
+
+status=0
+for t in $TARGETS; do
+    CORPUS=$WORK/corpus-$t
+    mkdir -p "$CORPUS"
+    case $t in
+    fuzz_parsers) secs=${CKPT_FUZZ_SECONDS:-20}; maxlen=65536; seed_parsers "$CORPUS" ;;
+    fuzz_index) secs=${CKPT_FUZZ_SECONDS:-10}; maxlen=262144 ;;
+    fuzz_frames) secs=${CKPT_FUZZ_SECONDS:-8}; maxlen=300000 ;;
+    esac
+    # the targets write their own real files as seeds
+    case $t in
+    fuzz_index|fuzz_frames)
+        TMPDIR=$WORK CKPT_FUZZ_WRITE_SEEDS=$CORPUS "$BUILD/tests/fuzz/$t" >"$WORK/seeds-$t.log" 2>&1 ||
+            { cat "$WORK/seeds-$t.log"; echo "FAIL: run_fuzz: $t could not write its seeds"; exit 1; } ;;
+    esac
+    echo "run_fuzz: $t: $(ls "$CORPUS" | wc -l) seeds, ${secs}s"
+    TMPDIR=$WORK ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
+        "$BUILD/tests/fuzz/$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2560 \
+        -max_len="$maxlen" -artifact_prefix="$WORK/$t-" -print_final_stats=1 \
+        "$CORPUS" >"$WORK/log-$t" 2>&1
+    rc=$?
+    tail -n 12 "$WORK/log-$t"
+    if [ "$rc" -ne 0 ]; then
+        echo "FAIL: run_fuzz: $t found a problem (exit $rc); input:"
+        for a in "$WORK/$t"-crash-* "$WORK/$t"-leak-* "$WORK/$t"-timeout-* "$WORK/$t"-oom-*; do
+            [ -e "$a" ] && { mkdir -p "$BUILD/tests/fuzz/artifacts"; cp "$a" "$BUILD/tests/fuzz/artifacts/"; xxd "$a" | head -20; }
+        done
+        status=1
+        continue
+    fi
+    echo "PASS: run_fuzz: $t: $(grep -o 'stat::number_of_executed_units: [0-9]*' "$WORK/log-$t")"
+done
+exit $status

@@ -6,7 +6,9 @@ written and read back by the reference implementations (run with
     save1 DIR               one process saves a state dict with torch's
                             distributed checkpoint: f32, bf16, f16, i64, bool,
                             a scalar, a transposed (non-contiguous) tensor, an
-                            empty tensor, a BytesIO and a pickled object
+                            empty tensor, BytesIOs (one empty, one of every
+                            byte value and not at position 0) and a pickled
+                            object
     save2 DIR               two processes (gloo, CPU) save sharded tensors:
                             rows split 4+4, an uneven 1-D split 3+2, columns
                             split 3+3 of a bf16 tensor, and a replicated tensor
@@ -16,6 +18,13 @@ written and read back by the reference implementations (run with
                             (bytes, the .npy view, the xattrs when TREE is a
                             mount) and every byte item with torch.load of the
                             file's bytes; prints 'ok ...' / 'FAIL ...' lines
+    mcheck DCP TREE         the same for a mount of DCP (docs/MOUNT.md): an
+                            io.BytesIO item's file holds the BytesIO's value
+                            (equal to what torch loads, also through the
+                            .npy view and user.ckpt.shape), every byte
+                            item's torch.save archive is TREE/.pt/<path>.pt
+    storedcheck DCP FQN TREE  byte item FQN of the mount TREE (and its .pt
+                            view) holds the item's bytes as stored in DCP
     st1 FILE                a safetensors file of several dtypes, written here
                             per the published format (8-byte header length,
                             JSON header, data), with __metadata__
@@ -27,7 +36,8 @@ written and read back by the reference implementations (run with
                             meta-global (a pickle calling os.system),
                             item-cut (an item's length shortened in
                             .metadata), item-past-eof (an offset past the
-                            end of its file), st-header-long (header length
+                            end of its file), bytesio-pkl (the BytesIO
+                            item's data.pkl encodes to 'latin2'), st-header-long (header length
                             past the end of the file), st-overlap (two
                             tensors' data_offsets overlap)
 """
@@ -55,6 +65,11 @@ from torch.distributed._shard.checkpoint.metadata import (  # noqa: E402
 # ---------------------------------------------------------------- saving
 
 
+def seeked(f, pos):
+    f.seek(pos)     # getvalue() is the whole buffer, wherever it stands
+    return f
+
+
 def state1():
     g = torch.Generator().manual_seed(7)
     base = torch.randn(6, 10, generator=g)
@@ -68,6 +83,8 @@ def state1():
         "transposed": base.t(),            # a (10, 6) view, strides (1, 10)
         "empty": torch.zeros(0, 3),
         "rng": io.BytesIO(b"\x00\x01rng-state\xff" * 5),
+        "loader.empty": io.BytesIO(b""),
+        "loader.all_bytes": seeked(io.BytesIO(bytes(range(256)) * 3), 5),
         "extra": {"epoch": 3, "name": "run-a"},
     }
 
@@ -199,7 +216,29 @@ def check_tensor_file(ck, tree, fqn, data, dtname, shape, npy_value):
                   "values (%s %s)" % (fqn, arr.dtype, arr.shape))
 
 
-def check(dcp, tree):
+def same_object(got, v):
+    if isinstance(v, io.BytesIO):
+        return isinstance(got, io.BytesIO) and got.getvalue() == v.getvalue()
+    return got == v
+
+
+def check_bytesio_value(ck, tree, fqn, v):
+    """A mount shows an io.BytesIO item as its value."""
+    path = os.path.join(tree, *fqn.split("."))
+    want = v.getvalue()
+    ck.expect(open(path, "rb").read() == want, "%s: the file holds the "
+              "BytesIO's %d bytes, as torch loads them" % (fqn, len(want)))
+    ck.expect(os.stat(path).st_size == len(want), "%s: its size is %d" % (
+        fqn, len(want)))
+    ck.expect(xattr(path, "user.ckpt.shape") == str(len(want)),
+              "%s: user.ckpt.shape %d" % (fqn, len(want)))
+    npy = os.path.join(tree, ".npy", *fqn.split(".")) + ".npy"
+    arr = np.load(npy)
+    ck.expect(arr.dtype == np.uint8 and arr.tobytes() == want,
+              "%s: numpy.load of the .npy view gives the value" % fqn)
+
+
+def check(dcp, tree, mount=False):
     ck = Checker()
     sd = torch_load(dcp)
     for fqn, v in sorted(sd.items()):
@@ -209,14 +248,17 @@ def check(dcp, tree):
                               tuple(v.shape), npv)
             continue
         path = os.path.join(tree, *fqn.split("."))
+        if mount:
+            archive = os.path.join(tree, ".pt", *fqn.split(".")) + ".pt"
+            ck.expect(same_object(torch.load(archive), v), "%s: torch.load "
+                      "of .pt/%s.pt equals what torch loads (%s)" % (
+                          fqn, fqn.replace(".", "/"), type(v).__name__))
+            if isinstance(v, io.BytesIO):
+                check_bytesio_value(ck, tree, fqn, v)
+                continue
         got = torch.load(io.BytesIO(open(path, "rb").read()))
-        if isinstance(v, io.BytesIO):
-            same = isinstance(got, io.BytesIO) and \
-                got.getvalue() == v.getvalue()
-        else:
-            same = got == v
-        ck.expect(same, "%s: torch.load of the byte object equals what "
-                  "torch loads (%s)" % (fqn, type(v).__name__))
+        ck.expect(same_object(got, v), "%s: torch.load of the byte object "
+                  "equals what torch loads (%s)" % (fqn, type(v).__name__))
     print("checked %d entries" % len(sd))
     sys.exit(1 if ck.fails else 0)
 
@@ -355,6 +397,19 @@ def bad(kind, src, out):
         with open(meta, "wb") as f:
             pickle.dump(md, f)
         print(k.fqn)
+    elif kind == "bytesio-pkl":
+        # rng's archive: its data.pkl encodes the bytes as 'latin2', which
+        # the mount must not take for the BytesIO's value
+        md = FileSystemReader(out).read_metadata()
+        info = [v for k, v in md.storage_data.items() if k.fqn == "rng"][0]
+        path = os.path.join(out, info.relative_path)
+        data = bytearray(open(path, "rb").read())
+        item = data[info.offset:info.offset + info.length]
+        at = item.find(b"latin1")
+        if at < 0:
+            sys.exit("bytesio-pkl: no 'latin1' in rng's archive")
+        data[info.offset + at:info.offset + at + 6] = b"latin2"
+        open(path, "wb").write(bytes(data))
     elif kind == "st-header-long":
         data = bytearray(open(out, "rb").read())
         data[:8] = struct.pack("<Q", len(data) + 1000)
@@ -370,6 +425,23 @@ def bad(kind, src, out):
         sys.exit("unknown kind " + kind)
 
 
+def stored_check(src, fqn, tree):
+    """Byte item fqn of the mount TREE, and its .pt view, hold the item's
+    bytes as stored in SRC."""
+    md = FileSystemReader(src).read_metadata()
+    info = [v for k, v in md.storage_data.items() if k.fqn == fqn][0]
+    with open(os.path.join(src, info.relative_path), "rb") as f:
+        f.seek(info.offset)
+        stored = f.read(info.length)
+    path = os.path.join(tree, *fqn.split("."))
+    pt = os.path.join(tree, ".pt", *fqn.split(".")) + ".pt"
+    ck = Checker()
+    ck.expect(open(path, "rb").read() == stored, "%s: the file holds the %d "
+              "bytes stored" % (fqn, len(stored)))
+    ck.expect(open(pt, "rb").read() == stored, "%s: .pt view too" % fqn)
+    sys.exit(1 if ck.fails else 0)
+
+
 def main(argv):
     cmd = argv[1] if len(argv) > 1 else ""
     if cmd == "save1":
@@ -380,6 +452,10 @@ def main(argv):
         save_rank(argv[2], int(argv[3]), argv[4])
     elif cmd == "check":
         check(argv[2], argv[3])
+    elif cmd == "mcheck":
+        check(argv[2], argv[3], mount=True)
+    elif cmd == "storedcheck":
+        stored_check(argv[2], argv[3], argv[4])
     elif cmd == "st1":
         st1(argv[2])
     elif cmd == "stdir":

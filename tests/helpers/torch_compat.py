@@ -1,37 +1,19 @@
 """torch_compat.py - makes PyTorch 1.13's distributed checkpoint importable
 on Python 3.11 (imported by the helpers and benchmarks that use torch).
 
-PyTorch 1.13 declares `tensor_properties: TensorProperties =
-field(default=TensorProperties())` (sharded_tensor/metadata.py).  Python
-3.11 rejects any unhashable default as "mutable default ... use
-default_factory", so importing torch.distributed._shard.checkpoint fails.
-allow_unhashable_dataclass_defaults() wraps dataclasses._get_field so that
-such a default becomes a default_factory returning a copy of it, which is
-what upstream later did.  Call it before importing torch.
+The fix itself lives in the ckptfs package (python/ckptfs/_torch_compat.py,
+which documents it), and ckptfs.torch applies it; this module loads that
+file by path, so that helpers use it without the package (or libckptfs)
+being importable.  Call allow_unhashable_dataclass_defaults() before
+importing torch.distributed._shard.checkpoint.
 """
-import copy
-import dataclasses
+import importlib.util
+import os
 
+_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                     "python", "ckptfs", "_torch_compat.py")
+_spec = importlib.util.spec_from_file_location("_ckptfs_torch_compat", _PATH)
+_mod = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_mod)
 
-def allow_unhashable_dataclass_defaults():
-    orig = dataclasses._get_field
-
-    def get_field(cls, a_name, a_type, *args, **kwargs):
-        default = cls.__dict__.get(a_name, dataclasses.MISSING)
-        if isinstance(default, dataclasses.Field):
-            value = default.default
-        else:
-            value = default
-        if (value is not dataclasses.MISSING
-                and type(value).__hash__ is None):
-            def factory(v=value):
-                return copy.deepcopy(v)
-            if isinstance(default, dataclasses.Field):
-                default.default = dataclasses.MISSING
-                default.default_factory = factory
-            else:
-                setattr(cls, a_name,
-                        dataclasses.field(default_factory=factory))
-        return orig(cls, a_name, a_type, *args, **kwargs)
-
-    dataclasses._get_field = get_field
+allow_unhashable_dataclass_defaults = _mod.allow_unhashable_dataclass_defaults

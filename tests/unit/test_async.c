@@ -8,7 +8,11 @@
  * reported by wait, with nothing committed and the previous checkpoint
  * intact; data that is not readable host memory (what a CUDA device
  * pointer is to a build or a machine without CUDA) is refused at once.
- * The reference is a copy of the state the test made before the call.
+ * ckpt_save_sync, which shares the checks and the cleanup, is tested here
+ * too: the same state reads back; refusals come first with nothing made;
+ * failures after writing began leave nothing (an existing directory stays,
+ * empty).  The reference is a copy of the state the test made before the
+ * call.
  */
 #include <check.h>
 #include <errno.h>
@@ -504,6 +508,171 @@ START_TEST(test_enospc)
 }
 END_TEST
 
+/* ------------------------------------------------------------ ckpt_save_sync
+ * The synchronous save shares the async path's checks and cleanup: the
+ * same state reads back; the same refusals come at once with nothing
+ * made; failures after writing began leave nothing behind. */
+
+static ckpt_save_opts step_opts(void)
+{
+    static const char *k[] = { "step" }, *v[] = { "5" };
+    ckpt_save_opts o;
+    ckpt_save_opts_init(&o);
+    o.meta_keys = k;
+    o.meta_values = v;
+    o.nmeta = 1;
+    return o;
+}
+
+START_TEST(test_sync_roundtrip)
+{
+    char *tmp = make_tmpdir(), dir[4096], path[4096];
+    join(dir, tmp, "ck");
+    state s;
+    state_init(&s, 11);
+    ckpt_save_opts o = step_opts();
+    ckpt_error err = { 0 };
+    ck_assert_msg(ckpt_save_sync(dir, s.p, s.np, &o, &err) == 0, "%s",
+                  err.msg);
+    check_state(dir, &s);
+    join(path, dir, "data/rank0.shard");
+    ck_assert(exists(path));
+    join(path, dir, ".pending");
+    ck_assert(!exists(path));
+    ckpt_reader *r;
+    ck_assert_int_eq(ckpt_reader_open(&r, dir, NULL, &err), 0);
+    ck_assert_str_eq(ckpt_reader_meta_get(r, "step"), "5");
+    ck_assert_str_eq(ckpt_reader_meta_get(r, "world_size"), "1");
+    ckpt_reader_close(r);
+    /* A byte object is a piece of dtype bytes; into an existing empty
+     * directory. */
+    char blob[] = "rng-state\0\377", got[sizeof blob];
+    int64_t len[1] = { sizeof blob };
+    ckpt_piece bp = { "rng", CKPT_BYTES, 1, len, NULL, NULL, blob };
+    join(dir, tmp, "bytes");
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    ck_assert_msg(ckpt_save_sync(dir, &bp, 1, NULL, &err) == 0, "%s",
+                  err.msg);
+    ck_assert_int_eq(ckpt_reader_open(&r, dir, NULL, &err), 0);
+    ckpt_tensor_info ti;
+    ck_assert_int_eq(ckpt_reader_info(r, 0, &ti), 0);
+    ck_assert_int_eq(ti.dtype, CKPT_BYTES);
+    ck_assert_int_eq(ckpt_read(r, 0, got, 0, sizeof got, &err),
+                     (int64_t)sizeof got);
+    ck_assert_mem_eq(got, blob, sizeof blob);
+    ckpt_reader_close(r);
+    state_free(&s);
+    remove_tmpdir(tmp);
+}
+END_TEST
+
+START_TEST(test_sync_refused_first)
+{
+    char *tmp = make_tmpdir(), prev[4096], dir[4096], path[4096];
+    join(prev, tmp, "prev");
+    join(dir, tmp, "new");
+    state p, s;
+    state_init(&p, 12);
+    ckpt_error err = { 0 };
+    ck_assert_int_eq(ckpt_save_sync(prev, p.p, p.np, NULL, &err), 0);
+    /* A committed target, an unfinished save: refused, nothing touched. */
+    state_init(&s, 13);
+    ck_assert_int_eq(ckpt_save_sync(prev, s.p, s.np, NULL, &err), -EEXIST);
+    ck_assert_ptr_nonnull(strstr(err.msg, "already a committed"));
+    ck_assert_int_eq(mkdir(dir, 0755), 0);
+    join(path, dir, ".pending");
+    ck_assert_int_eq(mkdir(path, 0755), 0);
+    ck_assert_int_eq(ckpt_save_sync(dir, s.p, s.np, NULL, &err), -EBUSY);
+    ck_assert_ptr_nonnull(strstr(err.msg, "unfinished save"));
+    ck_assert(exists(path));
+    ck_assert_int_eq(rmdir(path), 0);
+    ck_assert_int_eq(rmdir(dir), 0);
+    /* Malformed pieces: refused before the directory is made. */
+    for (int kind = 0; kind < 4; kind++) {
+        state b;
+        state_init(&b, 14);
+        const char *want = "model.w";
+        if (kind == 0) {
+            b.woff[2][0] = 250;          /* past the tensor's rows */
+        } else if (kind == 1) {
+            b.p[3].data = NULL;          /* no data */
+            want = "model.b";
+        } else if (kind == 2) {
+            b.p[4].dtype = (ckpt_dtype)77;
+            want = "opt.step";
+        } else {
+            b.p[4].fqn = "a..b";
+            want = "a..b";
+        }
+        ck_assert_int_eq(ckpt_save_sync(dir, b.p, b.np, NULL, &err), -EINVAL);
+        ck_assert_msg(strstr(err.msg, want), "kind %d: '%s' does not name %s",
+                      kind, err.msg, want);
+        ck_assert_msg(!exists(dir), "kind %d made %s", kind, dir);
+        state_free(&b);
+    }
+    ck_assert_int_eq(ckpt_save_sync(NULL, NULL, 0, NULL, &err), -EINVAL);
+    ck_assert_int_eq(ckpt_save_sync(dir, NULL, 2, NULL, &err), -EINVAL);
+    check_state(prev, &p);
+    state_free(&s);
+    state_free(&p);
+    remove_tmpdir(tmp);
+}
+END_TEST
+
+START_TEST(test_sync_late_failures)
+{
+    char *tmp = make_tmpdir(), prev[4096], dir[4096];
+    join(prev, tmp, "prev");
+    join(dir, tmp, "bad");
+    state p;
+    state_init(&p, 15);
+    ckpt_error err = { 0 };
+    ck_assert_int_eq(ckpt_save_sync(prev, p.p, p.np, NULL, &err), 0);
+    for (int pre = 0; pre < 2; pre++) {
+        for (int kind = 0; kind < 4; kind++) {
+            state s;
+            state_init(&s, 16);
+            ckpt_save_opts o = step_opts();
+            static const char *rk[] = { "created" }, *rv[] = { "x" };
+            const char *want = "model.w";
+            if (kind == 0) {          /* a hole: the middle row missing */
+                s.p[1] = s.p[--s.np];
+            } else if (kind == 1) {   /* pieces that partly overlap */
+                s.woff[1][0] = 50;
+            } else if (kind == 2) {   /* one fqn, two dtypes */
+                s.p[4].fqn = "model.b";
+                want = "model.b";
+            } else {                  /* a reserved metadata key */
+                o.meta_keys = rk;
+                o.meta_values = rv;
+                want = "created";
+            }
+            if (pre)
+                ck_assert_int_eq(mkdir(dir, 0755), 0);
+            ck_assert_int_eq(ckpt_save_sync(dir, s.p, s.np, &o, &err),
+                             -EINVAL);
+            ck_assert_msg(strstr(err.msg, want), "kind %d: '%s' does not "
+                          "name %s", kind, err.msg, want);
+            if (pre) {                /* the directory stays, empty */
+                ck_assert_int_ne(ckpt_dir_probe(dir), CKPT_DIR_COMMITTED);
+                ck_assert_int_eq(rmdir(dir), 0);
+            }
+            check_nothing(dir);
+            state_free(&s);
+        }
+    }
+    check_state(prev, &p);
+    state s;                          /* and the name can be saved now */
+    state_init(&s, 17);
+    ck_assert_msg(ckpt_save_sync(dir, s.p, s.np, NULL, &err) == 0, "%s",
+                  err.msg);
+    check_state(dir, &s);
+    state_free(&s);
+    state_free(&p);
+    remove_tmpdir(tmp);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("async");
@@ -515,6 +684,9 @@ static Suite *suite(void)
     tcase_add_test(tc, test_queue_depth);
     tcase_add_test(tc, test_planner_errors);
     tcase_add_test(tc, test_refused_at_start);
+    tcase_add_test(tc, test_sync_roundtrip);
+    tcase_add_test(tc, test_sync_refused_first);
+    tcase_add_test(tc, test_sync_late_failures);
     suite_add_tcase(s, tc);
     if (getenv("CKPT_TEST_SMALLFS")) {
         TCase *te = tcase_create("enospc");

@@ -51,6 +51,10 @@ START_TEST(test_refusals_keep_the_set)
     pattr a = { 0 };
     ck_assert_int_eq(set(&a, "user.ckpt.dtype", "float33"), -EINVAL);
     ck_assert_uint_eq(a.set, 0);
+    ckpt_error err = { 0 };
+    ck_assert_int_eq(pattr_set(&a, PATTR_DTYPE, "float33", 7, &err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "unknown dtype 'float33' (valid: "
+                                 "f64, f32, f16, bf16,"));
     ck_assert_int_eq(set(&a, "user.ckpt.shape", "4,x"), -EINVAL);
     ck_assert_int_eq(set(&a, "user.ckpt.shape", "4,-1"), -EINVAL);
     ck_assert_int_eq(set(&a, "user.ckpt.shape", "6,5"), 0);

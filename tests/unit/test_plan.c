@@ -730,6 +730,96 @@ START_TEST(test_random_partitions)
 }
 END_TEST
 
+/* ------------------------------------------------ a committed tensor */
+
+/* Checks chunks as an index lists them; want NULL: they tile the tensor,
+ * else the message holds each of the NULL-terminated strings. */
+static void chunks_expect(const ckpt_manifest *m, const char *want, ...)
+{
+    ckpt_error err = { 0 };
+    int rc = ckpt_plan_check_chunks(m->pieces, m->npieces, &err);
+    if (!want) {
+        ck_assert_msg(rc == 0, "expected a tiling, got %d: %s", rc, err.msg);
+        return;
+    }
+    ck_assert_msg(rc == -EINVAL, "expected -EINVAL, got %d (%s)", rc,
+                  err.msg);
+    ck_assert_msg(!strstr(err.msg, "writer"), "chunks are no writers: %s",
+                  err.msg);
+    va_list ap;
+    va_start(ap, want);
+    for (const char *s = want; s; s = va_arg(ap, const char *))
+        ck_assert_msg(strstr(err.msg, s), "'%s' not in message: %s", s,
+                      err.msg);
+    va_end(ap);
+}
+
+START_TEST(test_check_chunks)
+{
+    const int64_t *shape = DIMS(100, 100);
+    ckpt_manifest m;
+    ckpt_manifest_init(&m);
+    add(&m, "model.a", NULL, CKPT_F32, 2, shape, DIMS(0, 0), DIMS(50, 100));
+    add(&m, "model.a", NULL, CKPT_F32, 2, shape, DIMS(50, 0), DIMS(50, 100));
+    chunks_expect(&m, NULL, NULL);
+    ck_assert_int_eq(ckpt_plan_check_chunks(m.pieces, 0, NULL), 0);
+
+    /* offsets '[0,0]' on the second: the same box twice, half a hole */
+    m.pieces[1].offsets[0] = 0;
+    chunks_expect(&m, "tensor 'model.a'", "chunks 0 and 1 are the same box",
+                  "offsets [0,0] sizes [50,100]", NULL);
+    /* one bit flipped: [50] -> [8]; overlap named by chunk positions */
+    m.pieces[1].offsets[0] = 8;
+    chunks_expect(&m, "chunks 0 (offsets [0,0] sizes [50,100]) and 1 "
+                  "(offsets [8,0] sizes [50,100]) overlap", NULL);
+    /* a hole, named by its first element, no writers */
+    m.pieces[1].offsets[0] = 50;
+    m.pieces[1].sizes[0] = 40;
+    m.pieces[1].raw_bytes = 40 * 100 * 4;
+    chunks_expect(&m, "its 2 chunks cover 9000 of 10000 elements",
+                  "element [90,0] is not covered", NULL);
+    ckpt_manifest_free(&m);
+
+    /* even empty chunks may not be listed twice; a scalar's one chunk */
+    ckpt_manifest_init(&m);
+    add(&m, "e", NULL, CKPT_F32, 2, DIMS(0, 4), NULL, NULL);
+    chunks_expect(&m, NULL, NULL);
+    add(&m, "e", NULL, CKPT_F32, 2, DIMS(0, 4), NULL, NULL);
+    chunks_expect(&m, "chunks 0 and 1 are the same box", NULL);
+    ckpt_manifest_free(&m);
+    ckpt_manifest_init(&m);
+    add(&m, "s", NULL, CKPT_F64, 0, NULL, NULL, NULL);
+    chunks_expect(&m, NULL, NULL);
+    ckpt_manifest_free(&m);
+
+    /* chunks of two tensors are not one tensor's */
+    ckpt_manifest_init(&m);
+    add(&m, "a", NULL, CKPT_F32, 1, DIMS(4), DIMS(0), DIMS(2));
+    add(&m, "b", NULL, CKPT_F32, 1, DIMS(4), DIMS(2), DIMS(2));
+    ckpt_error err = { 0 };
+    ck_assert_int_eq(ckpt_plan_check_chunks(m.pieces, 2, &err), -EINVAL);
+    ckpt_manifest_free(&m);
+}
+END_TEST
+
+START_TEST(test_text_quote)
+{
+    char buf[64];
+    ckpt_text_quote(buf, sizeof buf, "model.w\x1b[2J\n\x7f");
+    ck_assert_str_eq(buf, "model.w\\x1b[2J\\x0a\\x7f");
+    ckpt_text_quote(buf, sizeof buf, "caf\xc3\xa9 \xff");
+    ck_assert_str_eq(buf, "caf\xc3\xa9 \\xff");
+    /* 4 bytes per byte (and 9 more) always suffice */
+    const char *ctl = "\x01\x02\x03\x04\x05\x06\x07\x08";
+    char exact[4 * 8 + 9];
+    ckpt_text_quote(exact, sizeof exact, ctl);
+    ck_assert_str_eq(exact, "\\x01\\x02\\x03\\x04\\x05\\x06\\x07\\x08");
+    char small[12];
+    ckpt_text_quote(small, sizeof small, "abcdefghijklmnop");
+    ck_assert_msg(strstr(small, "..."), "cut text ends in ...: %s", small);
+}
+END_TEST
+
 static Suite *plan_suite(void)
 {
     Suite *s = suite_create("plan");
@@ -757,6 +847,8 @@ static Suite *plan_suite(void)
     tcase_add_test(tc, test_grid_shuffled);
     tcase_add_test(tc, test_many_pieces);
     tcase_add_test(tc, test_random_partitions);
+    tcase_add_test(tc, test_check_chunks);
+    tcase_add_test(tc, test_text_quote);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -708,6 +708,12 @@ START_TEST(slice_errors)
     ck_assert_int_eq(ckpt_slice_parse("12", 3, shape, off, size, &err),
                      -EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "out of range"));
+    /* The shape is written as docs/CLI.md writes shapes. */
+    ck_assert_ptr_nonnull(strstr(err.msg, "for shape 10,20,30: "));
+    ck_assert_ptr_null(strstr(err.msg, "["));
+    ck_assert_int_eq(ckpt_slice_parse("0", 0, NULL, off, size, &err),
+                     -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "for shape (): "));
 }
 END_TEST
 

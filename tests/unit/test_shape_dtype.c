@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "ckptfs.h"
+#include "dtype.h"
 #include "error.h"
 #include "shape.h"
 
@@ -125,6 +126,30 @@ END_TEST
 
 /* Canonical i8/u8 are 1-byte types; NumPy's 8-byte "i8"/"u8" need their
  * byte-order mark to be read that way. */
+/* The list that refusals of unknown dtypes print: every canonical name,
+ * in enum order, ", "-separated, truncated like snprintf. */
+START_TEST(dtype_names_list)
+{
+    char buf[256];
+    size_t n = ckpt_dtype_names(buf, sizeof buf);
+    ck_assert_str_eq(buf, "f64, f32, f16, bf16, f8e4m3, f8e5m2, i64, i32, "
+                     "i16, i8, u64, u32, u16, u8, bool, bytes");
+    ck_assert_uint_eq(n, strlen(buf));
+    ck_assert_uint_eq(ckpt_dtype_names(NULL, 0), n);
+    char small[8];
+    ck_assert_uint_eq(ckpt_dtype_names(small, sizeof small), n);
+    ck_assert_str_eq(small, "f64, f3");
+    ckpt_error err = { 0 };
+    ck_assert_int_eq(ckpt_dtype_unknown(&err, "user.ckpt.dtype", "float33"),
+                     -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "user.ckpt.dtype: unknown dtype "
+                                 "'float33' (valid: f64, f32, "));
+    ck_assert_ptr_nonnull(strstr(err.msg, "bool, bytes;"));
+    ck_assert_int_eq(ckpt_dtype_unknown(&err, NULL, "q"), -EINVAL);
+    ck_assert_ptr_eq(strstr(err.msg, "unknown dtype 'q'"), err.msg);
+}
+END_TEST
+
 START_TEST(dtype_canonical_beats_typestr)
 {
     ck_assert_int_eq(ckpt_dtype_parse("i8"), CKPT_I8);
@@ -420,6 +445,7 @@ static Suite *shape_dtype_suite(void)
     Suite *s = suite_create("shape_dtype");
     TCase *dt = tcase_create("dtype");
     tcase_add_test(dt, dtype_canonical_round_trip);
+    tcase_add_test(dt, dtype_names_list);
     tcase_add_test(dt, dtype_invalid_values);
     tcase_add_test(dt, dtype_spellings);
     tcase_add_test(dt, dtype_invalid_names);

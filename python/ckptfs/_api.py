@@ -1,0 +1,234 @@
+"""_api.py - ckptfs.save and ckptfs.load: whole (nested) state dicts to and
+from a checkpoint, in one process."""
+import ctypes
+import errno
+import pickle
+
+import numpy as np
+
+from . import _capi as C
+from . import _dtypes
+from ._errors import (MismatchError, MissingKeyError, UnsupportedError,
+                      check)
+from ._opts import SaveOpts, write_opts
+from ._pieces import Pieces
+from ._reader import Reader, convert
+from ._tree import (TREE_KEY, Flat, build, child, fqn_of, is_tensor,
+                    is_torch_tensor, item_name, leaves, parse_tree, replace)
+
+
+def prepare(state, allow_pickle, meta, device_ok=False, **write):
+    """(Pieces, SaveOpts) of a state: everything a save hands to the C
+    library, checked and converted before anything is written."""
+    flat = Flat(state, allow_pickle)
+    pieces = Pieces(flat.items, device_ok)
+    meta = dict(meta or {})
+    if TREE_KEY in meta:
+        raise ValueError("metadata key '%s' is reserved (ckptfs stores the "
+                         "state's structure under it)" % TREE_KEY)
+    meta[TREE_KEY] = flat.tree_json()
+    return pieces, SaveOpts(write_opts(**write), meta)
+
+
+def save(path, state, *, codec="auto", level=None, frame_size=None,
+         meta=None, threads=None, allow_pickle=False, sync=True):
+    """Saves `state` as the new checkpoint `path`, and returns once it is
+    committed.  See docs/PYTHON.md."""
+    pieces, opts = prepare(state, allow_pickle, meta, codec=codec,
+                           level=level, frame_size=frame_size,
+                           threads=threads, sync=sync)
+    err = C.Error()
+    check(C.lib.ckpt_save_sync(C.fsencode(path), pieces.array, pieces.n,
+                               ctypes.byref(opts.c), ctypes.byref(err)), err)
+
+
+# ------------------------------------------------------------------ load
+
+def load(path, into=None, *, framework=None, allow_pickle=False, widen=True,
+         threads=None):
+    """Loads a checkpoint: into the tensors of the state dict `into`, in
+    place (returned), or as a new state dict.  See docs/PYTHON.md."""
+    if framework not in (None, "np", "pt"):
+        raise ValueError("framework must be None, 'np' or 'pt', not %r"
+                         % (framework,))
+    r = Reader(path, threads)
+    try:
+        root = parse_tree(r.meta().get(TREE_KEY))
+        if into is None:
+            return _Loader(r, root, framework, allow_pickle, widen).new()
+        _Loader(r, root, framework, allow_pickle, widen).into(into)
+        return into
+    finally:
+        r.close()
+
+
+def _node_at(root, path):
+    node = root
+    for k in path:
+        node = child(node, k)
+        if node is None:
+            return None
+    return node
+
+
+def _pickles(node):
+    """The names of the pickled objects under a tree node."""
+    kind, fqn = item_name(node)
+    if kind == "pickle":
+        return [fqn]
+    kids = ([v for _, v in node["d"]] if "d" in node
+            else node.get("l", node.get("t", [])))
+    return [n for kid in kids for n in _pickles(kid)]
+
+
+class _Loader(object):
+    def __init__(self, reader, root, framework, allow_pickle, widen):
+        self.r, self.root = reader, root
+        self.framework, self.allow_pickle, self.widen = (framework,
+                                                         allow_pickle, widen)
+
+    def _refuse_pickles(self, node):
+        names = _pickles(node) if node is not None else []
+        if names and not self.allow_pickle:
+            raise UnsupportedError(
+                "'%s' is a pickled object: loading it runs code stored in "
+                "the checkpoint; pass allow_pickle=True if you trust %s"
+                % (names[0], self.r.path))
+
+    # -------------------------------------------------------- a new state
+    def _leaf(self, node):
+        kind, fqn = item_name(node)
+        i = self.r.index(fqn)
+        raw = self.r.read_array(i)
+        code = self.r.raw_info(i)[1]
+        if kind == "pickle":
+            return pickle.loads(raw.tobytes())
+        if kind == "bytes":
+            data = raw.tobytes()
+            return bytearray(data) if "Y" in node else data
+        if node.get("f") == "sc":
+            return convert(raw, code, "np", self.widen)[()]
+        fw = self.framework or ("pt" if node.get("f") == "pt" else "np")
+        return convert(raw, code, fw, self.widen, "tensor '%s'" % fqn)
+
+    def new(self):
+        if self.root is not None:
+            self._refuse_pickles(self.root)
+            return build(self.root, self._leaf)
+        out = {}
+        for i in range(self.r.count()):
+            name, code, _, _ = self.r.raw_info(i)
+            out[name] = convert(self.r.read_array(i), code,
+                                self.framework or "np", self.widen,
+                                "tensor '%s'" % name)
+        return out
+
+    # -------------------------------------------------------- into a state
+    def into(self, into):
+        """Checks every leaf of `into` against the checkpoint first (so a
+        missing key or a mismatch changes nothing), then reads."""
+        reads, later = [], []
+        for path, dest in leaves(into):
+            fqn = fqn_of(path)
+            if is_tensor(dest) and not isinstance(dest, np.generic):
+                reads.append(self._plan_read(fqn, dest))
+                continue
+            node = _node_at(self.root, path) if self.root else None
+            if node is None and not (self.root is None and self.r.has(fqn)):
+                raise MissingKeyError("'%s' is not in the checkpoint %s"
+                                      % (fqn, self.r.path))
+            self._refuse_pickles(node)
+            later.append((path, node, fqn))
+        for i, code, dest in reads:
+            self._fill(i, code, dest)
+        repl = {}
+        for path, node, fqn in later:
+            if node is not None:
+                repl[path] = build(node, self._leaf)
+            else:
+                i = self.r.index(fqn)
+                repl[path] = convert(self.r.read_array(i),
+                                     self.r.raw_info(i)[1],
+                                     self.framework or "np", self.widen)
+        replace(into, repl)
+
+    def _plan_read(self, fqn, dest):
+        i = self.r.index(fqn)
+        _, code, shape, _ = self.r.raw_info(i)
+        if code == C.BYTES:
+            raise MismatchError("'%s' is a byte object in the checkpoint, "
+                                "not a tensor" % fqn)
+        if tuple(dest.shape) != tuple(shape):
+            raise MismatchError("tensor '%s': shape %s in the checkpoint, %s "
+                                "in the state to load into"
+                                % (fqn, list(shape), list(dest.shape)))
+        if not _dtype_fits(dest, code):
+            raise MismatchError("tensor '%s': dtype %s in the checkpoint, %s "
+                                "in the state to load into"
+                                % (fqn, _dtypes.name(code), dest.dtype))
+        return i, code, dest
+
+    def _fill(self, i, code, dest):
+        if is_torch_tensor(dest):
+            return self._fill_torch(i, code, dest)
+        storage = _dtypes.STORAGE[code]
+        same = (dest.dtype.kind == storage.kind
+                and dest.dtype.itemsize == storage.itemsize)
+        if (same and dest.flags.c_contiguous and dest.flags.writeable
+                and dest.dtype.byteorder != ">"):
+            if dest.nbytes:
+                self.r.read_into(i, dest.ctypes.data)
+            return
+        raw = self.r.read_array(i)
+        if not same:
+            raw = _dtypes.widen(raw, code)
+        np.copyto(dest, raw)
+
+    def _fill_torch(self, i, code, t):
+        import torch
+        if t.numel() == 0:
+            return
+        tdt = _dtypes.torch_dtype(code, torch)
+        if t.is_contiguous() and t.dtype == tdt:
+            if t.device.type == "cpu":
+                self.r.read_into(i, t.data_ptr())
+                return
+            if t.device.type == "cuda":
+                torch.cuda.synchronize(t.device)   # torch's work on t first
+                try:
+                    self.r.read_into(i, t.data_ptr(), device=True)
+                    return
+                except OSError as exc:   # this libckptfs has no CUDA
+                    if exc.errno != errno.EFAULT:
+                        raise
+        raw = self.r.read_array(i)
+        if tdt is None and t.dtype == torch.uint8:
+            src = torch.from_numpy(raw)          # fp8 bits, as they are
+        else:
+            src = convert(raw, code, "pt", True,
+                          "tensor '%s'" % self.r.raw_info(i)[0])
+        with torch.no_grad():
+            t.copy_(src)
+
+
+def _dtype_fits(dest, code):
+    """Whether a tensor of dtype `code` loads into `dest`: same dtype; for
+    bf16 and fp8 where the framework lacks them, float32 (widened) or an
+    unsigned type of their size (raw bits)."""
+    if is_torch_tensor(dest):
+        import torch
+        tdt = _dtypes.torch_dtype(code, torch)
+        if tdt is not None:
+            return dest.dtype == tdt
+        return code in _dtypes.WIDENED and dest.dtype in (torch.float32,
+                                                          torch.uint8)
+    try:
+        if _dtypes.from_numpy(dest.dtype, "") == code:
+            return True
+    except UnsupportedError:
+        return False
+    return code in _dtypes.WIDENED and (
+        dest.dtype == np.float32 or (dest.dtype.kind == "u" and
+                                     dest.dtype.itemsize ==
+                                     _dtypes.STORAGE[code].itemsize))
+

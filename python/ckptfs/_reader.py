@@ -1,0 +1,405 @@
+"""_reader.py - reading checkpoints: the Reader over a ckpt_reader, and
+the lazy, safetensors-style view of one that ckptfs.open returns.
+
+Every read goes through the library's region reads, into a freshly
+allocated array (or the caller's own memory, for load): only the frames
+that the requested bytes touch are read and decoded, each checked against
+its checksum.  The same calls read ckptfs checkpoints and what the C
+reader opens of other tools: PyTorch DCP directories and safetensors
+files.
+"""
+import collections
+import ctypes
+import operator
+
+import numpy as np
+
+from . import _capi as C
+from . import _dtypes
+from ._errors import MissingKeyError, UnsupportedError, check
+
+ChunkInfo = collections.namedtuple(
+    "ChunkInfo", "offsets sizes file nframes raw_bytes stored_bytes")
+FrameInfo = collections.namedtuple(
+    "FrameInfo", "file_offset stored_size raw_offset raw_size codec checksum")
+TensorInfo = collections.namedtuple(
+    "TensorInfo", "name dtype shape nbytes stored_bytes nframes codec chunks")
+ChunkInfo.__doc__ = ("One chunk of a tensor: the box [offsets, offsets + "
+                     "sizes) it holds, its shard file (relative to the "
+                     "checkpoint) and its frames' raw and stored bytes.")
+FrameInfo.__doc__ = ("One frame of a chunk: where it is in its file, its "
+                     "byte range in the chunk's row-major image, its codec "
+                     "and the XXH3-64 of its raw bytes.")
+TensorInfo.__doc__ = ("A tensor (or byte object) of a checkpoint: ckptfs "
+                      "dtype name, global shape, raw and stored bytes, "
+                      "frame count, the codecs its frames use ('raw+zstd') "
+                      "and its chunks.")
+
+FORMATS = {C.FORMAT_CKPTFS: "ckptfs", C.FORMAT_DCP: "dcp",
+           C.FORMAT_SAFETENSORS: "safetensors"}
+
+
+def _dims(ptr, n):
+    return tuple(int(ptr[i]) for i in range(n))
+
+
+class Reader(object):
+    """An open checkpoint (libckptfs' ckpt_reader); usable from several
+    threads at once (each read releases the GIL)."""
+
+    def __init__(self, path, threads=None, cache_bytes=None, prefetch=None):
+        o = C.ReadOpts()
+        C.lib.ckpt_read_opts_init(ctypes.byref(o))
+        if threads is not None:
+            o.threads = int(threads)
+        if cache_bytes is not None:
+            o.cache_bytes = int(cache_bytes)
+        if prefetch is not None:
+            o.prefetch = int(prefetch)
+        self.path = path
+        self._h = ctypes.c_void_p()
+        err = C.Error()
+        check(C.lib.ckpt_reader_open(ctypes.byref(self._h),
+                                     C.fsencode(path), ctypes.byref(o),
+                                     ctypes.byref(err)), err)
+        self.format = FORMATS.get(C.lib.ckpt_format_probe(
+            C.fsencode(path), None, 0), "ckptfs")
+        self._infos = {}
+
+    def close(self):
+        if self._h:
+            C.lib.ckpt_reader_close(self._h)
+            self._h = ctypes.c_void_p()
+
+    def __del__(self):
+        self.close()
+
+    def handle(self):
+        if not self._h:
+            raise ValueError("checkpoint %s is closed" % (self.path,))
+        return self._h
+
+    # ------------------------------------------------------------ listing
+    def count(self):
+        return C.lib.ckpt_reader_count(self.handle())
+
+    def index(self, name):
+        """The index of tensor `name`, or MissingKeyError."""
+        i = C.lib.ckpt_reader_find(self.handle(), name.encode("utf-8"))
+        if i < 0:
+            raise MissingKeyError("'%s' is not in the checkpoint %s"
+                                  % (name, self.path))
+        return i
+
+    def has(self, name):
+        return C.lib.ckpt_reader_find(self.handle(),
+                                      name.encode("utf-8")) >= 0
+
+    def raw_info(self, i):
+        """(name, dtype code, shape, nbytes) of tensor i, cached."""
+        got = self._infos.get(i)
+        if got is None:
+            ti = self._tensor_info(i)
+            got = (ti.fqn.decode("utf-8", "replace"), ti.dtype,
+                   _dims(ti.shape, ti.ndim), int(ti.nbytes))
+            self._infos[i] = got
+        return got
+
+    def _tensor_info(self, i):
+        ti = C.TensorInfo()
+        if C.lib.ckpt_reader_info(self.handle(), i, ctypes.byref(ti)) != 0:
+            raise IndexError("no tensor %d in %s" % (i, self.path))
+        return ti
+
+    def names(self):
+        return [self.raw_info(i)[0] for i in range(self.count())]
+
+    def info(self, i):
+        """The TensorInfo of tensor i."""
+        ti = self._tensor_info(i)
+        chunks = []
+        for c in range(ti.nchunks):
+            ci = C.ChunkInfo()
+            if C.lib.ckpt_reader_chunk(self.handle(), i, c,
+                                       ctypes.byref(ci)) != 0:
+                raise IndexError("no chunk %d of tensor %d" % (c, i))
+            chunks.append(ChunkInfo(_dims(ci.offsets, ti.ndim),
+                                    _dims(ci.sizes, ti.ndim),
+                                    (ci.file or b"").decode("utf-8",
+                                                            "replace"),
+                                    int(ci.nframes), int(ci.raw_bytes),
+                                    int(ci.stored_bytes)))
+        return TensorInfo(ti.fqn.decode("utf-8", "replace"),
+                          _dtypes.name(ti.dtype), _dims(ti.shape, ti.ndim),
+                          int(ti.nbytes), int(ti.stored_bytes),
+                          int(ti.nframes),
+                          (ti.codecs or b"").decode("utf-8", "replace"),
+                          tuple(chunks))
+
+    def frames(self, i, chunk):
+        """The FrameInfos of chunk `chunk` of tensor i."""
+        ti = self._tensor_info(i)
+        if not 0 <= chunk < ti.nchunks:
+            raise IndexError("tensor '%s' has %d chunks, not %d"
+                             % (ti.fqn.decode(), ti.nchunks, chunk + 1))
+        ci = C.ChunkInfo()
+        C.lib.ckpt_reader_chunk(self.handle(), i, chunk, ctypes.byref(ci))
+        out = []
+        err = C.Error()
+        for f in range(ci.nframes):
+            fi = C.FrameInfo()
+            check(C.lib.ckpt_reader_frame(self.handle(), i, chunk, f,
+                                          ctypes.byref(fi),
+                                          ctypes.byref(err)), err)
+            out.append(FrameInfo(int(fi.file_offset), int(fi.stored_size),
+                                 int(fi.raw_offset), int(fi.raw_size),
+                                 C.lib.ckpt_codec_name(fi.codec).decode(),
+                                 int(fi.checksum)))
+        return out
+
+    def meta(self):
+        """The checkpoint's key/value metadata."""
+        h = self.handle()
+        out = {}
+        k, v = ctypes.c_char_p(), ctypes.c_char_p()
+        for j in range(C.lib.ckpt_reader_meta_count(h)):
+            if C.lib.ckpt_reader_meta_at(h, j, ctypes.byref(k),
+                                         ctypes.byref(v)) == 0:
+                out[k.value.decode("utf-8", "replace")] = v.value.decode(
+                    "utf-8", "replace")
+        return out
+
+    def stats(self):
+        s = C.Stats()
+        C.lib.ckpt_reader_stats(self.handle(), ctypes.byref(s))
+        return {name: int(getattr(s, name)) for name, _ in C.Stats._fields_}
+
+    # ------------------------------------------------------------ reading
+    def read_into(self, i, addr, offsets=None, sizes=None, device=False):
+        """Reads the region [offsets, offsets + sizes) of tensor i (None:
+        all of it) row-major to address `addr`; device: addr may be CUDA
+        memory."""
+        err = C.Error()
+        if offsets is None and not device:
+            nbytes = self.raw_info(i)[3]
+            if nbytes:
+                got = check(C.lib.ckpt_read(self.handle(), i, addr, 0, nbytes,
+                                            ctypes.byref(err)), err)
+                if got != nbytes:
+                    raise EOFError("tensor %d: read %d of %d bytes"
+                                   % (i, got, nbytes))
+            return
+        fn = C.lib.ckpt_load_region if device else C.lib.ckpt_read_region
+        offs = C.int64_array(offsets) if offsets is not None else None
+        size = C.int64_array(sizes) if sizes is not None else None
+        check(fn(self.handle(), i, offs, size, addr, ctypes.byref(err)), err)
+
+    def read_array(self, i, offsets=None, sizes=None):
+        """A new NumPy array (of the dtype's storage type) holding tensor
+        i, or its region."""
+        _, code, shape, _ = self.raw_info(i)
+        arr = np.empty(tuple(sizes) if sizes is not None else shape,
+                       _dtypes.STORAGE[code])
+        if arr.nbytes:
+            self.read_into(i, arr.ctypes.data, offsets, sizes)
+        return arr
+
+
+def convert(raw, code, framework, widen=True, what="tensor"):
+    """The storage array `raw` of a tensor of dtype `code` as what
+    `framework` ("np" or "pt") has for it."""
+    if code == C.BYTES:
+        return raw.tobytes()
+    if framework == "np":
+        return _dtypes.widen(raw, code) if (code in _dtypes.WIDENED
+                                            and widen) else raw
+    import torch
+    tdt = _dtypes.torch_dtype(code, torch)
+    if tdt is None:
+        if code in _dtypes.WIDENED:
+            return torch.from_numpy(_dtypes.c_order(_dtypes.widen(raw,
+                                                                  code)))
+        raise UnsupportedError("%s is %s, for which this torch (%s) has no "
+                               "dtype; read it with framework='np'"
+                               % (what, _dtypes.name(code), torch.__version__))
+    raw = _dtypes.c_order(raw)
+    if raw.dtype.kind == "u" and raw.dtype.itemsize > 1:
+        signed = raw.view(raw.dtype.str.replace("u", "i"))
+        return torch.from_numpy(signed).view(tdt)
+    t = torch.from_numpy(raw)
+    return t if t.dtype == tdt else t.view(tdt)
+
+
+def _index(k):
+    try:
+        return operator.index(k)
+    except TypeError:
+        raise TypeError("get_slice takes integers, slices (a:b:c) and "
+                        "Ellipsis, not %s" % type(k).__name__) from None
+
+
+def plan_slice(shape, key):
+    """(offsets, sizes, post) for indexing a tensor of `shape` with `key`:
+    the region to read and the NumPy index to apply to it afterwards
+    (None when the region is the answer: steps of 1, no integers)."""
+    key = key if isinstance(key, tuple) else (key,)
+    if sum(k is Ellipsis for k in key) > 1:
+        raise IndexError("an index can only have one Ellipsis")
+    if Ellipsis in key:
+        at = key.index(Ellipsis)
+        fill = len(shape) - (len(key) - 1)
+        key = key[:at] + (slice(None),) * max(0, fill) + key[at + 1:]
+    if len(key) > len(shape):
+        raise IndexError("too many indices: %d for a tensor of %d dimensions"
+                         % (len(key), len(shape)))
+    key = key + (slice(None),) * (len(shape) - len(key))
+    offsets, sizes, post, trivial = [], [], [], True
+    for d, (k, n) in enumerate(zip(key, shape)):
+        if isinstance(k, slice):
+            r = range(*k.indices(n))
+            if len(r) == 0:
+                offsets.append(max(0, min(r.start, n)))
+                sizes.append(0)
+                post.append(slice(None))
+                continue
+            lo, hi = min(r[0], r[-1]), max(r[0], r[-1]) + 1
+            offsets.append(lo)
+            sizes.append(hi - lo)
+            post.append(slice(None, None, r.step))
+            trivial = trivial and r.step == 1
+        else:
+            i = _index(k)
+            if not -n <= i < n:
+                raise IndexError("index %d is out of bounds for dimension %d "
+                                 "of size %d" % (i, d, n))
+            offsets.append(i % n)
+            sizes.append(1)
+            post.append(0)
+            trivial = False
+    return offsets, sizes, None if trivial else tuple(post)
+
+
+class TensorSlice(object):
+    """A tensor of an open checkpoint, read lazily: indexing it with
+    integers, slices and Ellipsis, as NumPy does, reads only that part (the
+    frames it touches).  Slices with steps read the box spanning the
+    elements, then take every step-th."""
+
+    def __init__(self, ck, name):
+        self._ck = ck
+        self._i = ck._reader.index(name)
+        self.name = name
+        _, self._code, self._shape, _ = ck._reader.raw_info(self._i)
+
+    def get_shape(self):
+        return list(self._shape)
+
+    def get_dtype(self):
+        return _dtypes.name(self._code)
+
+    @property
+    def shape(self):
+        return tuple(self._shape)
+
+    @property
+    def dtype(self):
+        return self.get_dtype()
+
+    def __len__(self):
+        if not self._shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self._shape[0]
+
+    def __getitem__(self, key):
+        if self._code == C.BYTES:
+            raise TypeError("'%s' is a byte object; use get_tensor"
+                            % self.name)
+        offsets, sizes, post = plan_slice(self._shape, key)
+        raw = self._ck._reader.read_array(self._i, offsets, sizes)
+        if post is not None:
+            raw = _dtypes.c_order(np.asarray(raw[post]))
+        return convert(raw, self._code, self._ck.framework, self._ck.widen,
+                       "tensor '%s'" % self.name)
+
+
+class CheckpointFile(object):
+    """An open checkpoint, in the manner of safetensors' safe_open: keys(),
+    metadata(), info(name), get_tensor(name), get_slice(name)[...].  Use
+    it as a context manager, or call close()."""
+
+    def __init__(self, path, framework="np", threads=None, cache_bytes=None,
+                 widen=True):
+        if framework not in ("np", "numpy", "pt", "torch"):
+            raise ValueError("framework must be 'np' or 'pt', not %r"
+                             % (framework,))
+        self.framework = "pt" if framework in ("pt", "torch") else "np"
+        if self.framework == "pt":
+            import torch  # noqa: F401  (fail here, not at the first read)
+        self.widen = widen
+        self._reader = Reader(path, threads, cache_bytes)
+        self.path = path
+
+    @property
+    def format(self):
+        """'ckptfs', 'dcp' or 'safetensors': what the path holds."""
+        return self._reader.format
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self):
+        self._reader.close()
+
+    def keys(self):
+        """Names of every tensor and byte object, sorted."""
+        return self._reader.names()
+
+    def __contains__(self, name):
+        return self._reader.has(name)
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def __len__(self):
+        return self._reader.count()
+
+    def metadata(self):
+        """The checkpoint's metadata: a dict of str to str."""
+        return self._reader.meta()
+
+    def info(self, name):
+        """The TensorInfo of `name`: dtype, shape, chunks, codec, stored
+        bytes."""
+        return self._reader.info(self._reader.index(name))
+
+    def frames(self, name, chunk=0):
+        """The FrameInfos of one chunk of `name`."""
+        return self._reader.frames(self._reader.index(name), chunk)
+
+    def get_tensor(self, name):
+        """All of `name`: an array or tensor, or bytes for a byte
+        object."""
+        i = self._reader.index(name)
+        code = self._reader.raw_info(i)[1]
+        return convert(self._reader.read_array(i), code, self.framework,
+                       self.widen, "tensor '%s'" % name)
+
+    def get_slice(self, name):
+        """A TensorSlice of `name`, read only when indexed."""
+        return TensorSlice(self, name)
+
+    def stats(self):
+        """The reader's counters since it was opened: frames_decoded,
+        bytes_decoded, cache_hits, cache_misses, bytes_read,
+        bytes_served."""
+        return self._reader.stats()
+
+
+def open_checkpoint(path, framework="np", *, threads=None, cache_bytes=None,
+                    widen=True):
+    """Opens a checkpoint (a ckptfs checkpoint, a PyTorch DCP directory, a
+    safetensors file or directory) for lazy reads; see CheckpointFile."""
+    return CheckpointFile(path, framework, threads, cache_bytes, widen)

@@ -1061,38 +1061,47 @@ int ckpt_plan_build(const ckpt_piece_rec *pieces, size_t n,
     return rc;
 }
 
-int ckpt_plan_check_chunks(const ckpt_piece_rec *chunks, size_t n,
-                           ckpt_error *err)
+int ckpt_plan_check_chunks_pieces(const ckpt_pieces *tab, ckpt_error *err)
 {
     static const ckpt_plan_opts defaults;
+    size_t n = tab->n;
     if (n == 0)
         return 0;
-    for (size_t i = 1; i < n; i++)
-        if (strcmp(chunks[i].fqn ? chunks[i].fqn : "",
-                   chunks[0].fqn ? chunks[0].fqn : ""))
+    const char *fqn0 = sort_key(ckpt_pieces_str(tab, tab->v[0].fqn));
+    for (size_t i = 1; i < n; i++) {
+        const char *fqn = sort_key(ckpt_pieces_str(tab, tab->v[i].fqn));
+        if (strcmp(fqn, fqn0))
             return ckpt_err(err, -EINVAL, "chunks of tensor '%s' and of '%s' "
-                            "checked together", chunks[0].fqn, chunks[i].fqn);
-    ckpt_pieces tab;
-    ckpt_plan unused = { 0 };
-    ckpt_pieces_init(&tab);
-    size_t *idx = malloc(n * sizeof *idx);
-    planner pl = { .tab = &tab, .n = n, .opts = &defaults, .out = &unused,
-                   .chunks = 1, .err = err };
-    int rc = idx ? 0 : -ENOMEM;
-    for (size_t i = 0; !rc && i < n; i++) {
-        idx[i] = i;
-        rc = ckpt_pieces_add(&tab, &chunks[i]);
+                            "checked together", fqn0, fqn);
     }
-    if (rc)
-        rc = ckpt_err(err, -ENOMEM, "planner: out of memory");
-    if (!rc)
-        rc = planner_init(&pl);
+    ckpt_plan unused = { 0 };
+    size_t *idx = malloc(n * sizeof *idx);
+    planner pl = { .tab = tab, .n = n, .opts = &defaults, .out = &unused,
+                   .chunks = 1, .err = err };
+    int rc = idx ? planner_init(&pl)
+                 : ckpt_err(err, -ENOMEM, "planner: out of memory");
+    for (size_t i = 0; !rc && i < n; i++)
+        idx[i] = i;
     if (!rc)
         rc = check_tensor(&pl, idx, n);
     planner_free(&pl);
     ckpt_plan_free(&unused);
-    ckpt_pieces_free(&tab);
     free(idx);
+    return rc;
+}
+
+int ckpt_plan_check_chunks(const ckpt_piece_rec *chunks, size_t n,
+                           ckpt_error *err)
+{
+    ckpt_pieces tab;
+    ckpt_pieces_init(&tab);
+    int rc = 0;
+    for (size_t i = 0; !rc && i < n; i++)
+        if (ckpt_pieces_add(&tab, &chunks[i]))
+            rc = ckpt_err(err, -ENOMEM, "planner: out of memory");
+    if (!rc)
+        rc = ckpt_plan_check_chunks_pieces(&tab, err);
+    ckpt_pieces_free(&tab);
     return rc;
 }
 

@@ -71,6 +71,9 @@ void ckpt_plan_free(ckpt_plan *p);
  * sizes [50,100]) and 1 (...) overlap").  Returns 0, -EINVAL, or -ENOMEM. */
 int ckpt_plan_check_chunks(const ckpt_piece_rec *chunks, size_t n,
                            ckpt_error *err);
+/* The same on the compact table (a tensor of a 16k-rank checkpoint has
+ * 16k chunks: ~100 bytes each there, ~900 as ckpt_piece_rec). */
+int ckpt_plan_check_chunks_pieces(const ckpt_pieces *tab, ckpt_error *err);
 
 /* Checks one piece on its own (valid dtype, fqn rules, ndim, offsets and
  * sizes inside the shape, byte count without overflow): what a writer can

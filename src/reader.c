@@ -812,23 +812,24 @@ static int tensor_tiling(const ckpt_index_tensor *t, ckpt_error *err)
         return ckpt_err(err, -EINVAL, "tensor '%s': no chunk holds any of "
                         "its %llu elements", t->fqn,
                         (unsigned long long)numel);
-    ckpt_piece_rec *p = calloc(t->nchunks + 1, sizeof *p);
-    if (!p)
-        return ckpt_err(err, -ENOMEM, "out of memory checking the chunks of "
-                        "tensor '%s'", t->fqn);
-    for (size_t c = 0; c < t->nchunks; c++) {
-        p[c].fqn = t->fqn;
-        p[c].dtype = t->dtype;
-        p[c].ndim = t->ndim;
-        memcpy(p[c].shape, t->shape, sizeof t->shape);
-        memcpy(p[c].offsets, t->chunks[c].offsets,
-               (size_t)t->ndim * sizeof *p[c].offsets);
-        memcpy(p[c].sizes, t->chunks[c].sizes,
-               (size_t)t->ndim * sizeof *p[c].sizes);
-        p[c].raw_bytes = t->chunks[c].raw_bytes;
+    /* one record, copied into a compact table chunk by chunk */
+    ckpt_piece_rec p = { .fqn = t->fqn, .dtype = t->dtype, .ndim = t->ndim };
+    memcpy(p.shape, t->shape, sizeof t->shape);
+    ckpt_pieces tab;
+    ckpt_pieces_init(&tab);
+    int rc = 0;
+    for (size_t c = 0; !rc && c < t->nchunks; c++) {
+        memcpy(p.offsets, t->chunks[c].offsets,
+               (size_t)t->ndim * sizeof *p.offsets);
+        memcpy(p.sizes, t->chunks[c].sizes, (size_t)t->ndim * sizeof *p.sizes);
+        p.raw_bytes = t->chunks[c].raw_bytes;
+        if (ckpt_pieces_add(&tab, &p))
+            rc = ckpt_err(err, -ENOMEM, "out of memory checking the chunks "
+                          "of tensor '%s'", t->fqn);
     }
-    int rc = ckpt_plan_check_chunks(p, t->nchunks, err);
-    free(p);
+    if (!rc)
+        rc = ckpt_plan_check_chunks_pieces(&tab, err);
+    ckpt_pieces_free(&tab);
     return rc;
 }
 

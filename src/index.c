@@ -1300,6 +1300,42 @@ int ckpt_index_load_chunks(ckpt_index *ix, ckpt_index_data *d, size_t t,
     return 0;
 }
 
+int ckpt_index_tensor_files(ckpt_index *ix, const ckpt_index_data *d,
+                            size_t t, void (*fn)(void *arg, size_t pos),
+                            void *arg, ckpt_error *err)
+{
+    const ckpt_index_tensor *tt = &d->tensors[t];
+    if (tt->chunks_loaded) {
+        for (size_t c = 0; c < tt->nchunks; c++)
+            fn(arg, (size_t)tt->chunks[c].file);
+        return 0;
+    }
+    sqlite3_stmt *st;
+    int src = sqlite3_prepare_v2(ix->db, "SELECT DISTINCT file_id FROM "
+                                 "chunks WHERE tensor_id = ?", -1, &st, NULL);
+    if (src != SQLITE_OK)
+        return ckpt_db_err(err, ix->db, src, ix->path,
+                           "cannot list a tensor's files");
+    int rc = 0;
+    src = sqlite3_bind_int64(st, 1, tt->id);
+    while (!rc && src == SQLITE_OK && (src = sqlite3_step(st)) == SQLITE_ROW) {
+        long pos = id_map_find(&ix->files, sqlite3_column_int64(st, 0));
+        if (pos < 0)
+            rc = damaged(err, ix->path, "tensor '%s': a chunk names file id "
+                         "%lld, which is not in files", tt->fqn,
+                         (long long)sqlite3_column_int64(st, 0));
+        else {
+            fn(arg, (size_t)pos);
+            src = SQLITE_OK;
+        }
+    }
+    if (!rc && src != SQLITE_DONE)
+        rc = ckpt_db_err(err, ix->db, src, ix->path,
+                         "cannot list a tensor's files");
+    sqlite3_finalize(st);
+    return rc;
+}
+
 static int load_rows(loader *l, const char *sql,
                      int (*fn)(void *arg, sqlite3_stmt *st))
 {

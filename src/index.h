@@ -101,6 +101,13 @@ int ckpt_index_load_tensors(ckpt_index *ix, ckpt_index_data *out,
  * are loaded.  On error the tensor is left as it was. */
 int ckpt_index_load_chunks(ckpt_index *ix, ckpt_index_data *d, size_t t,
                            ckpt_error *err);
+/* Calls fn(arg, pos) once for each file (its position in d->files) that a
+ * chunk of d->tensors[t] lies in, without loading its chunks: what a
+ * tensor's permission depends on, asked for every file of a listing.  A
+ * chunk naming an unknown file is -EIO (damaged index). */
+int ckpt_index_tensor_files(ckpt_index *ix, const ckpt_index_data *d,
+                            size_t t, void (*fn)(void *arg, size_t pos),
+                            void *arg, ckpt_error *err);
 /* ckpt_index_load_tensors, then every tensor's chunks. */
 int ckpt_index_load(ckpt_index *ix, ckpt_index_data *out, ckpt_error *err);
 void ckpt_index_data_free(ckpt_index_data *d);

@@ -1369,6 +1369,18 @@ static const ckpt_perm *names_perm(ckpt_reader *r)
     return &r->names_perm;
 }
 
+typedef struct perm_fold_ctx {
+    ckpt_reader *r;
+    ckpt_perm *out;
+    int first;
+} perm_fold_ctx;
+
+static void fold_file(void *arg, size_t pos)
+{
+    perm_fold_ctx *f = arg;
+    perm_fold(f->out, &f->first, file_status(f->r, pos));
+}
+
 int ckpt_reader_perm(ckpt_reader *r, size_t idx, ckpt_perm *out,
                      ckpt_error *err)
 {
@@ -1377,16 +1389,17 @@ int ckpt_reader_perm(ckpt_reader *r, size_t idx, ckpt_perm *out,
                         "tensors)", idx, r->d.ntensors);
     pthread_mutex_lock(&r->perm_mu);
     *out = *names_perm(r);
-    int first = 0, prev = -1;
-    const ckpt_index_tensor *t = idx == (size_t)-1 ? NULL : tensor_at(r, idx);
-    for (size_t c = 0; t && c < t->nchunks; c++) {
-        int file = t->chunks[c].file;
-        if (file != prev)
-            perm_fold(out, &first, file_status(r, (size_t)file));
-        prev = file;
+    perm_fold_ctx f = { r, out, 0 };
+    int rc = 0;
+    if (idx != (size_t)-1) {
+        /* The tensor's files, without loading its chunks: a listing asks
+         * this of every tensor. */
+        pthread_mutex_lock(&r->ix_mu);
+        rc = ckpt_index_tensor_files(r->ix, &r->d, idx, fold_file, &f, err);
+        pthread_mutex_unlock(&r->ix_mu);
     }
     pthread_mutex_unlock(&r->perm_mu);
-    return 0;
+    return rc;
 }
 
 /* ---------------------------------------------------------------- verify */

@@ -26,8 +26,14 @@
 #define INO_LATEST 2
 /* .ckptfs/status of a committed checkpoint (a save's reads the same). */
 #define STATUS_COMMITTED "committed\n"
-/* st_blksize: what cat, cp and friends take as their buffer size. */
+/* st_blksize: what cat, cp and friends take as their buffer size.  A
+ * ckptfs checkpoint's tensor files ask for a frame (1 MiB by default): a
+ * read of a whole frame is decoded straight into the reply, a smaller one
+ * through the frame cache.  A foreign checkpoint's ask for 128 KiB (what
+ * cat uses on a local file): any range of them is one pread, and cat
+ * allocates a buffer of st_blksize per file, a cost paid per tensor. */
 #define OPS_BLKSIZE (1 << 20)
+#define OPS_BLKSIZE_FOREIGN (128 << 10)
 
 /* ------------------------------------------------------------ inodes */
 
@@ -152,12 +158,12 @@ static void stat_dir(struct stat *st, nlink_t nlink)
     st->st_blksize = OPS_BLKSIZE;
 }
 
-static void stat_file(struct stat *st, uint64_t size)
+static void stat_file(struct stat *st, uint64_t size, blksize_t blksize)
 {
     st->st_mode = S_IFREG | (st->st_mode & 0444);
     st->st_nlink = 1;
     st->st_size = (off_t)size;
-    st->st_blksize = OPS_BLKSIZE;
+    st->st_blksize = blksize;
     st->st_blocks = (blkcnt_t)((size + 511) / 512);
 }
 
@@ -223,7 +229,9 @@ static int stat_node(const fs_ctx *c, const fs_ckpt *ck, uint32_t node,
     }
     uint64_t size;
     int rc = generated_size(ck, n, &size);
-    stat_file(st, size);
+    stat_file(st, size, ck->reader && ckpt_reader_format(ck->reader) !=
+                            CKPT_FORMAT_CKPTFS ? OPS_BLKSIZE_FOREIGN
+                                               : OPS_BLKSIZE);
     return rc;
 }
 

@@ -22,6 +22,18 @@
 
 #define BLK 64
 
+/* The loops over whole planes are compiled twice on x86-64, for AVX2 and
+ * for the baseline, and the loader picks one at run time (ifunc): they
+ * then run on 32-byte vectors where the CPU has them. */
+#if defined(__x86_64__) && defined(__GNUC__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define PLANE_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+#endif
+#ifndef PLANE_CLONES
+#define PLANE_CLONES
+#endif
+
 size_t ckpt_bg_esize(int layout)
 {
     switch (layout) {
@@ -92,7 +104,7 @@ static inline void merge_f64_hi(uint8_t top, uint8_t ex, uint8_t *b6,
 
 /* ------------------------------------------------------------ layouts */
 
-static void split_bf16(const uint8_t *restrict s, size_t n,
+PLANE_CLONES static void split_bf16(const uint8_t *restrict s, size_t n,
                        uint8_t *restrict p0, uint8_t *restrict p1)
 {
     size_t i = 0;
@@ -103,7 +115,7 @@ static void split_bf16(const uint8_t *restrict s, size_t n,
         split_hi16(s[2 * i], s[2 * i + 1], &p0[i], &p1[i]);
 }
 
-static void merge_bf16(const uint8_t *restrict p0, const uint8_t *restrict p1,
+PLANE_CLONES static void merge_bf16(const uint8_t *restrict p0, const uint8_t *restrict p1,
                        size_t n, uint8_t *restrict d)
 {
     size_t i = 0;
@@ -114,7 +126,7 @@ static void merge_bf16(const uint8_t *restrict p0, const uint8_t *restrict p1,
         merge_hi16(p0[i], p1[i], &d[2 * i], &d[2 * i + 1]);
 }
 
-static void split_f16(const uint8_t *restrict s, size_t n,
+PLANE_CLONES static void split_f16(const uint8_t *restrict s, size_t n,
                       uint8_t *restrict p0, uint8_t *restrict p1,
                       uint8_t *restrict p2)
 {
@@ -130,7 +142,7 @@ static void split_f16(const uint8_t *restrict s, size_t n,
     }
 }
 
-static void merge_f16(const uint8_t *restrict p0, const uint8_t *restrict p1,
+PLANE_CLONES static void merge_f16(const uint8_t *restrict p0, const uint8_t *restrict p1,
                       const uint8_t *restrict p2, size_t n,
                       uint8_t *restrict d)
 {
@@ -146,7 +158,7 @@ static void merge_f16(const uint8_t *restrict p0, const uint8_t *restrict p1,
     }
 }
 
-static void split_f32(const uint8_t *restrict s, size_t n,
+PLANE_CLONES static void split_f32(const uint8_t *restrict s, size_t n,
                       uint8_t *restrict p0, uint8_t *restrict p1,
                       uint8_t *restrict p2, uint8_t *restrict p3)
 {
@@ -164,7 +176,7 @@ static void split_f32(const uint8_t *restrict s, size_t n,
     }
 }
 
-static void merge_f32(const uint8_t *restrict p0, const uint8_t *restrict p1,
+PLANE_CLONES static void merge_f32(const uint8_t *restrict p0, const uint8_t *restrict p1,
                       const uint8_t *restrict p2, const uint8_t *restrict p3,
                       size_t n, uint8_t *restrict d)
 {
@@ -184,7 +196,7 @@ static void merge_f32(const uint8_t *restrict p0, const uint8_t *restrict p1,
 
 /* Plain planes of k-byte elements (k = 2, 4), and of 8-byte elements with
  * the f64 rearrangement of the top two bytes or without it. */
-static void split_x2(const uint8_t *restrict s, size_t n,
+PLANE_CLONES static void split_x2(const uint8_t *restrict s, size_t n,
                      uint8_t *restrict p0, uint8_t *restrict p1)
 {
     size_t i = 0;
@@ -199,7 +211,7 @@ static void split_x2(const uint8_t *restrict s, size_t n,
     }
 }
 
-static void merge_x2(const uint8_t *restrict p0, const uint8_t *restrict p1,
+PLANE_CLONES static void merge_x2(const uint8_t *restrict p0, const uint8_t *restrict p1,
                      size_t n, uint8_t *restrict d)
 {
     size_t i = 0;
@@ -214,7 +226,7 @@ static void merge_x2(const uint8_t *restrict p0, const uint8_t *restrict p1,
     }
 }
 
-static void split_x4(const uint8_t *restrict s, size_t n,
+PLANE_CLONES static void split_x4(const uint8_t *restrict s, size_t n,
                      uint8_t *restrict p0, uint8_t *restrict p1,
                      uint8_t *restrict p2, uint8_t *restrict p3)
 {
@@ -234,7 +246,7 @@ static void split_x4(const uint8_t *restrict s, size_t n,
     }
 }
 
-static void merge_x4(const uint8_t *restrict p0, const uint8_t *restrict p1,
+PLANE_CLONES static void merge_x4(const uint8_t *restrict p0, const uint8_t *restrict p1,
                      const uint8_t *restrict p2, const uint8_t *restrict p3,
                      size_t n, uint8_t *restrict d)
 {
@@ -296,7 +308,7 @@ static inline void merge_one8(P8_PARAMS(const), size_t j,
     }
 }
 
-static void split_x8(const uint8_t *restrict s, size_t n, P8_PARAMS(),
+PLANE_CLONES static void split_x8(const uint8_t *restrict s, size_t n, P8_PARAMS(),
                      int f64)
 {
     size_t i = 0;
@@ -307,7 +319,7 @@ static void split_x8(const uint8_t *restrict s, size_t n, P8_PARAMS(),
         split_one8(s + 8 * i, i, p0, p1, p2, p3, p4, p5, p6, p7, f64);
 }
 
-static void merge_x8(P8_PARAMS(const), size_t n, uint8_t *restrict d,
+PLANE_CLONES static void merge_x8(P8_PARAMS(const), size_t n, uint8_t *restrict d,
                      int f64)
 {
     size_t i = 0;
@@ -435,7 +447,7 @@ static inline void unpack_block(const uint8_t *restrict in,
 /* The loops, specialised per k so that shifts and masks are constants. */
 #define PACK_CASES(X) X(1) X(2) X(3) X(4) X(5) X(6) X(7)
 
-static void pack_blocks(const uint8_t *restrict src, size_t nb, unsigned k,
+PLANE_CLONES static void pack_blocks(const uint8_t *restrict src, size_t nb, unsigned k,
                         uint8_t *restrict dst)
 {
     switch (k) {
@@ -451,7 +463,7 @@ static void pack_blocks(const uint8_t *restrict src, size_t nb, unsigned k,
     }
 }
 
-static void unpack_blocks(const uint8_t *restrict src, size_t nb, unsigned k,
+PLANE_CLONES static void unpack_blocks(const uint8_t *restrict src, size_t nb, unsigned k,
                           uint8_t *restrict dst)
 {
     switch (k) {

@@ -223,7 +223,11 @@ typedef struct ckpt_reader ckpt_reader;
  * missing directory, a directory without index.db (not committed), an
  * index.db that is not a ckptfs index or is of a newer format, and one
  * that breaks the format (names against the FQN rules or repeated, sizes
- * out of bounds: "damaged index"; docs/TRUST.md). */
+ * out of bounds: "damaged index"; docs/TRUST.md).  Reads the metadata,
+ * files and tensors; each tensor's chunks are read from the index when
+ * first needed (a read of it, ckpt_reader_chunk, verify), so opening costs
+ * the same for 8 writers as for 16,384.  The reader may be shared by
+ * threads. */
 int ckpt_reader_open(ckpt_reader **out, const char *dir,
                      const ckpt_read_opts *opts, ckpt_error *err);
 void ckpt_reader_close(ckpt_reader *r);
@@ -264,6 +268,9 @@ size_t ckpt_reader_count(const ckpt_reader *r);
 int ckpt_reader_info(const ckpt_reader *r, size_t idx, ckpt_tensor_info *out);
 /* Index of `fqn`, or -ENOENT. */
 long ckpt_reader_find(const ckpt_reader *r, const char *fqn);
+/* Chunk `chunk` of tensor idx (chunks in row-major order of their
+ * offsets).  The first lookup of a tensor's chunks loads them: -EIO when
+ * the index holds them damaged, -EINVAL for a bad idx or chunk. */
 int ckpt_reader_chunk(const ckpt_reader *r, size_t idx, size_t chunk,
                       ckpt_chunk_info *out);
 int ckpt_reader_frame(ckpt_reader *r, size_t idx, size_t chunk, uint64_t frame,
@@ -382,6 +389,12 @@ typedef enum ckpt_format {
  * checkpoint's: index.db, .metadata, the .safetensors file or index json
  * (for a directory of .safetensors without index, the directory). */
 ckpt_format ckpt_format_probe(const char *path, char *stamp, size_t cap);
+
+/* What an open reader reads: CKPT_FORMAT_CKPTFS, or the foreign format it
+ * was opened on (CKPT_FORMAT_DCP, CKPT_FORMAT_SAFETENSORS), whose bytes
+ * carry no checksums: any byte range is read as it is, without the frame
+ * around it. */
+ckpt_format ckpt_reader_format(const ckpt_reader *r);
 
 /* Version of the library, e.g. "0.1.0". */
 const char *ckpt_version(void);

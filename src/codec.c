@@ -37,11 +37,11 @@
 #include <string.h>
 #include <zstd.h>
 #include <zstd_errors.h>
-#include <xxhash.h>
 
 #include "bytegroup.h"
 #include "error.h"
 #include "huff.h"
+#include "xxh.h"
 
 #define CODEC_MIN_LEVEL (-7)
 #define CODEC_MAX_LEVEL 22
@@ -98,7 +98,7 @@ ckpt_codec_ctx *ckpt_codec_ctx_new(void)
         return NULL;
     c->cctx = ZSTD_createCCtx();
     c->dctx = ZSTD_createDCtx();
-    c->huf = malloc(sizeof *c->huf);
+    c->huf = calloc(1, sizeof *c->huf);
     if (!c->cctx || !c->dctx || !c->huf) {
         ckpt_codec_ctx_free(c);
         return NULL;

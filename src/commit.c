@@ -92,14 +92,16 @@ static int list_plans(const char *pending, name_list *out, ckpt_error *err)
     return 0;
 }
 
+/* Reads every plan into one compact table of pieces (a 16k-rank save's
+ * plans hold millions) and their metadata into m. */
 static int read_plans(const char *pending, const name_list *plans,
-                      ckpt_manifest *m, ckpt_error *err)
+                      ckpt_pieces *all, ckpt_manifest *m, ckpt_error *err)
 {
     char path[4096];
     for (size_t i = 0; i < plans->n; i++) {
         int rc = ckpt_path_join(path, sizeof path, pending, plans->v[i], err);
         if (rc == 0)
-            rc = ckpt_planfile_read(path, m, err);
+            rc = ckpt_planfile_read_pieces(path, all, m, err);
         if (rc)
             return rc;
     }
@@ -118,25 +120,36 @@ static const char *failure_of(const ckpt_manifest *all, const char *fqn)
 
 /* Refuses a declared tensor (a file created or described in a save
  * through a mount) that no writer recorded a piece of: its only piece
- * failed, or its writer died.  Names it, and why its piece failed. */
-static int check_declared(const ckpt_manifest *all, ckpt_error *err)
+ * failed, or its writer died.  Names it, and why its piece failed.
+ * `decl` holds the declarations, `all` the pieces. */
+static int check_declared(const ckpt_manifest *decl, const ckpt_pieces *all,
+                          ckpt_error *err)
 {
-    if (all->ndeclared == 0)
+    if (decl->ndeclared == 0)
         return 0;
-    const char **have = malloc((all->npieces ? all->npieces : 1) *
-                               sizeof *have);
-    if (!have)
+    /* Each fqn is one interned string: collect each once. */
+    unsigned char *seen = calloc((size_t)all->nstr + 1, 1);
+    const char **have = malloc((all->nstr ? all->nstr : 1) * sizeof *have);
+    if (!seen || !have) {
+        free(seen), free(have);
         return ckpt_err(err, -ENOMEM, "out of memory");
-    for (size_t i = 0; i < all->npieces; i++)
-        have[i] = all->pieces[i].fqn;
-    qsort(have, all->npieces, sizeof *have, cmp_str);
-    int rc = 0;
-    for (size_t i = 0; rc == 0 && i < all->ndeclared; i++) {
-        const ckpt_kv *d = &all->declared[i];
-        if (all->npieces &&
-            bsearch(&d->key, have, all->npieces, sizeof *have, cmp_str))
+    }
+    size_t nhave = 0;
+    for (size_t i = 0; i < all->n; i++) {
+        uint32_t f = all->v[i].fqn;
+        if (f == CKPT_PIECES_NONE || seen[f])
             continue;
-        const char *why = failure_of(all, d->key);
+        seen[f] = 1;
+        have[nhave++] = ckpt_pieces_str(all, f);
+    }
+    free(seen);
+    qsort(have, nhave, sizeof *have, cmp_str);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < decl->ndeclared; i++) {
+        const ckpt_kv *d = &decl->declared[i];
+        if (nhave && bsearch(&d->key, have, nhave, sizeof *have, cmp_str))
+            continue;
+        const char *why = failure_of(decl, d->key);
         rc = why
             ? ckpt_err(err, -EINVAL, "tensor '%s' has no piece: its file "
                        "was created or described in this save (writer %s) "
@@ -282,22 +295,22 @@ static int refuse_unsynced(const char *dir, ckpt_error *err)
                     "disk; save the step again", dir, why);
 }
 
-static int sync_shards(const char *dir, const ckpt_manifest *all,
+static int sync_shards(const char *dir, const ckpt_pieces *all,
                        ckpt_error *err)
 {
-    if (all->npieces == 0)
-        return 0;
-    const char **files = malloc(all->npieces * sizeof *files);
-    if (!files)
+    /* Each distinct path is one string of the table: once each. */
+    unsigned char *done = calloc((size_t)all->nstr + 1, 1);
+    if (!done)
         return ckpt_err(err, -ENOMEM, "out of memory");
-    for (size_t i = 0; i < all->npieces; i++)
-        files[i] = all->pieces[i].file;
-    qsort(files, all->npieces, sizeof *files, cmp_str);
     int rc = 0;
-    for (size_t i = 0; rc == 0 && i < all->npieces; i++)
-        if (i == 0 || strcmp(files[i], files[i - 1]) != 0)
-            rc = sync_one(dir, files[i], err);
-    free(files);
+    for (size_t i = 0; rc == 0 && i < all->n; i++) {
+        uint32_t f = all->v[i].file;
+        if (f == CKPT_PIECES_NONE || done[f])
+            continue;
+        done[f] = 1;
+        rc = sync_one(dir, ckpt_pieces_str(all, f), err);
+    }
+    free(done);
     return rc;
 }
 
@@ -307,9 +320,11 @@ static int commit_locked(const char *dir, const char *pending,
 {
     char tmp[4096], final[4096];
     name_list plans = { 0 };
-    ckpt_manifest all, meta;
+    ckpt_pieces all;
+    ckpt_manifest all_meta, meta;
     ckpt_plan plan = { 0 };
-    ckpt_manifest_init(&all);
+    ckpt_pieces_init(&all);
+    ckpt_manifest_init(&all_meta);
     ckpt_manifest_init(&meta);
     int rc = ckpt_path_join(final, sizeof final, dir, "index.db", err);
     if (rc == 0)
@@ -328,26 +343,26 @@ static int commit_locked(const char *dir, const char *pending,
         rc = ckpt_err(err, -EINVAL, "%s: expected %d writer plans, found "
                       "%zu", dir, o->expect_writers, plans.n);
     if (rc == 0)
-        rc = read_plans(pending, &plans, &all, err);
+        rc = read_plans(pending, &plans, &all, &all_meta, err);
     if (rc == 0)
-        rc = check_declared(&all, err);
+        rc = check_declared(&all_meta, &all, err);
     if (rc == 0)
-        rc = merge_meta(&all, &meta, err);
+        rc = merge_meta(&all_meta, &meta, err);
     if (rc == 0)
         rc = add_system_meta(&meta, o->world_size > 0 ? (size_t)o->world_size
                                                        : plans.n, err);
     ckpt_plan_opts popts = { .check_replica_hashes = 1 };
     if (rc == 0) {
-        rc = ckpt_plan_build(all.pieces, all.npieces, &popts, &plan, err);
+        rc = ckpt_plan_build_pieces(&all, &popts, &plan, err);
         if (rc)
-            add_failure(&all, err);
+            add_failure(&all_meta, err);
     }
     if (rc == 0 && o->sync)
         rc = sync_shards(dir, &all, err);
     if (rc == 0) {
         unlink(tmp);   /* left by a committer that died; we hold the lock */
-        rc = ckpt_index_write(tmp, dir, all.pieces, &plan, meta.meta,
-                              meta.nmeta, o->sync, err);
+        rc = ckpt_index_write_pieces(tmp, dir, &all, &plan, meta.meta,
+                                     meta.nmeta, o->sync, err);
         if (rc) {
             ckpt_err_wrap(err, rc, "cannot write the index");
             unlink(tmp);
@@ -356,7 +371,8 @@ static int commit_locked(const char *dir, const char *pending,
     if (rc == 0)
         rc = publish(dir, tmp, final, o->sync, err);
     ckpt_plan_free(&plan);
-    ckpt_manifest_free(&all);
+    ckpt_pieces_free(&all);
+    ckpt_manifest_free(&all_meta);
     ckpt_manifest_free(&meta);
     names_free(&plans);
     return rc;

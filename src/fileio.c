@@ -12,6 +12,9 @@
  *  - fsync of a directory tolerates EINVAL/EOPNOTSUPP, which some
  *    filesystems answer for directories that have nothing to sync.
  *  - close() failing with EINTR is success: on Linux the descriptor is gone.
+ *  - An append whose bytes the kernel would copy slowly (their address and
+ *    the file offset 1..31 bytes apart within a cache line, see
+ *    ckpt_copy_fast) goes through a 128 KiB bounce buffer that lines up.
  */
 #include "fileio.h"
 
@@ -34,6 +37,10 @@
  * the disk works while later frames are still being encoded and the final
  * fdatasync has little left to wait for. */
 #define WRITEBACK_STEP ((uint64_t)32 << 20)
+/* Appends whose bytes the kernel would copy slowly (ckpt_copy_fast) go
+ * through a bounce buffer of this size, placed to line up with the file. */
+#define BOUNCE ((size_t)128 << 10)
+#define LINE 64
 
 struct ckpt_shard {
     int fd;
@@ -42,6 +49,7 @@ struct ckpt_shard {
     uint64_t dropped;   /* [0, dropped) written back and out of the cache */
     int nocache;
     char *path;
+    unsigned char *bounce;   /* BOUNCE + LINE bytes, line-aligned; lazily */
 };
 
 static const char *nm(const char *path)
@@ -140,12 +148,60 @@ void ckpt_shard_set_nocache(ckpt_shard *s, int on)
     s->nocache = on;
 }
 
+int ckpt_copy_fast(uint64_t from, uint64_t to)
+{
+    unsigned rel = (unsigned)((to - from) % LINE);
+    return rel == 0 || rel >= LINE / 2;
+}
+
+/* Blocks below glibc's rep-movsb threshold (2 KiB at the least).  The
+ * volatile size keeps the compiler from fusing the loop back into one
+ * large memcpy. */
+void ckpt_copy_blocks(void *dst, const void *src, size_t n)
+{
+    volatile size_t block = 2048;
+    size_t b = block;
+    unsigned char *d = dst;
+    const unsigned char *p = src;
+    while (n > b) {
+        memcpy(d, p, b);
+        d += b;
+        p += b;
+        n -= b;
+    }
+    memcpy(d, p, n);
+}
+
+/* pwrite of n bytes at off through the bounce buffer, placed so that the
+ * kernel's copy from it lines up with the file (filled with
+ * ckpt_copy_blocks, so the slow rep movsb is avoided on both sides). */
+static int pwrite_bounced(ckpt_shard *s, const unsigned char *buf, size_t n,
+                          uint64_t off, ckpt_error *err)
+{
+    if (!s->bounce && posix_memalign((void **)&s->bounce, LINE,
+                                     BOUNCE + LINE) != 0) {
+        s->bounce = NULL;
+        return pwrite_full(s->fd, buf, n, off, s->path, err);
+    }
+    for (size_t k = 0; k < n; k += BOUNCE) {
+        size_t m = n - k < BOUNCE ? n - k : BOUNCE;
+        unsigned char *b = s->bounce + (off + k) % LINE;
+        ckpt_copy_blocks(b, buf + k, m);
+        int rc = pwrite_full(s->fd, b, m, off + k, s->path, err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
 int ckpt_shard_append(ckpt_shard *s, const void *buf, size_t n,
                       uint64_t *offset, ckpt_error *err)
 {
     if (!s || (!buf && n))
         return ckpt_err(err, -EINVAL, "shard append: no shard or buffer");
-    int rc = pwrite_full(s->fd, buf, n, s->size, s->path, err);
+    int rc = n >= 4096 && !ckpt_copy_fast((uintptr_t)buf, s->size)
+                 ? pwrite_bounced(s, buf, n, s->size, err)
+                 : pwrite_full(s->fd, buf, n, s->size, s->path, err);
     if (rc)
         return rc;
     if (offset)
@@ -190,6 +246,7 @@ int ckpt_shard_close(ckpt_shard *s, ckpt_error *err)
     int rc = close_fd(s->fd);
     if (rc)
         ckpt_err_sys(err, rc, "cannot close shard file %s", s->path);
+    free(s->bounce);
     free(s->path);
     free(s);
     return rc;

@@ -29,6 +29,18 @@ const char *ckpt_shard_path(const ckpt_shard *s);
 /* Closes and frees (also on error). */
 int ckpt_shard_close(ckpt_shard *s, ckpt_error *err);
 
+/* 1 when the kernel copies fast between page-cache bytes and user memory
+ * that sit at `from` and `to` (a file offset and an address, either way
+ * round): their offsets within a 64-byte cache line differ by 0, or put
+ * `to` 32..63 bytes past `from`.  Otherwise the copy (rep movsb) runs at a
+ * third of its speed on the CPUs measured, and shardio.c and
+ * ckpt_shard_append go through a buffer placed to line up. */
+int ckpt_copy_fast(uint64_t from, uint64_t to);
+
+/* memcpy in blocks small enough that glibc copies them with vector loads
+ * and stores (fast whatever the alignment), never with rep movsb. */
+void ckpt_copy_blocks(void *dst, const void *src, size_t n);
+
 /* Reads exactly n bytes at off.  A short read (file truncated) is -EIO with
  * a message naming `path`, the offset and the length. */
 int ckpt_pread_full(int fd, void *buf, size_t n, uint64_t off,

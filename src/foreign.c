@@ -408,17 +408,15 @@ static int fill_tensor(ckpt_foreign *f, ckpt_index_tensor *t,
                        ckpt_error *err)
 {
     size_t isz = ckpt_dtype_size(t->dtype);
-    t->chunks = calloc(pt->nchunks + 1, sizeof *t->chunks);
-    if (!t->chunks)
+    if (ckpt_index_tensor_alloc_chunks(t, pt->nchunks))
         return ckpt_err(err, -ENOMEM, "out of memory");
-    t->nchunks = pt->nchunks;
     t->nbytes = ckpt_box_numel(t->ndim, t->shape) * isz;
     for (size_t k = 0; k < pt->nchunks; k++, (*g)++) {
         ckpt_foreign_chunk *c = &f->pend[pt->chunks[k]];
         ckpt_index_chunk *ch = &t->chunks[k];
         ch->id = (int64_t)*g;
-        memcpy(ch->offsets, c->offsets, sizeof ch->offsets);
-        memcpy(ch->sizes, c->sizes, sizeof ch->sizes);
+        memcpy(ch->offsets, c->offsets, (size_t)t->ndim * sizeof *c->offsets);
+        memcpy(ch->sizes, c->sizes, (size_t)t->ndim * sizeof *c->sizes);
         ch->file = file_index(f, c->file);
         ch->raw_bytes = ckpt_box_numel(t->ndim, c->sizes) * isz;
         if (make_frames(c, ch->raw_bytes, isz, &f->frames[*g], &ch->nframes))

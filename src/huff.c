@@ -520,10 +520,30 @@ static int decode_rest(bitrd *b, const ckpt_huf_dtable *t)
     return decode_single(b, t);
 }
 
+/* The tables for the code that src describes: kept from the last stream
+ * when its code description is the same bytes, else read anew.  Returns
+ * the header size, or 0 when the header is malformed. */
+static size_t load_code(ckpt_huf_dtable *t, const uint8_t *src, size_t sn)
+{
+    if (sn < 2)
+        return 0;
+    size_t cl = 2 + ((size_t)src[1] + 2) / 2;
+    if (t->code_len == cl && memcmp(t->code, src, cl) == 0)
+        return sn >= header_size(src[1] + 1) ? header_size(src[1] + 1) : 0;
+    t->code_len = 0;
+    t->has_multi = 0;
+    size_t h = read_code(t, src, sn);
+    if (h) {
+        memcpy(t->code, src, cl);
+        t->code_len = (uint8_t)cl;
+    }
+    return h;
+}
+
 int ckpt_huf_decode(ckpt_huf_dtable *t, const uint8_t *src, size_t sn,
                     uint8_t *dst, size_t n)
 {
-    size_t h = read_code(t, src, sn);
+    size_t h = load_code(t, src, sn);
     if (h == 0)
         return -1;
     bitrd s[NSTREAMS];
@@ -546,7 +566,10 @@ int ckpt_huf_decode(ckpt_huf_dtable *t, const uint8_t *src, size_t sn,
                 return -1;
         return 0;
     }
-    build_multi(t);
+    if (!t->has_multi) {
+        build_multi(t);
+        t->has_multi = 1;
+    }
     decode4(s, t->multi);
     for (int k = 0; k < NSTREAMS; k++)
         if (decode_rest(&s[k], t))

@@ -46,11 +46,16 @@ int ckpt_huf_build(const uint32_t hist[256], ckpt_huf_code *code);
 size_t ckpt_huf_encode(const ckpt_huf_code *code, const uint8_t *src,
                        size_t n, uint8_t *dst);
 
-/* Decoding tables, rebuilt for each stream; about 20 KiB.  Keep one per
- * thread (codec context). */
+/* Decoding tables, about 20 KiB.  Keep one per thread (codec context),
+ * zero-initialised.  They are rebuilt when a stream's code differs from
+ * the last one decoded with them (consecutive frames of a tensor often
+ * share their code: the rebuild is then skipped). */
 typedef struct ckpt_huf_dtable {
     uint64_t multi[1u << CKPT_HUF_MAX_BITS];
     uint16_t single[1u << CKPT_HUF_MAX_BITS];
+    uint8_t code[2 + 128];  /* the code description the tables hold */
+    uint8_t code_len;       /* its bytes; 0: the tables hold nothing */
+    uint8_t has_multi;      /* multi[] is built for it */
 } ckpt_huf_dtable;
 
 /* Decodes a stream of sn bytes at src into exactly n bytes at dst.

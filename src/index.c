@@ -2,8 +2,10 @@
  * index.c - the committed index of a checkpoint, index.db (see index.h;
  * schema and meaning in docs/FORMAT.md): written once from the global plan
  * in one transaction into a new file, then opened read-only with
- * immutable=1 and loaded, with every value checked before it is trusted.
- * Also the SQLite helpers that planfile.c shares.
+ * immutable=1 and loaded, with every value checked before it is trusted:
+ * metadata, files and tensors at open, a tensor's chunks when asked for
+ * (a search of the chunks (tensor_id, seq) index), a chunk's frames
+ * likewise.  Also the SQLite helpers that planfile.c shares.
  *
  * uint64 checksums and hashes are stored as the int64 with the same bits.
  */
@@ -11,6 +13,7 @@
 #include "codec.h"
 #include "error.h"
 #include "fileio.h"
+#include "region.h"
 #include "shape.h"
 
 #include <errno.h>
@@ -38,7 +41,8 @@ static const char INDEX_SCHEMA[] =
     "CREATE TABLE tensors(id INTEGER PRIMARY KEY, fqn TEXT NOT NULL UNIQUE,"
     " dtype TEXT NOT NULL, shape TEXT NOT NULL, numel INTEGER NOT NULL,"
     " nbytes INTEGER NOT NULL, stored_bytes INTEGER NOT NULL,"
-    " nchunks INTEGER NOT NULL);"
+    " nchunks INTEGER NOT NULL, nframes INTEGER NOT NULL,"
+    " codec_mask INTEGER NOT NULL);"
     "CREATE TABLE chunks(id INTEGER PRIMARY KEY,"
     " tensor_id INTEGER NOT NULL REFERENCES tensors(id),"
     " seq INTEGER NOT NULL, offsets TEXT NOT NULL, sizes TEXT NOT NULL,"
@@ -183,7 +187,9 @@ int ckpt_db_create(sqlite3 **out, const char *path, uint32_t app_id,
     if (close(fd))
         return ckpt_err_sys(err, -errno, "cannot close %s", path);
     sqlite3 *db = NULL;
-    int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL);
+    /* One thread at a time uses a connection (callers serialise). */
+    int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE |
+                             SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK) {
         rc = ckpt_db_err(err, db, rc, path, "cannot open the new database");
     } else {
@@ -286,7 +292,7 @@ static const char *const INSERT_SQL[NSTMT] = {
     "INSERT INTO files(id, path, size, writer) VALUES(?,?,?,?)",
     "INSERT INTO codecs(id, name) VALUES(?,?)",
     "INSERT INTO tensors(id, fqn, dtype, shape, numel, nbytes, stored_bytes,"
-    " nchunks) VALUES(?,?,?,?,?,?,?,?)",
+    " nchunks, nframes, codec_mask) VALUES(?,?,?,?,?,?,?,?,?,?)",
     "INSERT INTO chunks(id, tensor_id, seq, offsets, sizes, file_id,"
     " raw_bytes, stored_bytes, nframes, codec_mask, data_hash, writer)"
     " VALUES(?,?,?,?,?,?,?,?,?,?,?,?)",
@@ -297,8 +303,8 @@ static const char *const INSERT_SQL[NSTMT] = {
 
 typedef struct file_ent {
     const char *path;
-    const char *writer;
-    size_t first;           /* first input piece naming it */
+    const char *writer;     /* of the first input piece naming it */
+    size_t first;           /* its string id */
     uint64_t size;
 } file_ent;
 
@@ -306,10 +312,12 @@ typedef struct iwrite {
     sqlite3 *db;
     const char *path;       /* the index being written */
     const char *dir;        /* the checkpoint directory */
-    const ckpt_piece_rec *pieces;
+    const ckpt_pieces *tab;
     const ckpt_plan *plan;
     file_ent *files;        /* sorted by path; files.id = position + 1 */
     size_t nfiles;
+    size_t *file_pos;       /* per string id of a shard path: its position
+                               in files */
     uint32_t codec_mask;    /* codec ids the kept frames use */
     sqlite3_stmt *st[NSTMT];
     ckpt_error *err;
@@ -345,8 +353,7 @@ static int safe_relpath(const char *p)
 static int cmp_file(const void *va, const void *vb)
 {
     const file_ent *a = va, *b = vb;
-    int c = strcmp(a->path, b->path);
-    return c ? c : (a->first > b->first) - (a->first < b->first);
+    return strcmp(a->path, b->path);
 }
 
 static int stat_file(iwrite *w, file_ent *f)
@@ -366,51 +373,42 @@ static int stat_file(iwrite *w, file_ent *f)
     return 0;
 }
 
-/* The shard files of all input pieces (kept or not), sorted, with sizes. */
+/* The distinct shard files of all input pieces (kept or not), each named
+ * after the first piece that names it, sorted by path, with sizes; a path
+ * that is not safe is refused naming that first piece. */
 static int collect_files(iwrite *w)
 {
-    size_t n = w->plan->npieces;
-    w->files = malloc((n ? n : 1) * sizeof *w->files);
-    if (!w->files)
+    const ckpt_pieces *tab = w->tab;
+    size_t ns = (size_t)tab->nstr + 1;
+    w->file_pos = malloc(ns * sizeof *w->file_pos);
+    w->files = malloc(ns * sizeof *w->files);
+    if (!w->file_pos || !w->files)
         return ckpt_err(w->err, -ENOMEM, "%s: out of memory", w->path);
-    for (size_t i = 0; i < n; i++) {
-        const ckpt_piece_rec *p = &w->pieces[i];
-        if (!safe_relpath(p->file))
+    for (size_t k = 0; k < ns; k++)
+        w->file_pos[k] = SIZE_MAX;
+    for (size_t i = 0; i < tab->n; i++) {
+        const ckpt_pieces_rec *p = &tab->v[i];
+        size_t id = p->file == CKPT_PIECES_NONE ? ns - 1 : p->file;
+        if (w->file_pos[id] != SIZE_MAX)
+            continue;
+        const char *file = ckpt_pieces_str(tab, p->file);
+        const char *writer = ckpt_pieces_str(tab, p->writer);
+        if (!safe_relpath(file))
             return ckpt_err(w->err, -EINVAL, "tensor '%s' (writer %s): shard "
                             "path '%s' is not a relative path inside the "
-                            "checkpoint", p->fqn, who(p->writer),
-                            p->file ? p->file : "");
-        w->files[i] = (file_ent){ p->file, p->writer, i, 0 };
+                            "checkpoint", ckpt_pieces_str(tab, p->fqn),
+                            who(writer), file ? file : "");
+        w->file_pos[id] = 0;
+        w->files[w->nfiles++] = (file_ent){ file, writer, id, 0 };
     }
-    qsort(w->files, n, sizeof *w->files, cmp_file);
-    for (size_t i = 0; i < n; i++)
-        if (!w->nfiles || strcmp(w->files[i].path,
-                                 w->files[w->nfiles - 1].path))
-            w->files[w->nfiles++] = w->files[i];
-    for (size_t i = 0; i < w->nfiles; i++) {
-        int rc = stat_file(w, &w->files[i]);
+    qsort(w->files, w->nfiles, sizeof *w->files, cmp_file);
+    for (size_t k = 0; k < w->nfiles; k++) {
+        w->file_pos[w->files[k].first] = k;
+        int rc = stat_file(w, &w->files[k]);
         if (rc)
             return rc;
     }
     return 0;
-}
-
-/* Position of path in the sorted, distinct w->files (always there: every
- * piece's file was collected). */
-static size_t file_index(const iwrite *w, const char *path)
-{
-    size_t lo = 0, hi = w->nfiles;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        int c = strcmp(w->files[mid].path, path);
-        if (c == 0)
-            return mid;
-        if (c < 0)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return 0;   /* not reached */
 }
 
 static int write_files(iwrite *w)
@@ -428,19 +426,23 @@ static int write_files(iwrite *w)
 
 /* Frames must tile the piece's raw bytes in order, each non-empty, lie in
  * the shard file, and add up to the piece's stored byte count. */
-static int check_frames(iwrite *w, const ckpt_piece_rec *p, size_t seq,
-                        const file_ent *f, uint32_t *mask)
+static int check_frames(iwrite *w, size_t i, size_t seq, const file_ent *f,
+                        uint32_t *mask)
 {
+    const ckpt_pieces_rec *p = &w->tab->v[i];
+    const ckpt_frame_rec *frames = ckpt_pieces_frames(w->tab, i);
+    const char *fqn = ckpt_pieces_str(w->tab, p->fqn);
+    const char *writer = who(ckpt_pieces_str(w->tab, p->writer));
     uint64_t raw = 0, stored = 0;
     *mask = 0;
     for (size_t k = 0; k < p->nframes; k++) {
-        const ckpt_frame_rec *fr = &p->frames[k];
+        const ckpt_frame_rec *fr = &frames[k];
         if (fr->raw_offset != raw || fr->raw_size == 0 ||
             fr->raw_size > p->raw_bytes - raw)
             return ckpt_err(w->err, -EINVAL, "tensor '%s' chunk %zu (writer "
                             "%s): frame %zu holds raw bytes [%llu,+%llu) but "
                             "the next frame must start at %llu of %llu",
-                            p->fqn, seq, who(p->writer), k,
+                            fqn, seq, writer, k,
                             (unsigned long long)fr->raw_offset,
                             (unsigned long long)fr->raw_size,
                             (unsigned long long)raw,
@@ -449,15 +451,14 @@ static int check_frames(iwrite *w, const ckpt_piece_rec *p, size_t seq,
                                                             fr->file_offset)
             return ckpt_err(w->err, -EIO, "tensor '%s' chunk %zu (writer %s): "
                             "frame %zu at bytes [%llu,+%llu) lies beyond the "
-                            "end of %s (%llu bytes)", p->fqn, seq,
-                            who(p->writer), k,
+                            "end of %s (%llu bytes)", fqn, seq, writer, k,
                             (unsigned long long)fr->file_offset,
                             (unsigned long long)fr->stored_size, f->path,
                             (unsigned long long)f->size);
         if (fr->codec < 0 || fr->codec > MAX_CODEC_ID)
             return ckpt_err(w->err, -EINVAL, "tensor '%s' chunk %zu: frame "
-                            "%zu has codec id %d (0..%d allowed)", p->fqn,
-                            seq, k, fr->codec, MAX_CODEC_ID);
+                            "%zu has codec id %d (0..%d allowed)", fqn, seq,
+                            k, fr->codec, MAX_CODEC_ID);
         *mask |= 1u << fr->codec;
         raw += fr->raw_size;
         stored += fr->stored_size;
@@ -465,18 +466,18 @@ static int check_frames(iwrite *w, const ckpt_piece_rec *p, size_t seq,
     if (raw != p->raw_bytes || stored != p->stored_bytes)
         return ckpt_err(w->err, -EINVAL, "tensor '%s' chunk %zu (writer %s): "
                         "frames hold %llu raw / %llu stored bytes, the piece "
-                        "%llu / %llu", p->fqn, seq,
-                        who(p->writer),
+                        "%llu / %llu", fqn, seq, writer,
                         (unsigned long long)raw, (unsigned long long)stored,
                         (unsigned long long)p->raw_bytes,
                         (unsigned long long)p->stored_bytes);
     return 0;
 }
 
-static int write_frames(iwrite *w, const ckpt_piece_rec *p, int64_t chunk_id)
+static int write_frames(iwrite *w, size_t i, int64_t chunk_id)
 {
-    for (size_t k = 0; k < p->nframes; k++) {
-        const ckpt_frame_rec *f = &p->frames[k];
+    const ckpt_frame_rec *frames = ckpt_pieces_frames(w->tab, i);
+    for (size_t k = 0; k < w->tab->v[i].nframes; k++) {
+        const ckpt_frame_rec *f = &frames[k];
         ckpt_db_val v[] = {
             CKPT_DB_INT(chunk_id), CKPT_DB_INT(k),
             CKPT_DB_INT(f->file_offset), CKPT_DB_INT(f->stored_size),
@@ -490,56 +491,68 @@ static int write_frames(iwrite *w, const ckpt_piece_rec *p, int64_t chunk_id)
     return 0;
 }
 
-static int write_chunk(iwrite *w, size_t t, size_t c, int64_t chunk_id)
+/* Writes chunk c of plan tensor t with its frames; adds its codecs to
+ * *tmask. */
+static int write_chunk(iwrite *w, size_t t, size_t c, int64_t chunk_id,
+                       uint32_t *tmask)
 {
     const ckpt_plan_tensor *pt = &w->plan->tensors[t];
-    const ckpt_piece_rec *p = &w->pieces[pt->chunks[c]];
-    size_t fi = file_index(w, p->file);
+    size_t i = pt->chunks[c];
+    const ckpt_pieces_rec *p = &w->tab->v[i];
+    size_t fi = w->file_pos[p->file == CKPT_PIECES_NONE ? w->tab->nstr
+                                                        : p->file];
     uint32_t mask;
-    int rc = check_frames(w, p, c, &w->files[fi], &mask);
+    int rc = check_frames(w, i, c, &w->files[fi], &mask);
     if (rc)
         return rc;
-    w->codec_mask |= mask;
+    *tmask |= mask;
     char off[DIMS_JSON_CAP], size[DIMS_JSON_CAP];
-    ckpt_shape_format_json(off, sizeof off, pt->ndim, p->offsets);
-    ckpt_shape_format_json(size, sizeof size, pt->ndim, p->sizes);
+    ckpt_shape_format_json(off, sizeof off, pt->ndim,
+                           ckpt_pieces_offsets(w->tab, i));
+    ckpt_shape_format_json(size, sizeof size, pt->ndim,
+                           ckpt_pieces_sizes(w->tab, i));
     ckpt_db_val v[] = {
         CKPT_DB_INT(chunk_id), CKPT_DB_INT(t + 1), CKPT_DB_INT(c),
         CKPT_DB_TEXT(off), CKPT_DB_TEXT(size), CKPT_DB_INT(fi + 1),
         CKPT_DB_INT(p->raw_bytes), CKPT_DB_INT(p->stored_bytes),
         CKPT_DB_INT(p->nframes), CKPT_DB_INT(mask),
-        CKPT_DB_INT((int64_t)p->data_hash), CKPT_DB_TEXT(p->writer),
+        CKPT_DB_INT((int64_t)p->data_hash),
+        CKPT_DB_TEXT(ckpt_pieces_str(w->tab, p->writer)),
     };
     rc = run(w, ST_CHUNK, v, 12);
-    return rc ? rc : write_frames(w, p, chunk_id);
+    return rc ? rc : write_frames(w, i, chunk_id);
 }
 
+/* Writes the chunks of plan tensor t, then its row with their totals. */
 static int write_tensor(iwrite *w, size_t t, int64_t *chunk_id)
 {
     const ckpt_plan_tensor *pt = &w->plan->tensors[t];
     char what[300];
     snprintf(what, sizeof what, "tensor '%.200s'", pt->fqn);
-    uint64_t numel, nbytes, stored = 0;
+    uint64_t numel, nbytes, stored = 0, nframes = 0;
+    uint32_t mask = 0;
     int rc = ckpt_shape_numel(pt->ndim, pt->shape, &numel, what, w->err);
     if (!rc)
         rc = ckpt_shape_nbytes(pt->dtype, pt->ndim, pt->shape, &nbytes, what,
                                w->err);
+    for (size_t c = 0; !rc && c < pt->nchunks; c++) {
+        const ckpt_pieces_rec *p = &w->tab->v[pt->chunks[c]];
+        stored += p->stored_bytes;
+        nframes += p->nframes;
+        rc = write_chunk(w, t, c, ++*chunk_id, &mask);
+    }
     if (rc)
         return rc;
-    for (size_t c = 0; c < pt->nchunks; c++)
-        stored += w->pieces[pt->chunks[c]].stored_bytes;
+    w->codec_mask |= mask;
     char shape[DIMS_JSON_CAP];
     ckpt_shape_format_json(shape, sizeof shape, pt->ndim, pt->shape);
     ckpt_db_val v[] = {
         CKPT_DB_INT(t + 1), CKPT_DB_TEXT(pt->fqn),
         CKPT_DB_TEXT(ckpt_dtype_name(pt->dtype)), CKPT_DB_TEXT(shape),
         CKPT_DB_INT(numel), CKPT_DB_INT(nbytes), CKPT_DB_INT(stored),
-        CKPT_DB_INT(pt->nchunks),
+        CKPT_DB_INT(pt->nchunks), CKPT_DB_INT(nframes), CKPT_DB_INT(mask),
     };
-    rc = run(w, ST_TENSOR, v, 8);
-    for (size_t c = 0; !rc && c < pt->nchunks; c++)
-        rc = write_chunk(w, t, c, ++*chunk_id);
-    return rc;
+    return run(w, ST_TENSOR, v, 10);
 }
 
 static int write_codecs(iwrite *w)
@@ -632,24 +645,23 @@ static int close_writer(iwrite *w, int rc)
     if (crc != SQLITE_OK && !rc)
         rc = ckpt_db_err(w->err, w->db, crc, w->path, "cannot close");
     free(w->files);
+    free(w->file_pos);
     return rc;
 }
 
-int ckpt_index_write(const char *path, const char *ckpt_dir,
-                     const ckpt_piece_rec *pieces, const ckpt_plan *plan,
-                     const ckpt_kv *meta, size_t nmeta, int sync,
-                     ckpt_error *err)
+int ckpt_index_write_pieces(const char *path, const char *ckpt_dir,
+                            const ckpt_pieces *tab, const ckpt_plan *plan,
+                            const ckpt_kv *meta, size_t nmeta, int sync,
+                            ckpt_error *err)
 {
-    iwrite w = { .path = path, .dir = ckpt_dir, .pieces = pieces,
-                 .plan = plan, .err = err };
+    iwrite w = { .path = path, .dir = ckpt_dir, .tab = tab, .plan = plan,
+                 .err = err };
     int rc = collect_files(&w);
+    if (!rc)
+        rc = ckpt_db_create(&w.db, path, CKPT_INDEX_APP_ID, "OFF", sync, err);
     if (rc) {
         free(w.files);
-        return rc;
-    }
-    rc = ckpt_db_create(&w.db, path, CKPT_INDEX_APP_ID, "OFF", sync, err);
-    if (rc) {
-        free(w.files);
+        free(w.file_pos);
         return rc;
     }
     rc = write_all(&w, meta, nmeta);
@@ -663,12 +675,40 @@ int ckpt_index_write(const char *path, const char *ckpt_dir,
     return rc;
 }
 
+int ckpt_index_write(const char *path, const char *ckpt_dir,
+                     const ckpt_piece_rec *pieces, const ckpt_plan *plan,
+                     const ckpt_kv *meta, size_t nmeta, int sync,
+                     ckpt_error *err)
+{
+    ckpt_pieces tab;
+    ckpt_pieces_init(&tab);
+    int rc = 0;
+    for (size_t i = 0; !rc && i < plan->npieces; i++)
+        if (ckpt_pieces_add(&tab, &pieces[i]))
+            rc = ckpt_err(err, -ENOMEM, "%s: out of memory", path);
+    if (!rc)
+        rc = ckpt_index_write_pieces(path, ckpt_dir, &tab, plan, meta, nmeta,
+                                     sync, err);
+    ckpt_pieces_free(&tab);
+    return rc;
+}
+
 /* -------------------------------------------------------------- reading */
+
+/* (id, position) pairs sorted by id: rows refer to files by id, which need
+ * not be dense in an index written by another tool. */
+typedef struct id_map {
+    int64_t *pairs;
+    size_t n, cap;
+} id_map;
 
 struct ckpt_index {
     sqlite3 *db;
     char *path;
     sqlite3_stmt *frames;   /* frames of one chunk, by seq */
+    sqlite3_stmt *chunks;   /* chunks of one tensor, by seq */
+    int has_totals;         /* tensors holds nframes and codec_mask */
+    id_map files;           /* files.id -> position in the loaded files */
 };
 
 /* -EIO "<path>: <what>" for a value the index should not hold. */
@@ -725,6 +765,38 @@ static int check_tables(ckpt_index *ix, ckpt_error *err)
     return rc;
 }
 
+/* Whether tensors has the nframes and codec_mask columns (indexes written
+ * before they were added have not). */
+static int has_totals(sqlite3 *db)
+{
+    sqlite3_stmt *st;
+    int rc = sqlite3_prepare_v2(db, "SELECT nframes, codec_mask FROM tensors",
+                                -1, &st, NULL);
+    sqlite3_finalize(st);
+    return rc == SQLITE_OK;
+}
+
+/* The statements that later loads run, prepared once. */
+static int prepare_reads(ckpt_index *ix, ckpt_error *err)
+{
+    int rc = ckpt_db_prepare(ix->db, "SELECT f.seq, f.file_offset, "
+                             "f.stored_size, f.raw_offset, f.raw_size, "
+                             "f.codec, f.checksum, c.codec_mask "
+                             "FROM frames AS f JOIN chunks AS c ON "
+                             "c.id = f.chunk_id WHERE f.chunk_id = ? "
+                             "ORDER BY f.seq", &ix->frames, ix->path, err);
+    if (!rc)
+        rc = ckpt_db_prepare(ix->db, "SELECT id, tensor_id, seq, offsets, "
+                             "sizes, file_id, raw_bytes, stored_bytes, "
+                             "nframes, codec_mask FROM chunks WHERE "
+                             "tensor_id = ? ORDER BY seq", &ix->chunks,
+                             ix->path, err);
+    if (rc)
+        return ckpt_err_wrap(err, -EINVAL, "%s is not a valid ckptfs index",
+                             ix->path);
+    return 0;
+}
+
 static int open_db(ckpt_index *ix, ckpt_error *err)
 {
     struct stat st;
@@ -740,21 +812,18 @@ static int open_db(ckpt_index *ix, ckpt_error *err)
     if (!uri)
         return ckpt_err(err, -ENOMEM, "%s: out of memory", ix->path);
     int rc = sqlite3_open_v2(uri, &ix->db,
-                             SQLITE_OPEN_READONLY | SQLITE_OPEN_URI, NULL);
+                             SQLITE_OPEN_READONLY | SQLITE_OPEN_URI |
+                             SQLITE_OPEN_NOMUTEX, NULL);
     free(uri);
     if (rc != SQLITE_OK)
         return ckpt_db_err(err, ix->db, rc, ix->path, "cannot open index");
     rc = ckpt_db_check_id(ix->db, ix->path, CKPT_INDEX_APP_ID, err);
     if (!rc)
         rc = check_tables(ix, err);
-    if (!rc && ckpt_db_prepare(ix->db, "SELECT f.seq, f.file_offset, "
-                               "f.stored_size, f.raw_offset, f.raw_size, "
-                               "f.codec, f.checksum, c.codec_mask "
-                               "FROM frames AS f JOIN chunks AS c ON "
-                               "c.id = f.chunk_id WHERE f.chunk_id = ? "
-                               "ORDER BY f.seq", &ix->frames, ix->path, err))
-        rc = ckpt_err_wrap(err, -EINVAL, "%s is not a valid ckptfs index",
-                           ix->path);
+    if (!rc) {
+        ix->has_totals = has_totals(ix->db);
+        rc = prepare_reads(ix, err);
+    }
     return rc;
 }
 
@@ -780,7 +849,9 @@ void ckpt_index_close(ckpt_index *ix)
     if (!ix)
         return;
     sqlite3_finalize(ix->frames);
+    sqlite3_finalize(ix->chunks);
     sqlite3_close(ix->db);
+    free(ix->files.pairs);
     free(ix->path);
     free(ix);
 }
@@ -792,6 +863,7 @@ void ckpt_index_data_free(ckpt_index_data *d)
     for (size_t t = 0; t < d->ntensors; t++) {
         free(d->tensors[t].fqn);
         free(d->tensors[t].chunks);
+        free(d->tensors[t].dims);
     }
     for (size_t i = 0; i < d->nfiles; i++)
         free(d->files[i].path);
@@ -806,27 +878,45 @@ void ckpt_index_data_free(ckpt_index_data *d)
     memset(d, 0, sizeof *d);
 }
 
+/* Points chunk k's offsets and sizes at its place in dims. */
+static void point_dims(ckpt_index_chunk *v, size_t n, int64_t *dims, int ndim)
+{
+    for (size_t k = 0; k < n; k++) {
+        v[k].offsets = dims + 2 * (size_t)ndim * k;
+        v[k].sizes = v[k].offsets + ndim;
+    }
+}
+
+int ckpt_index_tensor_alloc_chunks(ckpt_index_tensor *t, size_t n)
+{
+    size_t per = 2 * (size_t)t->ndim;
+    if (n > SIZE_MAX / sizeof *t->chunks / (per ? per : 1))
+        return -ENOMEM;
+    size_t ndims = n * per;
+    ckpt_index_chunk *v = calloc(n ? n : 1, sizeof *v);
+    int64_t *dims = calloc(ndims ? ndims : 1, sizeof *dims);
+    if (!v || !dims) {
+        free(v);
+        free(dims);
+        return -ENOMEM;
+    }
+    point_dims(v, n, dims, t->ndim);
+    free(t->chunks);
+    free(t->dims);
+    t->chunks = v;
+    t->dims = dims;
+    t->nchunks = n;
+    t->chunks_loaded = 1;
+    return 0;
+}
+
 /* ---- loading: a query walked row by row ---- */
 
-/* (id, position) pairs sorted by id: rows refer to files and tensors by
- * id, which need not be dense in an index written by another tool. */
-typedef struct id_map {
-    int64_t *pairs;
-    size_t n, cap;
-} id_map;
-
-/* What the loader keeps per tensor besides ckpt_index_tensor. */
-typedef struct tensor_extra {
-    size_t chunk_cap;       /* capacity of its chunk array */
-    uint64_t want_chunks;   /* tensors.nchunks, checked at the end */
-} tensor_extra;
-
+/* What the loader of metadata, files and tensors keeps besides *d. */
 typedef struct loader {
     ckpt_index *ix;
     ckpt_index_data *d;
-    size_t meta_cap, files_cap, tensors_cap, extra_cap;
-    tensor_extra *extra;    /* parallel to d->tensors */
-    id_map files, tensors;
+    size_t meta_cap, files_cap, tensors_cap;
     ckpt_error *err;
 } loader;
 
@@ -849,9 +939,9 @@ static int grow(void **arr, size_t *cap, size_t n, size_t size)
     return 0;
 }
 
-static int oom(loader *l)
+static int oom(ckpt_error *err, const ckpt_index *ix)
 {
-    return ckpt_err(l->err, -ENOMEM, "%s: out of memory", l->ix->path);
+    return ckpt_err(err, -ENOMEM, "%s: out of memory", ix->path);
 }
 
 static int id_map_add(id_map *m, int64_t id, size_t pos)
@@ -896,13 +986,13 @@ static int meta_row(void *arg, sqlite3_stmt *st)
                        k ? "value" : "key");
     ckpt_index_data *d = l->d;
     if (grow((void **)&d->meta, &l->meta_cap, d->nmeta, sizeof *d->meta))
-        return oom(l);
+        return oom(l->err, l->ix);
     ckpt_kv *m = d->meta;
     m[d->nmeta] = (ckpt_kv){ strdup(k), strdup(v), NULL };
     if (!m[d->nmeta].key || !m[d->nmeta].value) {
         free(m[d->nmeta].key);
         free(m[d->nmeta].value);
-        return oom(l);
+        return oom(l->err, l->ix);
     }
     d->nmeta++;
     return 0;
@@ -918,16 +1008,42 @@ static int file_row(void *arg, sqlite3_stmt *st)
         return damaged(l->err, l->ix->path, "file '%s' has a bad path or "
                        "size", path ? path : "NULL");
     if (grow((void **)&d->files, &l->files_cap, d->nfiles, sizeof *d->files) ||
-        id_map_add(&l->files, sqlite3_column_int64(st, 0), d->nfiles) ||
+        id_map_add(&l->ix->files, sqlite3_column_int64(st, 0), d->nfiles) ||
         !(d->files[d->nfiles].path = strdup(path)))
-        return oom(l);
+        return oom(l->err, l->ix);
     d->files[d->nfiles++].size = size;
     return 0;
 }
 
-/* Checks a tensor row's dtype, shape and sizes into t. */
-static int tensor_fields(loader *l, sqlite3_stmt *st, ckpt_index_tensor *t,
-                         uint64_t *want_chunks)
+/* A codec_mask value (of a tensor or a chunk) as the set it is. */
+static int codec_set(ckpt_error *err, const char *path, const char *what,
+                     uint64_t mask, unsigned *out)
+{
+    if (mask >> (MAX_CODEC_ID + 1))
+        return ckpt_err(err, -ENOTSUP, "%s: %s uses codec ids this ckptfs "
+                        "does not know (mask 0x%llx)", path, what,
+                        (unsigned long long)mask);
+    *out = (unsigned)mask;
+    return 0;
+}
+
+/* The totals columns of a tensor row (index with totals): frames exactly
+ * when there are bytes and codecs. */
+static int tensor_totals(loader *l, sqlite3_stmt *st, ckpt_index_tensor *t)
+{
+    uint64_t mask;
+    char what[300];
+    snprintf(what, sizeof what, "tensor '%.200s'", t->fqn);
+    if (ckpt_db_col_u64(st, 8, &t->nframes) ||
+        ckpt_db_col_u64(st, 9, &mask) || t->nframes > t->nbytes ||
+        (t->nframes > 0) != (t->nbytes > 0) || (t->nframes > 0) != (mask != 0))
+        return damaged(l->err, l->ix->path, "%s: nframes or codec_mask are "
+                       "wrong for its size", what);
+    return codec_set(l->err, l->ix->path, what, mask, &t->codec_mask);
+}
+
+/* Checks a tensor row's dtype, shape, sizes and counts into t. */
+static int tensor_fields(loader *l, sqlite3_stmt *st, ckpt_index_tensor *t)
 {
     const char *path = l->ix->path, *dt = col_text(st, 2);
     char what[300];
@@ -940,7 +1056,7 @@ static int tensor_fields(loader *l, sqlite3_stmt *st, ckpt_index_tensor *t,
     if (ndim < 0)
         return ndim;
     t->ndim = ndim;
-    uint64_t numel, nbytes, want_numel, want_nbytes;
+    uint64_t numel, nbytes, want_numel, want_nbytes, nchunks;
     if (ckpt_shape_numel(ndim, t->shape, &want_numel, what, l->err) ||
         ckpt_shape_nbytes(t->dtype, ndim, t->shape, &want_nbytes, what,
                           l->err))
@@ -948,13 +1064,14 @@ static int tensor_fields(loader *l, sqlite3_stmt *st, ckpt_index_tensor *t,
                        t->fqn);
     if (ckpt_db_col_u64(st, 4, &numel) || ckpt_db_col_u64(st, 5, &nbytes) ||
         ckpt_db_col_u64(st, 6, &t->stored_bytes) ||
-        ckpt_db_col_u64(st, 7, want_chunks) || numel != want_numel ||
-        nbytes != want_nbytes)
+        ckpt_db_col_u64(st, 7, &nchunks) || numel != want_numel ||
+        nbytes != want_nbytes || nchunks > SIZE_MAX / 2)
         return damaged(l->err, path, "tensor '%s': numel, nbytes, "
                        "stored_bytes or nchunks disagree with its shape or "
                        "are negative", t->fqn);
     t->nbytes = nbytes;
-    return 0;
+    t->nchunks = (size_t)nchunks;
+    return l->ix->has_totals ? tensor_totals(l, st, t) : 0;
 }
 
 /* A tensor's name: one the library would write (no '/', no empty or
@@ -993,61 +1110,76 @@ static int tensor_row(void *arg, sqlite3_stmt *st)
     if (rc)
         return rc;
     size_t n = d->ntensors;
-    if (grow((void **)&d->tensors, &l->tensors_cap, n, sizeof *d->tensors) ||
-        grow((void **)&l->extra, &l->extra_cap, n, sizeof *l->extra))
-        return oom(l);
+    if (grow((void **)&d->tensors, &l->tensors_cap, n, sizeof *d->tensors))
+        return oom(l->err, l->ix);
     ckpt_index_tensor *t = &d->tensors[n];
     memset(t, 0, sizeof *t);
-    l->extra[n] = (tensor_extra){ 0, 0 };
     t->id = sqlite3_column_int64(st, 0);
-    if (!(t->fqn = strdup(fqn)) || id_map_add(&l->tensors, t->id, n))
-        return oom(l);
+    if (!(t->fqn = strdup(fqn)))
+        return oom(l->err, l->ix);
     d->ntensors++;
-    return tensor_fields(l, st, t, &l->extra[n].want_chunks);
+    return tensor_fields(l, st, t);
 }
 
-/* offsets and sizes of a chunk row: ndim of the tensor, inside its shape,
- * and not before the previous chunk in row-major order. */
-static int chunk_box(loader *l, sqlite3_stmt *st, const ckpt_index_tensor *t,
-                     ckpt_index_chunk *c)
+/* The chunks of one tensor as they are read, checked and summed. */
+typedef struct chunk_load {
+    ckpt_index *ix;
+    const ckpt_index_tensor *t;
+    ckpt_index_chunk *v;
+    int64_t *dims;          /* 2 * ndim per chunk */
+    size_t n, cap, dims_cap;
+    uint64_t stored, nframes;
+    unsigned mask;
+    ckpt_error *err;
+} chunk_load;
+
+/* offsets and sizes of a chunk row into off and size (its place in dims;
+ * NULL for a scalar): ndim of the tensor, inside its shape, and not before
+ * the previous chunk (prev) in row-major order. */
+static int chunk_box(chunk_load *cl, sqlite3_stmt *st, const int64_t *prev,
+                     int64_t *off, int64_t *size)
 {
-    const char *path = l->ix->path;
+    const ckpt_index_tensor *t = cl->t;
+    const char *path = cl->ix->path;
     char what[300];
-    snprintf(what, sizeof what, "tensor '%.200s' chunk %zu", t->fqn,
-             t->nchunks);
-    int no = ckpt_db_dims(col_text(st, 3), c->offsets, path, what, l->err);
+    snprintf(what, sizeof what, "tensor '%.200s' chunk %zu", t->fqn, cl->n);
+    int64_t o[CKPT_MAX_DIMS], s[CKPT_MAX_DIMS];
+    int no = ckpt_db_dims(col_text(st, 3), o, path, what, cl->err);
     if (no < 0)
         return no;
-    int ns = ckpt_db_dims(col_text(st, 4), c->sizes, path, what, l->err);
+    int ns = ckpt_db_dims(col_text(st, 4), s, path, what, cl->err);
     if (ns < 0)
         return ns;
     if (no != t->ndim || ns != t->ndim)
-        return damaged(l->err, path, "%s has %d/%d dims, the tensor %d",
+        return damaged(cl->err, path, "%s has %d/%d dims, the tensor %d",
                        what, no, ns, t->ndim);
     for (int d = 0; d < t->ndim; d++)
-        if (c->offsets[d] > t->shape[d] ||
-            c->sizes[d] > t->shape[d] - c->offsets[d])
-            return damaged(l->err, path, "%s lies outside the tensor", what);
-    if (t->nchunks > 0) {
-        const int64_t *prev = t->chunks[t->nchunks - 1].offsets;
+        if (o[d] > t->shape[d] || s[d] > t->shape[d] - o[d])
+            return damaged(cl->err, path, "%s lies outside the tensor", what);
+    if (prev) {
         int d = 0;
-        while (d < t->ndim && prev[d] == c->offsets[d])
+        while (d < t->ndim && prev[d] == o[d])
             d++;
-        if (d < t->ndim && prev[d] > c->offsets[d])
-            return damaged(l->err, path, "%s is out of row-major order",
+        if (d < t->ndim && prev[d] > o[d])
+            return damaged(cl->err, path, "%s is out of row-major order",
                            what);
+    }
+    if (t->ndim) {
+        memcpy(off, o, (size_t)t->ndim * sizeof *o);
+        memcpy(size, s, (size_t)t->ndim * sizeof *s);
     }
     return 0;
 }
 
 /* Sizes of a chunk row: raw bytes that match the box, at least one byte
  * per frame, frames (and codecs) exactly when there are bytes. */
-static int chunk_sizes(loader *l, sqlite3_stmt *st, const ckpt_index_tensor *t,
-                       ckpt_index_chunk *c, unsigned *codec_mask)
+static int chunk_sizes(chunk_load *cl, sqlite3_stmt *st, ckpt_index_chunk *c,
+                       const int64_t *size, unsigned *codec_mask)
 {
+    const ckpt_index_tensor *t = cl->t;
     uint64_t numel = 1;
     for (int d = 0; d < t->ndim; d++)
-        numel *= (uint64_t)c->sizes[d];   /* inside the checked shape */
+        numel *= (uint64_t)size[d];   /* inside the checked shape */
     uint64_t mask;
     if (ckpt_db_col_u64(st, 6, &c->raw_bytes) ||
         ckpt_db_col_u64(st, 7, &c->stored_bytes) ||
@@ -1056,72 +1188,152 @@ static int chunk_sizes(loader *l, sqlite3_stmt *st, const ckpt_index_tensor *t,
         c->raw_bytes != numel * ckpt_dtype_size(t->dtype) ||
         c->nframes > c->raw_bytes || (c->raw_bytes > 0) != (c->nframes > 0) ||
         (c->nframes > 0) != (mask != 0))
-        return damaged(l->err, l->ix->path, "tensor '%s' chunk %zu: "
+        return damaged(cl->err, cl->ix->path, "tensor '%s' chunk %zu: "
                        "raw_bytes, stored_bytes, nframes or codec_mask are "
-                       "wrong for its sizes", t->fqn, t->nchunks);
-    if (mask >> (MAX_CODEC_ID + 1))
-        return ckpt_err(l->err, -ENOTSUP, "%s: tensor '%s' chunk %zu uses "
-                        "codec ids this ckptfs does not know (mask 0x%llx)",
-                        l->ix->path, t->fqn, t->nchunks,
-                        (unsigned long long)mask);
-    *codec_mask = (unsigned)mask;
-    long fi = id_map_find(&l->files, sqlite3_column_int64(st, 5));
+                       "wrong for its sizes", t->fqn, cl->n);
+    char what[300];
+    snprintf(what, sizeof what, "tensor '%.200s' chunk %zu", t->fqn, cl->n);
+    int rc = codec_set(cl->err, cl->ix->path, what, mask, codec_mask);
+    if (rc)
+        return rc;
+    long fi = id_map_find(&cl->ix->files, sqlite3_column_int64(st, 5));
     if (fi < 0)
-        return damaged(l->err, l->ix->path, "tensor '%s' chunk %zu names no "
-                       "file in the files table", t->fqn, t->nchunks);
+        return damaged(cl->err, cl->ix->path, "tensor '%s' chunk %zu names "
+                       "no file in the files table", t->fqn, cl->n);
     c->file = (int)fi;
     return 0;
 }
 
-static int chunk_row(void *arg, sqlite3_stmt *st)
+static int chunk_row(chunk_load *cl, sqlite3_stmt *st)
 {
-    loader *l = arg;
-    long ti = id_map_find(&l->tensors, sqlite3_column_int64(st, 1));
-    if (ti < 0)
-        return damaged(l->err, l->ix->path, "chunk %lld belongs to no tensor",
-                       (long long)sqlite3_column_int64(st, 0));
-    ckpt_index_tensor *t = &l->d->tensors[ti];
-    if (sqlite3_column_int64(st, 2) != (int64_t)t->nchunks)
-        return damaged(l->err, l->ix->path, "tensor '%s': chunk seq %lld "
+    const ckpt_index_tensor *t = cl->t;
+    if (sqlite3_column_int64(st, 2) != (int64_t)cl->n)
+        return damaged(cl->err, cl->ix->path, "tensor '%s': chunk seq %lld "
                        "where %zu was expected", t->fqn,
-                       (long long)sqlite3_column_int64(st, 2), t->nchunks);
-    if (grow((void **)&t->chunks, &l->extra[ti].chunk_cap, t->nchunks,
-             sizeof *t->chunks))
-        return oom(l);
-    ckpt_index_chunk *c = &t->chunks[t->nchunks];
+                       (long long)sqlite3_column_int64(st, 2), cl->n);
+    size_t per = 2 * (size_t)t->ndim;
+    if (grow((void **)&cl->v, &cl->cap, cl->n, sizeof *cl->v) ||
+        (per && grow((void **)&cl->dims, &cl->dims_cap, cl->n,
+                     per * sizeof *cl->dims)))
+        return oom(cl->err, cl->ix);
+    ckpt_index_chunk *c = &cl->v[cl->n];
+    int64_t *off = per ? cl->dims + per * cl->n : NULL;
+    int64_t *size = per ? off + t->ndim : NULL;
+    const int64_t *prev = per && cl->n ? off - per : NULL;
     memset(c, 0, sizeof *c);
     c->id = sqlite3_column_int64(st, 0);
     unsigned mask = 0;
-    int rc = chunk_box(l, st, t, c);
+    int rc = chunk_box(cl, st, prev, off, size);
     if (!rc)
-        rc = chunk_sizes(l, st, t, c, &mask);
+        rc = chunk_sizes(cl, st, c, size, &mask);
     if (rc)
         return rc;
-    t->codec_mask |= mask;
-    t->nframes += c->nframes;
-    t->nchunks++;
+    cl->mask |= mask;
+    cl->nframes += c->nframes;
+    cl->stored += c->stored_bytes;
+    cl->n++;
     return 0;
 }
 
-/* Every tensor got the chunks it announced, with the stored bytes it
- * announced. */
-static int check_totals(loader *l)
+/* The chunks add up to what the tensor records. */
+static int check_totals(const chunk_load *cl)
 {
-    for (size_t ti = 0; ti < l->d->ntensors; ti++) {
-        const ckpt_index_tensor *t = &l->d->tensors[ti];
-        uint64_t stored = 0;
-        for (size_t c = 0; c < t->nchunks; c++)
-            stored += t->chunks[c].stored_bytes;
-        if (t->nchunks != l->extra[ti].want_chunks ||
-            stored != t->stored_bytes)
-            return damaged(l->err, l->ix->path, "tensor '%s' has %zu chunks "
-                           "storing %llu bytes; it records %llu chunks and "
-                           "%llu bytes", t->fqn, t->nchunks,
-                           (unsigned long long)stored,
-                           (unsigned long long)l->extra[ti].want_chunks,
-                           (unsigned long long)t->stored_bytes);
-    }
+    const ckpt_index_tensor *t = cl->t;
+    uint64_t numel = ckpt_box_numel(t->ndim, t->shape);
+    if (cl->n == 0 && numel > 0)   /* read as zeros, it would be lost */
+        return damaged(cl->err, cl->ix->path, "tensor '%s': no chunk holds "
+                       "any of its %llu elements", t->fqn,
+                       (unsigned long long)numel);
+    if (cl->n != t->nchunks || cl->stored != t->stored_bytes)
+        return damaged(cl->err, cl->ix->path, "tensor '%s' has %zu chunks "
+                       "storing %llu bytes; it records %zu chunks and %llu "
+                       "bytes", t->fqn, cl->n, (unsigned long long)cl->stored,
+                       t->nchunks, (unsigned long long)t->stored_bytes);
+    if (cl->ix->has_totals &&
+        (cl->nframes != t->nframes || cl->mask != t->codec_mask))
+        return damaged(cl->err, cl->ix->path, "tensor '%s' has %llu frames "
+                       "using codecs 0x%x; it records %llu frames and 0x%x",
+                       t->fqn, (unsigned long long)cl->nframes, cl->mask,
+                       (unsigned long long)t->nframes, t->codec_mask);
     return 0;
+}
+
+static int read_chunks(chunk_load *cl)
+{
+    sqlite3_stmt *st = cl->ix->chunks;
+    int rc = 0, src = sqlite3_bind_int64(st, 1, cl->t->id);
+    if (src == SQLITE_OK)
+        while (!rc && (src = sqlite3_step(st)) == SQLITE_ROW)
+            rc = chunk_row(cl, st);
+    if (!rc && src != SQLITE_DONE)
+        rc = ckpt_db_err(cl->err, cl->ix->db, src, cl->ix->path,
+                         "cannot read chunks");
+    sqlite3_reset(st);
+    return rc ? rc : check_totals(cl);
+}
+
+int ckpt_index_load_chunks(ckpt_index *ix, ckpt_index_data *d, size_t t,
+                           ckpt_error *err)
+{
+    ckpt_index_tensor *tt = &d->tensors[t];
+    if (tt->chunks_loaded)
+        return 0;
+    chunk_load cl = { .ix = ix, .t = tt, .err = err };
+    int rc = read_chunks(&cl);
+    if (rc == 0 && !cl.v && !(cl.v = calloc(1, sizeof *cl.v)))
+        rc = oom(err, ix);
+    if (rc == 0 && !cl.dims && !(cl.dims = calloc(1, sizeof *cl.dims)))
+        rc = oom(err, ix);
+    if (rc) {
+        free(cl.v);
+        free(cl.dims);
+        return rc;
+    }
+    point_dims(cl.v, cl.n, cl.dims, tt->ndim);
+    tt->chunks = cl.v;
+    tt->dims = cl.dims;
+    if (!ix->has_totals) {
+        tt->nframes = cl.nframes;
+        tt->codec_mask = cl.mask;
+    }
+    tt->chunks_loaded = 1;
+    return 0;
+}
+
+int ckpt_index_tensor_files(ckpt_index *ix, const ckpt_index_data *d,
+                            size_t t, void (*fn)(void *arg, size_t pos),
+                            void *arg, ckpt_error *err)
+{
+    const ckpt_index_tensor *tt = &d->tensors[t];
+    if (tt->chunks_loaded) {
+        for (size_t c = 0; c < tt->nchunks; c++)
+            fn(arg, (size_t)tt->chunks[c].file);
+        return 0;
+    }
+    sqlite3_stmt *st;
+    int src = sqlite3_prepare_v2(ix->db, "SELECT DISTINCT file_id FROM "
+                                 "chunks WHERE tensor_id = ?", -1, &st, NULL);
+    if (src != SQLITE_OK)
+        return ckpt_db_err(err, ix->db, src, ix->path,
+                           "cannot list a tensor's files");
+    int rc = 0;
+    src = sqlite3_bind_int64(st, 1, tt->id);
+    while (!rc && src == SQLITE_OK && (src = sqlite3_step(st)) == SQLITE_ROW) {
+        long pos = id_map_find(&ix->files, sqlite3_column_int64(st, 0));
+        if (pos < 0)
+            rc = damaged(err, ix->path, "tensor '%s': a chunk names file id "
+                         "%lld, which is not in files", tt->fqn,
+                         (long long)sqlite3_column_int64(st, 0));
+        else {
+            fn(arg, (size_t)pos);
+            src = SQLITE_OK;
+        }
+    }
+    if (!rc && src != SQLITE_DONE)
+        rc = ckpt_db_err(err, ix->db, src, ix->path,
+                         "cannot list a tensor's files");
+    sqlite3_finalize(st);
+    return rc;
 }
 
 static int load_rows(loader *l, const char *sql,
@@ -1130,31 +1342,40 @@ static int load_rows(loader *l, const char *sql,
     return ckpt_db_each(l->ix->db, sql, l->ix->path, fn, l, l->err);
 }
 
-int ckpt_index_load(ckpt_index *ix, ckpt_index_data *out, ckpt_error *err)
+int ckpt_index_load_tensors(ckpt_index *ix, ckpt_index_data *out,
+                            ckpt_error *err)
 {
     memset(out, 0, sizeof *out);
+    free(ix->files.pairs);
+    memset(&ix->files, 0, sizeof ix->files);
     loader l = { .ix = ix, .d = out, .err = err };
     int rc = load_rows(&l, "SELECT key, value FROM meta ORDER BY key",
                        meta_row);
     if (!rc)
         rc = load_rows(&l, "SELECT id, path, size FROM files ORDER BY path",
                        file_row);
+    id_map_sort(&ix->files);
     if (!rc)
-        rc = load_rows(&l, "SELECT id, fqn, dtype, shape, numel, nbytes, "
-                       "stored_bytes, nchunks FROM tensors ORDER BY fqn",
+        rc = load_rows(&l, ix->has_totals
+                       ? "SELECT id, fqn, dtype, shape, numel, nbytes, "
+                         "stored_bytes, nchunks, nframes, codec_mask "
+                         "FROM tensors ORDER BY fqn"
+                       : "SELECT id, fqn, dtype, shape, numel, nbytes, "
+                         "stored_bytes, nchunks FROM tensors ORDER BY fqn",
                        tensor_row);
-    id_map_sort(&l.files);
-    id_map_sort(&l.tensors);
-    if (!rc)
-        rc = load_rows(&l, "SELECT id, tensor_id, seq, offsets, sizes, "
-                       "file_id, raw_bytes, stored_bytes, nframes, "
-                       "codec_mask FROM chunks ORDER BY tensor_id, seq",
-                       chunk_row);
-    if (!rc)
-        rc = check_totals(&l);
-    free(l.files.pairs);
-    free(l.tensors.pairs);
-    free(l.extra);
+    /* Without the totals in tensors, they come from the chunks. */
+    for (size_t t = 0; !rc && !ix->has_totals && t < out->ntensors; t++)
+        rc = ckpt_index_load_chunks(ix, out, t, err);
+    if (rc)
+        ckpt_index_data_free(out);
+    return rc;
+}
+
+int ckpt_index_load(ckpt_index *ix, ckpt_index_data *out, ckpt_error *err)
+{
+    int rc = ckpt_index_load_tensors(ix, out, err);
+    for (size_t t = 0; !rc && t < out->ntensors; t++)
+        rc = ckpt_index_load_chunks(ix, out, t, err);
     if (rc)
         ckpt_index_data_free(out);
     return rc;

@@ -5,14 +5,16 @@
 #include "model.h"
 
 #include <errno.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* Grows *arr (of elements of size `elem`) to hold at least `need`. */
-static int grow(void **arr, size_t *cap, size_t need, size_t elem)
+int ckpt_array_reserve(void **arr, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap)
         return 0;
+    if (need > SIZE_MAX / 2 / elem)
+        return -ENOMEM;
     size_t ncap = *cap ? *cap * 2 : 16;
     while (ncap < need)
         ncap *= 2;
@@ -25,6 +27,7 @@ static int grow(void **arr, size_t *cap, size_t need, size_t elem)
     return 0;
 }
 
+/* Grows *arr (of elements of size `elem`) to hold at least `need`. */
 void ckpt_manifest_init(ckpt_manifest *m)
 {
     memset(m, 0, sizeof *m);
@@ -63,8 +66,8 @@ void ckpt_manifest_free(ckpt_manifest *m)
 
 ckpt_piece_rec *ckpt_manifest_add_piece(ckpt_manifest *m)
 {
-    if (grow((void **)&m->pieces, &m->pieces_cap, m->npieces + 1,
-             sizeof *m->pieces))
+    if (ckpt_array_reserve((void **)&m->pieces, &m->pieces_cap,
+                           m->npieces + 1, sizeof *m->pieces))
         return NULL;
     ckpt_piece_rec *p = &m->pieces[m->npieces++];
     memset(p, 0, sizeof *p);
@@ -73,12 +76,13 @@ ckpt_piece_rec *ckpt_manifest_add_piece(ckpt_manifest *m)
 
 int ckpt_manifest_take(ckpt_manifest *dst, ckpt_manifest *src)
 {
-    if (grow((void **)&dst->pieces, &dst->pieces_cap,
-             dst->npieces + src->npieces, sizeof *dst->pieces) ||
-        grow((void **)&dst->meta, &dst->meta_cap, dst->nmeta + src->nmeta,
-             sizeof *dst->meta) ||
-        grow((void **)&dst->declared, &dst->declared_cap,
-             dst->ndeclared + src->ndeclared, sizeof *dst->declared))
+    if (ckpt_array_reserve((void **)&dst->pieces, &dst->pieces_cap,
+                           dst->npieces + src->npieces, sizeof *dst->pieces) ||
+        ckpt_array_reserve((void **)&dst->meta, &dst->meta_cap,
+                           dst->nmeta + src->nmeta, sizeof *dst->meta) ||
+        ckpt_array_reserve((void **)&dst->declared, &dst->declared_cap,
+                           dst->ndeclared + src->ndeclared,
+                           sizeof *dst->declared))
         return -ENOMEM;
     if (src->ndeclared)
         memcpy(dst->declared + dst->ndeclared, src->declared,
@@ -126,7 +130,8 @@ int ckpt_manifest_set_meta(ckpt_manifest *m, const char *key,
             return 0;
         }
     }
-    if (grow((void **)&m->meta, &m->meta_cap, m->nmeta + 1, sizeof *m->meta)) {
+    if (ckpt_array_reserve((void **)&m->meta, &m->meta_cap, m->nmeta + 1,
+                           sizeof *m->meta)) {
         free(k), free(v), free(w);
         return -ENOMEM;
     }
@@ -163,8 +168,8 @@ int ckpt_manifest_declare(ckpt_manifest *m, const char *fqn,
     int oom = 0;
     char *k = dup_or_null(fqn, &oom), *v = dup_or_null(reason, &oom);
     char *w = dup_or_null(writer, &oom);
-    if (oom || grow((void **)&m->declared, &m->declared_cap,
-                    m->ndeclared + 1, sizeof *m->declared)) {
+    if (oom || ckpt_array_reserve((void **)&m->declared, &m->declared_cap,
+                                  m->ndeclared + 1, sizeof *m->declared)) {
         free(k), free(v), free(w);
         return -ENOMEM;
     }
@@ -174,7 +179,7 @@ int ckpt_manifest_declare(ckpt_manifest *m, const char *fqn,
 
 int ckpt_piece_add_frame(ckpt_piece_rec *p, const ckpt_frame_rec *f)
 {
-    if (grow((void **)&p->frames, &p->frames_cap, p->nframes + 1,
+    if (ckpt_array_reserve((void **)&p->frames, &p->frames_cap, p->nframes + 1,
              sizeof *p->frames))
         return -ENOMEM;
     p->frames[p->nframes++] = *f;

@@ -54,6 +54,11 @@ typedef struct ckpt_manifest {
     size_t ndeclared, declared_cap;
 } ckpt_manifest;
 
+/* Grows the array *arr of *cap elements of `elem` bytes (doubling, new
+ * elements zeroed) so that it holds at least `need`.  0 or -ENOMEM (then
+ * *arr is unchanged). */
+int ckpt_array_reserve(void **arr, size_t *cap, size_t need, size_t elem);
+
 void ckpt_manifest_init(ckpt_manifest *m);
 void ckpt_manifest_free(ckpt_manifest *m);
 /* Appends a zeroed piece and returns it (NULL on out of memory).  The

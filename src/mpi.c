@@ -337,8 +337,8 @@ static void save_describe(const coll *c, const ckpt_piece *pieces, size_t n,
 typedef struct save_root {
     int *npieces, *nbytes, *pdispl, *bdispl;   /* per rank */
     unsigned char *wire;
-    ckpt_piece_rec *recs;
-    size_t nrecs;
+    ckpt_pieces recs;         /* every rank's pieces (compact: a 16k-rank
+                                 job has millions) */
     uint8_t *keep;            /* per gathered piece: KEEP_* flags */
     size_t *kept_as;          /* per gathered piece: the replica kept */
     uint64_t *hashes;         /* per gathered piece: replicas' XXH3-64 */
@@ -347,9 +347,7 @@ typedef struct save_root {
 
 static void save_root_free(save_root *sr)
 {
-    for (size_t i = 0; i < sr->nrecs; i++)
-        ckpt_piece_clear(&sr->recs[i]);
-    free(sr->recs);
+    ckpt_pieces_free(&sr->recs);
     free(sr->npieces);
     free(sr->nbytes);
     free(sr->pdispl);
@@ -403,32 +401,36 @@ static void save_gather(coll *c, size_t n, const wbuf *b,
               "MPI_Gatherv");
 }
 
-/* Parses one piece of rank `rank` from the wire into rec. */
-static int parse_piece(rbuf *b, int rank, ckpt_piece_rec *rec)
+/* Parses one piece of rank `rank` from the wire into the table. */
+static int parse_piece(rbuf *b, int rank, ckpt_pieces *tab)
 {
     char wname[32];
     uint32_t len;
     rb_get(b, &len, sizeof len);
     if (b->bad || len > b->n - b->at)
         return -EPROTO;
-    rec->fqn = malloc((size_t)len + 1);
-    snprintf(wname, sizeof wname, "rank%d", rank);
-    rec->writer = strdup(wname);
-    if (!rec->fqn || !rec->writer)
+    ckpt_piece_rec rec = { .writer = wname };
+    if (!(rec.fqn = malloc((size_t)len + 1)))
         return -ENOMEM;
-    rb_get(b, rec->fqn, len);
-    rec->fqn[len] = '\0';
-    rec->dtype = (ckpt_dtype)rb_i32(b);
-    rec->ndim = rb_i32(b);
-    if (b->bad || rec->ndim < 0 || rec->ndim > CKPT_MAX_DIMS)
-        return -EPROTO;
-    size_t dims = (size_t)rec->ndim * sizeof(int64_t);
-    rb_get(b, rec->shape, dims);
-    rb_get(b, rec->offsets, dims);
-    rb_get(b, rec->sizes, dims);
-    rec->raw_bytes = ckpt_box_numel(rec->ndim, rec->sizes) *
-                     ckpt_dtype_size(rec->dtype);
-    return b->bad ? -EPROTO : 0;
+    snprintf(wname, sizeof wname, "rank%d", rank);
+    rb_get(b, rec.fqn, len);
+    rec.fqn[len] = '\0';
+    rec.dtype = (ckpt_dtype)rb_i32(b);
+    rec.ndim = rb_i32(b);
+    int rc = 0;
+    if (b->bad || rec.ndim < 0 || rec.ndim > CKPT_MAX_DIMS) {
+        rc = -EPROTO;
+    } else {
+        size_t dims = (size_t)rec.ndim * sizeof(int64_t);
+        rb_get(b, rec.shape, dims);
+        rb_get(b, rec.offsets, dims);
+        rb_get(b, rec.sizes, dims);
+        rec.raw_bytes = ckpt_box_numel(rec.ndim, rec.sizes) *
+                        ckpt_dtype_size(rec.dtype);
+        rc = b->bad ? -EPROTO : ckpt_pieces_add(tab, &rec);
+    }
+    free(rec.fqn);
+    return rc;
 }
 
 static int parse_all(const coll *c, save_root *sr, ckpt_error *st)
@@ -436,15 +438,14 @@ static int parse_all(const coll *c, save_root *sr, ckpt_error *st)
     size_t total = 0;
     for (int r = 0; r < c->size; r++)
         total += (size_t)sr->npieces[r];
-    sr->recs = calloc(total ? total : 1, sizeof *sr->recs);
     sr->keep = calloc(total ? total : 1, 1);
     sr->kept_as = calloc(total ? total : 1, sizeof *sr->kept_as);
-    if (!sr->recs || !sr->keep || !sr->kept_as)
+    if (!sr->keep || !sr->kept_as)
         return failf(c, st, -ENOMEM, "out of memory for %zu pieces", total);
     for (int r = 0; r < c->size; r++) {
         rbuf b = { sr->wire + sr->bdispl[r], (size_t)sr->nbytes[r], 0, 0 };
         for (int i = 0; i < sr->npieces[r]; i++) {
-            int rc = parse_piece(&b, r, &sr->recs[sr->nrecs++]);
+            int rc = parse_piece(&b, r, &sr->recs);
             if (rc)
                 return failf(c, st, rc, "cannot parse piece %d of rank %d%s",
                              i, r, rc == -ENOMEM ? ": out of memory" : "");
@@ -471,14 +472,14 @@ static void save_plan(const coll *c, const char *dir, save_root *sr,
     ckpt_plan plan;
     ckpt_plan_opts po = { .balance_replicas = 1 };
     ckpt_error e = { 0 };
-    if (ckpt_plan_build(sr->recs, sr->nrecs, &po, &plan, &e)) {
+    if (ckpt_plan_build_pieces(&sr->recs, &po, &plan, &e)) {
         fail_all(st, e.code, "planner: %s", e.msg);
         return;
     }
     /* The kept copy of each piece is written; every copy of a replicated
      * piece is hashed, so that replicas with different bytes are refused
      * as the commit refuses them on the other writing paths. */
-    for (size_t i = 0; i < sr->nrecs; i++) {
+    for (size_t i = 0; i < sr->recs.n; i++) {
         size_t k = plan.kept_as[i];
         sr->kept_as[i] = k;
         sr->keep[i] |= k == i ? KEEP_WRITE : KEEP_HASH;
@@ -527,18 +528,24 @@ static void hash_replicas(const coll *c, const ckpt_piece *pieces, size_t n,
  * for it on the other writing paths. */
 static void compare_replicas(const save_root *sr, ckpt_error *st)
 {
-    for (size_t i = 0; i < sr->nrecs && st->code == 0; i++) {
+    const ckpt_pieces *t = &sr->recs;
+    for (size_t i = 0; i < t->n && st->code == 0; i++) {
         size_t k = sr->kept_as[i];
         if (k == i || sr->hashes[k] == sr->hashes[i])
             continue;
-        const ckpt_piece_rec *a = &sr->recs[k], *b = &sr->recs[i];
+        const ckpt_pieces_rec *a = &t->v[k], *b = &t->v[i];
         char off[CKPT_MAX_DIMS * 21 + 3], size[CKPT_MAX_DIMS * 21 + 3];
-        ckpt_shape_format_json(off, sizeof off, a->ndim, a->offsets);
-        ckpt_shape_format_json(size, sizeof size, a->ndim, a->sizes);
+        ckpt_shape_format_json(off, sizeof off, ckpt_pieces_ndims(a),
+                               ckpt_pieces_offsets(t, k));
+        ckpt_shape_format_json(size, sizeof size, ckpt_pieces_ndims(a),
+                               ckpt_pieces_sizes(t, k));
         fail_all(st, -EINVAL, "planner: tensor '%s': replicas of piece "
                  "offsets %s sizes %s have different bytes: writer %s (hash "
-                 "%016llx) vs writer %s (hash %016llx)", a->fqn, off, size,
-                 a->writer, (unsigned long long)sr->hashes[k], b->writer,
+                 "%016llx) vs writer %s (hash %016llx)",
+                 ckpt_pieces_str(t, a->fqn), off, size,
+                 ckpt_pieces_str(t, a->writer),
+                 (unsigned long long)sr->hashes[k],
+                 ckpt_pieces_str(t, b->writer),
                  (unsigned long long)sr->hashes[i]);
     }
 }
@@ -556,7 +563,7 @@ static int save_check_replicas(coll *c, const ckpt_piece *pieces, size_t n,
     else
         hash_replicas(c, pieces, n, keep, saver, h, st);
     if (c->rank == 0 && st->code == 0 &&
-        !(sr->hashes = calloc(sr->nrecs ? sr->nrecs : 1, sizeof *h)))
+        !(sr->hashes = calloc(sr->recs.n ? sr->recs.n : 1, sizeof *h)))
         failf(c, st, -ENOMEM, "out of memory");
     if (agree(c, st) == 0) {
         mpi_check(c, st, MPI_Gatherv(h, (int)n, MPI_UINT64_T, sr->hashes,
@@ -1369,7 +1376,9 @@ static int plan_tensor(loader *ld, size_t t, const size_t *reqs, size_t k,
     tinfo(ld, t, &ti);
     for (size_t c = 0; c < ti.nchunks; c++) {
         ckpt_chunk_info ci;
-        ckpt_reader_chunk(ld->r, t, c, &ci);
+        if (ckpt_reader_chunk(ld->r, t, c, &ci))   /* loads them once */
+            return ckpt_err(err, -EIO, "tensor '%s': its chunks cannot be "
+                            "loaded from the index (damaged index)", ti.fqn);
         chunk_view cv = { t, c, ti.ndim, ckpt_dtype_size(ti.dtype),
                           ci.offsets, ci.sizes, ci.nframes };
         size_t p0 = ld->nparts;
@@ -1642,7 +1651,9 @@ static int read_frame(loader *ld, const group *g, scratch *tmp,
     size_t t = ld->req[p->req].t;
     ckpt_tensor_info ti;
     tinfo(ld, t, &ti);
-    ckpt_reader_chunk(ld->r, t, p->chunk, ci);
+    if (ckpt_reader_chunk(ld->r, t, p->chunk, ci))  /* loaded by planning */
+        return ckpt_err(err, -EIO, "tensor '%s': its chunks cannot be loaded",
+                        ti.fqn);
     int rc = reserve(&tmp->frame, &tmp->fcap, g->raw, err);
     if (rc)
         return rc;

@@ -115,9 +115,30 @@ int ckpt_fqn_check(const char *fqn, ckpt_error *err)
 
 /* ------------------------------------------------------ one piece alone */
 
-static const char *writer_of(const ckpt_piece_rec *p)
+/* A piece as the checks and their messages see it, whether it comes from
+ * a ckpt_piece_rec or from the table. */
+typedef struct pview {
+    const char *fqn, *writer;
+    ckpt_dtype dtype;
+    int ndim;
+    const int64_t *shape, *offsets, *sizes;
+    uint64_t raw_bytes, data_hash;
+} pview;
+
+static pview view_rec(const ckpt_piece_rec *p)
 {
-    return p->writer && *p->writer ? p->writer : "unnamed";
+    return (pview){ p->fqn, p->writer, p->dtype, p->ndim, p->shape,
+                    p->offsets, p->sizes, p->raw_bytes, p->data_hash };
+}
+
+static const char *name_of(const char *writer)
+{
+    return writer && *writer ? writer : "unnamed";
+}
+
+static const char *writer_of(const pview *p)
+{
+    return name_of(p->writer);
 }
 
 /* "offsets [0,4] sizes [2,4]" */
@@ -131,7 +152,7 @@ static void fmt_box(char *buf, size_t cap, int ndim, const int64_t *off,
 }
 
 /* Valid dtype and a dimension count within [0, CKPT_MAX_DIMS]. */
-static int check_kind(const ckpt_piece_rec *p, ckpt_error *err)
+static int check_kind(const pview *p, ckpt_error *err)
 {
     if (p->dtype <= CKPT_DTYPE_INVALID || p->dtype >= CKPT_DTYPE_COUNT)
         return ckpt_err(err, -EINVAL, "tensor '%s': invalid dtype %d "
@@ -144,7 +165,7 @@ static int check_kind(const ckpt_piece_rec *p, ckpt_error *err)
 }
 
 /* Non-negative dims whose byte count fits in 2^63 - 1. */
-static int check_shape(const ckpt_piece_rec *p, ckpt_error *err)
+static int check_shape(const pview *p, ckpt_error *err)
 {
     char what[320];
     snprintf(what, sizeof what, "tensor '%.200s' (writer %.64s)", p->fqn,
@@ -153,7 +174,7 @@ static int check_shape(const ckpt_piece_rec *p, ckpt_error *err)
     return ckpt_shape_nbytes(p->dtype, p->ndim, p->shape, &nbytes, what, err);
 }
 
-static int check_bounds(const ckpt_piece_rec *p, ckpt_error *err)
+static int check_bounds(const pview *p, ckpt_error *err)
 {
     if (ckpt_box_contains(p->ndim, ZEROS, p->shape, p->offsets, p->sizes))
         return 0;
@@ -166,7 +187,7 @@ static int check_bounds(const ckpt_piece_rec *p, ckpt_error *err)
 
 /* raw_bytes == numel(sizes) * itemsize (the piece is within bounds, so the
  * product cannot overflow). */
-static int check_bytes(const ckpt_piece_rec *p, ckpt_error *err)
+static int check_bytes(const pview *p, ckpt_error *err)
 {
     uint64_t numel = ckpt_box_numel(p->ndim, p->sizes);
     uint64_t want = numel * ckpt_dtype_size(p->dtype);
@@ -184,34 +205,25 @@ static int check_bytes(const ckpt_piece_rec *p, ckpt_error *err)
 /* raw_bytes is not checked here: a writer checks a piece before its bytes
  * arrive (the planner compares it).  In bounds of a shape whose byte count
  * fits, the piece's byte count fits too. */
-int ckpt_plan_check_piece(const ckpt_piece_rec *p, ckpt_error *err)
+int ckpt_plan_check_piece(const ckpt_piece_rec *rec, ckpt_error *err)
 {
-    int rc = ckpt_fqn_check(p->fqn, err);
+    pview p = view_rec(rec);
+    int rc = ckpt_fqn_check(p.fqn, err);
     if (!rc)
-        rc = check_kind(p, err);
+        rc = check_kind(&p, err);
     if (!rc)
-        rc = check_shape(p, err);
+        rc = check_shape(&p, err);
     if (!rc)
-        rc = check_bounds(p, err);
+        rc = check_bounds(&p, err);
     return rc;
 }
 
-/* --------------------------------------------------------------- sorting */
+/* ------------------------------------------------------- string ranks */
 
-/* A piece with its input index, so comparators need no context. */
-typedef struct pref {
-    const ckpt_piece_rec *p;
-    size_t i;
-} pref;
-
-static int clamp_ndim(int ndim)
+static int cmp_i64(const void *va, const void *vb)
 {
-    return ndim < 0 ? 0 : ndim > CKPT_MAX_DIMS ? CKPT_MAX_DIMS : ndim;
-}
-
-static int cmp_str(const char *a, const char *b)
-{
-    return strcmp(a ? a : "", b ? b : "");
+    int64_t a = *(const int64_t *)va, b = *(const int64_t *)vb;
+    return a < b ? -1 : a > b;
 }
 
 static int cmp_dims(int n, const int64_t *a, const int64_t *b)
@@ -222,108 +234,287 @@ static int cmp_dims(int n, const int64_t *a, const int64_t *b)
     return 0;
 }
 
+/* A string of the table with its id, for sorting. */
+typedef struct sref {
+    const char *s;
+    uint32_t id;
+} sref;
+
+static int cmp_sref(const void *va, const void *vb)
+{
+    return strcmp(((const sref *)va)->s, ((const sref *)vb)->s);
+}
+
+/* A writer's name as the order of pieces sees it. */
+static const char *sort_key(const char *s)
+{
+    return s ? s : "";
+}
+
+/* Ranks, in strcmp order of key(string), the strings that field `field`
+ * (the offset of a string id in ckpt_pieces_rec) of the pieces names:
+ * rank[id] for id < nstr, rank[nstr] for NULL; strings with equal keys get
+ * equal ranks.  Returns the number of distinct ranks, or 0 on out of
+ * memory (with n > 0 pieces there is at least one). */
+static uint32_t rank_strings(const ckpt_pieces *tab, size_t field,
+                             const char *(*key)(const char *),
+                             uint32_t *rank)
+{
+    uint32_t ns = tab->nstr;
+    unsigned char *used = calloc((size_t)ns + 1, 1);
+    sref *v = malloc(((size_t)ns + 1) * sizeof *v);
+    uint32_t k = 0, distinct = 0;
+    if (!used || !v)
+        goto out;
+    for (size_t i = 0; i < tab->n; i++) {
+        uint32_t id;
+        memcpy(&id, (const char *)&tab->v[i] + field, sizeof id);
+        used[id == CKPT_PIECES_NONE ? ns : id] = 1;
+    }
+    for (uint32_t id = 0; id <= ns; id++)
+        if (used[id])
+            v[k++] = (sref){ key(ckpt_pieces_str(tab, id == ns
+                                                     ? CKPT_PIECES_NONE : id)),
+                             id };
+    qsort(v, k, sizeof *v, cmp_sref);
+    for (uint32_t j = 0; j < k; j++) {
+        if (j == 0 || strcmp(v[j].s, v[j - 1].s))
+            distinct++;
+        rank[v[j].id] = distinct - 1;
+    }
+out:
+    free(used);
+    free(v);
+    return distinct;
+}
+
+static uint32_t rank_of(const uint32_t *rank, const ckpt_pieces *tab,
+                        uint32_t id)
+{
+    return rank[id == CKPT_PIECES_NONE ? tab->nstr : id];
+}
+
+/* ------------------------------------------------------- per tensor */
+
+/* A piece of the tensor being planned, with what the checks read of it
+ * copied beside the others' (the table holds a tensor's pieces far apart,
+ * one per writer), so that sorting, checking and sweeping touch one
+ * array: entries have a fixed stride for the tensor's largest ndim. */
+typedef struct entry {
+    size_t i;            /* input index */
+    uint64_t raw_bytes, data_hash;
+    uint32_t fqn, writer;    /* string ids */
+    uint32_t wrank;      /* rank of its writer's name (NULL as "") */
+    int32_t ndim;        /* as given */
+    int32_t dtype;
+    int64_t box[];       /* offsets, sizes, shape: stored dims each */
+} entry;
+
+/* A distinct box of a tensor: entries [start, end) are its replicas. */
+typedef struct box_set {
+    size_t start, end;
+    size_t keep;        /* input index of the kept replica */
+    uint64_t bytes;     /* raw bytes of one replica */
+    const int64_t *off, *size;
+} box_set;
+
+typedef struct sweep_item {
+    int64_t lo;
+    const box_set *set;
+} sweep_item;
+
+/* A box kept among replicas by the balancing pass, once all tensors are
+ * checked: its members are rep_i[m0, m1). */
+typedef struct rep_set {
+    size_t tensor, chunk;
+    size_t m0, m1;
+    uint64_t bytes;
+} rep_set;
+
+/* Work area of one build. */
+typedef struct planner {
+    const ckpt_pieces *tab;
+    size_t n;
+    const ckpt_plan_opts *opts;
+    ckpt_plan *out;
+    int chunks;              /* checking a committed tensor's chunks:
+                                pieces are named by position, replicas
+                                refused */
+    ckpt_error *err;
+    uint32_t *wrank;         /* per string id: writer order (NULL as "") */
+    uint32_t *brank;         /* balance: per string id, writer name rank
+                                (NULL and "" as "unnamed") */
+    uint64_t *kept;          /* balance: bytes kept per brank */
+    /* scratch of the tensor being planned, grown to the largest */
+    unsigned char *ent;
+    size_t stride, ent_cap;  /* bytes */
+    box_set *sets;
+    size_t nsets, sets_cap;
+    sweep_item *items;
+    const box_set **active;
+    int64_t *tmp;
+    size_t aux_cap;
+    /* balance: replicated boxes of all tensors */
+    rep_set *reps;
+    size_t nreps, reps_cap;
+    size_t *rep_i;
+    size_t nrep_i, rep_i_cap;
+} planner;
+
+static entry *ent_at(const planner *pl, size_t k)
+{
+    return (entry *)(pl->ent + k * pl->stride);
+}
+
+static pview ent_view(const planner *pl, size_t k)
+{
+    const entry *e = ent_at(pl, k);
+    int n = e->ndim < 0 ? 0 : e->ndim > CKPT_MAX_DIMS ? CKPT_MAX_DIMS
+                                                       : e->ndim;
+    return (pview){ ckpt_pieces_str(pl->tab, e->fqn),
+                    ckpt_pieces_str(pl->tab, e->writer),
+                    (ckpt_dtype)e->dtype, e->ndim, e->box + 2 * n, e->box,
+                    e->box + n, e->raw_bytes, e->data_hash };
+}
+
+static int oom(const planner *pl)
+{
+    return ckpt_err(pl->err, -ENOMEM, "planner: out of memory");
+}
+
 /* Same box: same ndim, offsets and sizes. */
-static int cmp_box(const ckpt_piece_rec *a, const ckpt_piece_rec *b)
+static int cmp_entry_box(const entry *a, const entry *b)
 {
     if (a->ndim != b->ndim)
         return a->ndim < b->ndim ? -1 : 1;
-    int n = clamp_ndim(a->ndim);
-    int c = cmp_dims(n, a->offsets, b->offsets);
-    return c ? c : cmp_dims(n, a->sizes, b->sizes);
+    int n = a->ndim < 0 ? 0 : a->ndim > CKPT_MAX_DIMS ? CKPT_MAX_DIMS
+                                                       : a->ndim;
+    return cmp_dims(2 * n, a->box, b->box);
 }
 
-/* fqn, then box (row-major order of offsets), then writer, then input
- * order: a total order that does not depend on the input order except
- * among replicas of one writer. */
-static int cmp_pref(const void *va, const void *vb)
+/* Box (row-major order of offsets), then writer, then input order: a
+ * total order that does not depend on the input order except among
+ * replicas of one writer. */
+static int cmp_entry(const void *va, const void *vb)
 {
-    const pref *a = va, *b = vb;
-    int c = cmp_str(a->p->fqn, b->p->fqn);
+    const entry *a = va, *b = vb;
+    int c = cmp_entry_box(a, b);
     if (!c)
-        c = cmp_box(a->p, b->p);
-    if (!c)
-        c = cmp_str(a->p->writer, b->p->writer);
+        c = a->wrank < b->wrank ? -1 : a->wrank > b->wrank;
     if (!c)
         c = a->i < b->i ? -1 : a->i > b->i;
     return c;
 }
 
-/* ------------------------------------------------------- per tensor */
-
-/* A distinct box of a tensor: refs[start, end) are its replicas. */
-typedef struct box_set {
-    size_t start, end;
-    size_t keep;        /* input index of the kept replica */
-    uint64_t bytes;     /* raw bytes of one replica */
-} box_set;
-
-/* Work area of one ckpt_plan_build call. */
-typedef struct planner {
-    const ckpt_piece_rec *pieces;
-    size_t n;
-    const ckpt_plan_opts *opts;
-    pref *refs;          /* sorted */
-    box_set *sets;       /* all tensors' distinct boxes, in order */
-    size_t nsets;
-    size_t *tset;        /* per tensor: first set; tset[ntensors] = nsets */
-    size_t ntensors;
-    int chunks;          /* checking a committed tensor's chunks: pieces
-                            are named by position, replicas refused */
-    ckpt_error *err;
-} planner;
+/* Copies the pieces idx[0..k) of one tensor into sorted entries. */
+static int load_entries(planner *pl, const size_t *idx, size_t k)
+{
+    int nd = 0;
+    for (size_t j = 0; j < k; j++) {
+        int n = ckpt_pieces_ndims(&pl->tab->v[idx[j]]);
+        nd = n > nd ? n : nd;
+    }
+    pl->stride = sizeof(entry) + 3 * (size_t)nd * sizeof(int64_t);
+    if (ckpt_array_reserve((void **)&pl->ent, &pl->ent_cap, k * pl->stride,
+                           1))
+        return oom(pl);
+    for (size_t j = 0; j < k; j++) {
+        const ckpt_pieces_rec *r = &pl->tab->v[idx[j]];
+        entry *e = ent_at(pl, j);
+        int n = ckpt_pieces_ndims(r);
+        *e = (entry){ idx[j], r->raw_bytes, r->data_hash, r->fqn, r->writer,
+                      rank_of(pl->wrank, pl->tab, r->writer), r->ndim,
+                      r->dtype };
+        if (n) {
+            memcpy(e->box, ckpt_pieces_offsets(pl->tab, idx[j]),
+                   2 * (size_t)n * sizeof *e->box);
+            memcpy(e->box + 2 * n, ckpt_pieces_shape(pl->tab, idx[j]),
+                   (size_t)n * sizeof *e->box);
+        }
+    }
+    qsort(pl->ent, k, pl->stride, cmp_entry);
+    return 0;
+}
 
 /* Dtype, then shape (and ndim), of every piece against the first. */
-static int check_agreement(const pref *g, size_t k, ckpt_error *err)
+static int check_agreement(const planner *pl, size_t k)
 {
-    const ckpt_piece_rec *a = g[0].p;
+    pview a = ent_view(pl, 0);
     for (size_t j = 1; j < k; j++) {
-        const ckpt_piece_rec *b = g[j].p;
-        if (b->dtype != a->dtype)
-            return ckpt_err(err, -EINVAL, "tensor '%s': dtype %s (writer %s) "
-                            "vs %s (writer %s)", a->fqn,
-                            ckpt_dtype_name(a->dtype), writer_of(a),
-                            ckpt_dtype_name(b->dtype), writer_of(b));
+        pview b = ent_view(pl, j);
+        if (b.dtype != a.dtype)
+            return ckpt_err(pl->err, -EINVAL, "tensor '%s': dtype %s "
+                            "(writer %s) vs %s (writer %s)", a.fqn,
+                            ckpt_dtype_name(a.dtype), writer_of(&a),
+                            ckpt_dtype_name(b.dtype), writer_of(&b));
     }
     for (size_t j = 1; j < k; j++) {
-        const ckpt_piece_rec *b = g[j].p;
-        if (b->ndim == a->ndim && !cmp_dims(a->ndim, a->shape, b->shape))
+        pview b = ent_view(pl, j);
+        if (b.ndim == a.ndim && !cmp_dims(a.ndim, a.shape, b.shape))
             continue;
         char sa[DIMS_TEXT_CAP], sb[DIMS_TEXT_CAP];
-        ckpt_shape_format_json(sa, sizeof sa, a->ndim, a->shape);
-        ckpt_shape_format_json(sb, sizeof sb, b->ndim, b->shape);
-        if (b->ndim != a->ndim)
-            return ckpt_err(err, -EINVAL, "tensor '%s': shape %s (%d dims, "
-                            "writer %s) vs %s (%d dims, writer %s)", a->fqn,
-                            sa, a->ndim, writer_of(a), sb, b->ndim,
-                            writer_of(b));
-        return ckpt_err(err, -EINVAL, "tensor '%s': shape %s (writer %s) vs "
-                        "%s (writer %s)", a->fqn, sa, writer_of(a), sb,
-                        writer_of(b));
+        ckpt_shape_format_json(sa, sizeof sa, a.ndim, a.shape);
+        ckpt_shape_format_json(sb, sizeof sb, b.ndim, b.shape);
+        if (b.ndim != a.ndim)
+            return ckpt_err(pl->err, -EINVAL, "tensor '%s': shape %s (%d "
+                            "dims, writer %s) vs %s (%d dims, writer %s)",
+                            a.fqn, sa, a.ndim, writer_of(&a), sb, b.ndim,
+                            writer_of(&b));
+        return ckpt_err(pl->err, -EINVAL, "tensor '%s': shape %s (writer %s) "
+                        "vs %s (writer %s)", a.fqn, sa, writer_of(&a), sb,
+                        writer_of(&b));
     }
     return 0;
 }
 
-/* The checks a piece must pass on its own, rule by rule over the group so
- * that the first problem reported does not depend on the input order. */
-static int check_group_pieces(const pref *g, size_t k, ckpt_error *err)
+/* The checks a piece must pass on its own, rule by rule over the tensor
+ * so that the first problem reported does not depend on the input
+ * order. */
+static int check_group_pieces(const planner *pl, size_t k)
 {
-    int rc = ckpt_fqn_check(g[0].p->fqn, err);
-    for (size_t j = 0; !rc && j < k; j++)
-        rc = check_kind(g[j].p, err);
+    pview first = ent_view(pl, 0);
+    int rc = ckpt_fqn_check(first.fqn, pl->err);
+    for (size_t j = 0; !rc && j < k; j++) {
+        pview p = ent_view(pl, j);
+        rc = check_kind(&p, pl->err);
+    }
     if (!rc)
-        rc = check_agreement(g, k, err);
+        rc = check_agreement(pl, k);
     if (!rc)
-        rc = check_shape(g[0].p, err);
-    for (size_t j = 0; !rc && j < k; j++)
-        rc = check_bounds(g[j].p, err);
-    for (size_t j = 0; !rc && j < k; j++)
-        rc = check_bytes(g[j].p, err);
+        rc = check_shape(&first, pl->err);
+    for (size_t j = 0; !rc && j < k; j++) {
+        pview p = ent_view(pl, j);
+        rc = check_bounds(&p, pl->err);
+    }
+    for (size_t j = 0; !rc && j < k; j++) {
+        pview p = ent_view(pl, j);
+        rc = check_bytes(&p, pl->err);
+    }
     return rc;
 }
 
-static const ckpt_piece_rec *set_piece(const planner *pl, const box_set *s)
+/* The distinct boxes of the sorted entries (replicas are adjacent). */
+static int add_sets(planner *pl, size_t k)
 {
-    return pl->refs[s->start].p;
+    pl->nsets = 0;
+    if (ckpt_array_reserve((void **)&pl->sets, &pl->sets_cap, k,
+                           sizeof *pl->sets))
+        return oom(pl);
+    for (size_t j = 0; j < k; j++) {
+        const entry *e = ent_at(pl, j);
+        if (j > 0 && !cmp_entry_box(e, ent_at(pl, j - 1))) {
+            pl->sets[pl->nsets - 1].end = j + 1;
+            continue;
+        }
+        pl->sets[pl->nsets++] = (box_set){ j, j + 1, e->i, e->raw_bytes,
+                                           e->box, e->box + e->ndim };
+    }
+    return 0;
+}
+
+static pview set_view(const planner *pl, const box_set *s)
+{
+    return ent_view(pl, s->start);
 }
 
 static int overlap_err(const planner *pl, const box_set *a, const box_set *b)
@@ -333,23 +524,17 @@ static int overlap_err(const planner *pl, const box_set *a, const box_set *b)
         a = b;
         b = t;
     }
-    const ckpt_piece_rec *pa = set_piece(pl, a), *pb = set_piece(pl, b);
+    pview pa = set_view(pl, a), pb = set_view(pl, b);
     char ba[2 * DIMS_TEXT_CAP + 32], bb[2 * DIMS_TEXT_CAP + 32];
-    fmt_box(ba, sizeof ba, pa->ndim, pa->offsets, pa->sizes);
-    fmt_box(bb, sizeof bb, pb->ndim, pb->offsets, pb->sizes);
+    fmt_box(ba, sizeof ba, pa.ndim, pa.offsets, pa.sizes);
+    fmt_box(bb, sizeof bb, pb.ndim, pb.offsets, pb.sizes);
     if (pl->chunks)
         return ckpt_err(pl->err, -EINVAL, "tensor '%s': chunks %zu (%s) and "
-                        "%zu (%s) overlap", pa->fqn, pl->refs[a->start].i, ba,
-                        pl->refs[b->start].i, bb);
+                        "%zu (%s) overlap", pa.fqn, ent_at(pl, a->start)->i,
+                        ba, ent_at(pl, b->start)->i, bb);
     return ckpt_err(pl->err, -EINVAL, "tensor '%s': pieces partly overlap: "
-                    "%s (writer %s) and %s (writer %s)", pa->fqn, ba,
-                    writer_of(pa), bb, writer_of(pb));
-}
-
-static int cmp_i64(const void *va, const void *vb)
-{
-    int64_t a = *(const int64_t *)va, b = *(const int64_t *)vb;
-    return a < b ? -1 : a > b;
+                    "%s (writer %s) and %s (writer %s)", pa.fqn, ba,
+                    writer_of(&pa), bb, writer_of(&pb));
 }
 
 /* Number of distinct values in v[0..k) (sorts v). */
@@ -364,14 +549,13 @@ static size_t count_distinct(int64_t *v, size_t k)
 
 /* The dimension with the most distinct offsets among the boxes: sweeping
  * along it keeps the fewest boxes active at once. */
-static int sweep_dim(const planner *pl, const box_set **bx, size_t k,
-                     int ndim, int64_t *tmp)
+static int sweep_dim(const box_set **bx, size_t k, int ndim, int64_t *tmp)
 {
     int best = 0;
     size_t best_n = 0;
     for (int d = 0; d < ndim; d++) {
         for (size_t j = 0; j < k; j++)
-            tmp[j] = set_piece(pl, bx[j])->offsets[d];
+            tmp[j] = bx[j]->off[d];
         size_t n = count_distinct(tmp, k);
         if (n > best_n) {
             best_n = n;
@@ -381,11 +565,6 @@ static int sweep_dim(const planner *pl, const box_set **bx, size_t k,
     return best;
 }
 
-typedef struct sweep_item {
-    int64_t lo;
-    const box_set *set;
-} sweep_item;
-
 static int cmp_sweep(const void *va, const void *vb)
 {
     const sweep_item *a = va, *b = vb;
@@ -394,108 +573,108 @@ static int cmp_sweep(const void *va, const void *vb)
     return a->set < b->set ? -1 : a->set > b->set;
 }
 
-static int boxes_meet(const ckpt_piece_rec *a, const ckpt_piece_rec *b)
+static int boxes_meet(int ndim, const box_set *a, const box_set *b)
 {
     int64_t o[CKPT_MAX_DIMS], s[CKPT_MAX_DIMS];
-    return ckpt_box_intersect(a->ndim, a->offsets, a->sizes, b->offsets,
-                              b->sizes, o, s);
+    return ckpt_box_intersect(ndim, a->off, a->size, b->off, b->size, o, s);
 }
 
 /* Sweeps the boxes bx[0..k) (non-empty, distinct) in order of their start
  * on dimension d, testing each against the boxes still open there. */
-static int sweep(const planner *pl, const box_set **bx, size_t k, int d,
-                 sweep_item *it, const box_set **active)
+static int sweep(const planner *pl, const box_set **bx, size_t k, int ndim,
+                 int d)
 {
+    sweep_item *it = pl->items;
+    const box_set **active = pl->active;
     for (size_t j = 0; j < k; j++)
-        it[j] = (sweep_item){ set_piece(pl, bx[j])->offsets[d], bx[j] };
+        it[j] = (sweep_item){ bx[j]->off[d], bx[j] };
     qsort(it, k, sizeof *it, cmp_sweep);
     size_t na = 0;
     for (size_t j = 0; j < k; j++) {
-        const ckpt_piece_rec *p = set_piece(pl, it[j].set);
+        const box_set *p = it[j].set;
         size_t w = 0;
         for (size_t a = 0; a < na; a++) {
-            const ckpt_piece_rec *q = set_piece(pl, active[a]);
-            if (q->offsets[d] + q->sizes[d] <= p->offsets[d])
+            const box_set *q = active[a];
+            if (q->off[d] + q->size[d] <= p->off[d])
                 continue;   /* closed before p starts: drop it */
-            if (boxes_meet(p, q))
-                return overlap_err(pl, active[a], it[j].set);
-            active[w++] = active[a];
+            if (boxes_meet(ndim, p, q))
+                return overlap_err(pl, q, p);
+            active[w++] = q;
         }
         na = w;
-        active[na++] = it[j].set;
+        active[na++] = p;
     }
     return 0;
 }
 
-/* Refuses two distinct boxes of sets[s0, s1) that share an element. */
-static int check_overlaps(const planner *pl, size_t s0, size_t s1)
+/* Refuses two distinct boxes of the tensor that share an element. */
+static int check_overlaps(planner *pl, int ndim)
 {
-    int ndim = set_piece(pl, &pl->sets[s0])->ndim;
-    size_t k = 0, m = s1 - s0;
+    size_t m = pl->nsets, k = 0;
     if (ndim == 0 || m < 2)
         return 0;
-    const box_set **bx = malloc(2 * m * sizeof *bx);
-    sweep_item *it = malloc(m * sizeof *it);
-    int64_t *tmp = malloc(m * sizeof *tmp);
-    int rc = -ENOMEM;
-    if (!bx || !it || !tmp) {
-        ckpt_err(pl->err, rc, "planner: out of memory");
-        goto out;
-    }
-    for (size_t s = s0; s < s1; s++)
-        if (ckpt_box_numel(ndim, set_piece(pl, &pl->sets[s])->sizes) > 0)
+    if (ckpt_array_reserve((void **)&pl->items, &pl->aux_cap, m,
+                           sizeof *pl->items))
+        return oom(pl);
+    size_t cap = pl->aux_cap;
+    /* active (and bx after it) and tmp are sized like items */
+    const box_set **bx = realloc(pl->active, 2 * cap * sizeof *bx);
+    if (!bx)
+        return oom(pl);
+    pl->active = bx;
+    int64_t *tmp = realloc(pl->tmp, cap * sizeof *tmp);
+    if (!tmp)
+        return oom(pl);
+    pl->tmp = tmp;
+    bx = pl->active + cap;
+    for (size_t s = 0; s < m; s++)
+        if (ckpt_box_numel(ndim, pl->sets[s].size) > 0)
             bx[k++] = &pl->sets[s];
-    rc = sweep(pl, bx, k, sweep_dim(pl, bx, k, ndim, tmp), it, bx + m);
-out:
-    free(bx);
-    free(it);
-    free(tmp);
-    return rc;
+    return sweep(pl, bx, k, ndim, sweep_dim(bx, k, ndim, tmp));
 }
 
 static int check_replicas(const planner *pl, const box_set *s)
 {
-    const ckpt_piece_rec *a = pl->refs[s->start].p;
+    pview a = ent_view(pl, s->start);
     for (size_t j = s->start + 1; j < s->end; j++) {
-        const ckpt_piece_rec *b = pl->refs[j].p;
-        if (b->data_hash == a->data_hash)
+        pview b = ent_view(pl, j);
+        if (b.data_hash == a.data_hash)
             continue;
         char box[2 * DIMS_TEXT_CAP + 32];
-        fmt_box(box, sizeof box, a->ndim, a->offsets, a->sizes);
+        fmt_box(box, sizeof box, a.ndim, a.offsets, a.sizes);
         return ckpt_err(pl->err, -EINVAL, "tensor '%s': replicas of piece %s "
                         "have different bytes: writer %s (hash %016llx) vs "
-                        "writer %s (hash %016llx)", a->fqn, box,
-                        writer_of(a), (unsigned long long)a->data_hash,
-                        writer_of(b), (unsigned long long)b->data_hash);
+                        "writer %s (hash %016llx)", a.fqn, box,
+                        writer_of(&a), (unsigned long long)a.data_hash,
+                        writer_of(&b), (unsigned long long)b.data_hash);
     }
     return 0;
 }
 
 /* ------------------------------------------------------------- coverage */
 
-static int box_has_point(const ckpt_piece_rec *p, const int64_t *pt)
+static int box_has_point(int ndim, const box_set *s, const int64_t *pt)
 {
-    for (int d = 0; d < p->ndim; d++)
-        if (pt[d] < p->offsets[d] || pt[d] - p->offsets[d] >= p->sizes[d])
+    for (int d = 0; d < ndim; d++)
+        if (pt[d] < s->off[d] || pt[d] - s->off[d] >= s->size[d])
             return 0;
     return 1;
 }
 
 /* Fills cand[d*(m+1) ...] with the sorted distinct coordinates 0 and
  * offset+size (below the shape) of the boxes; ncand[d] their counts. */
-static void hole_candidates(const planner *pl, size_t s0, size_t s1,
+static void hole_candidates(const planner *pl, const pview *p0,
                             int64_t *cand, size_t *ncand)
 {
-    const ckpt_piece_rec *p0 = set_piece(pl, &pl->sets[s0]);
-    size_t m = s1 - s0;
+    size_t m = pl->nsets;
     for (int d = 0; d < p0->ndim; d++) {
         int64_t *c = cand + (size_t)d * (m + 1);
         size_t n = 0;
         c[n++] = 0;
-        for (size_t s = s0; s < s1; s++) {
-            const ckpt_piece_rec *p = set_piece(pl, &pl->sets[s]);
-            if (p->offsets[d] + p->sizes[d] < p0->shape[d])
-                c[n++] = p->offsets[d] + p->sizes[d];
+        for (size_t s = 0; s < m; s++) {
+            const box_set *b = &pl->sets[s];
+            if (b->off[d] + b->size[d] < p0->shape[d])
+                c[n++] = b->off[d] + b->size[d];
         }
         qsort(c, n, sizeof *c, cmp_i64);
         size_t u = 0;
@@ -506,25 +685,25 @@ static void hole_candidates(const planner *pl, size_t s0, size_t s1,
     }
 }
 
-/* Looks for an element that no box of sets[s0, s1) holds, trying in
+/* Looks for an element that no box of the tensor holds, trying in
  * row-major order only the points whose every coordinate is 0 or the end
  * of a box: the first uncovered element is such a point.  Returns 1 with
  * the point in pt, or 0 when the search budget runs out first. */
-static int find_hole(const planner *pl, size_t s0, size_t s1, int64_t *pt)
+static int find_hole(const planner *pl, const pview *p0, int64_t *pt)
 {
-    int ndim = set_piece(pl, &pl->sets[s0])->ndim;
-    size_t m = s1 - s0, ncand[CKPT_MAX_DIMS], at[CKPT_MAX_DIMS] = { 0 };
+    int ndim = p0->ndim;
+    size_t m = pl->nsets, ncand[CKPT_MAX_DIMS], at[CKPT_MAX_DIMS] = { 0 };
     int64_t *cand = malloc(((size_t)ndim * (m + 1) + 1) * sizeof *cand);
     if (!cand)
         return 0;
-    hole_candidates(pl, s0, s1, cand, ncand);
+    hole_candidates(pl, p0, cand, ncand);
     int found = 0;
     for (uint64_t spent = 0; spent < HOLE_SEARCH_BUDGET && !found;) {
         for (int d = 0; d < ndim; d++)
             pt[d] = cand[(size_t)d * (m + 1) + at[d]];
         found = 1;
-        for (size_t s = s0; s < s1 && found; s++, spent++)
-            found = !box_has_point(set_piece(pl, &pl->sets[s]), pt);
+        for (size_t s = 0; s < m && found; s++, spent++)
+            found = !box_has_point(ndim, &pl->sets[s], pt);
         int d = ndim - 1;
         while (d >= 0 && ++at[d] == ncand[d])
             at[d--] = 0;
@@ -540,19 +719,19 @@ static int cmp_name(const void *va, const void *vb)
     return strcmp(*(const char *const *)va, *(const char *const *)vb);
 }
 
-/* ", "-separated distinct writers of refs[a, b), at most a few named. */
-static void list_writers(const planner *pl, size_t a, size_t b, char *buf,
-                         size_t cap)
+/* ", "-separated distinct writers of the tensor's entries [0, k), at most
+ * a few named. */
+static void list_writers(const planner *pl, size_t k, char *buf, size_t cap)
 {
-    const char **names = malloc((b - a) * sizeof *names);
+    const char **names = malloc(k * sizeof *names);
     buf[0] = '\0';
     if (!names)
         return;
-    for (size_t j = a; j < b; j++)
-        names[j - a] = writer_of(pl->refs[j].p);
-    qsort(names, b - a, sizeof *names, cmp_name);
+    for (size_t j = 0; j < k; j++)
+        names[j] = name_of(ckpt_pieces_str(pl->tab, ent_at(pl, j)->writer));
+    qsort(names, k, sizeof *names, cmp_name);
     size_t o = 0, shown = 0, total = 0;
-    for (size_t j = 0; j < b - a; j++) {
+    for (size_t j = 0; j < k; j++) {
         if (j && !strcmp(names[j], names[j - 1]))
             continue;
         if (total++ < MAX_LISTED_WRITERS && o < cap) {
@@ -566,308 +745,363 @@ static void list_writers(const planner *pl, size_t a, size_t b, char *buf,
     free(names);
 }
 
-static int coverage_err(const planner *pl, size_t s0, size_t s1,
-                        uint64_t covered, uint64_t numel)
+static int coverage_err(const planner *pl, size_t k, uint64_t covered,
+                        uint64_t numel)
 {
-    const ckpt_piece_rec *p0 = set_piece(pl, &pl->sets[s0]);
+    pview p0 = ent_view(pl, 0);
     char shape[DIMS_TEXT_CAP], where[DIMS_TEXT_CAP + 64], writers[512];
     int64_t pt[CKPT_MAX_DIMS];
-    ckpt_shape_format_json(shape, sizeof shape, p0->ndim, p0->shape);
-    if (find_hole(pl, s0, s1, pt)) {
+    ckpt_shape_format_json(shape, sizeof shape, p0.ndim, p0.shape);
+    if (find_hole(pl, &p0, pt)) {
         char at[DIMS_TEXT_CAP];
-        ckpt_shape_format_json(at, sizeof at, p0->ndim, pt);
+        ckpt_shape_format_json(at, sizeof at, p0.ndim, pt);
         snprintf(where, sizeof where, "element %s is not covered", at);
     } else {
         snprintf(where, sizeof where, "some elements are not covered");
     }
     if (pl->chunks)
         return ckpt_err(pl->err, -EINVAL, "tensor '%s': its %zu chunks cover "
-                        "%llu of %llu elements of shape %s; %s", p0->fqn,
-                        s1 - s0, (unsigned long long)covered,
+                        "%llu of %llu elements of shape %s; %s", p0.fqn,
+                        pl->nsets, (unsigned long long)covered,
                         (unsigned long long)numel, shape, where);
-    list_writers(pl, pl->sets[s0].start, pl->sets[s1 - 1].end, writers,
-                 sizeof writers);
+    list_writers(pl, k, writers, sizeof writers);
     return ckpt_err(pl->err, -EINVAL, "tensor '%s': pieces cover %llu of "
                     "%llu elements of shape %s; %s (pieces from writers %s)",
-                    p0->fqn, (unsigned long long)covered,
+                    p0.fqn, (unsigned long long)covered,
                     (unsigned long long)numel, shape, where, writers);
 }
 
 /* With no overlaps and every box in bounds, the boxes cover the tensor
  * exactly when their volumes add up to its element count. */
-static int check_coverage(const planner *pl, size_t s0, size_t s1)
+static int check_coverage(const planner *pl, size_t k)
 {
-    const ckpt_piece_rec *p0 = set_piece(pl, &pl->sets[s0]);
-    uint64_t numel = ckpt_box_numel(p0->ndim, p0->shape), covered = 0;
-    for (size_t s = s0; s < s1; s++) {
-        const ckpt_piece_rec *p = set_piece(pl, &pl->sets[s]);
-        covered += ckpt_box_numel(p->ndim, p->sizes);
-    }
-    return covered == numel ? 0 : coverage_err(pl, s0, s1, covered, numel);
-}
-
-/* ------------------------------------------------------------ the build */
-
-/* Appends the distinct boxes of refs[a, b) (replicas are adjacent). */
-static void add_sets(planner *pl, size_t a, size_t b)
-{
-    for (size_t j = a; j < b; j++) {
-        if (j > a && !cmp_box(pl->refs[j].p, pl->refs[j - 1].p)) {
-            pl->sets[pl->nsets - 1].end = j + 1;
-            continue;
-        }
-        pl->sets[pl->nsets++] =
-            (box_set){ j, j + 1, pl->refs[j].i, pl->refs[j].p->raw_bytes };
-    }
+    pview p0 = ent_view(pl, 0);
+    uint64_t numel = ckpt_box_numel(p0.ndim, p0.shape), covered = 0;
+    for (size_t s = 0; s < pl->nsets; s++)
+        covered += ckpt_box_numel(p0.ndim, pl->sets[s].size);
+    return covered == numel ? 0 : coverage_err(pl, k, covered, numel);
 }
 
 /* A committed tensor lists each box once: a chunk listed twice is a
  * damaged index, not a replica. */
-static int check_no_replicas(const planner *pl, size_t s0, size_t s1)
+static int check_no_replicas(const planner *pl)
 {
-    for (size_t s = s0; s < s1; s++) {
+    for (size_t s = 0; s < pl->nsets; s++) {
         const box_set *bs = &pl->sets[s];
         if (bs->end - bs->start < 2)
             continue;
-        const ckpt_piece_rec *p = set_piece(pl, bs);
+        pview p = set_view(pl, bs);
         char box[2 * DIMS_TEXT_CAP + 32];
-        fmt_box(box, sizeof box, p->ndim, p->offsets, p->sizes);
-        size_t i = pl->refs[bs->start].i, j = pl->refs[bs->start + 1].i;
+        fmt_box(box, sizeof box, p.ndim, p.offsets, p.sizes);
+        size_t i = ent_at(pl, bs->start)->i, j = ent_at(pl, bs->start + 1)->i;
         return ckpt_err(pl->err, -EINVAL, "tensor '%s': chunks %zu and %zu "
-                        "are the same box (%s)", p->fqn, i < j ? i : j,
+                        "are the same box (%s)", p.fqn, i < j ? i : j,
                         i < j ? j : i, box);
     }
-    return 0;
-}
-
-static int check_tensor(planner *pl, size_t a, size_t b)
-{
-    int rc = check_group_pieces(pl->refs + a, b - a, pl->err);
-    if (rc == -EOVERFLOW) {   /* plan.h: every refusal is -EINVAL */
-        if (pl->err)
-            pl->err->code = -EINVAL;
-        return -EINVAL;
-    }
-    if (rc)
-        return rc;
-    size_t s0 = pl->nsets;
-    add_sets(pl, a, b);
-    if (pl->chunks)
-        rc = check_no_replicas(pl, s0, pl->nsets);
-    if (!rc)
-        rc = check_overlaps(pl, s0, pl->nsets);
-    for (size_t s = s0; !rc && s < pl->nsets; s++)
-        if (pl->opts->check_replica_hashes)
-            rc = check_replicas(pl, &pl->sets[s]);
-    if (!rc)
-        rc = check_coverage(pl, s0, pl->nsets);
-    return rc;
-}
-
-static int check_tensors(planner *pl)
-{
-    for (size_t a = 0, b; a < pl->n; a = b) {
-        for (b = a + 1; b < pl->n; b++)
-            if (cmp_str(pl->refs[b].p->fqn, pl->refs[a].p->fqn))
-                break;
-        pl->tset[pl->ntensors++] = pl->nsets;
-        int rc = check_tensor(pl, a, b);
-        if (rc)
-            return rc;
-    }
-    pl->tset[pl->ntensors] = pl->nsets;
     return 0;
 }
 
 /* --------------------------------------------------------- replicas */
 
 /* The replica with the smallest input index. */
-static void keep_first(planner *pl, box_set *s)
+static size_t first_replica(const planner *pl, const box_set *s)
 {
-    s->keep = pl->refs[s->start].i;
+    size_t keep = ent_at(pl, s->start)->i;
     for (size_t j = s->start + 1; j < s->end; j++)
-        if (pl->refs[j].i < s->keep)
-            s->keep = pl->refs[j].i;
+        if (ent_at(pl, j)->i < keep)
+            keep = ent_at(pl, j)->i;
+    return keep;
 }
 
-typedef struct balance {
-    const char **names;    /* sorted distinct writer names */
-    size_t nnames;
-    uint64_t *kept;        /* bytes kept per name */
-} balance;
-
-static size_t writer_id(const balance *bl, const ckpt_piece_rec *p)
+static uint32_t brank_of(const planner *pl, size_t i)
 {
-    const char *w = writer_of(p);
-    const char **hit = bsearch(&w, bl->names, bl->nnames, sizeof *bl->names,
-                               cmp_name);
-    return (size_t)(hit - bl->names);
+    return rank_of(pl->brank, pl->tab, pl->tab->v[i].writer);
 }
 
-static int balance_init(balance *bl, const planner *pl)
+/* Balance: a box with one piece counts for its writer now; a replicated
+ * one is placed once every tensor is checked (keep_balanced). */
+static int note_for_balance(planner *pl, const box_set *s, size_t tensor,
+                            size_t chunk)
 {
-    bl->names = malloc(pl->n * sizeof *bl->names);
-    bl->kept = calloc(pl->n, sizeof *bl->kept);
-    if (!bl->names || !bl->kept)
-        return ckpt_err(pl->err, -ENOMEM, "planner: out of memory");
-    for (size_t j = 0; j < pl->n; j++)
-        bl->names[j] = writer_of(&pl->pieces[j]);
-    qsort(bl->names, pl->n, sizeof *bl->names, cmp_name);
-    bl->nnames = 0;
-    for (size_t j = 0; j < pl->n; j++)
-        if (!bl->nnames || strcmp(bl->names[j], bl->names[bl->nnames - 1]))
-            bl->names[bl->nnames++] = bl->names[j];
+    if (s->end - s->start == 1) {
+        pl->kept[rank_of(pl->brank, pl->tab, ent_at(pl, s->start)->writer)] +=
+            s->bytes;
+        return 0;
+    }
+    size_t m = s->end - s->start;
+    if (ckpt_array_reserve((void **)&pl->reps, &pl->reps_cap, pl->nreps + 1,
+                           sizeof *pl->reps) ||
+        ckpt_array_reserve((void **)&pl->rep_i, &pl->rep_i_cap,
+                           pl->nrep_i + m, sizeof *pl->rep_i))
+        return oom(pl);
+    pl->reps[pl->nreps++] = (rep_set){ tensor, chunk, pl->nrep_i,
+                                       pl->nrep_i + m, s->bytes };
+    for (size_t j = s->start; j < s->end; j++)
+        pl->rep_i[pl->nrep_i++] = ent_at(pl, j)->i;
     return 0;
 }
 
-/* Replica sets, largest first, then in plan order. */
-static int cmp_set_size(const void *va, const void *vb)
+/* Replicated boxes, largest first, then in plan order. */
+static int cmp_rep_size(const void *va, const void *vb)
 {
-    const box_set *a = *(box_set *const *)va, *b = *(box_set *const *)vb;
+    const rep_set *a = *(rep_set *const *)va, *b = *(rep_set *const *)vb;
     if (a->bytes != b->bytes)
         return a->bytes > b->bytes ? -1 : 1;
     return a < b ? -1 : a > b;
 }
 
-/* The replica in s whose writer holds the fewest kept bytes (ties: the
- * smallest input index). */
-static size_t lightest_replica(const planner *pl, const balance *bl,
-                               const box_set *s)
-{
-    size_t best = s->start;
-    uint64_t best_kept = bl->kept[writer_id(bl, pl->refs[best].p)];
-    for (size_t j = s->start + 1; j < s->end; j++) {
-        uint64_t kept = bl->kept[writer_id(bl, pl->refs[j].p)];
-        if (kept < best_kept ||
-            (kept == best_kept && pl->refs[j].i < pl->refs[best].i)) {
-            best = j;
-            best_kept = kept;
-        }
-    }
-    return best;
-}
-
 /* Keeps, for each replicated box, the replica whose writer holds the fewest
- * kept bytes so far: boxes with one piece are counted first, then
- * replicated boxes are placed largest first (greedy, deterministic). */
+ * kept bytes so far (ties: the smallest input index): boxes with one piece
+ * were counted first, replicated boxes are placed largest first (greedy,
+ * deterministic). */
 static int keep_balanced(planner *pl)
 {
-    balance bl = { 0 };
-    box_set **rep = malloc(pl->nsets * sizeof *rep);
-    int rc = balance_init(&bl, pl);
-    if (!rc && !rep)
-        rc = ckpt_err(pl->err, -ENOMEM, "planner: out of memory");
-    size_t nrep = 0;
-    for (size_t s = 0; !rc && s < pl->nsets; s++) {
+    rep_set **order = malloc((pl->nreps + 1) * sizeof *order);
+    if (!order)
+        return oom(pl);
+    for (size_t r = 0; r < pl->nreps; r++)
+        order[r] = &pl->reps[r];
+    qsort(order, pl->nreps, sizeof *order, cmp_rep_size);
+    for (size_t r = 0; r < pl->nreps; r++) {
+        const rep_set *rs = order[r];
+        size_t best = pl->rep_i[rs->m0];
+        uint64_t best_kept = pl->kept[brank_of(pl, best)];
+        for (size_t m = rs->m0 + 1; m < rs->m1; m++) {
+            size_t i = pl->rep_i[m];
+            uint64_t kept = pl->kept[brank_of(pl, i)];
+            if (kept < best_kept || (kept == best_kept && i < best)) {
+                best = i;
+                best_kept = kept;
+            }
+        }
+        pl->kept[brank_of(pl, best)] += rs->bytes;
+        pl->out->tensors[rs->tensor].chunks[rs->chunk] = best;
+        for (size_t m = rs->m0; m < rs->m1; m++)
+            pl->out->kept_as[pl->rep_i[m]] = best;
+    }
+    free(order);
+    return 0;
+}
+
+/* ------------------------------------------------------------ the build */
+
+/* Records the kept pieces of the checked tensor as plan tensor t. */
+static int emit_tensor(planner *pl, size_t t)
+{
+    ckpt_plan_tensor *pt = &pl->out->tensors[t];
+    size_t i0 = ent_at(pl, 0)->i;
+    const ckpt_pieces_rec *r = &pl->tab->v[i0];
+    pt->chunks = malloc((pl->nsets + 1) * sizeof *pt->chunks);
+    if (!pt->chunks)
+        return oom(pl);
+    pl->out->ntensors = t + 1;
+    pt->fqn = ckpt_pieces_str(pl->tab, r->fqn);
+    pt->dtype = (ckpt_dtype)r->dtype;
+    pt->ndim = r->ndim;
+    pt->shape = ckpt_pieces_shape(pl->tab, i0);
+    pt->nchunks = pl->nsets;
+    for (size_t s = 0; s < pl->nsets; s++) {
         box_set *bs = &pl->sets[s];
-        if (bs->end - bs->start == 1)
-            bl.kept[writer_id(&bl, set_piece(pl, bs))] += bs->bytes;
-        else
-            rep[nrep++] = bs;
+        if (!pl->opts->balance_replicas)
+            bs->keep = first_replica(pl, bs);
+        else if (note_for_balance(pl, bs, t, s))
+            return -ENOMEM;
+        pt->chunks[s] = bs->keep;
+        for (size_t j = bs->start; j < bs->end; j++)
+            pl->out->kept_as[ent_at(pl, j)->i] = bs->keep;
+    }
+    return 0;
+}
+
+/* Checks the pieces idx[0..k) of one tensor, leaving its distinct boxes
+ * in pl->sets. */
+static int check_tensor(planner *pl, const size_t *idx, size_t k)
+{
+    int rc = load_entries(pl, idx, k);
+    if (rc)
+        return rc;
+    rc = check_group_pieces(pl, k);
+    if (rc == -EOVERFLOW) {   /* plan.h: every refusal is -EINVAL */
+        if (pl->err)
+            pl->err->code = -EINVAL;
+        return -EINVAL;
     }
     if (!rc)
-        qsort(rep, nrep, sizeof *rep, cmp_set_size);
-    for (size_t r = 0; !rc && r < nrep; r++) {
-        size_t best = lightest_replica(pl, &bl, rep[r]);
-        rep[r]->keep = pl->refs[best].i;
-        bl.kept[writer_id(&bl, pl->refs[best].p)] += rep[r]->bytes;
-    }
-    free(rep);
-    free(bl.names);
-    free(bl.kept);
+        rc = add_sets(pl, k);
+    if (!rc && pl->chunks)
+        rc = check_no_replicas(pl);
+    if (!rc)
+        rc = check_overlaps(pl, ent_at(pl, 0)->ndim);
+    for (size_t s = 0; !rc && s < pl->nsets; s++)
+        if (pl->opts->check_replica_hashes)
+            rc = check_replicas(pl, &pl->sets[s]);
+    if (!rc)
+        rc = check_coverage(pl, k);
     return rc;
 }
 
-/* ------------------------------------------------------------- output */
-
-static int emit(const planner *pl, ckpt_plan *out)
+/* Checks the pieces idx[0..k) of one tensor and records it as plan
+ * tensor t. */
+static int plan_tensor(planner *pl, const size_t *idx, size_t k, size_t t)
 {
-    out->tensors = calloc(pl->ntensors, sizeof *out->tensors);
-    out->kept_as = malloc(pl->n * sizeof *out->kept_as);
-    if (!out->tensors || !out->kept_as)
-        return ckpt_err(pl->err, -ENOMEM, "planner: out of memory");
-    out->npieces = pl->n;
-    for (size_t t = 0; t < pl->ntensors; t++) {
-        size_t s0 = pl->tset[t], s1 = pl->tset[t + 1];
-        const ckpt_piece_rec *p0 = set_piece(pl, &pl->sets[s0]);
-        ckpt_plan_tensor *pt = &out->tensors[out->ntensors];
-        pt->chunks = malloc((s1 - s0) * sizeof *pt->chunks);
-        if (!pt->chunks)
-            return ckpt_err(pl->err, -ENOMEM, "planner: out of memory");
-        out->ntensors++;
-        pt->fqn = p0->fqn;
-        pt->dtype = p0->dtype;
-        pt->ndim = p0->ndim;
-        pt->shape = p0->shape;
-        pt->nchunks = s1 - s0;
-        for (size_t s = s0; s < s1; s++) {
-            const box_set *bs = &pl->sets[s];
-            pt->chunks[s - s0] = bs->keep;
-            for (size_t j = bs->start; j < bs->end; j++)
-                out->kept_as[pl->refs[j].i] = bs->keep;
-        }
+    int rc = check_tensor(pl, idx, k);
+    return rc ? rc : emit_tensor(pl, t);
+}
+
+/* Groups the pieces by fqn (a counting sort on the rank of their fqn) and
+ * plans the tensors in fqn order. */
+static int plan_tensors(planner *pl)
+{
+    const ckpt_pieces *tab = pl->tab;
+    uint32_t *frank = malloc(((size_t)tab->nstr + 1) * sizeof *frank);
+    size_t *order = malloc(pl->n * sizeof *order), *start = NULL;
+    uint32_t nt = 0;
+    int rc = 0;
+    if (!frank || !order ||
+        !(nt = rank_strings(tab, offsetof(ckpt_pieces_rec, fqn), sort_key,
+                            frank)) ||
+        !(start = calloc((size_t)nt + 1, sizeof *start)) ||
+        !(pl->out->tensors = calloc(nt, sizeof *pl->out->tensors)))
+        rc = oom(pl);
+    for (size_t i = 0; !rc && i < pl->n; i++)
+        start[rank_of(frank, tab, tab->v[i].fqn) + 1]++;
+    for (uint32_t t = 0; !rc && t < nt; t++)
+        start[t + 1] += start[t];
+    for (size_t i = 0; !rc && i < pl->n; i++)
+        order[start[rank_of(frank, tab, tab->v[i].fqn)]++] = i;
+    /* start[t] is now the end of tensor t's pieces */
+    for (uint32_t t = 0; !rc && t < nt; t++) {
+        size_t a = t ? start[t - 1] : 0;
+        rc = plan_tensor(pl, order + a, start[t] - a, t);
     }
-    return 0;
+    free(frank);
+    free(order);
+    free(start);
+    return rc;
 }
 
 static int planner_init(planner *pl)
 {
-    pl->refs = malloc(pl->n * sizeof *pl->refs);
-    pl->sets = malloc(pl->n * sizeof *pl->sets);
-    pl->tset = malloc((pl->n + 1) * sizeof *pl->tset);
-    if (!pl->refs || !pl->sets || !pl->tset)
-        return ckpt_err(pl->err, -ENOMEM, "planner: out of memory");
-    for (size_t j = 0; j < pl->n; j++)
-        pl->refs[j] = (pref){ &pl->pieces[j], j };
-    qsort(pl->refs, pl->n, sizeof *pl->refs, cmp_pref);
+    const ckpt_pieces *tab = pl->tab;
+    size_t ns = (size_t)tab->nstr + 1;
+    pl->wrank = malloc(ns * sizeof *pl->wrank);
+    pl->out->kept_as = malloc(pl->n * sizeof *pl->out->kept_as);
+    if (!pl->wrank || !pl->out->kept_as ||
+        !rank_strings(tab, offsetof(ckpt_pieces_rec, writer), sort_key,
+                      pl->wrank))
+        return oom(pl);
+    pl->out->npieces = pl->n;
+    if (!pl->opts->balance_replicas)
+        return 0;
+    /* Writers by name: NULL, "" and "unnamed" are one writer. */
+    pl->brank = malloc(ns * sizeof *pl->brank);
+    uint32_t nb = 0;
+    if (!pl->brank ||
+        !(nb = rank_strings(tab, offsetof(ckpt_pieces_rec, writer), name_of,
+                            pl->brank)) ||
+        !(pl->kept = calloc(nb, sizeof *pl->kept)))
+        return oom(pl);
     return 0;
+}
+
+static void planner_free(planner *pl)
+{
+    free(pl->wrank);
+    free(pl->brank);
+    free(pl->kept);
+    free(pl->ent);
+    free(pl->sets);
+    free(pl->items);
+    free(pl->active);
+    free(pl->tmp);
+    free(pl->reps);
+    free(pl->rep_i);
+}
+
+int ckpt_plan_build_pieces(const ckpt_pieces *tab, const ckpt_plan_opts *opts,
+                           ckpt_plan *out, ckpt_error *err)
+{
+    static const ckpt_plan_opts defaults;
+    memset(out, 0, sizeof *out);
+    if (tab->n == 0)
+        return 0;
+    planner pl = { .tab = tab, .n = tab->n, .opts = opts ? opts : &defaults,
+                   .out = out, .err = err };
+    int rc = planner_init(&pl);
+    if (!rc)
+        rc = plan_tensors(&pl);
+    if (!rc && pl.opts->balance_replicas)
+        rc = keep_balanced(&pl);
+    planner_free(&pl);
+    if (rc)
+        ckpt_plan_free(out);
+    return rc;
 }
 
 int ckpt_plan_build(const ckpt_piece_rec *pieces, size_t n,
                     const ckpt_plan_opts *opts, ckpt_plan *out,
                     ckpt_error *err)
 {
-    static const ckpt_plan_opts defaults;
+    ckpt_pieces tab;
+    ckpt_pieces_init(&tab);
     memset(out, 0, sizeof *out);
+    int rc = 0;
+    for (size_t i = 0; !rc && i < n; i++)
+        if (ckpt_pieces_add(&tab, &pieces[i]))
+            rc = ckpt_err(err, -ENOMEM, "planner: out of memory");
+    if (!rc)
+        rc = ckpt_plan_build_pieces(&tab, opts, out, err);
+    /* The plan points into the caller's pieces, not the table. */
+    for (size_t t = 0; !rc && t < out->ntensors; t++) {
+        const ckpt_piece_rec *p = &pieces[out->tensors[t].chunks[0]];
+        out->tensors[t].fqn = p->fqn;
+        out->tensors[t].shape = p->shape;
+    }
+    ckpt_pieces_free(&tab);
+    return rc;
+}
+
+int ckpt_plan_check_chunks_pieces(const ckpt_pieces *tab, ckpt_error *err)
+{
+    static const ckpt_plan_opts defaults;
+    size_t n = tab->n;
     if (n == 0)
         return 0;
-    planner pl = { .pieces = pieces, .n = n, .opts = opts ? opts : &defaults,
-                   .err = err };
-    int rc = planner_init(&pl);
+    const char *fqn0 = sort_key(ckpt_pieces_str(tab, tab->v[0].fqn));
+    for (size_t i = 1; i < n; i++) {
+        const char *fqn = sort_key(ckpt_pieces_str(tab, tab->v[i].fqn));
+        if (strcmp(fqn, fqn0))
+            return ckpt_err(err, -EINVAL, "chunks of tensor '%s' and of '%s' "
+                            "checked together", fqn0, fqn);
+    }
+    ckpt_plan unused = { 0 };
+    size_t *idx = malloc(n * sizeof *idx);
+    planner pl = { .tab = tab, .n = n, .opts = &defaults, .out = &unused,
+                   .chunks = 1, .err = err };
+    int rc = idx ? planner_init(&pl)
+                 : ckpt_err(err, -ENOMEM, "planner: out of memory");
+    for (size_t i = 0; !rc && i < n; i++)
+        idx[i] = i;
     if (!rc)
-        rc = check_tensors(&pl);
-    if (!rc && pl.opts->balance_replicas)
-        rc = keep_balanced(&pl);
-    for (size_t s = 0; !rc && !pl.opts->balance_replicas && s < pl.nsets; s++)
-        keep_first(&pl, &pl.sets[s]);
-    if (!rc)
-        rc = emit(&pl, out);
-    free(pl.refs);
-    free(pl.sets);
-    free(pl.tset);
-    if (rc)
-        ckpt_plan_free(out);
+        rc = check_tensor(&pl, idx, n);
+    planner_free(&pl);
+    ckpt_plan_free(&unused);
+    free(idx);
     return rc;
 }
 
 int ckpt_plan_check_chunks(const ckpt_piece_rec *chunks, size_t n,
                            ckpt_error *err)
 {
-    if (n == 0)
-        return 0;
-    planner pl = { .pieces = chunks, .n = n, .chunks = 1, .err = err };
-    static const ckpt_plan_opts defaults;
-    pl.opts = &defaults;
-    int rc = planner_init(&pl);
-    for (size_t i = 1; !rc && i < n; i++)
-        if (cmp_str(chunks[i].fqn, chunks[0].fqn))
-            rc = ckpt_err(err, -EINVAL, "chunks of tensor '%s' and of '%s' "
-                          "checked together", chunks[0].fqn, chunks[i].fqn);
+    ckpt_pieces tab;
+    ckpt_pieces_init(&tab);
+    int rc = 0;
+    for (size_t i = 0; !rc && i < n; i++)
+        if (ckpt_pieces_add(&tab, &chunks[i]))
+            rc = ckpt_err(err, -ENOMEM, "planner: out of memory");
     if (!rc)
-        rc = check_tensor(&pl, 0, n);
-    free(pl.refs);
-    free(pl.sets);
-    free(pl.tset);
+        rc = ckpt_plan_check_chunks_pieces(&tab, err);
+    ckpt_pieces_free(&tab);
     return rc;
 }
 

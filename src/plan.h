@@ -15,6 +15,7 @@
 
 #include <stddef.h>
 #include "model.h"
+#include "pieces.h"
 
 typedef struct ckpt_plan_tensor {
     const char *fqn;        /* points into the pieces */
@@ -52,6 +53,12 @@ typedef struct ckpt_plan_opts {
 int ckpt_plan_build(const ckpt_piece_rec *pieces, size_t n,
                     const ckpt_plan_opts *opts, ckpt_plan *out,
                     ckpt_error *err);
+/* The same on the compact table of pieces (the committer's): the plan
+ * refers to pieces by their index in `tab` and points into it (fqn,
+ * shape), which must outlive it and not grow meanwhile.  O(n log n) in
+ * the number of pieces. */
+int ckpt_plan_build_pieces(const ckpt_pieces *tab, const ckpt_plan_opts *opts,
+                           ckpt_plan *out, ckpt_error *err);
 void ckpt_plan_free(ckpt_plan *p);
 
 /* Checks that chunks[0..n), the chunks one committed index lists for one
@@ -64,6 +71,9 @@ void ckpt_plan_free(ckpt_plan *p);
  * sizes [50,100]) and 1 (...) overlap").  Returns 0, -EINVAL, or -ENOMEM. */
 int ckpt_plan_check_chunks(const ckpt_piece_rec *chunks, size_t n,
                            ckpt_error *err);
+/* The same on the compact table (a tensor of a 16k-rank checkpoint has
+ * 16k chunks: ~100 bytes each there, ~900 as ckpt_piece_rec). */
+int ckpt_plan_check_chunks_pieces(const ckpt_pieces *tab, ckpt_error *err);
 
 /* Checks one piece on its own (valid dtype, fqn rules, ndim, offsets and
  * sizes inside the shape, byte count without overflow): what a writer can

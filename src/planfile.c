@@ -274,8 +274,11 @@ void ckpt_planfile_close(ckpt_planfile *pf)
 typedef struct preader {
     const char *path;
     char *writer;
-    ckpt_manifest m;        /* what was read so far */
-    int64_t *ids;           /* pieces.id per m.pieces entry, ascending */
+    ckpt_pieces *tab;       /* where the pieces go */
+    size_t base;            /* the plan's first piece in tab */
+    ckpt_manifest m;        /* its metadata */
+    int64_t *ids;           /* pieces.id per piece read, ascending */
+    size_t nids;
     size_t next;            /* frames: the piece being filled */
     ckpt_error *err;
 } preader;
@@ -331,37 +334,38 @@ static int piece_row(void *arg, sqlite3_stmt *st)
     const char *file = (const char *)sqlite3_column_text(st, 6);
     if (!fqn || !file)
         return plan_damaged(r, "piece without fqn or file", id);
-    int64_t *ids = realloc(r->ids, (r->m.npieces + 1) * sizeof *ids);
-    if (ids)
-        r->ids = ids;
-    ckpt_piece_rec *p = ids ? ckpt_manifest_add_piece(&r->m) : NULL;
-    if (!p)
+    int64_t *ids = realloc(r->ids, (r->nids + 1) * sizeof *ids);
+    if (!ids)
         return ckpt_err(r->err, -ENOMEM, "%s: out of memory", r->path);
-    ids[r->m.npieces - 1] = id;
-    p->fqn = strdup(fqn);
-    p->file = strdup(file);
-    p->writer = strdup(r->writer);
-    if (!p->fqn || !p->file || !p->writer)
-        return ckpt_err(r->err, -ENOMEM, "%s: out of memory", r->path);
-    if (ckpt_db_col_u64(st, 7, &p->raw_bytes) ||
-        ckpt_db_col_u64(st, 8, &p->stored_bytes))
+    r->ids = ids;
+    /* A record to copy into the table: its strings are only read. */
+    ckpt_piece_rec p = { .fqn = (char *)fqn, .file = (char *)file,
+                         .writer = r->writer };
+    if (ckpt_db_col_u64(st, 7, &p.raw_bytes) ||
+        ckpt_db_col_u64(st, 8, &p.stored_bytes))
         return plan_damaged(r, "negative or missing byte counts", id);
-    p->data_hash = (uint64_t)sqlite3_column_int64(st, 9);
-    return piece_dims(r, st, p, id);
+    p.data_hash = (uint64_t)sqlite3_column_int64(st, 9);
+    int rc = piece_dims(r, st, &p, id);
+    if (rc)
+        return rc;
+    if (ckpt_pieces_add(r->tab, &p))
+        return ckpt_err(r->err, -ENOMEM, "%s: out of memory", r->path);
+    ids[r->nids++] = id;
+    return 0;
 }
 
 static int frame_row(void *arg, sqlite3_stmt *st)
 {
     preader *r = arg;
     int64_t id = sqlite3_column_int64(st, 0);
-    while (r->next < r->m.npieces && r->ids[r->next] < id)
+    while (r->next < r->nids && r->ids[r->next] < id)
         r->next++;
-    if (r->next == r->m.npieces || r->ids[r->next] != id)
+    if (r->next == r->nids || r->ids[r->next] != id)
         return plan_damaged(r, "frame of a missing piece", id);
-    ckpt_piece_rec *p = &r->m.pieces[r->next];
+    size_t i = r->base + r->next;
     ckpt_frame_rec f = { 0 };
     int64_t codec = sqlite3_column_int64(st, 6);
-    if (sqlite3_column_int64(st, 1) != (int64_t)p->nframes ||
+    if (sqlite3_column_int64(st, 1) != (int64_t)r->tab->v[i].nframes ||
         ckpt_db_col_u64(st, 2, &f.file_offset) ||
         ckpt_db_col_u64(st, 3, &f.stored_size) ||
         ckpt_db_col_u64(st, 4, &f.raw_offset) ||
@@ -369,7 +373,7 @@ static int frame_row(void *arg, sqlite3_stmt *st)
         return plan_damaged(r, "bad frame", id);
     f.codec = (int)codec;
     f.checksum = (uint64_t)sqlite3_column_int64(st, 7);
-    if (ckpt_piece_add_frame(p, &f))
+    if (ckpt_pieces_add_frame(r->tab, i, &f))
         return ckpt_err(r->err, -ENOMEM, "%s: out of memory", r->path);
     return 0;
 }
@@ -453,7 +457,8 @@ static int open_plan(sqlite3 **db, const char *path, ckpt_error *err)
         return ckpt_err(err, -EINVAL, "%s is not a ckptfs local plan (%s)",
                         path, S_ISREG(st.st_mode) ? "empty file"
                                                   : "not a regular file");
-    int rc = sqlite3_open_v2(path, db, SQLITE_OPEN_READWRITE, NULL);
+    int rc = sqlite3_open_v2(path, db, SQLITE_OPEN_READWRITE |
+                             SQLITE_OPEN_NOMUTEX, NULL);
     if (rc != SQLITE_OK)
         return ckpt_db_err(err, *db, rc, path, "cannot open local plan");
     rc = sqlite3_busy_timeout(*db, BUSY_TIMEOUT_MS);
@@ -462,19 +467,39 @@ static int open_plan(sqlite3 **db, const char *path, ckpt_error *err)
     return ckpt_db_check_id(*db, path, CKPT_PLAN_APP_ID, err);
 }
 
-int ckpt_planfile_read(const char *path, ckpt_manifest *m, ckpt_error *err)
+int ckpt_planfile_read_pieces(const char *path, ckpt_pieces *tab,
+                              ckpt_manifest *meta, ckpt_error *err)
 {
-    preader r = { .path = path, .err = err };
+    preader r = { .path = path, .tab = tab, .base = tab->n, .err = err };
     ckpt_manifest_init(&r.m);
     sqlite3 *db = NULL;
     int rc = open_plan(&db, path, err);
     if (!rc)
         rc = read_all(db, &r);
     sqlite3_close(db);   /* also ends a read transaction left open */
-    if (!rc && ckpt_manifest_take(m, &r.m))
+    if (!rc && ckpt_manifest_take(meta, &r.m))
         rc = ckpt_err(err, -ENOMEM, "%s: out of memory", path);
     ckpt_manifest_free(&r.m);
     free(r.ids);
     free(r.writer);
+    return rc;
+}
+
+int ckpt_planfile_read(const char *path, ckpt_manifest *m, ckpt_error *err)
+{
+    ckpt_pieces tab;
+    ckpt_manifest got;
+    ckpt_pieces_init(&tab);
+    ckpt_manifest_init(&got);
+    int rc = ckpt_planfile_read_pieces(path, &tab, &got, err);
+    for (size_t i = 0; !rc && i < tab.n; i++) {
+        ckpt_piece_rec *p = ckpt_manifest_add_piece(&got);
+        if (!p || ckpt_pieces_get(&tab, i, p))
+            rc = ckpt_err(err, -ENOMEM, "%s: out of memory", path);
+    }
+    if (!rc && ckpt_manifest_take(m, &got))
+        rc = ckpt_err(err, -ENOMEM, "%s: out of memory", path);
+    ckpt_manifest_free(&got);
+    ckpt_pieces_free(&tab);
     return rc;
 }

@@ -2,6 +2,9 @@
  * reader.c - reading a committed checkpoint: tensor listing, byte-range and
  * region reads, verification.
  *
+ * Opening reads the index's tensors; a tensor's chunks are loaded when
+ * something first needs them (tensor_chunks), a chunk's frames likewise.
+ *
  * A read is turned into segments (chunk, byte range of the chunk's image,
  * destination) by the region arithmetic; each segment is served frame by
  * frame.  A frame covered whole is decoded (or, if raw, pread) straight
@@ -40,28 +43,41 @@
 #include "pool.h"
 #include "region.h"
 #include "shape.h"
+#include "shardio.h"
 
-/* Scratch for one decoding thread: codec contexts and a stored-bytes
- * buffer.  Kept on a free list so any thread (FUSE's, the pool's) can
+/* Scratch for one decoding thread: codec contexts and shard reading
+ * buffers.  Kept on a free list so any thread (FUSE's, the pool's) can
  * borrow one. */
 typedef struct scratch {
     struct scratch *next;
     ckpt_codec_ctx *codec;
-    unsigned char *buf;
-    size_t cap;
+    ckpt_sio *io;
 } scratch;
+
+/* What the reader keeps of a tensor once its chunks are loaded. */
+typedef struct tensor_state {
+    uint64_t key0;                  /* cache key of its first frame */
+    uint64_t *frame0;               /* per chunk: the tensor's frames before
+                                       it */
+    _Atomic(ckpt_frame_rec *) *frames;   /* per chunk, lazily */
+    ckpt_strided **strided;         /* foreign: per chunk, its strides, or
+                                       NULL when row-major */
+} tensor_state;
 
 struct ckpt_reader {
     char *dir;
     ckpt_confine root;              /* dir: where files are opened */
     ckpt_read_opts opts;
     ckpt_index *ix;
-    pthread_mutex_t ix_mu;          /* the index handle, lazy frame loads */
-    ckpt_index_data d;
-    size_t *chunk_base;             /* per tensor: first global chunk no. */
-    uint64_t *frame_base;           /* per global chunk: first global frame
-                                       no. (the cache keys) */
-    _Atomic(ckpt_frame_rec *) *frames;   /* per global chunk, lazily */
+    pthread_mutex_t ix_mu;          /* the index handle, lazy loads */
+    ckpt_index_data d;              /* tensors' chunks: see ts */
+    /* Per tensor: NULL until its chunks are loaded (on first use, once,
+     * under ix_mu), then its state; d.tensors[t].chunks is valid from
+     * then on. */
+    _Atomic(tensor_state *) *ts;
+    uint64_t next_key;              /* cache keys given out (under ix_mu):
+                                       frames are numbered across the
+                                       checkpoint as tensors load */
     _Atomic int *fds;               /* per shard file, -1 until opened */
     pthread_mutex_t fd_mu;
     char (*codecs)[32];             /* per tensor: "raw+zstd" */
@@ -81,8 +97,6 @@ struct ckpt_reader {
     struct stat *file_st;
     int names_seen;                 /* names_perm is set */
     ckpt_perm names_perm;
-    ckpt_strided **strided;         /* foreign: per global chunk, its
-                                       strides, or NULL when row-major */
     ckpt_cache *cache;
     ckpt_pool *pool;
     scratch *free_scratch;
@@ -118,7 +132,9 @@ static scratch *scratch_get(ckpt_reader *r)
     if (s)
         return s;
     s = calloc(1, sizeof *s);
-    if (s && !(s->codec = ckpt_codec_ctx_new())) {
+    if (s && (!(s->codec = ckpt_codec_ctx_new()) ||
+              !(s->io = ckpt_sio_new()))) {
+        ckpt_codec_ctx_free(s->codec);
         free(s);
         s = NULL;
     }
@@ -133,25 +149,13 @@ static void scratch_put(ckpt_reader *r, scratch *s)
     pthread_mutex_unlock(&r->scratch_mu);
 }
 
-static int scratch_reserve(scratch *s, size_t n)
-{
-    if (n <= s->cap)
-        return 0;
-    unsigned char *b = realloc(s->buf, n);
-    if (!b)
-        return -ENOMEM;
-    s->buf = b;
-    s->cap = n;
-    return 0;
-}
-
 static void scratch_free_all(ckpt_reader *r)
 {
     while (r->free_scratch) {
         scratch *s = r->free_scratch;
         r->free_scratch = s->next;
         ckpt_codec_ctx_free(s->codec);
-        free(s->buf);
+        ckpt_sio_free(s->io);
         free(s);
     }
 }
@@ -174,13 +178,83 @@ static const char *file_of(const ckpt_reader *r, size_t t, size_t c)
     return r->d.files[chunk_at(r, t, c)->file].path;
 }
 
+/* The state of tensor t, whose chunks the caller has loaded
+ * (tensor_chunks). */
+static tensor_state *state_of(const ckpt_reader *r, size_t t)
+{
+    return atomic_load_explicit(&r->ts[t], memory_order_acquire);
+}
+
+static void state_free(tensor_state *s, size_t nchunks)
+{
+    if (!s)
+        return;
+    for (size_t c = 0; s->frames && c < nchunks; c++) {
+        free(atomic_load(&s->frames[c]));
+        if (s->strided)
+            free(s->strided[c]);
+    }
+    free(s->frames);
+    free(s->strided);
+    free(s->frame0);
+    free(s);
+}
+
+/* A state for tensor t, whose chunks are in r->d, taking the next cache
+ * keys (called under ix_mu, or before the reader is shared). */
+static tensor_state *state_new(ckpt_reader *r, size_t t)
+{
+    const ckpt_index_tensor *tt = tensor_at(r, t);
+    size_t n = tt->nchunks;
+    tensor_state *s = calloc(1, sizeof *s);
+    if (!s)
+        return NULL;
+    s->frame0 = calloc(n + 1, sizeof *s->frame0);
+    s->frames = calloc(n + 1, sizeof *s->frames);
+    if (!s->frame0 || !s->frames) {
+        state_free(s, 0);
+        return NULL;
+    }
+    uint64_t frames = 0;
+    for (size_t c = 0; c < n; c++) {
+        s->frame0[c] = frames;
+        frames += tt->chunks[c].nframes;
+        atomic_init(&s->frames[c], NULL);
+    }
+    s->key0 = r->next_key;
+    r->next_key += frames;
+    return s;
+}
+
+/* Loads the chunks of tensor t on its first use: once, whatever the
+ * threads asking.  Everything that looks at a tensor's chunks (reads,
+ * ckpt_reader_chunk/frame, verify) comes through here first. */
+static int tensor_chunks(ckpt_reader *r, size_t t, ckpt_error *err)
+{
+    if (state_of(r, t))
+        return 0;
+    int rc = 0;
+    pthread_mutex_lock(&r->ix_mu);
+    if (!atomic_load_explicit(&r->ts[t], memory_order_relaxed)) {
+        tensor_state *s = NULL;
+        rc = ckpt_index_load_chunks(r->ix, &r->d, t, err);
+        if (rc == 0 && !(s = state_new(r, t)))
+            rc = ckpt_err(err, -ENOMEM, "out of memory");
+        /* A check of the loaded chunks before any byte is served belongs
+         * here, under the lock, run once with its verdict kept. */
+        if (rc == 0)
+            atomic_store_explicit(&r->ts[t], s, memory_order_release);
+    }
+    pthread_mutex_unlock(&r->ix_mu);
+    return rc;
+}
+
 /* Frames of chunk (t, c), loaded from the index on first use. */
 static int chunk_frames(ckpt_reader *r, size_t t, size_t c,
                         const ckpt_frame_rec **out, ckpt_error *err)
 {
-    size_t g = r->chunk_base[t] + c;
-    ckpt_frame_rec *f = atomic_load_explicit(&r->frames[g],
-                                             memory_order_acquire);
+    _Atomic(ckpt_frame_rec *) *slot = &state_of(r, t)->frames[c];
+    ckpt_frame_rec *f = atomic_load_explicit(slot, memory_order_acquire);
     if (f) {
         *out = f;
         return 0;
@@ -188,12 +262,12 @@ static int chunk_frames(ckpt_reader *r, size_t t, size_t c,
     const ckpt_index_chunk *ch = chunk_at(r, t, c);
     int rc = 0;
     pthread_mutex_lock(&r->ix_mu);
-    f = atomic_load_explicit(&r->frames[g], memory_order_acquire);
+    f = atomic_load_explicit(slot, memory_order_acquire);
     if (!f) {
         rc = ckpt_index_load_frames(r->ix, ch->id, ch->nframes,
                                     ch->raw_bytes, &f, err);
         if (rc == 0)
-            atomic_store_explicit(&r->frames[g], f, memory_order_release);
+            atomic_store_explicit(slot, f, memory_order_release);
     }
     pthread_mutex_unlock(&r->ix_mu);
     if (rc)
@@ -260,7 +334,8 @@ static int frame_fail(const frame_ref *fr, ckpt_error *err, int rc)
 static const ckpt_strided *strided_of(const ckpt_reader *r, size_t t,
                                       size_t c)
 {
-    return r->strided ? r->strided[r->chunk_base[t] + c] : NULL;
+    const tensor_state *s = state_of(r, t);
+    return s->strided ? s->strided[c] : NULL;
 }
 
 /* Copies the elements of a strided chunk (sizes, strides in elements, from
@@ -296,19 +371,19 @@ static int read_strided(const frame_ref *fr, int fd, const ckpt_strided *sd,
 {
     const ckpt_frame_rec *f = fr->f;
     const ckpt_index_tensor *t = tensor_at(fr->r, fr->t);
-    int rc = scratch_reserve(s, f->stored_size);
-    if (rc)
-        return ckpt_err(err, rc, "out of memory");
-    rc = ckpt_pread_full(fd, s->buf, f->stored_size, f->file_offset,
-                         file_of(fr->r, fr->t, fr->c), err);
+    const unsigned char *src;
+    int rc = ckpt_sio_stored(s->io, fd, f->stored_size, f->file_offset, &src,
+                             file_of(fr->r, fr->t, fr->c), err);
     if (rc == 0)
-        gather(dst, s->buf, t->ndim, chunk_at(fr->r, fr->t, fr->c)->sizes,
+        gather(dst, src, t->ndim, chunk_at(fr->r, fr->t, fr->c)->sizes,
                sd->stride, ckpt_dtype_size(t->dtype));
     return rc;
 }
 
 /* Reads and decodes frame fr into dst (raw_size bytes) and checks its
- * checksum. */
+ * checksum.  A raw frame is read straight into dst and checksummed as it
+ * lands (shardio.c); a coded one is read into the scratch's buffer and
+ * decoded into dst. */
 static int decode_frame(const frame_ref *fr, void *dst, scratch *s,
                         ckpt_error *err)
 {
@@ -316,10 +391,12 @@ static int decode_frame(const frame_ref *fr, void *dst, scratch *s,
     const ckpt_frame_rec *f = fr->f;
     const ckpt_index_chunk *ch = chunk_at(r, fr->t, fr->c);
     const ckpt_strided *sd = strided_of(r, fr->t, fr->c);
+    const char *file = file_of(r, fr->t, fr->c);
     int fd = shard_fd(r, ch->file, err);
     if (fd < 0)
         return frame_fail(fr, err, fd);
-    int rc = 0;
+    int rc = 0, summed = 0;
+    uint64_t sum = 0;
     if (sd) {
         rc = read_strided(fr, fd, sd, dst, s, err);
     } else if (f->codec == CKPT_CODEC_RAW) {
@@ -328,18 +405,16 @@ static int decode_frame(const frame_ref *fr, void *dst, scratch *s,
                           (unsigned long long)f->stored_size,
                           (unsigned long long)f->raw_size);
         else
-            rc = ckpt_pread_full(fd, dst, f->raw_size, f->file_offset,
-                                 file_of(r, fr->t, fr->c), err);
+            rc = ckpt_sio_read(s->io, fd, dst, f->raw_size, f->file_offset,
+                               r->foreign ? NULL : &sum, file, err);
+        summed = 1;
     } else {
-        rc = scratch_reserve(s, f->stored_size);
-        if (rc)
-            rc = ckpt_err(err, rc, "out of memory");
+        const unsigned char *src;
+        rc = ckpt_sio_stored(s->io, fd, f->stored_size, f->file_offset, &src,
+                             file, err);
         if (rc == 0)
-            rc = ckpt_pread_full(fd, s->buf, f->stored_size, f->file_offset,
-                                 file_of(r, fr->t, fr->c), err);
-        if (rc == 0)
-            rc = ckpt_codec_decode(s->codec, f->codec, s->buf,
-                                   f->stored_size, dst, f->raw_size, err);
+            rc = ckpt_codec_decode(s->codec, f->codec, src, f->stored_size,
+                                   dst, f->raw_size, err);
     }
     if (rc)
         return frame_fail(fr, err, rc);
@@ -348,7 +423,8 @@ static int decode_frame(const frame_ref *fr, void *dst, scratch *s,
     atomic_fetch_add(&r->bytes_decoded, f->raw_size);
     if (r->foreign)
         return 0;
-    uint64_t sum = ckpt_checksum(dst, f->raw_size);
+    if (!summed)
+        sum = ckpt_checksum(dst, f->raw_size);
     if (sum != f->checksum) {
         ckpt_err(err, -EIO, "checksum mismatch (index has %016llx, data "
                  "hashes to %016llx): the shard is corrupt",
@@ -356,6 +432,43 @@ static int decode_frame(const frame_ref *fr, void *dst, scratch *s,
         return frame_fail(fr, err, -EIO);
     }
     return 0;
+}
+
+/* Reads bytes [fo, fo + n) of raw frame fr straight into dst.  Only for
+ * frames without a checksum (foreign checkpoints): a ckptfs frame is
+ * checked whole, so a part of one comes from the decoded-frame cache. */
+static int read_raw_part(const frame_ref *fr, uint64_t fo, uint64_t n,
+                         void *dst, ckpt_error *err)
+{
+    ckpt_reader *r = fr->r;
+    int fd = shard_fd(r, chunk_at(r, fr->t, fr->c)->file, err);
+    if (fd < 0)
+        return frame_fail(fr, err, fd);
+    scratch *s = scratch_get(r);
+    if (!s)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    int rc = ckpt_sio_read(s->io, fd, dst, n, fr->f->file_offset + fo, NULL,
+                           file_of(r, fr->t, fr->c), err);
+    scratch_put(r, s);
+    if (rc)
+        return frame_fail(fr, err, rc);
+    atomic_fetch_add(&r->bytes_read, n);
+    atomic_fetch_add(&r->bytes_decoded, n);
+    return 0;
+}
+
+/* Segments at least this long read their parts of checksum-less raw
+ * frames in place; shorter ones (rows of a region) come from one read of
+ * the whole frame into the cache, rather than one pread each. */
+#define PARTIAL_MIN ((uint64_t)64 << 10)
+
+/* 1 when part of frame fr can be read without reading all of it: a raw,
+ * row-major frame without a checksum. */
+static int partial_ok(const frame_ref *fr)
+{
+    return fr->r->foreign && fr->f->codec == CKPT_CODEC_RAW &&
+           fr->f->stored_size == fr->f->raw_size &&
+           !strided_of(fr->r, fr->t, fr->c);
 }
 
 static int decode_with_scratch(const frame_ref *fr, void *dst,
@@ -379,7 +492,8 @@ static int cache_load(void *arg, void *dst, size_t n, ckpt_error *err)
 static uint64_t frame_key(const ckpt_reader *r, size_t t, size_t c,
                           uint64_t i)
 {
-    return r->frame_base[r->chunk_base[t] + c] + i;
+    const tensor_state *s = state_of(r, t);
+    return s->key0 + s->frame0[c] + i;
 }
 
 /* ---------------------------------------------------------------- segments */
@@ -524,6 +638,8 @@ static int copy_segment(ckpt_reader *r, size_t t, const segment *sg,
         int whole = fo == 0 && take == frames[i].raw_size;
         if (whole && !ckpt_cache_contains(r->cache, frame_key(r, t, sg->c, i)))
             rc = decode_with_scratch(&fr, dst, err);
+        else if (!whole && sg->n >= PARTIAL_MIN && partial_ok(&fr))
+            rc = read_raw_part(&fr, fo, take, dst, err);
         else
             rc = copy_cached(&fr, cur, fo, take, dst, err);
         if (rc)
@@ -686,12 +802,16 @@ static void prefetch_after(ckpt_reader *r, size_t t, const segment *last)
         if (i < ch->nframes && frames[i].raw_offset < pos)
             i++;   /* the frame holding pos was just read */
         for (; i < ch->nframes && want > 0; i++, want--) {
+            frame_ref fr = { r, t, c, i, &frames[i] };
+            if (partial_ok(&fr))
+                return;   /* read in place when asked for (a sequential
+                             reader asks for large parts) */
             if (ckpt_cache_contains(r->cache, frame_key(r, t, c, i)))
                 continue;
             prefetch_task *pt = malloc(sizeof *pt);
             if (!pt)
                 return;
-            pt->fr = (frame_ref){ r, t, c, i, &frames[i] };
+            pt->fr = fr;
             if (ckpt_pool_submit(r->pool, prefetch_run, pt)) {
                 free(pt);
                 return;
@@ -726,36 +846,43 @@ static int tensor_tiling(const ckpt_index_tensor *t, ckpt_error *err)
         return ckpt_err(err, -EINVAL, "tensor '%s': no chunk holds any of "
                         "its %llu elements", t->fqn,
                         (unsigned long long)numel);
-    ckpt_piece_rec *p = calloc(t->nchunks + 1, sizeof *p);
-    if (!p)
-        return ckpt_err(err, -ENOMEM, "out of memory checking the chunks of "
-                        "tensor '%s'", t->fqn);
-    for (size_t c = 0; c < t->nchunks; c++) {
-        p[c].fqn = t->fqn;
-        p[c].dtype = t->dtype;
-        p[c].ndim = t->ndim;
-        memcpy(p[c].shape, t->shape, sizeof t->shape);
-        memcpy(p[c].offsets, t->chunks[c].offsets, sizeof p[c].offsets);
-        memcpy(p[c].sizes, t->chunks[c].sizes, sizeof p[c].sizes);
-        p[c].raw_bytes = t->chunks[c].raw_bytes;
+    /* one record, copied into a compact table chunk by chunk */
+    ckpt_piece_rec p = { .fqn = t->fqn, .dtype = t->dtype, .ndim = t->ndim };
+    memcpy(p.shape, t->shape, sizeof t->shape);
+    ckpt_pieces tab;
+    ckpt_pieces_init(&tab);
+    int rc = 0;
+    for (size_t c = 0; !rc && c < t->nchunks; c++) {
+        memcpy(p.offsets, t->chunks[c].offsets,
+               (size_t)t->ndim * sizeof *p.offsets);
+        memcpy(p.sizes, t->chunks[c].sizes, (size_t)t->ndim * sizeof *p.sizes);
+        p.raw_bytes = t->chunks[c].raw_bytes;
+        if (ckpt_pieces_add(&tab, &p))
+            rc = ckpt_err(err, -ENOMEM, "out of memory checking the chunks "
+                          "of tensor '%s'", t->fqn);
     }
-    int rc = ckpt_plan_check_chunks(p, t->nchunks, err);
-    free(p);
+    if (!rc)
+        rc = ckpt_plan_check_chunks_pieces(&tab, err);
+    ckpt_pieces_free(&tab);
     return rc;
 }
 
-/* A valid tensor index whose chunks tile the tensor: checked before the
- * first byte of it is served, the verdict kept (threads racing on the
- * first read may both check: the check is pure). */
+/* A valid tensor index whose chunks are loaded and tile the tensor:
+ * checked before the first byte of it is served, the verdict kept
+ * (threads racing on the first read may both check: the check is
+ * pure). */
 static int check_tensor(ckpt_reader *r, size_t t, ckpt_error *err)
 {
     if (t >= r->d.ntensors)
         return ckpt_err(err, -EINVAL, "tensor index %zu out of range (%zu "
                         "tensors)", t, r->d.ntensors);
+    int rc = tensor_chunks(r, t, err);
+    if (rc)
+        return rc;
     int v = atomic_load_explicit(&r->tiled[t], memory_order_acquire);
     if (v > 0)
         return 0;
-    int rc = tensor_tiling(tensor_at(r, t), err);
+    rc = tensor_tiling(tensor_at(r, t), err);
     if (rc != -ENOMEM)
         atomic_store_explicit(&r->tiled[t], rc ? -1 : 1,
                               memory_order_release);
@@ -891,45 +1018,36 @@ static void describe_codecs(unsigned mask, char *buf, size_t cap)
         snprintf(buf, cap, "none");
 }
 
+/* Per-tensor and per-file tables; then a state for every tensor whose
+ * chunks are already loaded (a foreign checkpoint's, an old index's). */
 static int alloc_tables(ckpt_reader *r, ckpt_error *err)
 {
-    size_t nt = r->d.ntensors, total = 0;
-    r->chunk_base = calloc(nt + 1, sizeof *r->chunk_base);
+    size_t nt = r->d.ntensors;
     r->codecs = calloc(nt + 1, sizeof *r->codecs);
     r->seq_end = calloc(nt + 1, sizeof *r->seq_end);
+    r->ts = calloc(nt + 1, sizeof *r->ts);
     r->tiled = calloc(nt + 1, sizeof *r->tiled);
-    if (!r->chunk_base || !r->codecs || !r->seq_end || !r->tiled)
+    r->fds = calloc(r->d.nfiles + 1, sizeof *r->fds);
+    if (!r->codecs || !r->seq_end || !r->ts || !r->tiled || !r->fds)
         return ckpt_err(err, -ENOMEM, "out of memory");
     for (size_t t = 0; t < nt; t++) {
-        r->chunk_base[t] = total;
-        total += r->d.tensors[t].nchunks;
         describe_codecs(r->d.tensors[t].codec_mask, r->codecs[t],
                         sizeof r->codecs[t]);
         atomic_init(&r->seq_end[t], UINT64_MAX);
+        atomic_init(&r->ts[t], NULL);
         atomic_init(&r->tiled[t], 0);
     }
-    r->frames = calloc(total + 1, sizeof *r->frames);
-    r->frame_base = calloc(total + 1, sizeof *r->frame_base);
-    r->fds = calloc(r->d.nfiles + 1, sizeof *r->fds);
-    if (!r->frames || !r->frame_base || !r->fds)
-        return ckpt_err(err, -ENOMEM, "out of memory");
-    uint64_t frames = 0;
-    for (size_t t = 0; t < nt; t++)
-        for (size_t c = 0; c < r->d.tensors[t].nchunks; c++) {
-            r->frame_base[r->chunk_base[t] + c] = frames;
-            frames += r->d.tensors[t].chunks[c].nframes;
-        }
-    for (size_t i = 0; i < total; i++)
-        atomic_init(&r->frames[i], NULL);
     for (size_t i = 0; i < r->d.nfiles; i++)
         atomic_init(&r->fds[i], -1);
+    for (size_t t = 0; t < nt; t++) {
+        if (!r->d.tensors[t].chunks_loaded)
+            continue;
+        tensor_state *s = state_new(r, t);
+        if (!s)
+            return ckpt_err(err, -ENOMEM, "out of memory");
+        atomic_store(&r->ts[t], s);
+    }
     return 0;
-}
-
-static size_t total_chunks(const ckpt_reader *r)
-{
-    size_t n = r->d.ntensors;
-    return n ? r->chunk_base[n - 1] + r->d.tensors[n - 1].nchunks : 0;
 }
 
 void ckpt_reader_close(ckpt_reader *r)
@@ -940,13 +1058,8 @@ void ckpt_reader_close(ckpt_reader *r)
         ckpt_pool_destroy(r->pool);   /* finishes queued prefetches */
     if (r->cache)
         ckpt_cache_destroy(r->cache);
-    if (r->frames && r->chunk_base)
-        for (size_t i = 0; i < total_chunks(r); i++) {
-            free(atomic_load(&r->frames[i]));
-            if (r->strided)
-                free(r->strided[i]);
-        }
-    free(r->strided);
+    for (size_t t = 0; r->ts && t < r->d.ntensors; t++)
+        state_free(atomic_load(&r->ts[t]), r->d.tensors[t].nchunks);
     for (size_t i = 0; r->fds && i < r->d.nfiles; i++)
         if (atomic_load(&r->fds[i]) >= 0)
             close(atomic_load(&r->fds[i]));
@@ -954,10 +1067,8 @@ void ckpt_reader_close(ckpt_reader *r)
     if (r->ix)
         ckpt_index_close(r->ix);
     ckpt_index_data_free(&r->d);
-    free(r->frames);
-    free(r->frame_base);
+    free(r->ts);
     free(r->fds);
-    free(r->chunk_base);
     free(r->codecs);
     free(r->seq_end);
     free(r->tiled);
@@ -990,13 +1101,20 @@ static int open_foreign(ckpt_reader *r, const char *path, ckpt_error *err)
     r->dir = f.dir;
     f.dir = NULL;
     rc = alloc_tables(r, err);
-    if (rc == 0) {
-        for (size_t i = 0; i < f.nchunks; i++) {
-            atomic_store(&r->frames[i], f.frames[i]);
-            f.frames[i] = NULL;
+    /* f's frames and strides are per chunk, tensor by tensor. */
+    for (size_t t = 0, g = 0; rc == 0 && t < r->d.ntensors; t++) {
+        tensor_state *s = state_of(r, t);
+        size_t n = r->d.tensors[t].nchunks;
+        if (!(s->strided = calloc(n + 1, sizeof *s->strided))) {
+            rc = ckpt_err(err, -ENOMEM, "out of memory");
+            break;
         }
-        r->strided = f.strided;
-        f.strided = NULL;
+        for (size_t c = 0; c < n; c++, g++) {
+            atomic_store(&s->frames[c], f.frames[g]);
+            f.frames[g] = NULL;
+            s->strided[c] = f.strided[g];
+            f.strided[g] = NULL;
+        }
     }
     ckpt_foreign_free(&f);
     return rc;
@@ -1049,7 +1167,7 @@ int ckpt_reader_open(ckpt_reader **out, const char *dir,
         if (rc == 0)
             rc = ckpt_index_open(&r->ix, path, err);
         if (rc == 0)
-            rc = ckpt_index_load(r->ix, &r->d, err);
+            rc = ckpt_index_load_tensors(r->ix, &r->d, err);
         if (rc == 0)
             rc = alloc_tables(r, err);
     }
@@ -1066,6 +1184,15 @@ int ckpt_reader_open(ckpt_reader **out, const char *dir,
 }
 
 /* ---------------------------------------------------------------- listing */
+
+ckpt_format ckpt_reader_format(const ckpt_reader *r)
+{
+    if (!r->foreign)
+        return CKPT_FORMAT_CKPTFS;
+    const char *f = ckpt_reader_meta_get(r, "source_format");
+    return f && strcmp(f, "safetensors") == 0 ? CKPT_FORMAT_SAFETENSORS
+                                              : CKPT_FORMAT_DCP;
+}
 
 size_t ckpt_reader_count(const ckpt_reader *r)
 {
@@ -1107,6 +1234,11 @@ int ckpt_reader_chunk(const ckpt_reader *r, size_t idx, size_t chunk,
 {
     if (idx >= r->d.ntensors || chunk >= r->d.tensors[idx].nchunks)
         return -EINVAL;
+    /* The reader itself is not const: loading chunks on first use is
+     * what a lookup does. */
+    int rc = tensor_chunks((ckpt_reader *)r, idx, NULL);
+    if (rc)
+        return rc;
     const ckpt_index_chunk *ch = chunk_at(r, idx, chunk);
     *out = (ckpt_chunk_info){
         .offsets = ch->offsets, .sizes = ch->sizes,
@@ -1119,12 +1251,17 @@ int ckpt_reader_chunk(const ckpt_reader *r, size_t idx, size_t chunk,
 int ckpt_reader_frame(ckpt_reader *r, size_t idx, size_t chunk, uint64_t frame,
                       ckpt_frame_info *out, ckpt_error *err)
 {
-    if (idx >= r->d.ntensors || chunk >= r->d.tensors[idx].nchunks ||
-        frame >= chunk_at(r, idx, chunk)->nframes)
+    if (idx >= r->d.ntensors || chunk >= r->d.tensors[idx].nchunks)
+        return ckpt_err(err, -EINVAL, "no chunk %zu in tensor %zu", chunk,
+                        idx);
+    int rc = tensor_chunks(r, idx, err);
+    if (rc)
+        return rc;
+    if (frame >= chunk_at(r, idx, chunk)->nframes)
         return ckpt_err(err, -EINVAL, "no frame %llu in chunk %zu of tensor "
                         "%zu", (unsigned long long)frame, chunk, idx);
     const ckpt_frame_rec *f;
-    int rc = chunk_frames(r, idx, chunk, &f, err);
+    rc = chunk_frames(r, idx, chunk, &f, err);
     if (rc)
         return rc;
     f += frame;
@@ -1232,6 +1369,18 @@ static const ckpt_perm *names_perm(ckpt_reader *r)
     return &r->names_perm;
 }
 
+typedef struct perm_fold_ctx {
+    ckpt_reader *r;
+    ckpt_perm *out;
+    int first;
+} perm_fold_ctx;
+
+static void fold_file(void *arg, size_t pos)
+{
+    perm_fold_ctx *f = arg;
+    perm_fold(f->out, &f->first, file_status(f->r, pos));
+}
+
 int ckpt_reader_perm(ckpt_reader *r, size_t idx, ckpt_perm *out,
                      ckpt_error *err)
 {
@@ -1240,16 +1389,17 @@ int ckpt_reader_perm(ckpt_reader *r, size_t idx, ckpt_perm *out,
                         "tensors)", idx, r->d.ntensors);
     pthread_mutex_lock(&r->perm_mu);
     *out = *names_perm(r);
-    int first = 0, prev = -1;
-    const ckpt_index_tensor *t = idx == (size_t)-1 ? NULL : tensor_at(r, idx);
-    for (size_t c = 0; t && c < t->nchunks; c++) {
-        int file = t->chunks[c].file;
-        if (file != prev)
-            perm_fold(out, &first, file_status(r, (size_t)file));
-        prev = file;
+    perm_fold_ctx f = { r, out, 0 };
+    int rc = 0;
+    if (idx != (size_t)-1) {
+        /* The tensor's files, without loading its chunks: a listing asks
+         * this of every tensor. */
+        pthread_mutex_lock(&r->ix_mu);
+        rc = ckpt_index_tensor_files(r->ix, &r->d, idx, fold_file, &f, err);
+        pthread_mutex_unlock(&r->ix_mu);
     }
     pthread_mutex_unlock(&r->perm_mu);
-    return 0;
+    return rc;
 }
 
 /* ---------------------------------------------------------------- verify */
@@ -1381,33 +1531,54 @@ static void verify_files(verifier *v)
     }
 }
 
+/* Chunks verified at once: the tasks of one batch are in memory together
+ * (a checkpoint may have millions of chunks). */
+#define VERIFY_BATCH 4096
+
+/* Runs tasks[0..n) on the pool and waits for them. */
+static void verify_batch(ckpt_reader *r, verify_task *tasks, size_t n)
+{
+    ckpt_taskgroup tg;
+    ckpt_tg_init(&tg);
+    for (size_t k = 0; k < n; k++) {
+        tasks[k].tg = &tg;
+        ckpt_tg_add(&tg, 1);
+        if (ckpt_pool_submit(r->pool, verify_task_run, &tasks[k]))
+            verify_task_run(&tasks[k], -1);
+    }
+    ckpt_tg_wait(&tg);
+    ckpt_tg_destroy(&tg);
+}
+
 int64_t ckpt_verify(ckpt_reader *r, ckpt_fault_fn fn, void *arg,
                     void (*progress)(void *arg, uint64_t done, uint64_t total),
                     ckpt_error *err)
 {
     verifier v = { .r = r, .fn = fn, .arg = arg, .progress = progress };
-    size_t nchunks = total_chunks(r);
     for (size_t t = 0; t < r->d.ntensors; t++)
         v.total += r->d.tensors[t].nbytes;
-    verify_task *tasks = calloc(nchunks + 1, sizeof *tasks);
+    verify_task *tasks = calloc(VERIFY_BATCH, sizeof *tasks);
     if (!tasks)
         return ckpt_err(err, -ENOMEM, "out of memory");
     pthread_mutex_init(&v.mu, NULL);
     verify_files(&v);
-    ckpt_taskgroup tg;
-    ckpt_tg_init(&tg);
     size_t k = 0;
     for (size_t t = 0; t < r->d.ntensors; t++) {
+        ckpt_error e = { 0 };
+        if (tensor_chunks(r, t, &e)) {
+            report(&v, t, -1, -1, NULL, 0, e.msg);
+            continue;
+        }
         verify_coverage(&v, t);
-        for (size_t c = 0; c < r->d.tensors[t].nchunks; c++, k++) {
-            tasks[k] = (verify_task){ &v, t, c, &tg };
-            ckpt_tg_add(&tg, 1);
-            if (ckpt_pool_submit(r->pool, verify_task_run, &tasks[k]))
-                verify_task_run(&tasks[k], -1);
+        for (size_t c = 0; c < r->d.tensors[t].nchunks; c++) {
+            tasks[k++] = (verify_task){ &v, t, c, NULL };
+            if (k == VERIFY_BATCH) {
+                verify_batch(r, tasks, k);
+                k = 0;
+            }
         }
     }
-    ckpt_tg_wait(&tg);
-    ckpt_tg_destroy(&tg);
+    verify_batch(r, tasks, k);
     pthread_mutex_destroy(&v.mu);
     free(tasks);
     return v.faults;

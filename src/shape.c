@@ -138,6 +138,26 @@ static void append(char *buf, size_t cap, size_t *pos, const char *fmt, ...)
         *pos += (size_t)n;
 }
 
+/* Appends the decimal digits of v: by hand, since indexes of millions of
+ * chunks format two dims lists per chunk. */
+static void append_i64(char *buf, size_t cap, size_t *pos, int64_t v)
+{
+    char tmp[24];
+    size_t n = 0;
+    uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u);
+    if (v < 0)
+        tmp[n++] = '-';
+    while (n--) {
+        if (buf && *pos + 1 < cap)
+            buf[*pos] = tmp[n];
+        ++*pos;
+    }
+}
+
 static int format_dims(char *buf, size_t cap, int ndim, const int64_t *dims,
                        const char *open, const char *close)
 {
@@ -145,9 +165,15 @@ static int format_dims(char *buf, size_t cap, int ndim, const int64_t *dims,
     if (buf && cap > 0)
         buf[0] = '\0';
     append(buf, cap, &pos, "%s", open);
-    for (int i = 0; i < ndim; i++)
-        append(buf, cap, &pos, "%s%lld", i ? "," : "", (long long)dims[i]);
+    for (int i = 0; i < ndim; i++) {
+        if (i && buf && pos + 1 < cap)
+            buf[pos] = ',';
+        pos += i > 0;
+        append_i64(buf, cap, &pos, dims[i]);
+    }
     append(buf, cap, &pos, "%s", close);
+    if (buf && cap > 0)
+        buf[pos < cap ? pos : cap - 1] = '\0';
     return (int)pos;
 }
 

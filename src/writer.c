@@ -18,7 +18,6 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include "codec.h"
 #include "error.h"
@@ -30,6 +29,7 @@
 #include "pool.h"
 #include "shape.h"
 #include "writer.h"
+#include "xxh.h"
 
 #define MIN_FRAME_SIZE 4096
 #define MAX_NAME_LEN 128
@@ -82,6 +82,8 @@ struct ckpt_stream {
     uint64_t head, tail;         /* slots drained / submitted */
     size_t fill;                 /* bytes copied into ring[tail] so far */
     int borrowed;                /* submitted slots point into caller data */
+    int lend;                    /* the caller's data outlives the stream:
+                                    encode whole frames from it, uncopied */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int rc;                      /* first error, sticky */
@@ -611,11 +613,12 @@ int ckpt_stream_write(ckpt_stream *s, const void *buf, size_t len,
     s->received += len;
     while (len && !s->rc) {
         if (s->fill == 0 && len >= s->frame &&
-            len >= (size_t)s->depth * s->frame) {
+            (s->lend || len >= (size_t)s->depth * s->frame)) {
             /* Whole frames straight from the caller's buffer: worth it
              * for a buffer larger than the ring, which copying could not
-             * take in without waiting anyway.  A smaller one is copied, so
-             * that the caller goes on while its frames are encoded. */
+             * take in without waiting anyway, and for ckpt_writer_put,
+             * which waits for its frames anyway.  A smaller one is copied,
+             * so that the caller goes on while its frames are encoded. */
             s->borrowed = 1;
             submit_slot(s, p, s->frame);
             p += s->frame;
@@ -727,6 +730,7 @@ int ckpt_writer_put(ckpt_writer *w, const ckpt_piece *p, ckpt_error *err)
         return ckpt_err(err, -EINVAL, "tensor '%s': piece has no data",
                         p->fqn);
     }
+    s->lend = 1;   /* p->data stays valid until the stream ends below */
     if (s->rec.raw_bytes)
         rc = ckpt_stream_write(s, p->data, s->rec.raw_bytes, err);
     if (rc) {

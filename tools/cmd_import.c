@@ -95,9 +95,13 @@ static int plan_writers(import_job *job)
         return cli_fail("out of memory");
     for (size_t t = 0; t < ckpt_reader_count(job->r); t++) {
         ckpt_reader_info(job->r, t, &ti);
-        for (size_t c = 0; c < ti.nchunks; c++)
-            if (ckpt_reader_chunk(job->r, t, c, &ci) == 0)
-                job->files[n++] = ci.file;
+        /* Loads the tensor's chunks; later lookups of them cannot fail. */
+        for (size_t c = 0; c < ti.nchunks; c++) {
+            if (ckpt_reader_chunk(job->r, t, c, &ci) != 0)
+                return cli_fail("%s: tensor '%s': its chunks cannot be "
+                                "read (damaged index)", job->src, ti.fqn);
+            job->files[n++] = ci.file;
+        }
     }
     qsort(job->files, n, sizeof *job->files, cmp_cstr);
     for (size_t i = 0; i < n; i++)

@@ -9,14 +9,28 @@
  *       (all tensors back to back) and DIR/state.idx (one line per tensor:
  *       "fqn dtype rows cols offset nbytes"), which dd/cat and dcp_bench.py
  *       use too.
- *   bench_core save DIR OUT --codec raw|zstd [--level L] [--threads N]
+ *   bench_core save DIR OUT --codec raw|zstd|auto [--level L] [--threads N]
  *       Reads the state into memory, then times a libckptfs save of it into
  *       the new checkpoint OUT (writer open, put every tensor, close, commit;
  *       everything fdatasync'ed).  Reports peak RSS before and after.
- *   bench_core load DIR CKPT [--name NAME] [--threads N]
+ *   bench_core load DIR CKPT [--name NAME] [--threads N] [--reader-threads N]
  *       Times opening CKPT and reading every tensor into preallocated,
- *       pre-faulted buffers; after the clock stops, compares every byte with
- *       DIR/state.bin.
+ *       pre-faulted buffers (64-byte aligned, as PyTorch's CPU allocator
+ *       gives; --threads: application threads calling ckpt_read,
+ *       --reader-threads: the reader's decoder threads, 0 = all CPUs);
+ *       after the clock stops, compares every byte with DIR/state.bin.
+ *   bench_core decode DIR CKPT [--name NAME]
+ *       The per-core decode speed of CKPT's frames: their stored bytes are
+ *       read into memory first, then one thread decodes every frame into a
+ *       destination the size of the state (pre-faulted) and checks its
+ *       checksum, as a load does, without reading files; bytes per CPU
+ *       second.  The output is compared with DIR/state.bin afterwards.
+ *   bench_core copy DIR CKPT [--name NAME] [--threads N]
+ *       The floor of a warm raw load: every byte of CKPT's shard files read
+ *       with 1 MiB preads into a pre-faulted, 64-byte aligned destination
+ *       the size of the state, on N threads (default: all CPUs), with no
+ *       checksum and no index: the kernel's one copy into memory that the
+ *       load must write.
  *   bench_core resident FILE
  *       Prints the percentage of FILE's pages in the page cache (mincore),
  *       so that run.sh can check that dropping the cache worked.
@@ -29,6 +43,7 @@
 #endif
 #include <errno.h>
 #include <fcntl.h>
+#include <dirent.h>
 #include <ftw.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -40,10 +55,12 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "ckptfs.h"
+#include "codec.h"      /* bench_core decode: the codec, without files */
 
 #define DIM 1024                      /* every tensor is DIM x DIM */
 #define FQN_MAX 96
@@ -508,8 +525,10 @@ static int cmd_save(const char *dir, const char *out, const char *codec,
         wo.codec = CKPT_CODEC_RAW;
     else if (strcmp(codec, "zstd") == 0)
         wo.codec = CKPT_CODEC_ZSTD;
+    else if (strcmp(codec, "auto") == 0)
+        wo.codec = CKPT_CODEC_AUTO;
     else
-        die("unknown codec '%s' (raw or zstd)", codec);
+        die("unknown codec '%s' (raw, zstd or auto)", codec);
     if (level > 0)
         wo.level = level;
     wo.threads = threads;
@@ -580,15 +599,51 @@ static void *load_worker(void *arg)
     return NULL;
 }
 
-static double timed_load(const state_dict *sd, const char *ckpt,
-                         unsigned char *dst, int threads)
+/* Milliseconds the block device holding `path` has had requests in
+ * flight (io_ticks, field 13 of /proc/diskstats), or -1 when unknown (not
+ * a block device's file system, no /proc). */
+static long disk_ticks(const char *path)
 {
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return -1;
+    unsigned maj = major(st.st_dev), min = minor(st.st_dev);
+    FILE *f = fopen("/proc/diskstats", "r");
+    if (!f)
+        return -1;
+    char line[512];
+    long ticks = -1;
+    while (fgets(line, sizeof line, f)) {
+        unsigned a, b;
+        long v[11];
+        char name[64];
+        if (sscanf(line, "%u %u %63s %ld %ld %ld %ld %ld %ld %ld %ld %ld %ld "
+                   "%ld", &a, &b, name, &v[0], &v[1], &v[2], &v[3], &v[4],
+                   &v[5], &v[6], &v[7], &v[8], &v[9], &v[10]) == 14 &&
+            a == maj && b == min) {
+            ticks = v[9];
+            break;
+        }
+    }
+    fclose(f);
+    return ticks;
+}
+
+/* The share (%) of the timed load's wall time during which the disk was
+ * busy; -1 when unknown. */
+static double g_busy_pct = -1;
+
+static double timed_load(const state_dict *sd, const char *ckpt,
+                         unsigned char *dst, int threads, int reader_threads)
+{
+    long ticks0 = disk_ticks(ckpt);
     ckpt_read_opts ro;
     pthread_t th[64];
     load_job job = { .sd = sd, .dst = dst };
     atomic_init(&job.next, 0);
     atomic_init(&job.failed, 0);
     ckpt_read_opts_init(&ro);
+    ro.threads = reader_threads;
     double t0 = now_s();
     if (ckpt_reader_open(&job.r, ckpt, &ro, &job.err) != 0)
         die_ckpt("ckpt_reader_open", &job.err);
@@ -603,6 +658,9 @@ static double timed_load(const state_dict *sd, const char *ckpt,
     }
     ckpt_reader_close(job.r);
     double secs = now_s() - t0;
+    long ticks1 = disk_ticks(ckpt);
+    if (ticks0 >= 0 && ticks1 >= ticks0 && secs > 0)
+        g_busy_pct = 100.0 * (double)(ticks1 - ticks0) / (secs * 1000.0);
     if (atomic_load(&job.failed))
         die_ckpt("ckpt_read", &job.err);
     return secs;
@@ -630,25 +688,238 @@ static void verify_loaded(const state_dict *sd, const char *dir,
     close(fd);
 }
 
+/* The load destination: one pre-faulted buffer, every tensor at a
+ * 64-byte aligned address (tensors are multiples of 64 bytes), as the
+ * buffers of PyTorch's CPU allocator are. */
+static unsigned char *dest_alloc(uint64_t n)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, 64, n ? n : 1) != 0)
+        die("out of memory (%llu bytes)", (unsigned long long)n);
+    memset(p, 0xa5, n);                       /* fault the pages in now */
+    return p;
+}
+
 static int cmd_load(const char *dir, const char *ckpt, const char *name,
-                    int threads)
+                    int threads, int reader_threads)
 {
     state_dict sd;
     manifest_read(&sd, dir);
-    unsigned char *dst = xmalloc(sd.total);
-    memset(dst, 0xa5, sd.total);              /* fault the pages in now */
+    unsigned char *dst = dest_alloc(sd.total);
     if (threads > 64)
         threads = 64;
     double cpu0 = cpu_s();
-    double secs = timed_load(&sd, ckpt, dst, threads);
+    double secs = timed_load(&sd, ckpt, dst, threads, reader_threads);
     double cpu = cpu_s() - cpu0;
     verify_loaded(&sd, dir, dst);
     printf("RESULT name=%s seconds=%.4f cpu_seconds=%.3f bytes_logical=%llu "
-           "bytes_on_disk=%llu threads=%d verified=1\n",
+           "bytes_on_disk=%llu threads=%d reader_threads=%d verified=1",
            name, secs, cpu, (unsigned long long)sd.total,
-           (unsigned long long)disk_bytes(ckpt), threads < 1 ? 1 : threads);
+           (unsigned long long)disk_bytes(ckpt), threads < 1 ? 1 : threads,
+           reader_threads);
+    if (g_busy_pct >= 0)
+        printf(" disk_busy_pct=%.1f", g_busy_pct);
+    printf("\n");
     free(dst);
     free(sd.t);
+    return 0;
+}
+
+/* ------------------------------------------------------------ decode */
+
+/* One frame of the checkpoint, its stored bytes in memory. */
+typedef struct mem_frame {
+    ckpt_frame_info fi;
+    const unsigned char *stored;      /* into the stored-bytes buffer */
+    uint64_t dst;                     /* where its raw bytes go */
+} mem_frame;
+
+typedef struct mem_ckpt {
+    mem_frame *f;
+    size_t n, cap;
+    unsigned char *stored;
+    uint64_t stored_bytes, raw_bytes;
+} mem_ckpt;
+
+/* Reads the stored bytes of every frame of every tensor of `ckpt` into
+ * memory, in state.idx order; frame raw bytes go where bench_core load
+ * puts them (tensor offset + chunk-linear offset: whole-tensor chunks). */
+static void mem_ckpt_read(mem_ckpt *m, const state_dict *sd, const char *ckpt)
+{
+    ckpt_error err;
+    ckpt_reader *r;
+    if (ckpt_reader_open(&r, ckpt, NULL, &err) != 0)
+        die_ckpt("ckpt_reader_open", &err);
+    memset(m, 0, sizeof *m);
+    for (int pass = 0; pass < 2; pass++) {
+        uint64_t at = 0;
+        m->n = 0;
+        for (size_t i = 0; i < sd->n; i++) {
+            long t = ckpt_reader_find(r, sd->t[i].fqn);
+            ckpt_tensor_info ti;
+            if (t < 0 || ckpt_reader_info(r, (size_t)t, &ti) != 0 ||
+                ti.nchunks != 1)
+                die("%s: not one whole-tensor chunk in %s", sd->t[i].fqn,
+                    ckpt);
+            ckpt_chunk_info ci;
+            ckpt_reader_chunk(r, (size_t)t, 0, &ci);
+            char path[4096];
+            path_join(path, sizeof path, ckpt, ci.file);
+            int fd = pass ? open(path, O_RDONLY) : -1;
+            if (pass && fd < 0)
+                die("cannot open %s: %s", path, strerror(errno));
+            for (uint64_t k = 0; k < ci.nframes; k++) {
+                mem_frame *f = pass ? &m->f[m->n] : NULL;
+                ckpt_frame_info fi;
+                if (ckpt_reader_frame(r, (size_t)t, 0, k, &fi, &err) != 0)
+                    die_ckpt("ckpt_reader_frame", &err);
+                if (pass) {
+                    *f = (mem_frame){ fi, m->stored + at,
+                                      sd->t[i].offset + fi.raw_offset };
+                    pread_full(fd, m->stored + at, fi.stored_size,
+                               fi.file_offset, path);
+                } else {
+                    m->stored_bytes += fi.stored_size;
+                    m->raw_bytes += fi.raw_size;
+                }
+                at += fi.stored_size;
+                m->n++;
+            }
+            if (pass)
+                close(fd);
+        }
+        if (!pass) {
+            m->f = xmalloc(m->n * sizeof *m->f);
+            m->stored = xmalloc(m->stored_bytes);
+        }
+    }
+    ckpt_reader_close(r);
+}
+
+static int cmd_decode(const char *dir, const char *ckpt, const char *name)
+{
+    state_dict sd;
+    mem_ckpt m;
+    ckpt_error err;
+    manifest_read(&sd, dir);
+    mem_ckpt_read(&m, &sd, ckpt);
+    unsigned char *dst = dest_alloc(sd.total);
+    ckpt_codec_ctx *ctx = ckpt_codec_ctx_new();
+    if (!ctx)
+        die("out of memory");
+    double cpu0 = cpu_s(), t0 = now_s();
+    for (size_t i = 0; i < m.n; i++) {
+        const mem_frame *f = &m.f[i];
+        unsigned char *out = dst + f->dst;
+        if (ckpt_codec_decode(ctx, f->fi.codec, f->stored, f->fi.stored_size,
+                              out, f->fi.raw_size, &err) != 0)
+            die_ckpt("ckpt_codec_decode", &err);
+        if (ckpt_checksum(out, f->fi.raw_size) != f->fi.checksum)
+            die("frame %zu: checksum mismatch", i);
+    }
+    double secs = now_s() - t0, cpu = cpu_s() - cpu0;
+    verify_loaded(&sd, dir, dst);
+    printf("RESULT name=%s seconds=%.4f cpu_seconds=%.3f bytes_logical=%llu "
+           "bytes_on_disk=%llu frames=%zu per_core_mb_s=%.1f verified=1\n",
+           name, secs, cpu, (unsigned long long)m.raw_bytes,
+           (unsigned long long)m.stored_bytes, m.n,
+           (double)m.raw_bytes / (cpu > 0 ? cpu : secs) / 1e6);
+    ckpt_codec_ctx_free(ctx);
+    free(dst);
+    free(m.f);
+    free(m.stored);
+    free(sd.t);
+    return 0;
+}
+
+/* ------------------------------------------------------------ copy */
+
+typedef struct copy_job {
+    int *fd;                          /* per shard file */
+    uint64_t *base, *size;            /* where each file's bytes go */
+    size_t nfiles;
+    unsigned char *dst;
+    atomic_size_t next;               /* next 1 MiB piece, over all files */
+} copy_job;
+
+static void *copy_worker(void *arg)
+{
+    copy_job *j = arg;
+    size_t k;
+    for (;;) {
+        k = atomic_fetch_add(&j->next, 1);
+        uint64_t at = (uint64_t)k * MIB;
+        size_t f = 0;
+        while (f < j->nfiles && at >= j->base[f] + j->size[f])
+            f++;
+        if (f == j->nfiles)
+            return NULL;
+        uint64_t off = at - j->base[f];
+        uint64_t n = j->size[f] - off < MIB ? j->size[f] - off : MIB;
+        pread_full(j->fd[f], j->dst + at, n, off, "shard");
+    }
+}
+
+static int cmd_copy(const char *ckpt, const char *name, int threads)
+{
+    char data[4096];
+    path_join(data, sizeof data, ckpt, "data");
+    uint64_t total = disk_bytes(data);
+    copy_job j = { 0 };
+    DIR *d = opendir(data);
+    if (!d)
+        die("cannot open %s: %s", data, strerror(errno));
+    struct dirent *de;
+    size_t cap = 0;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.')
+            continue;
+        if (j.nfiles == cap) {
+            cap = cap ? 2 * cap : 16;
+            j.fd = realloc(j.fd, cap * sizeof *j.fd);
+            j.base = realloc(j.base, cap * sizeof *j.base);
+            j.size = realloc(j.size, cap * sizeof *j.size);
+            if (!j.fd || !j.base || !j.size)
+                die("out of memory");
+        }
+        char path[4096];
+        struct stat st;
+        path_join(path, sizeof path, data, de->d_name);
+        int fd = open(path, O_RDONLY);
+        if (fd < 0 || fstat(fd, &st) != 0)
+            die("cannot open %s: %s", path, strerror(errno));
+        j.base[j.nfiles] = j.nfiles ? j.base[j.nfiles - 1] +
+                                      j.size[j.nfiles - 1] : 0;
+        /* each file starts on a MiB boundary of the destination */
+        j.base[j.nfiles] = (j.base[j.nfiles] + MIB - 1) / MIB * MIB;
+        j.size[j.nfiles] = (uint64_t)st.st_size;
+        j.fd[j.nfiles++] = fd;
+    }
+    closedir(d);
+    uint64_t span = j.nfiles ? j.base[j.nfiles - 1] + j.size[j.nfiles - 1]
+                             : 0;
+    j.dst = dest_alloc(span);
+    atomic_init(&j.next, 0);
+    int n = threads > 0 ? threads : cpu_count();
+    if (n > 64)
+        n = 64;
+    pthread_t th[64];
+    double cpu0 = cpu_s(), t0 = now_s();
+    for (int i = 0; i < n; i++)
+        if (pthread_create(&th[i], NULL, copy_worker, &j) != 0)
+            die("pthread_create failed");
+    for (int i = 0; i < n; i++)
+        pthread_join(th[i], NULL);
+    double secs = now_s() - t0, cpu = cpu_s() - cpu0;
+    printf("RESULT name=%s seconds=%.4f cpu_seconds=%.3f bytes_logical=%llu "
+           "bytes_on_disk=%llu threads=%d\n", name, secs, cpu,
+           (unsigned long long)total, (unsigned long long)total, n);
+    for (size_t i = 0; i < j.nfiles; i++)
+        close(j.fd[i]);
+    free(j.fd);
+    free(j.base);
+    free(j.size);
+    free(j.dst);
     return 0;
 }
 
@@ -682,9 +953,12 @@ static int cmd_resident(const char *path)
 static void usage(void)
 {
     fputs("usage: bench_core gen DIR [--mb N]\n"
-          "       bench_core save DIR OUT --codec raw|zstd [--level L] "
+          "       bench_core save DIR OUT --codec raw|zstd|auto [--level L] "
           "[--threads N]\n"
-          "       bench_core load DIR CKPT [--name NAME] [--threads N]\n"
+          "       bench_core load DIR CKPT [--name NAME] [--threads N] "
+          "[--reader-threads N]\n"
+          "       bench_core decode DIR CKPT [--name NAME]\n"
+          "       bench_core copy DIR CKPT [--name NAME] [--threads N]\n"
           "       bench_core resident FILE\n", stderr);
     exit(2);
 }
@@ -695,6 +969,7 @@ typedef struct cli_opts {
     const char *name;
     int level;
     int threads;
+    int reader_threads;
 } cli_opts;
 
 static long parse_num(const char *s, const char *what)
@@ -724,6 +999,8 @@ static void parse_opts(cli_opts *o, int argc, char **argv, int first)
             o->level = (int)parse_num(v, "--level");
         else if (strcmp(k, "--threads") == 0)
             o->threads = (int)parse_num(v, "--threads");
+        else if (strcmp(k, "--reader-threads") == 0)
+            o->reader_threads = (int)parse_num(v, "--reader-threads");
         else
             usage();
     }
@@ -748,7 +1025,12 @@ int main(int argc, char **argv)
     if (strcmp(cmd, "save") == 0)
         return cmd_save(argv[2], argv[3], o.codec, o.level, o.threads);
     if (strcmp(cmd, "load") == 0)
-        return cmd_load(argv[2], argv[3], o.name, o.threads);
+        return cmd_load(argv[2], argv[3], o.name, o.threads,
+                        o.reader_threads);
+    if (strcmp(cmd, "decode") == 0)
+        return cmd_decode(argv[2], argv[3], o.name);
+    if (strcmp(cmd, "copy") == 0)
+        return cmd_copy(argv[3], o.name, o.threads);
     usage();
     return 2;
 }

@@ -1,7 +1,10 @@
 /* latency.c - helper of tests/bench/mount.sh (the mount benchmark).
  *
- *   latency gen FILE MIB SEED      write MIB MiB of f32 ~ N(0, 0.02), little-
- *                                  endian, deterministic (xoshiro256+, polar)
+ *   latency gen FILE MIB SEED [bf16]
+ *                                  write MIB MiB of f32 ~ N(0, 0.02), little-
+ *                                  endian, deterministic (xoshiro256+, polar);
+ *                                  bf16: the same values rounded to bfloat16
+ *                                  (nearest even), twice as many
  *   latency rand FILE COUNT SEED   COUNT preads of 4 KiB at random 4 KiB-
  *                                  aligned offsets of FILE, each timed with
  *                                  CLOCK_MONOTONIC; prints one RESULT line
@@ -103,7 +106,16 @@ static uint64_t parse_u64(const char *s, const char *what)
 }
 
 /* ------------------------------------------------------------ gen */
-static int cmd_gen(const char *path, uint64_t mib, uint64_t seed)
+/* f32 -> bf16, round to nearest even (no NaNs here). */
+static uint16_t to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+static int cmd_gen(const char *path, uint64_t mib, uint64_t seed, int bf16)
 {
     enum { BUF_FLOATS = 1 << 20 };   /* 4 MiB */
     float *buf = malloc(BUF_FLOATS * sizeof *buf);
@@ -113,7 +125,7 @@ static int cmd_gen(const char *path, uint64_t mib, uint64_t seed)
     if (fd < 0)
         die("cannot create %s", path);
     rng_seed(seed);
-    uint64_t left = mib << 18;    /* floats */
+    uint64_t left = bf16 ? mib << 19 : mib << 18;    /* elements */
     while (left) {
         size_t n = left < BUF_FLOATS ? (size_t)left : BUF_FLOATS;
         for (size_t i = 0; i < n; i += 2) {   /* n is even */
@@ -127,8 +139,15 @@ static int cmd_gen(const char *path, uint64_t mib, uint64_t seed)
             buf[i] = (float)(u * m);
             buf[i + 1] = (float)(v * m);
         }
-        const char *p = (const char *)buf;
         size_t bytes = n * sizeof *buf;
+        if (bf16) {   /* in place: element i moves down from 4i to 2i */
+            for (size_t i = 0; i < n; i++) {
+                uint16_t h = to_bf16(buf[i]);
+                memcpy((char *)buf + 2 * i, &h, sizeof h);
+            }
+            bytes = n * sizeof(uint16_t);
+        }
+        const char *p = (const char *)buf;
         while (bytes) {
             ssize_t w = write(fd, p, bytes);
             if (w < 0 && errno == EINTR)
@@ -253,14 +272,16 @@ static int cmd_resident(const char *path)
 int main(int argc, char **argv)
 {
     errno = 0;
-    if (argc == 5 && strcmp(argv[1], "gen") == 0)
-        return cmd_gen(argv[2], parse_u64(argv[3], "MIB"), parse_u64(argv[4], "SEED"));
+    if ((argc == 5 || (argc == 6 && strcmp(argv[5], "bf16") == 0)) &&
+        strcmp(argv[1], "gen") == 0)
+        return cmd_gen(argv[2], parse_u64(argv[3], "MIB"),
+                       parse_u64(argv[4], "SEED"), argc == 6);
     if (argc == 5 && strcmp(argv[1], "rand") == 0)
         return cmd_rand(argv[2], parse_u64(argv[3], "COUNT"), parse_u64(argv[4], "SEED"));
     if (argc == 3 && strcmp(argv[1], "resident") == 0)
         return cmd_resident(argv[2]);
     fprintf(stderr,
-            "usage: latency gen FILE MIB SEED\n"
+            "usage: latency gen FILE MIB SEED [bf16]\n"
             "       latency rand FILE COUNT SEED\n"
             "       latency resident FILE\n");
     return 2;

@@ -1,7 +1,8 @@
 #!/bin/bash
 # mount.sh - the mount benchmark (second part of `make bench`): sequential
-# reads (cat) of a 1 GiB tensor through a ckptfs mount (raw and zstd codecs, cold
-# and warm) against the same bytes as a flat file and served by a minimal
+# reads (cat) of a 1 GiB tensor through a ckptfs mount (raw, zstd and auto,
+# the default codec, on f32 data; auto also on bf16 data; cold and warm)
+# against the same bytes as a flat file and served by a minimal
 # passthrough FUSE file system (passthrough.c, the floor of FUSE's own
 # cost); 4 concurrent readers of 4 tensors; p50/p99 of random 4 KiB preads.
 # See tests/bench/README.md, "The mount benchmark".
@@ -72,7 +73,7 @@ latres=$work/latency      # name p50_us p99_us mean_us
 dlog=$work/daemon.log
 
 fstype=$(stat -f -c %T "$work")
-need=$(( (big_bytes + parts_bytes) * 3 + (256 << 20) ))   # flat, raw, zstd
+need=$(( (big_bytes + parts_bytes) * 4 + 2 * big_bytes + (256 << 20) ))   # flat, raw, zstd, auto; bf16 flat + auto
 avail=$(df -P -B1 "$work" | awk 'NR == 2 { print $4 }')
 (( avail > need )) || die "need $(( need >> 20 )) MiB free in $base, have $(( avail >> 20 )) MiB (set CKPT_BENCH_DIR or CKPT_BENCH_MB)"
 
@@ -89,12 +90,12 @@ daemon_cpu() {
     awk -v t="$clk_tck" '{ printf "%.3f", ($12 + $13) / t }' <<<"$s"
 }
 
-# mount_fs raw|zstd|pt: mounts that source on $mnt, daemon in the foreground
-# of a background job so that its pid is known.
+# mount_fs raw|zstd|auto|pt: mounts that source on $mnt, daemon in the
+# foreground of a background job so that its pid is known.
 mount_fs() {
     mountpoint -q "$mnt" && die "$mnt is already a mount point"
     case $1 in
-    raw | zstd) "$ckptfs" -f "${ckptfs_opts[@]}" "$work/$1" "$mnt" 2>>"$dlog" & ;;
+    raw | zstd | auto) "$ckptfs" -f "${ckptfs_opts[@]}" "$work/$1" "$mnt" 2>>"$dlog" & ;;
     pt) "$pt_bin" -f "$work/flat" "$mnt" 2>>"$dlog" & ;;
     *) die "mount_fs: unknown $1" ;;
     esac
@@ -131,7 +132,7 @@ fresh() {
 # path_of KIND TENSOR: where a contender serves bench.TENSOR.
 path_of() {
     case $1 in
-    raw | zstd) echo "$mnt/bench/$2" ;;
+    raw | zstd | auto) echo "$mnt/bench/$2" ;;
     pt) echo "$mnt/$2" ;;
     flat) echo "$work/flat/$2" ;;
     esac
@@ -148,12 +149,12 @@ record() {
         'BEGIN { printf "  [%s] %-22s %8.3f s %7.2f GB/s  daemon cpu %s s\n", rep, n, s, b / s / 1e9, c }'
 }
 
-# read_one NAME KIND [dd]: one sequential read of the big tensor to
-# /dev/null, timed: cat (128 KiB reads, or st_blksize if larger), or
-# dd bs=1M.
+# read_one NAME KIND [dd|cat [TENSOR]]: one sequential read of the big
+# tensor (or TENSOR) to /dev/null, timed: cat (128 KiB reads, or
+# st_blksize if larger), or dd bs=1M.
 read_one() {
     local c0 c1 t0 t1 f
-    f=$(path_of "$2" big)
+    f=$(path_of "$2" "${4:-big}")
     c0=$(daemon_cpu)
     t0=$(now)
     if [[ ${3:-} == dd ]]; then
@@ -195,10 +196,18 @@ latency() {
 }
 
 # block KIND NAME: one contender's share of a repetition.  Warm reads are
-# short (tens of ms for 1 GiB), so each is taken warm_n times.
+# short (tens of ms for 1 GiB), so each is taken warm_n times.  The auto
+# checkpoint also holds the bf16 tensor: read cold and warm as well.
 warm_n=3
 block() {
     local i
+    if [[ $1 == auto ]]; then
+        fresh auto
+        read_one "${2}bf16_cold" auto cat bigbf16
+        for (( i = 0; i < warm_n; i++ )); do
+            read_one "${2}bf16_warm" auto cat bigbf16
+        done
+    fi
     fresh "$1"
     read_one "${2}_cold" "$1"
     for (( i = 0; i < warm_n; i++ )); do
@@ -263,15 +272,15 @@ speed_line() {
 }
 
 missed=0
-# target LABEL VALUE MIN: PASS when VALUE >= MIN.
+# target LABEL VALUE MIN: met when VALUE >= MIN.
 target() {
     local word
     if [[ -z $2 ]]; then
         printf "target %-48s not measured\n" "$1:"
         return
     fi
-    word=$(awk -v v="$2" -v m="$3" 'BEGIN { print (v >= m) ? "PASS" : "FAIL" }')
-    [[ $word == PASS ]] || missed=1
+    word=$(awk -v v="$2" -v m="$3" 'BEGIN { print (v >= m) ? "met" : "NOT MET" }')
+    [[ $word == met ]] || missed=1
     printf "target %-48s %6sx %s\n" "$1:" "$2" "$word"
 }
 
@@ -284,14 +293,17 @@ echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 t0=$(now)
 "$lat_bin" gen "$work/flat/big" "$mb" 1 || die "generating the data failed"
+"$lat_bin" gen "$work/flat/bigbf16" "$mb" 6 bf16 || die "generating the data failed"
 for i in 0 1 2 3; do
     "$lat_bin" gen "$work/flat/part$i" "$part_mb" $(( i + 2 )) || die "generating the data failed"
 done
 echo "data: f32 ~ N(0, 0.02) (random mantissas: zstd gains only on the exponent bytes)," \
-    "generated in $(elapsed "$t0" "$(now)") s"
-for c in raw zstd; do
+    "and the same rounded to bf16, generated in $(elapsed "$t0" "$(now)") s"
+for c in raw zstd auto; do
     t0=$(now)
-    "$ckpt" pack --codec "$c" "$work/$c" \
+    extra=()
+    [[ $c == auto ]] && extra=("bench.bigbf16=$work/flat/bigbf16:bf16:$(( mb * 128 )),4096")
+    "$ckpt" pack --codec "$c" "$work/$c" "${extra[@]}" \
         "bench.big=$work/flat/big:f32:$(( mb * 64 )),4096" \
         "bench.part0=$work/flat/part0:f32:$(( part_mb * 64 )),4096" \
         "bench.part1=$work/flat/part1:f32:$(( part_mb * 64 )),4096" \
@@ -299,22 +311,32 @@ for c in raw zstd; do
         "bench.part3=$work/flat/part3:f32:$(( part_mb * 64 )),4096" \
         >/dev/null || die "ckpt pack --codec $c failed"
     stored=$(du -sb "$work/$c/data" | awk '{ print $1 }')
+    logical_c=$(( big_bytes + parts_bytes ))
+    [[ $c == auto ]] && logical_c=$(( 2 * big_bytes + parts_bytes ))
     printf "  %-5s checkpoint: packed in %6.2f s, shards %d bytes (%.3f of logical)\n" "$c" \
-        "$(elapsed "$t0" "$(now)")" "$stored" "$(awk -v s="$stored" -v l="$(( big_bytes + parts_bytes ))" 'BEGIN { print s / l }')"
+        "$(elapsed "$t0" "$(now)")" "$stored" "$(awk -v s="$stored" -v l="$logical_c" 'BEGIN { print s / l }')"
 done
-echo "  bench.big: f32 [$(( mb * 64 )), 4096] = $big_bytes bytes;" \
+for t in big bigbf16; do
+    "$ckpt" info "$work/auto" "bench.$t" 2>/dev/null | awk -v t="$t" '
+        /^stored_bytes:/ { s = $2 } /^raw_bytes:/ { r = $2 } /^codecs:/ { c = $2 }
+        END { if (r > 0) printf "  auto bench.%s: %s, stored %.3f of its bytes\n", t, c, s / r }' || true
+done
+echo "  bench.big: f32 [$(( mb * 64 )), 4096] = $big_bytes bytes; bench.bigbf16 (auto only):" \
+    "bf16 [$(( mb * 128 )), 4096] = $big_bytes bytes;" \
     "bench.part0..3: f32 [$(( part_mb * 64 )), 4096] = 4 x $(( parts_bytes / 4 )) bytes"
 sync
 
 # Every contender must serve the same bytes (outside the clock).
-for k in raw zstd pt; do
+for k in raw zstd auto pt; do
     mount_fs "$k"
-    for t in big part0 part1 part2 part3; do
+    tensors=(big part0 part1 part2 part3)
+    [[ $k == auto ]] && tensors+=(bigbf16)
+    for t in "${tensors[@]}"; do
         cmp "$(path_of "$k" "$t")" "$work/flat/$t" || die "$k serves different bytes for $t"
     done
     umount_fs
 done
-echo "  checked: ckptfs raw, ckptfs zstd and passthrough serve exactly the flat files' bytes"
+echo "  checked: ckptfs raw, zstd, auto and passthrough serve exactly the flat files' bytes"
 
 cold=0
 cache_note="cannot drop the page cache here (needs root and a writable /proc/sys/vm/drop_caches): 'cold' = first read on a fresh mount, backing files cached; flat 'cold' = warm"
@@ -335,8 +357,8 @@ echo "ckptfs options: ${CKPT_BENCH_CKPTFS_OPTS:-(defaults)}"
 # ------------------------------------------------------------ runs
 # The contenders' blocks are interleaved and their order rotates every
 # repetition, so that drifts and order effects spread over all of them.
-kinds=(raw zstd pt flat)
-names=(ckptfs_raw ckptfs_zstd passthrough flat)
+kinds=(raw zstd auto pt flat)
+names=(ckptfs_raw ckptfs_zstd ckptfs_auto passthrough flat)
 for (( rep = 1; rep <= reps; rep++ )); do
     for (( k = 0; k < ${#kinds[@]}; k++ )); do
         j=$(( (k + rep - 1) % ${#kinds[@]} ))
@@ -354,18 +376,24 @@ row flat_cold "flat file, cold"
 row passthrough_cold "passthrough FUSE, cold"
 row ckptfs_raw_cold "ckptfs raw, cold"
 row ckptfs_zstd_cold "ckptfs zstd, cold"
+row ckptfs_auto_cold "ckptfs auto (f32), cold"
+row ckptfs_autobf16_cold "ckptfs auto (bf16), cold"
 row flat_warm "flat file, warm"
 row passthrough_warm "passthrough FUSE, warm (same mount)"
 row ckptfs_raw_warm "ckptfs raw, warm (same mount)"
 row ckptfs_zstd_warm "ckptfs zstd, warm (same mount)"
+row ckptfs_auto_warm "ckptfs auto (f32), warm (same mount)"
+row ckptfs_autobf16_warm "ckptfs auto (bf16), warm (same mount)"
 row flat_warm_dd "flat file, warm, dd"
 row passthrough_warm_dd "passthrough FUSE, warm, dd"
 row ckptfs_raw_warm_dd "ckptfs raw, warm, dd"
 row ckptfs_zstd_warm_dd "ckptfs zstd, warm, dd"
+row ckptfs_auto_warm_dd "ckptfs auto (f32), warm, dd"
 row flat_conc "4 readers: flat files, cold"
 row passthrough_conc "4 readers: passthrough FUSE, cold"
 row ckptfs_raw_conc "4 readers: ckptfs raw, cold"
 row ckptfs_zstd_conc "4 readers: ckptfs zstd, cold"
+row ckptfs_auto_conc "4 readers: ckptfs auto (f32), cold"
 echo
 echo "random 4 KiB preads of bench.big ($lat_n per run, 4 KiB-aligned, same offsets for all;"
 echo "first touch after a fresh mount$( (( cold )) && echo " and a dropped page cache"); median over runs):"
@@ -374,20 +402,26 @@ lat_row flat_lat "flat file"
 lat_row passthrough_lat "passthrough FUSE"
 lat_row ckptfs_raw_lat "ckptfs raw"
 lat_row ckptfs_zstd_lat "ckptfs zstd"
+lat_row ckptfs_auto_lat "ckptfs auto (f32)"
 echo
 echo "speed ratios (baseline median s / contender median s; 1 = as fast as the baseline):"
 speed_line "ckptfs raw, cold vs passthrough, cold" ckptfs_raw_cold passthrough_cold
 speed_line "ckptfs zstd, cold vs passthrough, cold" ckptfs_zstd_cold passthrough_cold
+speed_line "ckptfs auto (f32), cold vs passthrough, cold" ckptfs_auto_cold passthrough_cold
+speed_line "ckptfs auto (bf16), cold vs passthrough, cold" ckptfs_autobf16_cold passthrough_cold
 speed_line "ckptfs raw, cold vs flat file, cold" ckptfs_raw_cold flat_cold
 speed_line "passthrough, cold vs flat file, cold" passthrough_cold flat_cold
 speed_line "ckptfs raw, warm vs flat file, warm" ckptfs_raw_warm flat_warm
 speed_line "ckptfs zstd, warm vs flat file, warm" ckptfs_zstd_warm flat_warm
+speed_line "ckptfs auto (f32), warm vs flat file, warm" ckptfs_auto_warm flat_warm
+speed_line "ckptfs auto (bf16), warm vs flat file, warm" ckptfs_autobf16_warm flat_warm
 speed_line "passthrough, warm vs flat file, warm" passthrough_warm flat_warm
 speed_line "ckptfs raw, warm vs passthrough, warm" ckptfs_raw_warm passthrough_warm
 speed_line "ckptfs raw, warm, dd vs flat file, warm, dd" ckptfs_raw_warm_dd flat_warm_dd
 speed_line "passthrough, warm, dd vs flat file, warm, dd" passthrough_warm_dd flat_warm_dd
 speed_line "4 readers: ckptfs raw vs passthrough" ckptfs_raw_conc passthrough_conc
 speed_line "4 readers: ckptfs zstd vs passthrough" ckptfs_zstd_conc passthrough_conc
+speed_line "4 readers: ckptfs auto (f32) vs passthrough" ckptfs_auto_conc passthrough_conc
 speed_line "4 readers: passthrough vs flat files" passthrough_conc flat_conc
 echo
 target "raw cold >= 1.0x passthrough" "$(speed ckptfs_raw_cold passthrough_cold)" 1.0
@@ -395,6 +429,8 @@ target "zstd cold >= 0.6x passthrough" "$(speed ckptfs_zstd_cold passthrough_col
 # within 10% of cat: time <= 1.10 x cat's, i.e. speed >= 1/1.1 = 0.909
 target "raw warm within 10% of cat (>= 0.91x)" "$(speed ckptfs_raw_warm flat_warm)" 0.909
 target "zstd warm within 10% of cat (>= 0.91x)" "$(speed ckptfs_zstd_warm flat_warm)" 0.909
+target "auto (f32) warm within 10% of cat (>= 0.91x)" "$(speed ckptfs_auto_warm flat_warm)" 0.909
+target "auto (bf16) warm within 10% of cat (>= 0.91x)" "$(speed ckptfs_autobf16_warm flat_warm)" 0.909
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg) (above $(nproc) means other work shared the CPUs)"
 echo "total mount bench time: $(elapsed "$t_start" "$(now)" | cut -d. -f1) s"
 if (( missed )) && [[ ${CKPT_BENCH_STRICT:-0} == 1 ]]; then

@@ -4,10 +4,11 @@
  * that `bench_core gen` wrote (STATE/state.bin and STATE/state.idx, one
  * line per 2-D tensor: "fqn dtype rows cols offset nbytes").
  *
- *   mpirun -n N mpi_bench save STATE CKPT [--codec raw|zstd|auto]
+ *   mpirun -n N mpi_bench save STATE CKPT [--codec auto|raw|zstd]
  *       Each rank reads its dim-0 shard (rows cut as numpy.array_split) of
  *       every tensor before the clock starts, then ckpt_mpi_save writes
- *       them into CKPT (fdatasync'ed, committed).
+ *       them into CKPT (fdatasync'ed, committed) with the codec (default
+ *       auto, the library's default).
  *   mpirun -n N mpi_bench load STATE CKPT --layout dim0|dim1 [--name NAME]
  *                                              [--exchange-mib MIB]
  *       Each rank allocates and touches its shard of every tensor (dim-0
@@ -334,7 +335,7 @@ static int cmd_load(const bench_opts *o, int r, int k)
 
 static void usage(void)
 {
-    die("usage: mpi_bench save STATE CKPT [--codec raw|zstd|auto] [--name N]\n"
+    die("usage: mpi_bench save STATE CKPT [--codec auto|raw|zstd] [--name N]\n"
         "       mpi_bench load STATE CKPT [--layout dim0|dim1] [--name N]\n"
         "                 [--exchange-mib MIB]");
 }
@@ -343,7 +344,7 @@ static void parse(bench_opts *o, int argc, char **argv)
 {
     if (argc < 4)
         usage();
-    *o = (bench_opts){ argv[1], argv[2], argv[3], "zstd", "dim0", NULL,
+    *o = (bench_opts){ argv[1], argv[2], argv[3], "auto", "dim0", NULL,
                        NULL };
     for (int i = 4; i < argc; i++) {
         const char **slot = !strcmp(argv[i], "--codec") ? &o->codec

@@ -1,7 +1,7 @@
 /* passthrough.c - the mount benchmark's baseline: the floor of FUSE's own
  * cost for a daemon that has to produce a file's bytes.
  *
- *   passthrough [FUSE options] SOURCE MOUNTPOINT
+ *   passthrough [FUSE options] [-o blksize=N] SOURCE MOUNTPOINT
  *
  * Serves directory SOURCE read-only (getattr, opendir, readdir, open,
  * read, release) with libfuse3's high-level API, multithreaded unless -s,
@@ -29,6 +29,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,6 +40,7 @@
 struct pt {
     char *source;   /* SOURCE as given */
     int root;       /* directory fd of SOURCE */
+    unsigned blksize;   /* st_blksize of every file (-o blksize=N) */
 };
 
 static struct pt *pt_of(void)
@@ -57,7 +59,8 @@ static const char *rel(const char *path)
 /* Mirrors fs/ops.c (op_init, the timeouts of fs/ops.h, st_blksize) so that
  * the kernel treats both file systems alike. */
 #define PT_TIMEOUT 3600.0         /* OPS_CKPT_TIMEOUT */
-#define PT_BLKSIZE (1 << 20)      /* OPS_BLKSIZE: cat's buffer size */
+#define PT_BLKSIZE (1 << 20)      /* OPS_BLKSIZE: cat's buffer size; -o
+                                     blksize=131072 for OPS_BLKSIZE_FOREIGN */
 
 static void *pt_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 {
@@ -85,7 +88,7 @@ static int pt_getattr(const char *path, struct stat *st, struct fuse_file_info *
     if (r != 0)
         return -errno;
     st->st_mode &= ~(mode_t)0222;   /* read-only view */
-    st->st_blksize = PT_BLKSIZE;
+    st->st_blksize = (blksize_t)pt_of()->blksize;
     return 0;
 }
 
@@ -193,11 +196,21 @@ static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outa
 int main(int argc, char **argv)
 {
     struct fuse_args args = FUSE_ARGS_INIT(argc, argv);
-    struct pt pt = { .source = NULL, .root = -1 };
-    if (fuse_opt_parse(&args, &pt, NULL, opt_proc) != 0)
+    struct pt pt = { .source = NULL, .root = -1, .blksize = PT_BLKSIZE };
+    static const struct fuse_opt pt_opts[] = {
+        { "blksize=%u", offsetof(struct pt, blksize), 0 },
+        FUSE_OPT_END
+    };
+    if (fuse_opt_parse(&args, &pt, pt_opts, opt_proc) != 0)
         return 1;
+    if (pt.blksize < 512 || pt.blksize > (1u << 30)) {
+        fprintf(stderr, "passthrough: blksize=%u: 512 to 1 GiB\n", pt.blksize);
+        fuse_opt_free_args(&args);
+        return 1;
+    }
     if (!pt.source) {
-        fprintf(stderr, "usage: passthrough [FUSE options] SOURCE MOUNTPOINT\n");
+        fprintf(stderr, "usage: passthrough [FUSE options] [-o blksize=N] "
+                "SOURCE MOUNTPOINT\n");
         fuse_opt_free_args(&args);
         return 1;
     }

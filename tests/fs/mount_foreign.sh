@@ -50,6 +50,16 @@ if [ "$HAVE_TORCH" = 1 ]; then
         umount_ck "$TMP/mnt.badpkl"
         expect_daemon_clean "damaged BytesIO archive" "$MNT_LOG"
     }
+    # st_blksize (cat's buffer): 128 KiB for a foreign checkpoint's tensor
+    # files, a frame (1 MiB) for a ckptfs checkpoint's (docs/MOUNT.md).
+    for src in dcp2:131072 dcp2.ck:1048576; do
+        mount_ck "$TMP/${src%%:*}" "$TMP/mnt.bs" || continue
+        f=$(find "$TMP/mnt.bs" -type f -not -path "$TMP/mnt.bs/.*" | head -n 1)
+        got=$(stat -c %o "$f")
+        [ "$got" = "${src##*:}" ] && ok "${src%%:*}: st_blksize $got" ||
+            bad "${src%%:*}: st_blksize $got, expected ${src##*:}"
+        umount_ck "$TMP/mnt.bs"
+    done
     "$PY" "$REF" bad meta-global "$TMP/dcp1" "$TMP/evil" >/dev/null
     refuse_mount "a .metadata pickle naming os.system" "refusing global 'os\\.system'" "$TMP/evil"
     check "no code ran" test ! -e "$TMP/PWNED"

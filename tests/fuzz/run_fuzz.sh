@@ -35,7 +35,7 @@ echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }' 
 
 mkdir -p "$BUILD/tests/fuzz"
 CFLAGS=(-std=c11 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
-        -fno-sanitize-recover=undefined -I"$SRC/src")
+        -fno-sanitize-recover=undefined -I"$BUILD" -I"$SRC/src")
 # The library's sources a target needs (all but MPI, CUDA staging and the
 # asynchronous and one-call savers for fuzz_index).
 sources_of() {

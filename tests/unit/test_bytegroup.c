@@ -279,9 +279,38 @@ static size_t huf_round_trip(ckpt_huf_dtable *t, const uint8_t *src,
     return sn;
 }
 
+/* One table decoding streams whose codes alternate (two data sets with
+ * different histograms, and two streams of one code): the tables kept from
+ * the previous stream serve only a stream with the same code. */
+START_TEST(test_huf_table_reuse)
+{
+    ckpt_huf_dtable *t = calloc(1, sizeof *t);
+    size_t n = 100000;
+    uint8_t *a = xmalloc(n), *a2 = xmalloc(n), *b = xmalloc(n);
+    fill_geometric(a, n, 3);
+    memcpy(a2, a, n);
+    for (size_t i = 0; i < n; i += 7)   /* same symbols, other order */
+        a2[i] = a[n - 1 - i];
+    fill_random(b, n, 9);
+    for (int round = 0; round < 3; round++) {
+        huf_round_trip(t, a, n);
+        huf_round_trip(t, a, n);        /* the same code: tables kept */
+        ck_assert_uint_gt(t->code_len, 0);
+        huf_round_trip(t, b, n);        /* another code: rebuilt */
+        huf_round_trip(t, a2, n);
+        huf_round_trip(t, a, 2000);     /* short: single-symbol table */
+        huf_round_trip(t, a, n);
+    }
+    free(a);
+    free(a2);
+    free(b);
+    free(t);
+}
+END_TEST
+
 START_TEST(test_huf_round_trips)
 {
-    ckpt_huf_dtable *t = xmalloc(sizeof *t);
+    ckpt_huf_dtable *t = calloc(1, sizeof *t);
     size_t max = (1u << 20) + 7;
     uint8_t *p = xmalloc(max);
     for (int kind = 0; kind < 3; kind++) {
@@ -330,7 +359,7 @@ START_TEST(test_huf_length_limit)
     for (int i = 0; i < 30; i++)
         for (uint32_t k = 0; k < fib[i]; k++)
             p[at++] = (uint8_t)(i * 7);
-    ckpt_huf_dtable *t = xmalloc(sizeof *t);
+    ckpt_huf_dtable *t = calloc(1, sizeof *t);
     size_t sn = huf_round_trip(t, p, n);
     ck_assert_uint_gt(sn, 0);
     /* Within 10% of the entropy all the same (this is the worst case). */
@@ -350,7 +379,7 @@ START_TEST(test_huf_near_entropy)
     fill_geometric(p, n, 11);
     uint32_t h[256];
     ckpt_hist(p, n, h);
-    ckpt_huf_dtable *t = xmalloc(sizeof *t);
+    ckpt_huf_dtable *t = calloc(1, sizeof *t);
     size_t sn = huf_round_trip(t, p, n);
     double bits = (double)sn * 8 / (double)n;
     /* Dyadic probabilities: Huffman is exact, so within a few bytes. */
@@ -379,7 +408,7 @@ static uint8_t *sample_stream(size_t n, size_t *sn, uint8_t **orig)
  * one-symbol-at-a-time path, above it the multi-symbol table. */
 static void huf_damage(size_t n)
 {
-    ckpt_huf_dtable *t = xmalloc(sizeof *t);
+    ckpt_huf_dtable *t = calloc(1, sizeof *t);
     size_t sn;
     uint8_t *orig, *st = sample_stream(n, &sn, &orig);
     uint8_t *bad = xmalloc(sn), *out = xmalloc(n);
@@ -427,7 +456,7 @@ END_TEST
 
 START_TEST(test_huf_garbage)
 {
-    ckpt_huf_dtable *t = xmalloc(sizeof *t);
+    ckpt_huf_dtable *t = calloc(1, sizeof *t);
     uint8_t *g = xmalloc(5000), *out = xmalloc(20000);
     for (uint64_t seed = 1; seed < 2000; seed++) {
         size_t len = (size_t)(seed * 7919 % 5000), n = (size_t)(seed * 31 % 20000);
@@ -468,6 +497,7 @@ static Suite *bytegroup_suite(void)
     tcase_add_test(tc, test_max);
     tcase_add_test(tc, test_hist);
     tcase_add_test(tc, test_huf_round_trips);
+    tcase_add_test(tc, test_huf_table_reuse);
     tcase_add_test(tc, test_huf_single_symbol);
     tcase_add_test(tc, test_huf_length_limit);
     tcase_add_test(tc, test_huf_near_entropy);

@@ -1,7 +1,8 @@
 /*
  * test_fileio.c - unit tests of src/fileio.c: the append-only shard file
  * (offsets, size, content, writeback past 32 MiB, with and without dropping
- * the written pages from the page cache, ENOSPC on a full tmpfs),
+ * the written pages from the page cache, ENOSPC on a full tmpfs, appends
+ * of every alignment through its bounce buffer),
  * full reads and writes, fsync of files and directories, mkdir and mkdir -p,
  * path joining, and recursive removal that never follows symlinks.  Every
  * error case checks the code and that the message names the file and the
@@ -266,6 +267,61 @@ START_TEST(test_shard_append_and_read_back)
     ck_assert(memcmp(got, expect, total) == 0);
     free(got);
     free(expect);
+}
+END_TEST
+
+/* Appends from buffers at every alignment, at file offsets of every
+ * alignment: those the kernel copies slowly go through the shard's bounce
+ * buffer (ckpt_copy_fast says which), in pieces of 128 KiB; the file must
+ * hold exactly the bytes appended.  Also ckpt_copy_blocks itself. */
+START_TEST(test_shard_append_alignments)
+{
+    char path[PATH_MAX];
+    tpath(path, "aligned.bin");
+    ckpt_error err = {0, ""};
+    ckpt_shard *s = NULL;
+    ck_assert_int_eq(ckpt_shard_create(&s, path, &err), 0);
+    enum { MAXN = 300000 };
+    unsigned char *src = NULL;
+    ck_assert_int_eq(posix_memalign((void **)&src, 64, MAXN + 64), 0);
+    size_t cap = 64 * (MAXN + 64), total = 0;
+    unsigned char *expect = xmalloc(cap);
+    int slow = 0, fast = 0;
+    for (unsigned a = 0; a < 64; a += 3) {
+        size_t n = a % 2 ? 4096 + a * 4099 % MAXN : 131072 + 7 * a;
+        if (n > MAXN)
+            n = MAXN;
+        fill(src + a, n, a + 5);
+        if (ckpt_copy_fast((uintptr_t)(src + a), total))
+            fast++;
+        else
+            slow++;
+        uint64_t off;
+        ck_assert_int_eq(ckpt_shard_append(s, src + a, n, &off, &err), 0);
+        ck_assert_uint_eq(off, total);
+        memcpy(expect + total, src + a, n);
+        total += n;
+    }
+    ck_assert_int_gt(slow, 0);   /* both paths were taken */
+    ck_assert_int_gt(fast, 0);
+    ck_assert_int_eq(ckpt_shard_close(s, &err), 0);
+    size_t got_n = 0;
+    unsigned char *got = slurp(path, &got_n);
+    ck_assert_uint_eq(got_n, total);
+    ck_assert(memcmp(got, expect, total) == 0);
+    /* ckpt_copy_blocks: every length around its block, every alignment */
+    for (size_t n = 0; n < 5000; n += 97)
+        for (unsigned a = 0; a < 64; a += 13) {
+            memset(got, 0x5a, n + 128);
+            ckpt_copy_blocks(got + a, expect + 7, n);
+            ck_assert(memcmp(got + a, expect + 7, n) == 0);
+            ck_assert_uint_eq(got[a + n], 0x5a);
+            for (unsigned k = 0; k < a; k++)
+                ck_assert_uint_eq(got[k], 0x5a);
+        }
+    free(got);
+    free(expect);
+    free(src);
 }
 END_TEST
 
@@ -855,6 +911,7 @@ static Suite *fileio_suite(void)
 {
     Suite *s = suite_create("fileio");
     add_case(s, test_shard_append_and_read_back, dir_setup, 10);
+    add_case(s, test_shard_append_alignments, dir_setup, 30);
     add_case(s, test_shard_create_refusals, dir_setup, 10);
     add_case(s, test_shard_large_writeback, dir_setup, 60);
     add_case(s, test_shard_large_writeback_nocache, dir_setup, 60);

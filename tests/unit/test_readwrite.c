@@ -245,6 +245,7 @@ START_TEST(test_random_roundtrip)
         ck_assert_msg(ckpt_writer_close(w[k], &e) == 0, "%s", e.msg);
     commit_ok(ck);
     ckpt_reader *r = open_ok(ck);
+    ck_assert_int_eq(ckpt_reader_format(r), CKPT_FORMAT_CKPTFS);
     ck_assert_uint_eq(ckpt_reader_count(r), NT);
     ck_assert_str_eq(ckpt_reader_meta_get(r, "step"), "1");
     for (int i = 0; i < NT; i++) {
@@ -747,6 +748,148 @@ START_TEST(test_concurrent_readers)
 }
 END_TEST
 
+/* ------------------------------------------------------------ foreign */
+
+/* A safetensors file written here (header length odd, so the data sits at
+ * an odd file offset): three tensors whose bytes the test knows. */
+typedef struct st_tensor {
+    const char *name, *dtype;
+    ckpt_dtype dt;
+    int ndim;
+    int64_t shape[2];
+} st_tensor;
+
+static const st_tensor st_tensors[] = {
+    { "a", "F32", CKPT_F32, 2, { 300, 77 } },
+    { "b", "U8", CKPT_U8, 1, { 5001, 0 } },
+    { "c", "BF16", CKPT_BF16, 2, { 600, 1000 } },
+};
+#define NST (sizeof st_tensors / sizeof st_tensors[0])
+
+/* Writes dir/x.safetensors; img[i] receives tensor i's bytes. */
+static void write_safetensors(const char *dir, unsigned char **img,
+                              uint64_t *nb, rng *g)
+{
+    char head[1024], path[4096];
+    size_t hl = 0;
+    uint64_t at = 0;
+    hl += (size_t)snprintf(head + hl, sizeof head - hl, "{");
+    for (size_t i = 0; i < NST; i++) {
+        const st_tensor *t = &st_tensors[i];
+        nb[i] = numel_of(t->ndim, t->shape) * ckpt_dtype_size(t->dt);
+        img[i] = malloc(nb[i]);
+        fill_image(img[i], nb[i], 0, g);
+        hl += (size_t)snprintf(head + hl, sizeof head - hl,
+                               "%s\"%s\":{\"dtype\":\"%s\",\"shape\":[%lld",
+                               i ? "," : "", t->name, t->dtype,
+                               (long long)t->shape[0]);
+        if (t->ndim == 2)
+            hl += (size_t)snprintf(head + hl, sizeof head - hl, ",%lld",
+                                   (long long)t->shape[1]);
+        hl += (size_t)snprintf(head + hl, sizeof head - hl,
+                               "],\"data_offsets\":[%llu,%llu]}",
+                               (unsigned long long)at,
+                               (unsigned long long)(at + nb[i]));
+        at += nb[i];
+    }
+    hl += (size_t)snprintf(head + hl, sizeof head - hl, "}");
+    if (hl % 2 == 0)
+        head[hl++] = ' ';            /* JSON allows it: an odd length */
+    snprintf(path, sizeof path, "%s/x.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    unsigned char len[8];
+    for (int k = 0; k < 8; k++)
+        len[k] = (unsigned char)((uint64_t)hl >> (8 * k));
+    ck_assert_uint_eq(fwrite(len, 1, 8, f), 8);
+    ck_assert_uint_eq(fwrite(head, 1, hl, f), hl);
+    for (size_t i = 0; i < NST; i++)
+        ck_assert_uint_eq(fwrite(img[i], 1, nb[i], f), nb[i]);
+    ck_assert_int_eq(fclose(f), 0);
+}
+
+/* Byte ranges of a checksum-less raw frame: a long one is read in place
+ * (only its bytes), a short one through the frame cache; both into buffers
+ * of every alignment; regions of rows.  Every byte against the data the
+ * test wrote. */
+START_TEST(test_foreign_partial_reads)
+{
+    char *dir = make_tmpdir();
+    rng g = { 4242 };
+    unsigned char *img[NST];
+    uint64_t nb[NST];
+    write_safetensors(dir, img, nb, &g);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/x.safetensors", dir);
+    ckpt_read_opts ro;
+    ckpt_read_opts_init(&ro);
+    ro.prefetch = 0;
+    ro.cache_bytes = 0;   /* a cached whole frame would hide a re-read */
+    ckpt_reader *r;
+    ckpt_error e;
+    ck_assert_msg(ckpt_reader_open(&r, path, &ro, &e) == 0, "%s", e.msg);
+    ck_assert_int_eq(ckpt_reader_format(r), CKPT_FORMAT_SAFETENSORS);
+    unsigned char *buf = malloc(nb[2] + 128);
+    for (size_t i = 0; i < NST; i++) {
+        long t = ckpt_reader_find(r, st_tensors[i].name);
+        ck_assert_int_ge(t, 0);
+        for (int k = 0; k < 200; k++) {
+            uint64_t lo = rnd(&g) % nb[i];
+            uint64_t len = k % 2 ? rnd(&g) % (nb[i] - lo) + 1
+                                 : rnd(&g) % 300 + 1;   /* short ones too */
+            if (len > nb[i] - lo)
+                len = nb[i] - lo;
+            if (k % 4 == 1) {   /* whole elements */
+                size_t isz = ckpt_dtype_size(st_tensors[i].dt);
+                lo -= lo % isz;
+                len = len < isz ? isz : len - len % isz;
+            }
+            unsigned char *dst = buf + rnd(&g) % 64;
+            ckpt_stats s0, s1;
+            ckpt_reader_stats(r, &s0);
+            int64_t n = ckpt_read(r, (size_t)t, dst, lo, len, &e);
+            ck_assert_msg(n == (int64_t)len, "%s [%llu,+%llu): %s",
+                          st_tensors[i].name, (unsigned long long)lo,
+                          (unsigned long long)len, e.msg);
+            ck_assert_msg(memcmp(dst, img[i] + lo, len) == 0, "%s bytes "
+                          "[%llu,+%llu) differ", st_tensors[i].name,
+                          (unsigned long long)lo, (unsigned long long)len);
+            ckpt_reader_stats(r, &s1);
+            /* A long part of whole elements is read in place: exactly its
+             * bytes, not the frame's (no cache here to hide a re-read). */
+            size_t isz = ckpt_dtype_size(st_tensors[i].dt);
+            if (len >= (64 << 10) && len < nb[i] && lo % isz == 0 &&
+                len % isz == 0)
+                ck_assert_msg(s1.bytes_read - s0.bytes_read == len,
+                              "%s: read %llu bytes for %llu at %llu",
+                              st_tensors[i].name,
+                              (unsigned long long)(s1.bytes_read -
+                                                   s0.bytes_read),
+                              (unsigned long long)len,
+                              (unsigned long long)lo);
+        }
+        /* rows of a 2-D tensor: short runs, many of them */
+        if (st_tensors[i].ndim == 2) {
+            const int64_t *sh = st_tensors[i].shape;
+            size_t isz = ckpt_dtype_size(st_tensors[i].dt);
+            int64_t off[2] = { sh[0] / 3, sh[1] / 5 };
+            int64_t sz[2] = { sh[0] - off[0] - 1, sh[1] / 2 };
+            unsigned char *want = malloc(nb[i]);
+            naive_extract(img[i], 2, sh, isz, off, sz, want);
+            ck_assert_msg(ckpt_read_region(r, (size_t)t, off, sz, buf, &e)
+                          == 0, "%s", e.msg);
+            ck_assert(memcmp(buf, want, (size_t)(sz[0] * sz[1]) * isz) == 0);
+            free(want);
+        }
+    }
+    ckpt_reader_close(r);
+    free(buf);
+    for (size_t i = 0; i < NST; i++)
+        free(img[i]);
+    remove_tmpdir(dir);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("readwrite");
@@ -763,6 +906,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_open_refusals);
     tcase_add_test(tc, test_bad_pieces);
     tcase_add_test(tc, test_concurrent_readers);
+    tcase_add_test(tc, test_foreign_partial_reads);
     suite_add_tcase(s, tc);
     return s;
 }

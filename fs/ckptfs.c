@@ -532,12 +532,12 @@ int main(int argc, char **argv)
     }
     fs_ctx ctx;
     ckpt_error err = { 0 };
-    ops_ctx_init(&ctx);
+    fs_ctx_init(&ctx);
     if (source_open(&ctx.src, c.source, &c.ro, c.rw, &err) != 0 ||
         (c.rw && ws_set_new(&ctx.ws, source_path(ctx.src), c.world, &c.wo,
                             &err) != 0)) {
         fprintf(stderr, "ckptfs: %s\n", err.msg);
-        ops_ctx_destroy(&ctx);
+        fs_ctx_destroy(&ctx);
         source_free(ctx.src);
         status = EXIT_FAILURE;
         goto out;
@@ -548,7 +548,7 @@ int main(int argc, char **argv)
     } else {
         status = serve(&args, &fo, &ctx);
     }
-    ops_ctx_destroy(&ctx);     /* files still open when the session ended */
+    fs_ctx_destroy(&ctx);     /* files still open when the session ended */
     ws_set_free(ctx.ws);
     source_free(ctx.src);
 out:

@@ -16,7 +16,7 @@
 
 /* A handle on a file of a save. */
 typedef struct wfile {
-    ops_handle link;          /* first: a wfile is an ops_handle */
+    fs_handle link;          /* first: a wfile is an fs_handle */
     ws_save *w;
     ws_kind kind;             /* WS_FILE, WS_COMMIT, WS_STATUS, WS_ERRORS */
     ws_file *piece;           /* WS_FILE */
@@ -28,14 +28,14 @@ typedef struct wfile {
 
 fuse_ino_t wops_ino(const ws_save *w, uint32_t node)
 {
-    return WOPS_INO_BIT | (fuse_ino_t)ws_save_id(w) << 32 | node;
+    return inode_save(ws_save_id(w), node);
 }
 
 int wops_resolve(fs_ctx *c, fuse_ino_t ino, ws_save **w, uint32_t *node)
 {
-    if (!c->ws || !wops_is_ino(ino))
+    if (!c->ws || !inode_is_save(ino))
         return -ESTALE;
-    *w = ws_set_by_id(c->ws, (uint32_t)((ino & ~WOPS_INO_BIT) >> 32));
+    *w = ws_set_by_id(c->ws, inode_save_id(ino));
     *node = (uint32_t)ino;
     return *w ? 0 : -ESTALE;
 }
@@ -291,7 +291,7 @@ static void open_node(fs_ctx *c, fuse_req_t req, ws_save *w, uint32_t node,
         reply_fail(req, rc, &err);
         return;
     }
-    ops_handle_add(c, &h->link, OPS_H_WRITE);
+    fs_handle_add(c, &h->link, FS_H_WRITE, wfs_handle_free);
     fi->fh = (uint64_t)(uintptr_t)h;
     fi->direct_io = 1;       /* pieces stream through; status is fresh */
     if (!created) {
@@ -327,7 +327,7 @@ void wops_create(fs_ctx *c, fuse_req_t req, ws_save *w, uint32_t dir,
         open_node(c, req, w, node, fi, 1);
 }
 
-void wops_read(fuse_req_t req, ops_handle *hh, size_t size, off_t off)
+void wops_read(fuse_req_t req, fs_handle *hh, size_t size, off_t off)
 {
     wfile *h = (wfile *)hh;
     if (!h->text || off < 0) {
@@ -340,7 +340,7 @@ void wops_read(fuse_req_t req, ops_handle *hh, size_t size, off_t off)
     fuse_reply_buf(req, h->text + o, n);
 }
 
-void wops_write(fuse_req_t req, ops_handle *hh, const char *buf, size_t size,
+void wops_write(fuse_req_t req, fs_handle *hh, const char *buf, size_t size,
                 off_t off)
 {
     wfile *h = (wfile *)hh;
@@ -360,7 +360,7 @@ void wops_write(fuse_req_t req, ops_handle *hh, const char *buf, size_t size,
         fuse_reply_write(req, size);
 }
 
-void wops_flush(fuse_req_t req, ops_handle *hh)
+void wops_flush(fuse_req_t req, fs_handle *hh)
 {
     wfile *h = (wfile *)hh;
     ckpt_error err = { 0 };
@@ -371,7 +371,7 @@ void wops_flush(fuse_req_t req, ops_handle *hh)
         fuse_reply_err(req, 0);
 }
 
-void wops_handle_free(ops_handle *hh)
+void wfs_handle_free(fs_handle *hh)
 {
     wfile *h = (wfile *)hh;
     ws_release(h->piece);
@@ -379,10 +379,10 @@ void wops_handle_free(ops_handle *hh)
     free(h);
 }
 
-void wops_release(fs_ctx *c, fuse_req_t req, ops_handle *hh)
+void wops_release(fs_ctx *c, fuse_req_t req, fs_handle *hh)
 {
-    ops_handle_remove(c, hh);
-    wops_handle_free(hh);
+    fs_handle_remove(c, hh);
+    wfs_handle_free(hh);
     fuse_reply_err(req, 0);
 }
 
@@ -407,7 +407,7 @@ static void reply_value(fuse_req_t req, const char *buf, int n, size_t cap,
     else if ((size_t)n >= cap)
         fuse_reply_err(req, ERANGE);
     else
-        ops_reply_xattr(req, buf, (size_t)n, size);
+        fs_reply_xattr(req, buf, (size_t)n, size);
 }
 
 void wops_getxattr(fuse_req_t req, ws_save *w, uint32_t node,

@@ -855,7 +855,8 @@ int ws_setxattr(ws_save *w, uint32_t node, pid_t pid, const char *name,
     unsigned key = pattr_key(name);
     if (!key)
         return ckpt_err(err, -ENOTSUP, "attribute '%s' is not one ckptfs "
-                        "keeps (user.ckpt.dtype, .shape, .offsets, .sizes; "
+                        "keeps (user.ckpt.dtype, .shape, .offsets, .sizes, "
+                        ".replica; "
                         "user.ckpt.meta.KEY and user.ckpt.rank on the "
                         "checkpoint)", name);
     ckpt_error e = { 0 };
@@ -934,9 +935,10 @@ int ws_listxattr(ws_save *w, uint32_t node, pid_t pid, char *buf,
     pthread_mutex_lock(&w->mu);
     ws_node *x = node < w->n ? &w->nodes[node] : NULL;
     const pattr *a = x && x->kind == WS_FILE ? attrs_for(x, pid, pid) : NULL;
-    for (unsigned i = 0; i < 5; i++) {
-        const char *nm = i < 4 ? pattr_names[i] : ERROR_ATTR;
-        if (i < 4 ? !a || !(a->set & (1u << i)) : !x || !x->error)
+    for (unsigned i = 0; i <= PATTR_NKEYS; i++) {
+        const char *nm = i < PATTR_NKEYS ? pattr_names[i] : ERROR_ATTR;
+        if (i < PATTR_NKEYS ? !a || !(a->set & (1u << i))
+                            : !x || !x->error)
             continue;
         size_t n = strlen(nm) + 1;
         if (len + n <= cap)
@@ -1303,10 +1305,59 @@ static int empty_piece_declared(ws_file *f, pid_t pid)
     return rc == 0 && p.infer == PATTR_EXACT && n == 0;
 }
 
+/* 1 when the attributes the opener would use say user.ckpt.replica=1. */
+static int replica_declared(ws_file *f)
+{
+    pthread_mutex_lock(&f->w->mu);
+    const pattr *a = attrs_for(&f->w->nodes[f->node], f->opener, f->opener);
+    int yes = a && (a->set & PATTR_REPLICA) && a->replica;
+    pthread_mutex_unlock(&f->w->mu);
+    return yes;
+}
+
+/* Records a piece closed without bytes under user.ckpt.replica=1 as a
+ * reference to the same region written by another writer: nothing goes
+ * to the shard, and the commit refuses the save unless that piece is
+ * there.  The region must be given in full. */
+static int close_replica(ws_file *f, ckpt_error *err)
+{
+    ws_save *w = f->w;
+    pthread_mutex_lock(&w->mu);
+    ws_node *x = &w->nodes[f->node];
+    const pattr *a = attrs_for(x, f->opener, f->opener);
+    int rc = pattr_resolve(a, f->fqn, &f->piece, err);
+    if (rc == 0 && (!(a->set & PATTR_DTYPE) || f->piece.infer != PATTR_EXACT))
+        rc = ckpt_err(err, -EINVAL, "tensor '%s': user.ckpt.replica=1 "
+                      "without bytes refers to a piece another writer "
+                      "writes: its region must be set in full "
+                      "(user.ckpt.dtype, .shape and .sizes, and .offsets "
+                      "unless all 0)", f->fqn);
+    if (rc == 0 && a != &x->shared)
+        drop_own(x, a);
+    pthread_mutex_unlock(&w->mu);
+    ckpt_piece p;
+    pattr_to_piece(&f->piece, f->fqn, &p);
+    ckpt_writer *wr = NULL;
+    if (rc == 0)
+        rc = take_writer(w, f->opener, &wr, f->who, sizeof f->who, err);
+    if (rc == 0) {
+        rc = ckpt_writer_declare_replica(wr, &p, err);
+        if (rc == 0)
+            rc = ckpt_writer_flush(wr, err);
+        give_writer(w, wr, rc == 0);
+    }
+    return rc ? fail(f, rc, err) : 0;
+}
+
 int ws_close(ws_file *f, ckpt_error *err)
 {
     if (f->done)
         return 0;
+    /* A replica's reference: no bytes, by design. */
+    if (!f->started && !f->rc && replica_declared(f)) {
+        f->done = 1;
+        return close_replica(f, err);
+    }
     /* Nothing written yet: not the end of the piece (a shell closes its
      * copy of a redirected descriptor before the command writes). */
     if (!f->started && !f->rc && !empty_piece_declared(f, f->opener))

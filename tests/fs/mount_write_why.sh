@@ -32,9 +32,6 @@ EOF
 pyrun() {
     "$PY" - "$@" >"$TMP/py.out" 2>&1
 }
-py_says() {   # py_says DESC ERE
-    if grep -E -q -- "$2" "$TMP/py.out"; then ok "$1 ($(tr '\n' ' ' <"$TMP/py.out" | head -c 300))"; else bad "$1: want /$2/, got: $(tr '\n' '~' <"$TMP/py.out" | head -c 600)"; fi
-}
 
 mount_ck "$R" "$M" -o rw,world=1 || exit 1
 S=step-000004

@@ -26,6 +26,8 @@ typedef struct wfile {
     size_t len;
 } wfile;
 
+static void handle_free(fs_handle *hh);
+
 fuse_ino_t wops_ino(const ws_save *w, uint32_t node)
 {
     return inode_save(ws_save_id(w), node);
@@ -291,7 +293,7 @@ static void open_node(fs_ctx *c, fuse_req_t req, ws_save *w, uint32_t node,
         reply_fail(req, rc, &err);
         return;
     }
-    fs_handle_add(c, &h->link, FS_H_WRITE, wfs_handle_free);
+    fs_handle_add(c, &h->link, FS_H_WRITE, handle_free);
     fi->fh = (uint64_t)(uintptr_t)h;
     fi->direct_io = 1;       /* pieces stream through; status is fresh */
     if (!created) {
@@ -371,7 +373,8 @@ void wops_flush(fuse_req_t req, fs_handle *hh)
         fuse_reply_err(req, 0);
 }
 
-void wfs_handle_free(fs_handle *hh)
+/* Frees a handle (also one the kernel never released: its free). */
+static void handle_free(fs_handle *hh)
 {
     wfile *h = (wfile *)hh;
     ws_release(h->piece);
@@ -382,7 +385,7 @@ void wfs_handle_free(fs_handle *hh)
 void wops_release(fs_ctx *c, fuse_req_t req, fs_handle *hh)
 {
     fs_handle_remove(c, hh);
-    wfs_handle_free(hh);
+    handle_free(hh);
     fuse_reply_err(req, 0);
 }
 

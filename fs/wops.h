@@ -51,8 +51,6 @@ void wops_write(fuse_req_t req, fs_handle *h, const char *buf, size_t size,
                 off_t off);
 void wops_flush(fuse_req_t req, fs_handle *h);
 void wops_release(fs_ctx *c, fuse_req_t req, fs_handle *h);
-/* Frees a handle the kernel never released. */
-void wfs_handle_free(fs_handle *h);
 
 void wops_setxattr(fuse_req_t req, ws_save *w, uint32_t node,
                    const char *name, const char *value, size_t size);

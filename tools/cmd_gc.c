@@ -15,9 +15,9 @@
  * Symbolic links are never followed.
  */
 #include "cli.h"
-#include "fileio.h"
-#include "gc.h"
-#include "lease.h"
+#include "common/fileio.h"
+#include "write/gc.h"
+#include "format/lease.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bytegroup.h"
-#include "huff.h"
+#include "codec/bytegroup.h"
+#include "codec/huff.h"
 
 static uint64_t rng_next(uint64_t *s)
 {

@@ -16,7 +16,7 @@
 #include <xxhash.h>
 #include <zstd.h>
 
-#include "codec.h"
+#include "codec/codec.h"
 
 /* ------------------------------------------------------------ data */
 

@@ -15,9 +15,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "confine.h"
-#include "fileio.h"
-#include "perm.h"
+#include "common/confine.h"
+#include "common/fileio.h"
+#include "common/perm.h"
 
 static char base[4096];
 

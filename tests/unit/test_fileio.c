@@ -30,8 +30,8 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
-#include "error.h"
-#include "fileio.h"
+#include "common/error.h"
+#include "common/fileio.h"
 
 /* ------------------------------------------------------------ fixture */
 

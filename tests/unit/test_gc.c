@@ -18,10 +18,10 @@
 #include <unistd.h>
 
 #include "ckptfs.h"
-#include "fileio.h"
-#include "gc.h"
-#include "lease.h"
-#include "writer.h"
+#include "common/fileio.h"
+#include "write/gc.h"
+#include "format/lease.h"
+#include "write/writer.h"
 
 #define HOUR_NS (3600LL * 1000000000LL)
 

@@ -16,10 +16,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "error.h"
-#include "index.h"
-#include "model.h"
-#include "plan.h"
+#include "common/error.h"
+#include "format/index.h"
+#include "format/model.h"
+#include "format/plan.h"
 
 #define DIMS(...) ((const int64_t[]){ __VA_ARGS__ })
 #define BIG_SUM 0xfedcba9876543210ull   /* a checksum with the top bit set */

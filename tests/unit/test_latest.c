@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gc.h"
+#include "write/gc.h"
 
 START_TEST(test_parse_step)
 {

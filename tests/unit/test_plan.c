@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
-#include "model.h"
-#include "plan.h"
+#include "common/error.h"
+#include "format/model.h"
+#include "format/plan.h"
 
 #define DIMS(...) ((const int64_t[]){ __VA_ARGS__ })
 

@@ -13,8 +13,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "cache.h"
-#include "pool.h"
+#include "read/cache.h"
+#include "common/pool.h"
 
 static void sleep_ms(long ms)
 {

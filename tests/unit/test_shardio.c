@@ -16,7 +16,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "shardio.h"
+#include "read/shardio.h"
 
 #define FILE_BYTES ((size_t)600 << 10)
 #define PIECE ((size_t)128 << 10)    /* shardio.c's piece size */

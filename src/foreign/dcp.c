@@ -1,7 +1,7 @@
 /*
  * dcp.c - PyTorch distributed checkpoints (torch.distributed.checkpoint,
  * and torch.distributed._shard.checkpoint of PyTorch 1.13) described for
- * the reader (see foreign.h).
+ * the reader (see builder.h).
  *
  * `.metadata` is a pickled Metadata: state_dict_metadata maps each FQN to
  * a TensorStorageMetadata (properties with the dtype, global size, chunks
@@ -12,7 +12,7 @@
  * the chunk's data; a byte item is its bytes as they are (for an object
  * DCP saved, those of torch.save of it).
  */
-#include "foreign/foreign.h"
+#include "foreign/dcp.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,6 +1,6 @@
 /*
  * safetensors.c - safetensors files described for the reader (see
- * foreign.h).  A file is an 8-byte little-endian header length N, N bytes
+ * builder.h).  A file is an 8-byte little-endian header length N, N bytes
  * of JSON mapping each tensor name to {dtype, shape, data_offsets [b, e)}
  * (relative to the data after the header) plus an optional __metadata__
  * object of strings, then the data.  The header is validated as the format
@@ -10,7 +10,7 @@
  * files its model.safetensors.index.json names (every tensor of its
  * weight_map must be in the file it names), or else all its *.safetensors.
  */
-#include "foreign/foreign.h"
+#include "foreign/safetensors.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -1,14 +1,9 @@
 /*
- * index.h - the SQLite files of a checkpoint.
- *
- *  - index.db, the committed global metadata (schema in docs/FORMAT.md):
- *    written once from a global plan in one transaction, then opened
- *    read-only with immutable=1.
- *  - .pending/<writer>.plan, a writer's local plan: the pieces it wrote,
- *    with their frames, and its metadata; appended durably as pieces close.
- *
- * Both identify themselves with PRAGMA application_id and carry the format
- * version in PRAGMA user_version.
+ * index.h - index.db, the committed global metadata of a checkpoint
+ * (schema in docs/FORMAT.md): written once from a global plan in one
+ * transaction, then opened read-only with immutable=1 and loaded lazily.
+ * It identifies itself with PRAGMA application_id CKPT_INDEX_APP_ID (db.h)
+ * and carries the format version in PRAGMA user_version.
  */
 #ifndef CKPT_INDEX_H
 #define CKPT_INDEX_H
@@ -17,11 +12,6 @@
 #include <stdint.h>
 #include "format/model.h"
 #include "format/plan.h"
-
-#define CKPT_INDEX_APP_ID 0x636b7074   /* "ckpt" */
-#define CKPT_PLAN_APP_ID  0x636b706c   /* "ckpl" */
-
-/* ---- committed index ---- */
 
 /* Writes a new index at `path` (which must not exist) holding the kept
  * pieces of `plan` as chunks, their frames, the shard files they use
@@ -120,83 +110,5 @@ int ckpt_index_tensor_alloc_chunks(ckpt_index_tensor *t, size_t n);
 int ckpt_index_load_frames(ckpt_index *ix, int64_t chunk_id,
                            uint64_t expect_frames, uint64_t raw_bytes,
                            ckpt_frame_rec **frames, ckpt_error *err);
-
-/* ---- local plans ---- */
-
-typedef struct ckpt_planfile ckpt_planfile;
-
-/* Creates `path` (must not exist) for `writer`. */
-int ckpt_planfile_create(ckpt_planfile **out, const char *path,
-                         const char *writer, int sync, ckpt_error *err);
-/* Appends pieces (with frames) and metadata in one durable transaction. */
-int ckpt_planfile_append(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
-                         size_t npieces, const ckpt_kv *meta, size_t nmeta,
-                         ckpt_error *err);
-/* Makes what was appended durable (the file, and its directory entry),
- * for plans created without sync. */
-/* Records declared tensors (key = FQN, value = why its piece failed or
- * "") in one transaction; a later non-empty reason replaces an earlier
- * one. */
-int ckpt_planfile_declare(ckpt_planfile *pf, const ckpt_kv *declared,
-                          size_t n, ckpt_error *err);
-int ckpt_planfile_sync(ckpt_planfile *pf, ckpt_error *err);
-void ckpt_planfile_close(ckpt_planfile *pf);
-/* Reads a whole plan file, appending its pieces and metadata to m (each
- * piece's and kv's writer set to the plan's writer name).  Refuses files
- * that are not ckptfs plans. */
-int ckpt_planfile_read(const char *path, ckpt_manifest *m, ckpt_error *err);
-/* The same into the compact table (the committer's): pieces are appended
- * to tab (on error it may hold some of them), metadata to meta. */
-int ckpt_planfile_read_pieces(const char *path, ckpt_pieces *tab,
-                              ckpt_manifest *meta, ckpt_error *err);
-
-/* ---- SQLite helpers shared by index.c and planfile.c (internal) ---- */
-
-struct sqlite3;
-struct sqlite3_stmt;
-
-/* A value to bind: an integer, or text (NULL binds SQL NULL). */
-typedef struct ckpt_db_val {
-    int is_text;
-    int64_t i;
-    const char *s;
-} ckpt_db_val;
-#define CKPT_DB_INT(x) ((ckpt_db_val){ 0, (int64_t)(x), NULL })
-#define CKPT_DB_TEXT(x) ((ckpt_db_val){ 1, 0, (x) })
-
-/* Sets err from SQLite result `rc` on db ("<path>: <what>: <errmsg>") and
- * returns the matching negative errno. */
-int ckpt_db_err(ckpt_error *err, struct sqlite3 *db, int rc, const char *path,
-                const char *what);
-int ckpt_db_exec(struct sqlite3 *db, const char *sql, const char *path,
-                 ckpt_error *err);
-/* Creates `path` (which must not exist) as a new SQLite file with page size
- * 4096, the given journal mode, synchronous FULL (sync) or OFF,
- * application_id `app_id` and user_version CKPT_FORMAT_VERSION.  On error
- * the file is removed. */
-int ckpt_db_create(struct sqlite3 **out, const char *path, uint32_t app_id,
-                   const char *journal, int sync, ckpt_error *err);
-/* Refuses a file that is not SQLite, has another application_id, or a
- * user_version newer than CKPT_FORMAT_VERSION (-ENOTSUP). */
-int ckpt_db_check_id(struct sqlite3 *db, const char *path, uint32_t app_id,
-                     ckpt_error *err);
-int ckpt_db_prepare(struct sqlite3 *db, const char *sql,
-                    struct sqlite3_stmt **st, const char *path,
-                    ckpt_error *err);
-/* Binds v[0..n) to st's parameters 1..n, steps it to completion and resets
- * it (an INSERT or UPDATE). */
-int ckpt_db_run(struct sqlite3_stmt *st, const ckpt_db_val *v, int n,
-                const char *path, const char *what, ckpt_error *err);
-/* Runs the query `sql`, calling fn(arg, st) for each row until fn returns
- * non-zero (returned).  A query the schema cannot answer is -EINVAL. */
-int ckpt_db_each(struct sqlite3 *db, const char *sql, const char *path,
-                 int (*fn)(void *arg, struct sqlite3_stmt *st), void *arg,
-                 ckpt_error *err);
-/* Column i as a non-negative integer: 0, or -1 (wrong type, negative). */
-int ckpt_db_col_u64(struct sqlite3_stmt *st, int i, uint64_t *out);
-/* Parses a JSON array of non-negative integers ("[4,8]", "[]") into dims;
- * returns ndim or -EIO naming `path` and `what`. */
-int ckpt_db_dims(const char *text, int64_t *dims, const char *path,
-                 const char *what, ckpt_error *err);
 
 #endif

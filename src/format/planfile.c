@@ -1,11 +1,12 @@
 /*
- * planfile.c - a writer's local plan, .pending/<writer>.plan (see index.h
+ * planfile.c - a writer's local plan, .pending/<writer>.plan (see planfile.h
  * and docs/FORMAT.md): a small SQLite file to which one writer appends, in
  * one transaction per call (durable when created with sync), the pieces it
  * wrote with their frames, and its metadata.  At commit every plan is read
  * back into one manifest for the planner.
  */
-#include "format/index.h"
+#include "format/planfile.h"
+#include "format/db.h"
 #include "common/error.h"
 #include "common/fileio.h"
 #include "common/shape.h"

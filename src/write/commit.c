@@ -21,6 +21,7 @@
 #include "common/error.h"
 #include "common/fileio.h"
 #include "format/index.h"
+#include "format/planfile.h"
 #include "format/lease.h"
 #include "format/model.h"
 #include "format/plan.h"

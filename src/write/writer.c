@@ -22,7 +22,7 @@
 #include "codec/codec.h"
 #include "common/error.h"
 #include "common/fileio.h"
-#include "format/index.h"
+#include "format/planfile.h"
 #include "format/lease.h"
 #include "format/model.h"
 #include "format/plan.h"

@@ -17,7 +17,9 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "format/db.h"
 #include "format/index.h"
+#include "format/planfile.h"
 #include "format/model.h"
 #include "format/plan.h"
 

@@ -50,7 +50,7 @@
 
 #include "ckptfs.h"
 #include "codec/codec.h"
-#include "format/index.h"
+#include "format/planfile.h"
 #include "format/model.h"
 #include "format/pieces.h"
 #include "format/plan.h"

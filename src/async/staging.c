@@ -1,13 +1,11 @@
 /*
  * staging.c - staging memory for asynchronous saves (see staging.h): the
  * slab pool with its cap, the copy engine (host copy threads; CUDA
- * cudaMemcpyAsync into pinned slabs on the pool's streams), the staged
- * stream that a save's background writer reads, and loads into device
- * memory through pinned bounce buffers.
+ * copies into pinned slabs on the pool's streams), the staged stream that
+ * a save's background writer reads, and loads into device memory through
+ * pinned bounce buffers.  The CUDA calls themselves are gpu.c's: this file
+ * takes the same paths whether or not the library was built with CUDA.
  */
-#ifdef HAVE_CONFIG_H
-#include "config.h"   /* HAVE_CUDA */
-#endif
 #include "async/staging.h"
 
 #include <errno.h>
@@ -20,10 +18,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#ifdef HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
+#include "async/gpu.h"
 #include "common/error.h"
 #include "common/pool.h"
 
@@ -47,10 +42,8 @@ struct ckpt_stage {
     ckpt_pool *copy;
     int ncopy;
     int cuda;                    /* a device is usable: pinned slabs */
-#ifdef HAVE_CUDA
-    cudaStream_t streams[NSTREAMS];
+    ckpt_gpu_stream *streams[NSTREAMS];
     unsigned next_stream;
-#endif
 };
 
 typedef struct slabent {
@@ -84,37 +77,6 @@ typedef struct ctask {
     const void *src;
     size_t n;
 } ctask;
-
-/* ------------------------------------------------------------ CUDA bits */
-
-#ifdef HAVE_CUDA
-/* 1 when some CUDA device is usable; *why gets the reason when not. */
-static int cuda_usable(const char **why)
-{
-    int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) {
-        *why = cudaGetErrorString(e);
-        cudaGetLastError();
-        return 0;
-    }
-    if (n == 0) {
-        *why = "no device";
-        return 0;
-    }
-    return 1;
-}
-
-static int is_device_ptr(const void *p)
-{
-    struct cudaPointerAttributes a;
-    if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
-        cudaGetLastError();
-        return 0;
-    }
-    return a.type == cudaMemoryTypeDevice || a.type == cudaMemoryTypeManaged;
-}
-#endif
 
 /* Host slabs are their own mappings, kept until the pool is destroyed
  * (never handed to malloc, which could trim or unmap them between saves),
@@ -153,28 +115,17 @@ static unsigned char *host_slab_alloc(size_t want)
 
 static unsigned char *slab_alloc(const ckpt_stage *st)
 {
-#ifdef HAVE_CUDA
-    if (st->cuda) {
-        void *p = NULL;
-        if (cudaHostAlloc(&p, st->slab, cudaHostAllocPortable) != cudaSuccess) {
-            cudaGetLastError();
-            return NULL;
-        }
-        return p;
-    }
-#endif
+    if (st->cuda)
+        return ckpt_gpu_host_alloc(st->slab, 1);
     return host_slab_alloc(st->slab);
 }
 
 static void slab_free(const ckpt_stage *st, unsigned char *p)
 {
-#ifdef HAVE_CUDA
-    if (st->cuda) {
-        cudaFreeHost(p);
-        return;
-    }
-#endif
-    munmap(p, slab_map_len(st->slab));
+    if (st->cuda)
+        ckpt_gpu_host_free(p);
+    else
+        munmap(p, slab_map_len(st->slab));
 }
 
 /* ------------------------------------------------------------ the pool */
@@ -208,19 +159,15 @@ int ckpt_stage_create(ckpt_stage **out, size_t cap, size_t slab,
     if (copy_threads <= 0 && st->ncopy > MAX_COPY_THREADS)
         st->ncopy = MAX_COPY_THREADS;
     int rc = ckpt_pool_create(&st->copy, st->ncopy, err);
-#ifdef HAVE_CUDA
     const char *why = NULL;
-    st->cuda = rc == 0 && cuda_usable(&why);
+    st->cuda = rc == 0 && ckpt_gpu_usable(&why);
     for (int i = 0; st->cuda && i < NSTREAMS; i++)
-        if (cudaStreamCreateWithFlags(&st->streams[i], cudaStreamNonBlocking)
-            != cudaSuccess) {
-            cudaGetLastError();
+        if (ckpt_gpu_stream_create(&st->streams[i]) != 0) {
             rc = ckpt_err(err, -EIO, "staging: cannot create a CUDA stream");
             for (int j = 0; j < i; j++)
-                cudaStreamDestroy(st->streams[j]);
+                ckpt_gpu_stream_destroy(st->streams[j]);
             st->cuda = 0;
         }
-#endif
     if (rc) {
         ckpt_stage_destroy(st);
         return rc;
@@ -238,10 +185,8 @@ void ckpt_stage_destroy(ckpt_stage *st)
     for (size_t i = 0; i < st->nfree; i++)
         slab_free(st, st->free[i]);
     free(st->free);
-#ifdef HAVE_CUDA
     for (int i = 0; st->cuda && i < NSTREAMS; i++)
-        cudaStreamDestroy(st->streams[i]);
-#endif
+        ckpt_gpu_stream_destroy(st->streams[i]);
     pthread_mutex_destroy(&st->mu);
     pthread_cond_destroy(&st->cv);
     free(st);
@@ -332,21 +277,20 @@ static int probe_byte(const unsigned char *p, int writable)
 int ckpt_mem_kind(const ckpt_stage *st, const void *p, size_t n,
                   int writable, const char *what, ckpt_error *err)
 {
-    const char *why = "this libckptfs was built without CUDA";
+    const char *why = NULL;
     if (n == 0)
         return CKPT_MEM_HOST;
     if (!p)
         return ckpt_err(err, -EINVAL, "%s: no data (NULL) for %zu bytes",
                         what, n);
-#ifdef HAVE_CUDA
-    int cuda = st ? st->cuda : cuda_usable(&why);
-    if (cuda && is_device_ptr(p))
+    int cuda = st ? st->cuda : ckpt_gpu_usable(&why);
+    if (cuda && ckpt_gpu_is_device_ptr(p))
         return CKPT_MEM_DEVICE;
     if (cuda)
         why = "and it is not CUDA memory either";
     else if (st)
-        why = "no CUDA device is usable";
-#endif
+        why = ckpt_gpu_built() ? "no CUDA device is usable"
+                               : "this libckptfs was built without CUDA";
     const unsigned char *b = p;
     if (probe_byte(b, writable) || probe_byte(b + n - 1, writable))
         return ckpt_err(err, -EFAULT, "%s: %s at %p (%zu bytes) is not %s "
@@ -358,29 +302,24 @@ int ckpt_mem_kind(const ckpt_stage *st, const void *p, size_t n,
 
 /* ------------------------------------------------------------ hashing */
 
-#ifdef HAVE_CUDA
 /* XXH3-64 of device memory, copied to the host a bounce buffer at a
  * time. */
 static int device_hash(const void *p, size_t n, uint64_t *out,
                        const char *what, ckpt_error *err)
 {
-    unsigned char *buf = NULL;
+    unsigned char *buf = ckpt_gpu_host_alloc(BOUNCE_BYTES, 0);
     XXH3_state_t *h = XXH3_createState();
     int rc = 0;
-    if (!h || XXH3_64bits_reset(h) != XXH_OK ||
-        cudaHostAlloc((void **)&buf, BOUNCE_BYTES, 0) != cudaSuccess) {
-        cudaGetLastError();
+    if (!h || XXH3_64bits_reset(h) != XXH_OK || !buf)
         rc = ckpt_err(err, -ENOMEM, "%s: out of memory hashing %zu bytes of "
                       "device memory", what, n);
-    }
     for (size_t at = 0; rc == 0 && at < n;) {
         size_t k = n - at < BOUNCE_BYTES ? n - at : BOUNCE_BYTES;
-        cudaError_t e = cudaMemcpy(buf, (const unsigned char *)p + at, k,
-                                   cudaMemcpyDeviceToHost);
-        if (e != cudaSuccess) {
-            cudaGetLastError();
+        const char *why = NULL;
+        if (ckpt_gpu_copy_to_host(buf, (const unsigned char *)p + at, k,
+                                  &why) != 0) {
             rc = ckpt_err(err, -EIO, "%s: device-to-host copy of %zu bytes "
-                          "failed: %s", what, k, cudaGetErrorString(e));
+                          "failed: %s", what, k, why);
         } else {
             XXH3_64bits_update(h, buf, k);
             at += k;
@@ -388,12 +327,10 @@ static int device_hash(const void *p, size_t n, uint64_t *out,
     }
     if (rc == 0)
         *out = XXH3_64bits_digest(h);
-    if (buf)
-        cudaFreeHost(buf);
+    ckpt_gpu_host_free(buf);
     XXH3_freeState(h);
     return rc;
 }
-#endif
 
 int ckpt_mem_hash(const ckpt_stage *st, const void *p, size_t n,
                   uint64_t *out, const char *what, ckpt_error *err)
@@ -401,10 +338,8 @@ int ckpt_mem_hash(const ckpt_stage *st, const void *p, size_t n,
     int kind = ckpt_mem_kind(st, p, n, 0, what, err);
     if (kind < 0)
         return kind;
-#ifdef HAVE_CUDA
     if (kind == CKPT_MEM_DEVICE)
         return device_hash(p, n, out, what, err);
-#endif
     *out = XXH3_64bits(n ? p : NULL, n);
     return 0;
 }
@@ -452,8 +387,7 @@ static void host_copy_task(void *arg, int worker)
     free(t);
 }
 
-#ifdef HAVE_CUDA
-static void CUDART_CB device_copy_done(void *arg)
+static void device_copy_done(void *arg)
 {
     ctask *t = arg;
     copy_done(t->s, t->idx, NULL);
@@ -463,21 +397,16 @@ static void CUDART_CB device_copy_done(void *arg)
 static int device_copy(ckpt_staged *s, ctask *t, ckpt_error *err)
 {
     ckpt_stage *st = s->st;
-    cudaStream_t str = st->streams[st->next_stream++ % NSTREAMS];
-    cudaError_t e = cudaMemcpyAsync(t->dst, t->src, t->n, cudaMemcpyDefault,
-                                    str);
-    if (e == cudaSuccess)
-        e = cudaLaunchHostFunc(str, device_copy_done, t);
-    if (e == cudaSuccess)
+    ckpt_gpu_stream *str = st->streams[st->next_stream++ % NSTREAMS];
+    const char *why = NULL;
+    /* On failure, what was queued on the stream has landed: the slab may
+     * move. */
+    if (ckpt_gpu_copy_async(str, t->dst, t->src, t->n, device_copy_done, t,
+                            &why) == 0)
         return 0;
-    cudaGetLastError();
-    /* Whatever was queued on the stream must land before the slab moves. */
-    cudaStreamSynchronize(str);
     return ckpt_err(err, -EIO, "staging: device-to-host copy of %zu bytes "
-                    "from %p failed: %s", t->n, t->src,
-                    cudaGetErrorString(e));
+                    "from %p failed: %s", t->n, t->src, why);
 }
-#endif
 
 /* Queues one copy of n bytes into slab idx. */
 static int submit_copy(ckpt_staged *s, size_t idx, void *dst, const void *src,
@@ -496,7 +425,6 @@ static int submit_copy(ckpt_staged *s, size_t idx, void *dst, const void *src,
     s->inflight++;
     pthread_mutex_unlock(&s->mu);
     int rc;
-#ifdef HAVE_CUDA
     if (kind == CKPT_MEM_DEVICE) {
         rc = device_copy(s, t, err);
         if (rc) {
@@ -505,7 +433,6 @@ static int submit_copy(ckpt_staged *s, size_t idx, void *dst, const void *src,
         }
         return rc;
     }
-#endif
     rc = ckpt_pool_submit(s->st->copy, host_copy_task, t);
     if (rc) {
         /* Queue full of memory: copy here instead. */
@@ -725,7 +652,6 @@ void ckpt_staged_free(ckpt_staged *s)
 
 /* ------------------------------------------------------------ device loads */
 
-#ifdef HAVE_CUDA
 /* Cuts region (off, size) of an ndim tensor into sub-boxes whose row-major
  * images are consecutive runs of the region's image, each at most `cap`
  * bytes (at least one element), and calls fn on each in order. */
@@ -779,37 +705,22 @@ static int for_each_box(int ndim, const int64_t *off, const int64_t *size,
 typedef struct dload {
     ckpt_reader *r;
     size_t idx;
-    unsigned char *dst;
-    unsigned char *buf[2];
-    cudaEvent_t ev[2];
-    cudaStream_t stream;
-    int k;
-    size_t at;
+    ckpt_gpu_upload *up;
     ckpt_error *err;
 } dload;
 
+/* Reads one box into the next bounce buffer and queues its upload. */
 static int dload_box(void *arg, const int64_t *off, const int64_t *size,
                      size_t bytes)
 {
     dload *L = arg;
-    int b = L->k++ % 2;
-    cudaError_t e = cudaEventSynchronize(L->ev[b]);   /* buffer b is free */
-    if (e != cudaSuccess)
-        return ckpt_err(L->err, -EIO, "load: CUDA copy to the device failed: "
-                        "%s", cudaGetErrorString(e));
-    int rc = ckpt_read_region(L->r, L->idx, off, size, L->buf[b], L->err);
-    if (rc)
-        return rc;
-    e = cudaMemcpyAsync(L->dst + L->at, L->buf[b], bytes,
-                        cudaMemcpyHostToDevice, L->stream);
-    if (e == cudaSuccess)
-        e = cudaEventRecord(L->ev[b], L->stream);
-    if (e != cudaSuccess)
-        return ckpt_err(L->err, -EIO, "load: host-to-device copy of %zu bytes "
-                        "to %p failed: %s", bytes, (void *)(L->dst + L->at),
-                        cudaGetErrorString(e));
-    L->at += bytes;
-    return 0;
+    void *buf;
+    int rc = ckpt_gpu_upload_buffer(L->up, &buf, L->err);
+    if (rc == 0)
+        rc = ckpt_read_region(L->r, L->idx, off, size, buf, L->err);
+    if (rc == 0)
+        rc = ckpt_gpu_upload_push(L->up, bytes, L->err);
+    return rc;
 }
 
 int ckpt_stage_load_device(ckpt_reader *r, size_t idx, const int64_t *offsets,
@@ -821,49 +732,11 @@ int ckpt_stage_load_device(ckpt_reader *r, size_t idx, const int64_t *offsets,
         return ckpt_err(err, -EINVAL, "load: no tensor %zu", idx);
     const int64_t *off = offsets ? offsets : zeros;
     const int64_t *size = sizes ? sizes : ti.shape;
-    dload L = { .r = r, .idx = idx, .dst = dst, .err = err };
-    int dev = 0, old = 0, rc = 0;
-    struct cudaPointerAttributes a;
-    if (cudaPointerGetAttributes(&a, dst) == cudaSuccess)
-        dev = a.device;
-    cudaGetDevice(&old);
-    cudaSetDevice(dev);
-    if (cudaStreamCreateWithFlags(&L.stream, cudaStreamNonBlocking) !=
-            cudaSuccess ||
-        cudaEventCreateWithFlags(&L.ev[0], cudaEventDisableTiming) !=
-            cudaSuccess ||
-        cudaEventCreateWithFlags(&L.ev[1], cudaEventDisableTiming) !=
-            cudaSuccess ||
-        cudaHostAlloc((void **)&L.buf[0], BOUNCE_BYTES, 0) != cudaSuccess ||
-        cudaHostAlloc((void **)&L.buf[1], BOUNCE_BYTES, 0) != cudaSuccess)
-        rc = ckpt_err(err, -ENOMEM, "load: cannot set up pinned bounce "
-                      "buffers and a stream: %s",
-                      cudaGetErrorString(cudaGetLastError()));
-    if (rc == 0)
-        rc = for_each_box(ti.ndim, off, size, ckpt_dtype_size(ti.dtype),
-                          BOUNCE_BYTES, dload_box, &L);
-    if (L.stream) {
-        cudaError_t e = cudaStreamSynchronize(L.stream);
-        if (rc == 0 && e != cudaSuccess)
-            rc = ckpt_err(err, -EIO, "load: CUDA copy to the device failed: "
-                          "%s", cudaGetErrorString(e));
-        cudaStreamDestroy(L.stream);
-    }
-    for (int b = 0; b < 2; b++) {
-        if (L.ev[b])
-            cudaEventDestroy(L.ev[b]);
-        if (L.buf[b])
-            cudaFreeHost(L.buf[b]);
-    }
-    cudaGetLastError();
-    cudaSetDevice(old);
-    return rc;
+    dload L = { .r = r, .idx = idx, .err = err };
+    int rc = ckpt_gpu_upload_open(&L.up, dst, BOUNCE_BYTES, err);
+    if (rc)
+        return rc;
+    rc = for_each_box(ti.ndim, off, size, ckpt_dtype_size(ti.dtype),
+                      BOUNCE_BYTES, dload_box, &L);
+    return ckpt_gpu_upload_close(L.up, rc, err);
 }
-#else
-int ckpt_stage_load_device(ckpt_reader *r, size_t idx, const int64_t *offsets,
-                           const int64_t *sizes, void *dst, ckpt_error *err)
-{
-    return ckpt_err(err, -ENOTSUP, "load into device memory: this libckptfs "
-                    "was built without CUDA");
-}
-#endif

@@ -1,52 +1,29 @@
 /*
- * mpi.c - collective save and load over MPI (see ckptfs_mpi.h).
- *
- * Every call runs the same sequence of collectives on every rank, whatever
- * fails locally: each rank carries a local status (a ckpt_error) through
- * the steps, and at each agreement point the ranks learn with MPI_Allreduce
- * which rank failed first; that rank broadcasts its message.  So all ranks
- * return the same code and message, and none waits in a collective that
- * another skipped.  Local failures read "rank R: <cause>".
- *
- * Save: each rank checks its piece descriptions and serialises them
- * (fqn, dtype, shape, offsets, sizes); rank 0 gathers them, refuses a
- * committed or unfinished directory, runs the planner (validation, and
- * deduplication that picks which rank writes each replica, balancing bytes
- * per rank) and scatters one keep flag per piece.  Every rank then writes
- * its kept pieces with its own writer "rank<R>" (a rank with nothing to
- * keep still leaves an empty plan, so the commit sees `size` writers) and
- * rank 0 commits.  A save that fails after writing began removes the files
- * and directories it created.
+ * load.c - collective loads over MPI (see ckptfs_mpi.h; the agreement
+ * between ranks is coll.h's).
  *
  * Load (two-phase): every rank opens the index and checks its regions; the
  * regions are all-gathered and every rank computes the same exchange plan:
  * each frame that some region needs is owned by one of the ranks that need
  * it (greedily balancing their work: decoding, and a quarter as much per
  * byte sent), which decodes it once and sends the other ranks their parts
- * with MPI_Alltoallv, in rounds bounded by exchange_bytes per rank.
+ * with MPI_Alltoallv, in rounds bounded by exchange_bytes per rank.  A
+ * byte object is read by rank 0 and broadcast.
  */
 #include "ckptfs_mpi.h"
 
 #include <errno.h>
 #include <limits.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
-#include "async/async.h"
 #include "common/error.h"
-#include "common/fileio.h"
-#include "format/lease.h"
-#include "format/model.h"
-#include "format/plan.h"
 #include "common/pool.h"
 #include "common/region.h"
 #include "common/shape.h"
+#include "mpi/coll.h"
 
-#define PATH_CAP 4096
 #define DEFAULT_EXCHANGE_BYTES ((size_t)64 << 20)
 #define MIN_EXCHANGE_BYTES ((size_t)4 << 10)
 #define MAX_EXCHANGE_BYTES ((size_t)1 << 30)
@@ -55,846 +32,6 @@
 #define TASK_BYTES ((uint64_t)4 << 20)
 /* Broadcasts of more than this many bytes are cut in pieces. */
 #define BCAST_PIECE ((size_t)1 << 30)
-
-/* ================================================================ status */
-
-typedef struct coll {
-    MPI_Comm comm;
-    int rank, size;
-    int failed;          /* the ranks have agreed on a failure */
-} coll;
-
-static int coll_init(coll *c, MPI_Comm comm, ckpt_error *st)
-{
-    c->comm = comm;
-    c->rank = 0;
-    c->size = 1;
-    c->failed = 0;
-    if (MPI_Comm_rank(comm, &c->rank) != MPI_SUCCESS ||
-        MPI_Comm_size(comm, &c->size) != MPI_SUCCESS)
-        return ckpt_err(st, -EINVAL, "invalid MPI communicator");
-    return 0;
-}
-
-/* Records e as this rank's failure, "rank R: <e's message>", unless the
- * rank has already failed (the first cause is the one reported). */
-static int fail_with(const coll *c, ckpt_error *st, const ckpt_error *e)
-{
-    if (st->code)
-        return st->code;
-    *st = *e;
-    if (st->code == 0)
-        st->code = -EIO;
-    return ckpt_err_wrap(st, st->code, "rank %d", c->rank);
-}
-
-static int failf(const coll *c, ckpt_error *st, int code, const char *fmt,
-                 ...) __attribute__((format(printf, 4, 5)));
-
-static int failf(const coll *c, ckpt_error *st, int code, const char *fmt,
-                 ...)
-{
-    ckpt_error e = { .code = code };
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(e.msg, sizeof e.msg, fmt, ap);
-    va_end(ap);
-    return fail_with(c, st, &e);
-}
-
-/* Turns the result of an MPI call into this rank's failure. */
-static void mpi_check(const coll *c, ckpt_error *st, int mrc,
-                      const char *what)
-{
-    if (mrc == MPI_SUCCESS)
-        return;
-    char s[MPI_MAX_ERROR_STRING];
-    int len = 0;
-    if (MPI_Error_string(mrc, s, &len) != MPI_SUCCESS)
-        snprintf(s, sizeof s, "MPI error %d", mrc);
-    failf(c, st, -EIO, "%s failed: %s", what, s);
-}
-
-/* The agreement point: every rank learns whether any rank failed; if so,
- * every rank's status becomes the first failing rank's, with a note of how
- * many others failed.  Returns that code (0 when all succeeded).  Once the
- * ranks agree on a failure, later calls (which every rank then makes
- * alike) just return it. */
-static int agree(coll *c, ckpt_error *st)
-{
-    if (c->failed)
-        return st->code;
-    int mine = st->code ? c->rank : c->size, first = c->size;
-    int mrc = MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, c->comm);
-    if (mrc != MPI_SUCCESS) {
-        mpi_check(c, st, mrc, "MPI_Allreduce");
-        return st->code;
-    }
-    if (first == c->size)
-        return 0;
-    int failed = st->code != 0, nfailed = 1;
-    mpi_check(c, st, MPI_Allreduce(&failed, &nfailed, 1, MPI_INT, MPI_SUM,
-                                   c->comm), "MPI_Allreduce");
-    mpi_check(c, st, MPI_Bcast(st, (int)sizeof *st, MPI_BYTE, first, c->comm),
-              "MPI_Bcast");
-    if (nfailed > 1) {
-        size_t len = strlen(st->msg);
-        snprintf(st->msg + len, sizeof st->msg - len, " (and %d more rank%s "
-                 "failed)", nfailed - 1, nfailed > 2 ? "s" : "");
-    }
-    if (st->code == 0)
-        st->code = -EIO;
-    c->failed = 1;
-    return st->code;
-}
-
-/* Sets the same failure on every rank (for problems all ranks see alike). */
-static int fail_all(ckpt_error *st, int code, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail_all(ckpt_error *st, int code, const char *fmt, ...)
-{
-    if (st->code)
-        return st->code;
-    va_list ap;
-    va_start(ap, fmt);
-    st->code = code;
-    vsnprintf(st->msg, sizeof st->msg, fmt, ap);
-    va_end(ap);
-    return code;
-}
-
-static int finish(const ckpt_error *st, ckpt_error *err)
-{
-    if (err)
-        *err = *st;
-    return st->code;
-}
-
-/* Checks that every rank names the same checkpoint directory as rank 0. */
-static void check_same_dir(const coll *c, const char *dir, ckpt_error *st)
-{
-    char root[PATH_CAP];
-    long len = -1;
-    if (!dir)
-        failf(c, st, -EINVAL, "no checkpoint directory given (NULL)");
-    else if (strlen(dir) >= sizeof root)
-        failf(c, st, -ENAMETOOLONG, "checkpoint directory name is %zu bytes "
-              "long (at most %d)", strlen(dir), PATH_CAP - 1);
-    if (c->rank == 0 && st->code == 0)
-        len = (long)strlen(dir);
-    mpi_check(c, st, MPI_Bcast(&len, 1, MPI_LONG, 0, c->comm), "MPI_Bcast");
-    if (len < 0 || len >= (long)sizeof root)
-        return;
-    if (c->rank == 0)
-        memcpy(root, dir, (size_t)len + 1);
-    mpi_check(c, st, MPI_Bcast(root, (int)len + 1, MPI_CHAR, 0, c->comm),
-              "MPI_Bcast");
-    root[len] = '\0';
-    if (st->code == 0 && strcmp(root, dir) != 0)
-        failf(c, st, -EINVAL, "checkpoint directory '%s' differs from rank "
-              "0's '%s'", dir, root);
-}
-
-/* ============================================================ byte buffers */
-
-typedef struct wbuf {
-    unsigned char *p;
-    size_t n, cap;
-    int oom;
-} wbuf;
-
-static void wb_put(wbuf *b, const void *v, size_t n)
-{
-    if (b->oom || n == 0)
-        return;
-    if (n > b->cap - b->n) {
-        size_t cap = b->cap ? b->cap : 256;
-        while (cap - b->n < n)
-            cap *= 2;
-        unsigned char *p = realloc(b->p, cap);
-        if (!p) {
-            b->oom = 1;
-            return;
-        }
-        b->p = p;
-        b->cap = cap;
-    }
-    memcpy(b->p + b->n, v, n);
-    b->n += n;
-}
-
-static void wb_i32(wbuf *b, int32_t v)
-{
-    wb_put(b, &v, sizeof v);
-}
-
-static void wb_dims(wbuf *b, int ndim, const int64_t *v)
-{
-    wb_put(b, v, (size_t)ndim * sizeof *v);
-}
-
-typedef struct rbuf {
-    const unsigned char *p;
-    size_t n, at;
-    int bad;
-} rbuf;
-
-static void rb_get(rbuf *b, void *v, size_t n)
-{
-    if (b->bad || n > b->n - b->at) {
-        b->bad = 1;
-        memset(v, 0, n);
-        return;
-    }
-    memcpy(v, b->p + b->at, n);
-    b->at += n;
-}
-
-static int32_t rb_i32(rbuf *b)
-{
-    int32_t v;
-    rb_get(b, &v, sizeof v);
-    return v;
-}
-
-/* ================================================================== save */
-
-/* A piece as this rank describes it: bounds and names checked (the
- * planner's own test of a piece alone), data not looked at. */
-static int check_piece(const coll *c, const ckpt_piece *p, size_t i,
-                       ckpt_error *st)
-{
-    char wname[32];
-    if (!p->fqn)
-        return failf(c, st, -EINVAL, "piece %zu has no fqn (NULL)", i);
-    if (p->ndim < 0 || p->ndim > CKPT_MAX_DIMS)
-        return failf(c, st, -EINVAL, "tensor '%s': %d dimensions; between "
-                     "0 and %d allowed", p->fqn, p->ndim, CKPT_MAX_DIMS);
-    if (p->ndim > 0 && !p->shape)
-        return failf(c, st, -EINVAL, "tensor '%s': no shape (NULL)", p->fqn);
-    ckpt_piece_rec rec = { .dtype = p->dtype, .ndim = p->ndim };
-    snprintf(wname, sizeof wname, "rank%d", c->rank);
-    rec.fqn = (char *)p->fqn;   /* borrowed: the record is only read */
-    rec.writer = wname;
-    for (int d = 0; d < p->ndim; d++) {
-        rec.shape[d] = p->shape[d];
-        rec.offsets[d] = p->offsets ? p->offsets[d] : 0;
-        rec.sizes[d] = p->sizes ? p->sizes[d] : p->shape[d];
-    }
-    ckpt_error e = { 0 };
-    if (ckpt_plan_check_piece(&rec, &e))
-        return fail_with(c, st, &e);
-    return 0;
-}
-
-/* Wire format of one piece: u32 fqn length, fqn bytes, i32 dtype, i32 ndim,
- * then shape, offsets and sizes (ndim int64 each), native byte order. */
-static void put_piece(wbuf *b, const ckpt_piece *p)
-{
-    uint32_t len = (uint32_t)strlen(p->fqn);
-    int64_t off[CKPT_MAX_DIMS], size[CKPT_MAX_DIMS];
-    for (int d = 0; d < p->ndim; d++) {
-        off[d] = p->offsets ? p->offsets[d] : 0;
-        size[d] = p->sizes ? p->sizes[d] : p->shape[d];
-    }
-    wb_put(b, &len, sizeof len);
-    wb_put(b, p->fqn, len);
-    wb_i32(b, (int32_t)p->dtype);
-    wb_i32(b, p->ndim);
-    wb_dims(b, p->ndim, p->shape);
-    wb_dims(b, p->ndim, off);
-    wb_dims(b, p->ndim, size);
-}
-
-/* Checks and serialises this rank's pieces into *b. */
-static void save_describe(const coll *c, const ckpt_piece *pieces, size_t n,
-                          wbuf *b, ckpt_error *st)
-{
-    if (n > 0 && !pieces) {
-        failf(c, st, -EINVAL, "%zu pieces but no piece array (NULL)", n);
-        return;
-    }
-    if (n > (size_t)INT_MAX) {
-        failf(c, st, -EINVAL, "%zu pieces (at most %d per rank)", n, INT_MAX);
-        return;
-    }
-    for (size_t i = 0; i < n && st->code == 0; i++)
-        if (check_piece(c, &pieces[i], i, st) == 0)
-            put_piece(b, &pieces[i]);
-    if (st->code == 0 && b->oom)
-        failf(c, st, -ENOMEM, "out of memory describing %zu pieces", n);
-    if (st->code == 0 && b->n > (size_t)INT_MAX)
-        failf(c, st, -EINVAL, "piece descriptions take %zu bytes (at most %d "
-              "per rank)", b->n, INT_MAX);
-}
-
-/* Per piece, what rank 0 tells its rank to do with it. */
-#define KEEP_WRITE 1          /* write it: the kept copy */
-#define KEEP_HASH 2           /* hash it: it is a replica */
-
-/* What rank 0 holds between gathering and scattering. */
-typedef struct save_root {
-    int *npieces, *nbytes, *pdispl, *bdispl;   /* per rank */
-    unsigned char *wire;
-    ckpt_pieces recs;         /* every rank's pieces (compact: a 16k-rank
-                                 job has millions) */
-    uint8_t *keep;            /* per gathered piece: KEEP_* flags */
-    size_t *kept_as;          /* per gathered piece: the replica kept */
-    uint64_t *hashes;         /* per gathered piece: replicas' XXH3-64 */
-    int made_dir;             /* rank 0 created the checkpoint directory */
-} save_root;
-
-static void save_root_free(save_root *sr)
-{
-    ckpt_pieces_free(&sr->recs);
-    free(sr->npieces);
-    free(sr->nbytes);
-    free(sr->pdispl);
-    free(sr->bdispl);
-    free(sr->wire);
-    free(sr->keep);
-    free(sr->kept_as);
-    free(sr->hashes);
-}
-
-/* Gathers the piece counts and descriptions on rank 0. */
-static void save_gather(coll *c, size_t n, const wbuf *b,
-                        save_root *sr, ckpt_error *st)
-{
-    int64_t mine = (int64_t)b->n, total = 0;
-    mpi_check(c, st, MPI_Allreduce(&mine, &total, 1, MPI_INT64_T, MPI_SUM,
-                                   c->comm), "MPI_Allreduce");
-    if (agree(c, st))
-        return;
-    if (total > INT_MAX) {
-        fail_all(st, -EINVAL, "the piece descriptions of all ranks take %lld "
-                 "bytes (at most %d)", (long long)total, INT_MAX);
-        return;
-    }
-    if (c->rank == 0) {
-        size_t k = (size_t)c->size;
-        sr->npieces = calloc(k, sizeof *sr->npieces);
-        sr->nbytes = calloc(k, sizeof *sr->nbytes);
-        sr->pdispl = calloc(k, sizeof *sr->pdispl);
-        sr->bdispl = calloc(k, sizeof *sr->bdispl);
-        sr->wire = malloc(total ? (size_t)total : 1);
-        if (!sr->npieces || !sr->nbytes || !sr->pdispl || !sr->bdispl ||
-            !sr->wire)
-            failf(c, st, -ENOMEM, "out of memory gathering piece "
-                  "descriptions");
-    }
-    if (agree(c, st))
-        return;
-    int np = (int)n, nb = (int)b->n;
-    unsigned char none[1];
-    mpi_check(c, st, MPI_Gather(&np, 1, MPI_INT, sr->npieces, 1, MPI_INT, 0,
-                                c->comm), "MPI_Gather");
-    mpi_check(c, st, MPI_Gather(&nb, 1, MPI_INT, sr->nbytes, 1, MPI_INT, 0,
-                                c->comm), "MPI_Gather");
-    for (int r = 1; c->rank == 0 && r < c->size; r++) {
-        sr->pdispl[r] = sr->pdispl[r - 1] + sr->npieces[r - 1];
-        sr->bdispl[r] = sr->bdispl[r - 1] + sr->nbytes[r - 1];
-    }
-    mpi_check(c, st, MPI_Gatherv(b->p ? b->p : none, nb, MPI_BYTE, sr->wire,
-                                 sr->nbytes, sr->bdispl, MPI_BYTE, 0, c->comm),
-              "MPI_Gatherv");
-}
-
-/* Parses one piece of rank `rank` from the wire into the table. */
-static int parse_piece(rbuf *b, int rank, ckpt_pieces *tab)
-{
-    char wname[32];
-    uint32_t len;
-    rb_get(b, &len, sizeof len);
-    if (b->bad || len > b->n - b->at)
-        return -EPROTO;
-    ckpt_piece_rec rec = { .writer = wname };
-    if (!(rec.fqn = malloc((size_t)len + 1)))
-        return -ENOMEM;
-    snprintf(wname, sizeof wname, "rank%d", rank);
-    rb_get(b, rec.fqn, len);
-    rec.fqn[len] = '\0';
-    rec.dtype = (ckpt_dtype)rb_i32(b);
-    rec.ndim = rb_i32(b);
-    int rc = 0;
-    if (b->bad || rec.ndim < 0 || rec.ndim > CKPT_MAX_DIMS) {
-        rc = -EPROTO;
-    } else {
-        size_t dims = (size_t)rec.ndim * sizeof(int64_t);
-        rb_get(b, rec.shape, dims);
-        rb_get(b, rec.offsets, dims);
-        rb_get(b, rec.sizes, dims);
-        rec.raw_bytes = ckpt_box_numel(rec.ndim, rec.sizes) *
-                        ckpt_dtype_size(rec.dtype);
-        rc = b->bad ? -EPROTO : ckpt_pieces_add(tab, &rec);
-    }
-    free(rec.fqn);
-    return rc;
-}
-
-static int parse_all(const coll *c, save_root *sr, ckpt_error *st)
-{
-    size_t total = 0;
-    for (int r = 0; r < c->size; r++)
-        total += (size_t)sr->npieces[r];
-    sr->keep = calloc(total ? total : 1, 1);
-    sr->kept_as = calloc(total ? total : 1, sizeof *sr->kept_as);
-    if (!sr->keep || !sr->kept_as)
-        return failf(c, st, -ENOMEM, "out of memory for %zu pieces", total);
-    for (int r = 0; r < c->size; r++) {
-        rbuf b = { sr->wire + sr->bdispl[r], (size_t)sr->nbytes[r], 0, 0 };
-        for (int i = 0; i < sr->npieces[r]; i++) {
-            int rc = parse_piece(&b, r, &sr->recs);
-            if (rc)
-                return failf(c, st, rc, "cannot parse piece %d of rank %d%s",
-                             i, r, rc == -ENOMEM ? ": out of memory" : "");
-        }
-    }
-    return 0;
-}
-
-/* Rank 0: is `dir` free to save into?  Records whether it exists. */
-static int check_target(const char *dir, save_root *sr, ckpt_error *st)
-{
-    ckpt_error e = { 0 };
-    if (ckpt_async_check_target(dir, &sr->made_dir, &e))
-        return fail_all(st, e.code, "%s", e.msg);
-    return 0;
-}
-
-/* Rank 0: checks the directory, parses and plans; fills sr->keep. */
-static void save_plan(const coll *c, const char *dir, save_root *sr,
-                      ckpt_error *st)
-{
-    if (check_target(dir, sr, st) || parse_all(c, sr, st))
-        return;
-    ckpt_plan plan;
-    ckpt_plan_opts po = { .balance_replicas = 1 };
-    ckpt_error e = { 0 };
-    if (ckpt_plan_build_pieces(&sr->recs, &po, &plan, &e)) {
-        fail_all(st, e.code, "planner: %s", e.msg);
-        return;
-    }
-    /* The kept copy of each piece is written; every copy of a replicated
-     * piece is hashed, so that replicas with different bytes are refused
-     * as the commit refuses them on the other writing paths. */
-    for (size_t i = 0; i < sr->recs.n; i++) {
-        size_t k = plan.kept_as[i];
-        sr->kept_as[i] = k;
-        sr->keep[i] |= k == i ? KEEP_WRITE : KEEP_HASH;
-        if (k != i)
-            sr->keep[k] |= KEEP_HASH;
-    }
-    ckpt_plan_free(&plan);
-}
-
-/* Bytes of a checked piece. */
-static uint64_t piece_bytes(const ckpt_piece *p)
-{
-    if (p->ndim == 0 || !p->sizes) {
-        uint64_t n = 1;
-        for (int d = 0; d < p->ndim; d++)
-            n *= (uint64_t)p->shape[d];
-        return n * ckpt_dtype_size(p->dtype);
-    }
-    return ckpt_box_numel(p->ndim, p->sizes) * ckpt_dtype_size(p->dtype);
-}
-
-/* This rank's hashes of the pieces rank 0 flagged as replicas (0 for the
- * others), into h[0..n). */
-static void hash_replicas(const coll *c, const ckpt_piece *pieces, size_t n,
-                          const uint8_t *keep, ckpt_saver *saver,
-                          uint64_t *h, ckpt_error *st)
-{
-    char what[300];
-    for (size_t i = 0; i < n && st->code == 0; i++) {
-        ckpt_error e = { 0 };
-        uint64_t bytes = piece_bytes(&pieces[i]);
-        h[i] = 0;
-        if (!(keep[i] & KEEP_HASH))
-            continue;
-        snprintf(what, sizeof what, "tensor '%.256s'", pieces[i].fqn);
-        if (bytes && !pieces[i].data)
-            failf(c, st, -EINVAL, "tensor '%s': piece has no data",
-                  pieces[i].fqn);
-        else if (ckpt_async_hash(saver, pieces[i].data, (size_t)bytes, &h[i],
-                                 what, &e))
-            fail_with(c, st, &e);
-    }
-}
-
-/* Rank 0: refuses replicas whose hashes differ, with the planner's words
- * for it on the other writing paths. */
-static void compare_replicas(const save_root *sr, ckpt_error *st)
-{
-    const ckpt_pieces *t = &sr->recs;
-    for (size_t i = 0; i < t->n && st->code == 0; i++) {
-        size_t k = sr->kept_as[i];
-        if (k == i || sr->hashes[k] == sr->hashes[i])
-            continue;
-        const ckpt_pieces_rec *a = &t->v[k], *b = &t->v[i];
-        char off[CKPT_MAX_DIMS * 21 + 3], size[CKPT_MAX_DIMS * 21 + 3];
-        ckpt_shape_format_json(off, sizeof off, ckpt_pieces_ndims(a),
-                               ckpt_pieces_offsets(t, k));
-        ckpt_shape_format_json(size, sizeof size, ckpt_pieces_ndims(a),
-                               ckpt_pieces_sizes(t, k));
-        fail_all(st, -EINVAL, "planner: tensor '%s': replicas of piece "
-                 "offsets %s sizes %s have different bytes: writer %s (hash "
-                 "%016llx) vs writer %s (hash %016llx)",
-                 ckpt_pieces_str(t, a->fqn), off, size,
-                 ckpt_pieces_str(t, a->writer),
-                 (unsigned long long)sr->hashes[k],
-                 ckpt_pieces_str(t, b->writer),
-                 (unsigned long long)sr->hashes[i]);
-    }
-}
-
-/* Once the keep flags are scattered: every rank hashes its replicas, rank
- * 0 gathers and compares the hashes.  Leaves only KEEP_WRITE in keep.
- * Returns the agreed status. */
-static int save_check_replicas(coll *c, const ckpt_piece *pieces, size_t n,
-                               uint8_t *keep, ckpt_saver *saver,
-                               save_root *sr, ckpt_error *st)
-{
-    uint64_t *h = calloc(n ? n : 1, sizeof *h);
-    if (!h)
-        failf(c, st, -ENOMEM, "out of memory");
-    else
-        hash_replicas(c, pieces, n, keep, saver, h, st);
-    if (c->rank == 0 && st->code == 0 &&
-        !(sr->hashes = calloc(sr->recs.n ? sr->recs.n : 1, sizeof *h)))
-        failf(c, st, -ENOMEM, "out of memory");
-    if (agree(c, st) == 0) {
-        mpi_check(c, st, MPI_Gatherv(h, (int)n, MPI_UINT64_T, sr->hashes,
-                                     sr->npieces, sr->pdispl, MPI_UINT64_T, 0,
-                                     c->comm), "MPI_Gatherv");
-        if (c->rank == 0 && st->code == 0)
-            compare_replicas(sr, st);
-    }
-    free(h);
-    for (size_t i = 0; i < n; i++)
-        keep[i] &= KEEP_WRITE;
-    return agree(c, st);
-}
-
-/* Writes this rank's kept pieces with writer "rank<R>"; *owned tells
- * whether the writer's files are this save's (to remove on failure). */
-static void save_write(const coll *c, const char *dir,
-                       const ckpt_piece *pieces, size_t n,
-                       const uint8_t *keep, const ckpt_mpi_save_opts *o,
-                       int *owned, ckpt_lease **lease, ckpt_error *st)
-{
-    char name[32];
-    ckpt_writer *w;
-    ckpt_error e = { 0 };
-    snprintf(name, sizeof name, "rank%d", c->rank);
-    /* Rank 0 holds a lease from before the first file to the end of the
-     * commit: no gc takes the save between the writers and the commit. */
-    if (c->rank == 0 && ckpt_save_begin(lease, dir, &e)) {
-        fail_with(c, st, &e);
-        return;
-    }
-    int rc = ckpt_writer_open(&w, dir, name, &o->write, &e);
-    *owned = rc != -EEXIST;
-    if (rc) {
-        fail_with(c, st, &e);
-        return;
-    }
-    for (size_t i = 0; rc == 0 && c->rank == 0 && i < o->nmeta; i++)
-        if (!o->meta_keys || !o->meta_values)
-            rc = ckpt_err(&e, -EINVAL, "%zu metadata entries but no keys or "
-                          "values (NULL)", o->nmeta);
-        else
-            rc = ckpt_writer_set_meta(w, o->meta_keys[i], o->meta_values[i],
-                                      &e);
-    for (size_t i = 0; rc == 0 && i < n; i++)
-        if (keep[i])
-            rc = ckpt_writer_put(w, &pieces[i], &e);
-    if (rc) {
-        ckpt_writer_abort(w);
-        fail_with(c, st, &e);
-        return;
-    }
-    if (ckpt_writer_close(w, &e))
-        fail_with(c, st, &e);
-}
-
-static void remove_file(const char *dir, const char *rel)
-{
-    char path[PATH_CAP];
-    if (ckpt_path_join(path, sizeof path, dir, rel, NULL) == 0)
-        unlink(path);
-}
-
-static void remove_dir(const char *dir, const char *rel)
-{
-    char path[PATH_CAP];
-    if (!rel)
-        rmdir(dir);
-    else if (ckpt_path_join(path, sizeof path, dir, rel, NULL) == 0)
-        rmdir(path);
-}
-
-/* After a failed write or commit: every rank removes its own shard and
- * plan, then rank 0 removes the directories the save made (only when they
- * are empty).  Best effort: the save's error is what gets reported.  Skipped
- * altogether if the directory is committed after all. */
-static void save_cleanup(const coll *c, const char *dir, int owned,
-                         int made_dir)
-{
-    char rel[64];
-    int allowed = 0;
-    if (c->rank == 0)
-        allowed = ckpt_dir_probe(dir) != CKPT_DIR_COMMITTED;
-    if (MPI_Bcast(&allowed, 1, MPI_INT, 0, c->comm) != MPI_SUCCESS)
-        allowed = 0;
-    if (allowed && owned) {
-        snprintf(rel, sizeof rel, "data/rank%d.shard", c->rank);
-        remove_file(dir, rel);
-        snprintf(rel, sizeof rel, ".pending/rank%d.plan", c->rank);
-        remove_file(dir, rel);
-        snprintf(rel, sizeof rel, ".pending/rank%d.plan-journal", c->rank);
-        remove_file(dir, rel);
-    }
-    MPI_Barrier(c->comm);
-    if (c->rank != 0 || !allowed)
-        return;
-    remove_file(dir, ".pending/commit.lock");
-    remove_file(dir, CKPT_LEASE_PATH);
-    remove_file(dir, CKPT_UNSYNCED_PATH);
-    remove_dir(dir, ".pending");
-    remove_dir(dir, "data");
-    if (made_dir)
-        remove_dir(dir, NULL);
-}
-
-/* Rank 0 scatters each rank its keep flags. */
-static void save_scatter(const coll *c, const save_root *sr, uint8_t *keep,
-                         size_t n, ckpt_error *st)
-{
-    mpi_check(c, st, MPI_Scatterv(sr->keep, sr->npieces, sr->pdispl,
-                                  MPI_UINT8_T, keep, (int)n,
-                                  MPI_UINT8_T, 0, c->comm), "MPI_Scatterv");
-}
-
-static void save_commit(const coll *c, const char *dir,
-                        const ckpt_mpi_save_opts *o, ckpt_error *st)
-{
-    if (c->rank != 0)
-        return;
-    ckpt_commit_opts co;
-    ckpt_error e = { 0 };
-    ckpt_commit_opts_init(&co);
-    co.expect_writers = c->size;
-    co.sync = o->write.sync;
-    if (ckpt_commit(dir, &co, &e)) {
-        ckpt_err_wrap(&e, e.code, "commit");
-        fail_with(c, st, &e);
-    }
-}
-
-void ckpt_mpi_save_opts_init(ckpt_mpi_save_opts *o)
-{
-    memset(o, 0, sizeof *o);
-    ckpt_write_opts_init(&o->write);
-}
-
-/* Writing and committing, once the plan is agreed; cleans up on failure. */
-static void save_finish(coll *c, const char *dir,
-                        const ckpt_piece *pieces, size_t n,
-                        save_root *sr, const ckpt_mpi_save_opts *o,
-                        ckpt_error *st)
-{
-    uint8_t *keep = calloc(n ? n : 1, 1);
-    int owned = 0;
-    ckpt_lease *lease = NULL;
-    if (!keep)
-        failf(c, st, -ENOMEM, "out of memory");
-    if (agree(c, st) == 0) {
-        save_scatter(c, sr, keep, n, st);
-        if (agree(c, st) == 0 &&
-            save_check_replicas(c, pieces, n, keep, NULL, sr, st) == 0) {
-            save_write(c, dir, pieces, n, keep, o, &owned, &lease, st);
-            if (agree(c, st) == 0) {
-                save_commit(c, dir, o, st);
-                agree(c, st);
-            }
-            if (st->code)
-                save_cleanup(c, dir, owned, sr->made_dir);
-        }
-    }
-    ckpt_lease_drop(lease);
-    free(keep);
-}
-
-int ckpt_mpi_save(MPI_Comm comm, const char *dir, const ckpt_piece *pieces,
-                  size_t n, const ckpt_mpi_save_opts *opts, ckpt_error *err)
-{
-    ckpt_error st = { 0 };
-    coll c;
-    if (coll_init(&c, comm, &st))
-        return finish(&st, err);
-    ckpt_mpi_save_opts defaults;
-    ckpt_mpi_save_opts_init(&defaults);
-    const ckpt_mpi_save_opts *o = opts ? opts : &defaults;
-    wbuf b = { 0 };
-    save_root sr = { 0 };
-    check_same_dir(&c, dir, &st);
-    if (st.code == 0)
-        save_describe(&c, pieces, n, &b, &st);
-    if (agree(&c, &st) == 0)
-        save_gather(&c, n, &b, &sr, &st);
-    free(b.p);
-    if (agree(&c, &st) == 0 && c.rank == 0)
-        save_plan(&c, dir, &sr, &st);
-    if (agree(&c, &st) == 0)
-        save_finish(&c, dir, pieces, n, &sr, o, &st);
-    save_root_free(&sr);
-    return finish(&st, err);
-}
-
-/* ============================================================ async save */
-
-struct ckpt_mpi_async {
-    coll c;
-    ckpt_error st;       /* this rank's status so far (agreed once failed) */
-    char *dir;
-    int began;           /* planning succeeded: files may exist */
-    int made_dir;        /* rank 0: the save created dir */
-    int sync;
-    ckpt_save *local;    /* this rank's background job */
-    ckpt_lease *lease;   /* rank 0: held from staging to the commit */
-};
-
-/* Stages this rank's kept pieces and queues its writer's job (rank 0 also
- * sets the metadata).  A local failure is kept for the wait. */
-static void async_stage(ckpt_mpi_async *h, const ckpt_piece *pieces, size_t n,
-                        const uint8_t *keep, const ckpt_mpi_save_opts *o,
-                        ckpt_saver *saver)
-{
-    char name[32];
-    snprintf(name, sizeof name, "rank%d", h->c.rank);
-    ckpt_async_desc d = {
-        .dir = h->dir, .writer = name, .pieces = pieces, .n = n,
-        .keep = keep, .write = &o->write,
-    };
-    if (h->c.rank == 0) {
-        d.meta_keys = o->meta_keys;
-        d.meta_values = o->meta_values;
-        d.nmeta = o->nmeta;
-    }
-    ckpt_error e = { 0 };
-    if (ckpt_async_start(saver, &d, &h->local, &e))
-        fail_with(&h->c, &h->st, &e);
-}
-
-int ckpt_mpi_save_async(MPI_Comm comm, const char *dir,
-                        const ckpt_piece *pieces, size_t n,
-                        const ckpt_mpi_save_opts *opts, ckpt_saver *saver,
-                        ckpt_mpi_async **out, ckpt_error *err)
-{
-    ckpt_error st = { 0 };
-    ckpt_mpi_save_opts defaults;
-    ckpt_mpi_save_opts_init(&defaults);
-    const ckpt_mpi_save_opts *o = opts ? opts : &defaults;
-    ckpt_mpi_async *h = calloc(1, sizeof *h);
-    if (out)
-        *out = NULL;
-    if (!h)
-        return ckpt_err(err, -ENOMEM, "out of memory");
-    if (coll_init(&h->c, comm, &st)) {
-        free(h);
-        return finish(&st, err);
-    }
-    coll *c = &h->c;
-    wbuf b = { 0 };
-    save_root sr = { 0 };
-    ckpt_error e = { 0 };
-    if (!saver || !out)
-        failf(c, &st, -EINVAL, "async save: no saver or no handle pointer "
-              "(NULL)");
-    check_same_dir(c, dir, &st);
-    if (st.code == 0)
-        save_describe(c, pieces, n, &b, &st);
-    if (st.code == 0 && ckpt_async_check_data(saver, pieces, n, NULL, &e))
-        fail_with(c, &st, &e);
-    if (st.code == 0 && !(h->dir = strdup(dir)))
-        failf(c, &st, -ENOMEM, "out of memory");
-    if (agree(c, &st)) {
-        /* Bad arguments: nothing started. */
-        free(b.p);
-        free(h->dir);
-        free(h);
-        return finish(&st, err);
-    }
-    /* From here on, failures are reported by the wait. */
-    h->sync = o->write.sync;
-    save_gather(c, n, &b, &sr, &st);
-    free(b.p);
-    if (agree(c, &st) == 0 && c->rank == 0)
-        save_plan(c, dir, &sr, &st);
-    h->made_dir = sr.made_dir;
-    uint8_t *keep = calloc(n ? n : 1, 1);
-    if (!keep)
-        failf(c, &st, -ENOMEM, "out of memory");
-    if (agree(c, &st) == 0) {
-        save_scatter(c, &sr, keep, n, &st);
-        if (agree(c, &st) == 0 &&
-            save_check_replicas(c, pieces, n, keep, saver, &sr, &st) == 0) {
-            h->began = 1;
-            if (c->rank == 0 && ckpt_save_begin(&h->lease, dir, &e))
-                fail_with(c, &st, &e);
-            h->st = st;
-            if (st.code == 0)
-                async_stage(h, pieces, n, keep, o, saver);
-            st = h->st;
-        }
-    }
-    h->st = st;
-    free(keep);
-    save_root_free(&sr);
-    *out = h;
-    return 0;
-}
-
-int ckpt_mpi_save_test(ckpt_mpi_async *h)
-{
-    return !h || !h->local || ckpt_save_poll(h->local);
-}
-
-int ckpt_mpi_save_wait(ckpt_mpi_async *h, ckpt_error *err)
-{
-    if (!h)
-        return ckpt_err(err, -EINVAL, "wait: no save handle (NULL)");
-    coll *c = &h->c;
-    int owned = 0;
-    ckpt_error e = { 0 };
-    if (h->local && ckpt_async_wait(h->local, &owned, &e))
-        fail_with(c, &h->st, &e);
-    if (agree(c, &h->st) == 0) {
-        ckpt_mpi_save_opts o;
-        ckpt_mpi_save_opts_init(&o);
-        o.write.sync = h->sync;
-        save_commit(c, h->dir, &o, &h->st);
-        agree(c, &h->st);
-    }
-    if (h->st.code && h->began)
-        save_cleanup(c, h->dir, owned, h->made_dir);
-    ckpt_lease_drop(h->lease);
-    int rc = finish(&h->st, err);
-    free(h->dir);
-    free(h);
-    return rc;
-}
-
-void ckpt_mpi_bytes_piece(ckpt_piece *p, const char *fqn, const void *data,
-                          int64_t *len_storage, size_t len)
-{
-    *len_storage = (int64_t)len;
-    *p = (ckpt_piece){ .fqn = fqn, .dtype = CKPT_BYTES, .ndim = 1,
-                       .shape = len_storage, .data = data };
-}
 
 /* ================================================================== load */
 
@@ -1016,11 +153,11 @@ static long check_region(loader *ld, size_t i, const int64_t **off,
     const coll *c = &ld->c;
     const ckpt_mpi_region *g = &ld->regions[i];
     if (!g->fqn)
-        return failf(c, st, -EINVAL, "region %zu has no fqn (NULL)", i);
+        return coll_failf(c, st, -EINVAL, "region %zu has no fqn (NULL)", i);
     long t = ckpt_reader_find(ld->r, g->fqn);
     if (t < 0)
-        return failf(c, st, -ENOENT, "tensor '%s' is not in %s", g->fqn,
-                     ld->dir);
+        return coll_failf(c, st, -ENOENT, "tensor '%s' is not in %s", g->fqn,
+                          ld->dir);
     ckpt_tensor_info ti;
     tinfo(ld, (size_t)t, &ti);
     static const int64_t zeros[CKPT_MAX_DIMS];
@@ -1029,15 +166,16 @@ static long check_region(loader *ld, size_t i, const int64_t **off,
     for (int d = 0; d < ti.ndim; d++)
         if ((*off)[d] < 0 || (*size)[d] < 0 || (*off)[d] > ti.shape[d] ||
             (*size)[d] > ti.shape[d] - (*off)[d])
-            return failf(c, st, -EINVAL, "tensor '%s': region dim %d [%lld, "
-                         "+%lld) is outside its size %lld", g->fqn, d,
-                         (long long)(*off)[d], (long long)(*size)[d],
-                         (long long)ti.shape[d]);
+            return coll_failf(c, st, -EINVAL,
+                              "tensor '%s': region dim %d [%lld, "
+                              "+%lld) is outside its size %lld", g->fqn, d,
+                              (long long)(*off)[d], (long long)(*size)[d],
+                              (long long)ti.shape[d]);
     uint64_t nbytes = ckpt_box_numel(ti.ndim, *size) *
                       ckpt_dtype_size(ti.dtype);
     if (nbytes > 0 && !g->dst)
-        return failf(c, st, -EINVAL, "tensor '%s': region %zu has no "
-                     "destination buffer (NULL)", g->fqn, i);
+        return coll_failf(c, st, -EINVAL, "tensor '%s': region %zu has no "
+                          "destination buffer (NULL)", g->fqn, i);
     ld->requested += nbytes;
     return t;
 }
@@ -1048,12 +186,13 @@ static void describe_regions(loader *ld, wbuf *b, ckpt_error *st)
 {
     const coll *c = &ld->c;
     if (ld->n > 0 && !ld->regions) {
-        failf(c, st, -EINVAL, "%zu regions but no region array (NULL)", ld->n);
+        coll_failf(c, st, -EINVAL, "%zu regions but no region array (NULL)",
+                   ld->n);
         return;
     }
     if (ld->n > (size_t)INT_MAX) {
-        failf(c, st, -EINVAL, "%zu regions (at most %d per rank)", ld->n,
-              INT_MAX);
+        coll_failf(c, st, -EINVAL, "%zu regions (at most %d per rank)", ld->n,
+                   INT_MAX);
         return;
     }
     for (size_t i = 0; i < ld->n && st->code == 0; i++) {
@@ -1069,10 +208,12 @@ static void describe_regions(loader *ld, wbuf *b, ckpt_error *st)
         wb_dims(b, ti.ndim, size);
     }
     if (st->code == 0 && b->oom)
-        failf(c, st, -ENOMEM, "out of memory describing %zu regions", ld->n);
+        coll_failf(c, st, -ENOMEM, "out of memory describing %zu regions",
+                   ld->n);
     if (st->code == 0 && b->n > (size_t)INT_MAX)
-        failf(c, st, -EINVAL, "region descriptions take %zu bytes (at most "
-              "%d per rank)", b->n, INT_MAX);
+        coll_failf(c, st, -EINVAL,
+                   "region descriptions take %zu bytes (at most "
+                   "%d per rank)", b->n, INT_MAX);
 }
 
 /* ------------------------------------------------------ all-gather */
@@ -1136,11 +277,11 @@ static void gather_sizes(loader *ld, const wbuf *b, wire_sizes *ws,
     ws->nbytes = calloc(k, sizeof *ws->nbytes);
     ws->displ = calloc(k, sizeof *ws->displ);
     if (!ws->all || !ws->count || !ws->nbytes || !ws->displ)
-        failf(c, st, -ENOMEM, "out of memory");
-    if (agree(c, st))
+        coll_failf(c, st, -ENOMEM, "out of memory");
+    if (coll_agree(c, st))
         return;
-    mpi_check(c, st, MPI_Allgather(mine, 2, MPI_INT, ws->all, 2, MPI_INT,
-                                   c->comm), "MPI_Allgather");
+    coll_check(c, st, MPI_Allgather(mine, 2, MPI_INT, ws->all, 2, MPI_INT,
+                                    c->comm), "MPI_Allgather");
     for (size_t r = 0; r < k; r++) {
         ws->count[r] = ws->all[2 * r];
         ws->nbytes[r] = ws->all[2 * r + 1];
@@ -1156,22 +297,23 @@ static void gather_regions(loader *ld, const wbuf *b, ckpt_error *st)
     wire_sizes ws = { 0 };
     unsigned char *wire = NULL, none[1];
     gather_sizes(ld, b, &ws, st);
-    if (agree(c, st) == 0 && ws.total > INT_MAX)
-        fail_all(st, -EINVAL, "the region descriptions of all ranks take "
-                 "%lld bytes (at most %d)", (long long)ws.total, INT_MAX);
+    if (coll_agree(c, st) == 0 && ws.total > INT_MAX)
+        coll_fail_all(st, -EINVAL, "the region descriptions of all ranks take "
+                      "%lld bytes (at most %d)", (long long)ws.total, INT_MAX);
     if (st->code == 0 && !(wire = malloc(ws.total ? (size_t)ws.total : 1)))
-        failf(c, st, -ENOMEM, "out of memory for %lld bytes of regions",
-              (long long)ws.total);
-    if (agree(c, st) == 0) {
-        mpi_check(c, st, MPI_Allgatherv(b->p ? b->p : none, (int)b->n,
-                                        MPI_BYTE, wire, ws.nbytes, ws.displ,
-                                        MPI_BYTE, c->comm), "MPI_Allgatherv");
+        coll_failf(c, st, -ENOMEM, "out of memory for %lld bytes of regions",
+                   (long long)ws.total);
+    if (coll_agree(c, st) == 0) {
+        coll_check(c, st, MPI_Allgatherv(b->p ? b->p : none, (int)b->n,
+                                         MPI_BYTE, wire, ws.nbytes, ws.displ,
+                                         MPI_BYTE, c->comm), "MPI_Allgatherv");
         int rc = st->code ? 0 : parse_regions(ld, wire, ws.count, ws.nbytes,
                                               ws.displ);
         if (rc)
-            failf(c, st, rc, "cannot take in the regions of all ranks: %s",
-                  rc == -ENOMEM ? "out of memory" : rc == -E2BIG
-                  ? "more than 2^32 regions" : "malformed description");
+            coll_failf(c, st, rc,
+                       "cannot take in the regions of all ranks: %s",
+                       rc == -ENOMEM ? "out of memory" : rc == -E2BIG
+                       ? "more than 2^32 regions" : "malformed description");
     }
     free(wire);
     wire_sizes_free(&ws);
@@ -1813,8 +955,9 @@ static size_t round_end(loader *ld, size_t g0, int *remote, ckpt_error *st)
         if (group_over(ld, gr, INT_MAX)) {
             ckpt_tensor_info ti;
             tinfo(ld, ld->req[ld->parts[ld->units[gr->u0].part].req].t, &ti);
-            fail_all(st, -E2BIG, "tensor '%s': a frame has more than %d bytes "
-                     "to send to other ranks", ti.fqn, INT_MAX);
+            coll_fail_all(st, -E2BIG,
+                          "tensor '%s': a frame has more than %d bytes "
+                          "to send to other ranks", ti.fqn, INT_MAX);
         }
         return g + 1;
     }
@@ -1892,16 +1035,16 @@ static int run_round(loader *ld, size_t g0, size_t g1, int remote,
     coll *c = &ld->c;
     ckpt_error e = { 0 };
     if (st->code == 0 && layout_round(ld, g0, g1))
-        failf(c, st, -ENOMEM, "out of memory for the exchange buffers");
+        coll_failf(c, st, -ENOMEM, "out of memory for the exchange buffers");
     if (st->code == 0 && read_owned(ld, g0, g1, &e))
-        fail_with(c, st, &e);
-    if (agree(c, st))
+        coll_fail_with(c, st, &e);
+    if (coll_agree(c, st))
         return st->code;
     if (remote)
-        mpi_check(c, st, MPI_Alltoallv(ld->sbuf, ld->scount, ld->sdispl,
-                                       MPI_BYTE, ld->rbuf, ld->rcount,
-                                       ld->rdispl, MPI_BYTE, c->comm),
-                  "MPI_Alltoallv");
+        coll_check(c, st, MPI_Alltoallv(ld->sbuf, ld->scount, ld->sdispl,
+                                        MPI_BYTE, ld->rbuf, ld->rcount,
+                                        ld->rdispl, MPI_BYTE, c->comm),
+                   "MPI_Alltoallv");
     if (st->code == 0 && remote)
         place_received(ld, g0, g1);
     return 0;
@@ -1958,19 +1101,19 @@ static int load_prepare(loader *ld, const ckpt_mpi_load_opts *o,
     ckpt_read_opts ro = o->read;
     ro.threads = 1;
     if (st->code == 0 && ckpt_reader_open(&ld->r, ld->dir, &ro, &e))
-        fail_with(c, st, &e);
+        coll_fail_with(c, st, &e);
     if (st->code == 0 && ckpt_pool_create(&ld->pool, o->read.threads, &e))
-        fail_with(c, st, &e);
+        coll_fail_with(c, st, &e);
     if (st->code == 0 && alloc_rank_arrays(ld))
-        failf(c, st, -ENOMEM, "out of memory");
+        coll_failf(c, st, -ENOMEM, "out of memory");
     if (st->code == 0)
         describe_regions(ld, &b, st);
-    if (agree(c, st) == 0)
+    if (coll_agree(c, st) == 0)
         gather_regions(ld, &b, st);
     free(b.p);
-    if (agree(c, st) == 0 && plan_exchange(ld, &e))
-        fail_with(c, st, &e);
-    return agree(c, st);
+    if (coll_agree(c, st) == 0 && plan_exchange(ld, &e))
+        coll_fail_with(c, st, &e);
+    return coll_agree(c, st);
 }
 
 void ckpt_mpi_load_opts_init(ckpt_mpi_load_opts *o)
@@ -1998,12 +1141,12 @@ int ckpt_mpi_load(MPI_Comm comm, const char *dir,
     if (stats)
         memset(stats, 0, sizeof *stats);
     if (coll_init(&ld.c, comm, &st))
-        return finish(&st, err);
+        return coll_finish(&st, err);
     ckpt_mpi_load_opts defaults;
     ckpt_mpi_load_opts_init(&defaults);
     const ckpt_mpi_load_opts *o = opts ? opts : &defaults;
     ld.exchange = clamp_exchange(o->exchange_bytes);
-    check_same_dir(&ld.c, dir, &st);
+    coll_same_dir(&ld.c, dir, &st);
     /* rc is agreed, so every rank leaves the loop at the same round. */
     int rc = load_prepare(&ld, o, &st);
     for (size_t g0 = 0, g1; rc == 0 && g0 < ld.ngroups; g0 = g1) {
@@ -2012,11 +1155,11 @@ int ckpt_mpi_load(MPI_Comm comm, const char *dir,
         rc = st.code ? st.code : run_round(&ld, g0, g1, remote, &st);
     }
     if (rc == 0)
-        agree(&ld.c, &st);   /* the last exchange */
+        coll_agree(&ld.c, &st);   /* the last exchange */
     if (stats && ld.r)
         ckpt_reader_stats(ld.r, stats);
     loader_free(&ld);
-    return finish(&st, err);
+    return coll_finish(&st, err);
 }
 
 /* ================================================================= bytes */
@@ -2031,22 +1174,23 @@ static void read_bytes_root(const coll *c, const char *dir, const char *fqn,
     ckpt_tensor_info ti;
     long t = -ENOENT;
     if (!fqn)
-        failf(c, st, -EINVAL, "no byte object name given (NULL)");
+        coll_failf(c, st, -EINVAL, "no byte object name given (NULL)");
     else if (ckpt_reader_open(&r, dir, NULL, &e))
-        fail_with(c, st, &e);
+        coll_fail_with(c, st, &e);
     else if ((t = ckpt_reader_find(r, fqn)) < 0)
-        failf(c, st, -ENOENT, "byte object '%s' is not in %s", fqn, dir);
+        coll_failf(c, st, -ENOENT, "byte object '%s' is not in %s", fqn, dir);
     else if (ckpt_reader_info(r, (size_t)t, &ti) == 0 &&
              ti.dtype != CKPT_BYTES)
-        failf(c, st, -EINVAL, "'%s' in %s is a %s tensor, not a byte object",
-              fqn, dir, ckpt_dtype_name(ti.dtype));
+        coll_failf(c, st, -EINVAL,
+                   "'%s' in %s is a %s tensor, not a byte object",
+                   fqn, dir, ckpt_dtype_name(ti.dtype));
     else if (ti.nbytes > SIZE_MAX - 1 || !(*buf = malloc(ti.nbytes + 1)))
-        failf(c, st, -ENOMEM, "out of memory for byte object '%s' (%llu "
-              "bytes)", fqn, (unsigned long long)ti.nbytes);
+        coll_failf(c, st, -ENOMEM, "out of memory for byte object '%s' (%llu "
+                   "bytes)", fqn, (unsigned long long)ti.nbytes);
     else if (ckpt_read(r, (size_t)t, *buf, 0, ti.nbytes, &e) !=
              (int64_t)ti.nbytes)
-        failf(c, st, e.code ? e.code : -EIO, "byte object '%s': %s", fqn,
-              e.code ? e.msg : "short read");
+        coll_failf(c, st, e.code ? e.code : -EIO, "byte object '%s': %s", fqn,
+                   e.code ? e.msg : "short read");
     else
         *len = ti.nbytes;
     ckpt_reader_close(r);
@@ -2062,26 +1206,27 @@ int ckpt_mpi_load_bytes(MPI_Comm comm, const char *dir, const char *fqn,
     *out = NULL;
     *len = 0;
     if (coll_init(&c, comm, &st))
-        return finish(&st, err);
-    check_same_dir(&c, dir, &st);
+        return coll_finish(&st, err);
+    coll_same_dir(&c, dir, &st);
     if (c.rank == 0 && st.code == 0)
         read_bytes_root(&c, dir, fqn, &buf, &n, &st);
-    mpi_check(&c, &st, MPI_Bcast(&n, 1, MPI_UINT64_T, 0, comm), "MPI_Bcast");
+    coll_check(&c, &st, MPI_Bcast(&n, 1, MPI_UINT64_T, 0, comm), "MPI_Bcast");
     if (c.rank != 0 && st.code == 0 && (n >= SIZE_MAX ||
                                         !(buf = malloc(n + 1))))
-        failf(&c, &st, -ENOMEM, "out of memory for byte object '%s' (%llu "
-              "bytes)", fqn ? fqn : "", (unsigned long long)n);
-    if (agree(&c, &st) == 0)
+        coll_failf(&c, &st, -ENOMEM,
+                   "out of memory for byte object '%s' (%llu "
+                   "bytes)", fqn ? fqn : "", (unsigned long long)n);
+    if (coll_agree(&c, &st) == 0)
         for (uint64_t at = 0; at < n; at += BCAST_PIECE) {
             uint64_t k = n - at < BCAST_PIECE ? n - at : BCAST_PIECE;
-            mpi_check(&c, &st, MPI_Bcast(buf + at, (int)k, MPI_BYTE, 0, comm),
-                      "MPI_Bcast");
+            coll_check(&c, &st, MPI_Bcast(buf + at, (int)k, MPI_BYTE, 0, comm),
+                       "MPI_Bcast");
         }
-    if (agree(&c, &st)) {
+    if (coll_agree(&c, &st)) {
         free(buf);
-        return finish(&st, err);
+        return coll_finish(&st, err);
     }
     *out = buf;
     *len = (size_t)n;
-    return finish(&st, err);
+    return coll_finish(&st, err);
 }

@@ -1,10 +1,10 @@
 /*
- * test_confine.c - unit tests of reading a checkpoint's files without
- * leaving its directory (src/confine.c): plain files and subdirectories,
- * every kind of symbolic link refused (out, in, through a directory,
- * dangling), paths that leave the directory, FIFOs, the Hugging Face cache
- * snapshot exception and its exact link form, and the opt-in; and of the
- * owner and mode that stand for several files (src/perm.c).
+ * test_confine.c - unit tests of reading a checkpoint's files without leaving
+ * its directory (src/common/confine.c): plain files and subdirectories, every
+ * kind of symbolic link refused (out, in, through a directory, dangling),
+ * paths that leave the directory, FIFOs, the Hugging Face cache snapshot
+ * exception and its exact link form, and the opt-in; and of the owner and mode
+ * that stand for several files (src/common/perm.c).
  */
 #include <check.h>
 #include <errno.h>

@@ -1,8 +1,8 @@
 /*
- * test_gc.c - leases on saves in progress (src/lease.c), what gc removes
- * and when (src/gc.c), the retention policy, and the commit's refusals
- * that protect saves: a save retired by gc while its committer waited,
- * a shard that could not be synced, a declared tensor without a piece.
+ * test_gc.c - leases on saves in progress (src/format/lease.c), what gc
+ * removes and when (src/write/gc.c), the retention policy, and the commit's
+ * refusals that protect saves: a save retired by gc while its committer
+ * waited, a shard that could not be synced, a declared tensor without a piece.
  */
 #include <check.h>
 #include <errno.h>

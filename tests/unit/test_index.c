@@ -1,9 +1,9 @@
 /*
  * test_index.c - unit tests of the SQLite files of a checkpoint
- * (src/index.c, src/planfile.c): an index written from a hand-made plan
- * and loaded back field by field, its frames, the refusals of write, open,
- * load and load_frames, and local plan files (create, append, read).
- * Uses only the SQLite C API (no sqlite3 command-line tool).
+ * (src/format/index.c, src/format/planfile.c): an index written from a
+ * hand-made plan and loaded back field by field, its frames, the refusals of
+ * write, open, load and load_frames, and local plan files (create, append,
+ * read). Uses only the SQLite C API (no sqlite3 command-line tool).
  */
 #include <check.h>
 #include <errno.h>

@@ -21,6 +21,8 @@
 #include "common/region.h"
 #include "format/plan.h"
 
+/* ---------------------------------------------------------------- files */
+
 void ckpt_foreign_free(ckpt_foreign *f)
 {
     for (size_t i = 0; i < f->nchunks; i++) {

@@ -61,6 +61,7 @@ typedef struct ckpt_foreign {
     size_t npend, pend_cap, tensors_cap, meta_cap;
 } ckpt_foreign;
 
+/* Frees everything f holds and zeroes it (safe on a zeroed f). */
 void ckpt_foreign_free(ckpt_foreign *f);
 
 /* Adds a tensor; returns its number (>= 0) or a negative errno. */

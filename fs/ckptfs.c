@@ -23,8 +23,8 @@
 
 #include <fuse3/fuse_opt.h>
 
-#include "codec.h"
-#include "mountinfo.h"
+#include "codec/codec.h"
+#include "common/mountinfo.h"
 #include "source.h"
 #include "wsave.h"
 

@@ -19,7 +19,7 @@
 #include <string.h>
 #include <sys/statvfs.h>
 
-#include "shape.h"
+#include "common/shape.h"
 #include "inode.h"
 #include "tree.h"
 #include "wops.h"

@@ -9,9 +9,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "dtype.h"
-#include "error.h"
-#include "shape.h"
+#include "common/dtype.h"
+#include "common/error.h"
+#include "common/shape.h"
 
 /* The upper bound of a stream whose length only its bytes will tell:
  * far beyond any file, far below int64 overflow. */

@@ -13,9 +13,9 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include "error.h"
-#include "fileio.h"
-#include "lease.h"
+#include "common/error.h"
+#include "common/fileio.h"
+#include "format/lease.h"
 
 #define MARKER_PREFIX "rank-"
 #define NOTES_PREFIX "errors."

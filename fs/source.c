@@ -20,8 +20,8 @@
 
 #include <fuse3/fuse_log.h>
 
-#include "error.h"
-#include "gc.h"
+#include "common/error.h"
+#include "write/gc.h"
 #include "views.h"
 
 /* A subdirectory of the root that is a checkpoint or a save. */

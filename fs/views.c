@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dtype.h"
-#include "error.h"
-#include "torchsave.h"
+#include "common/dtype.h"
+#include "common/error.h"
+#include "foreign/torchsave.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "ckptfs's .npy view assumes a little-endian host"

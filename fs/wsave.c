@@ -21,14 +21,14 @@
 
 #include <fuse3/fuse_log.h>
 
-#include "error.h"
-#include "fileio.h"
-#include "lease.h"
+#include "common/error.h"
+#include "common/fileio.h"
+#include "format/lease.h"
 #include "names.h"
 #include "pattr.h"
 #include "rendezvous.h"
-#include "shape.h"
-#include "writer.h"
+#include "common/shape.h"
+#include "write/writer.h"
 #include "wrank.h"
 
 #define META_PREFIX "user.ckpt.meta."

@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "ckptfs.h"
-#include "error.h"
+#include "common/error.h"
 
 /* Exit statuses of every command. */
 #define CLI_OK 0

@@ -5,7 +5,7 @@
  */
 #include "cli.h"
 #include "mounthint.h"
-#include "plan.h"
+#include "format/plan.h"
 
 #include <ctype.h>
 #include <getopt.h>

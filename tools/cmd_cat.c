@@ -4,7 +4,7 @@
  * A reader that goes away (EPIPE) ends the command quietly.
  */
 #include "cli.h"
-#include "region.h"
+#include "common/region.h"
 
 #include <errno.h>
 #include <getopt.h>

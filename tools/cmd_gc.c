@@ -3,7 +3,7 @@
  * writer is working on (no lease held, idle longer than --min-age), the
  * debris of interrupted commits and gcs, and, with --keep-last or
  * --keep-every, the committed checkpoints a retention policy lets go.
- * The library's gc module (src/gc.c) does the removing, always by
+ * The library's gc module (src/write/gc.c) does the removing, always by
  * renaming out of the way first; this file picks the candidates and
  * reports what it did and why it kept what it kept.
  *
@@ -15,9 +15,9 @@
  * Symbolic links are never followed.
  */
 #include "cli.h"
-#include "fileio.h"
-#include "gc.h"
-#include "lease.h"
+#include "common/fileio.h"
+#include "write/gc.h"
+#include "format/lease.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -10,10 +10,10 @@
  * removed (or emptied again).
  */
 #include "cli.h"
-#include "codec.h"
+#include "codec/codec.h"
 #include "outdir.h"
 #include "progress.h"
-#include "region.h"
+#include "common/region.h"
 
 #include <errno.h>
 #include <getopt.h>

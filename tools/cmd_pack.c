@@ -12,14 +12,14 @@
  * are aborted and OUT is removed (or emptied again, if it existed empty).
  */
 #include "cli.h"
-#include "codec.h"
-#include "dtype.h"
-#include "fileio.h"
+#include "codec/codec.h"
+#include "common/dtype.h"
+#include "common/fileio.h"
 #include "npy.h"
 #include "outdir.h"
 #include "progress.h"
-#include "region.h"
-#include "shape.h"
+#include "common/region.h"
+#include "common/shape.h"
 
 #include <ctype.h>
 #include <dirent.h>

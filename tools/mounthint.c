@@ -5,7 +5,7 @@
  */
 #include "mounthint.h"
 #include "cli.h"
-#include "mountinfo.h"
+#include "common/mountinfo.h"
 
 #include <limits.h>
 #include <stdio.h>

@@ -9,7 +9,7 @@
  */
 #include "npy.h"
 #include "cli.h"
-#include "shape.h"
+#include "common/shape.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "ckptfs.h"
-#include "dtype.h"
+#include "common/dtype.h"
 
 /* Bytes of the fixed prefix: magic (6), version (2), header length (2 in
  * version 1.0, 4 in 2.0 and 3.0). */

@@ -4,7 +4,7 @@
  */
 #include "outdir.h"
 #include "cli.h"
-#include "fileio.h"
+#include "common/fileio.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -7,7 +7,7 @@
 #ifndef CKPT_OUTDIR_H
 #define CKPT_OUTDIR_H
 
-#include "lease.h"
+#include "format/lease.h"
 
 typedef struct cli_outdir {
     const char *path;       /* OUT, as given */

@@ -33,7 +33,7 @@
 #include <time.h>
 
 #include "ckptfs.h"
-#include "fileio.h"
+#include "common/fileio.h"
 
 #define TENSOR ((size_t)64 << 20)
 #define MAX_SAMPLES 4096

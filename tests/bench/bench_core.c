@@ -60,7 +60,7 @@
 #include <unistd.h>
 
 #include "ckptfs.h"
-#include "codec.h"      /* bench_core decode: the codec, without files */
+#include "codec/codec.h"      /* bench_core decode: the codec, without files */
 
 #define DIM 1024                      /* every tensor is DIM x DIM */
 #define FQN_MAX 96

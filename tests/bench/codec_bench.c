@@ -46,7 +46,7 @@
 #include <unistd.h>
 
 #include "ckptfs.h"
-#include "codec.h"
+#include "codec/codec.h"
 
 #define MIB ((size_t)1 << 20)
 #define FRAME MIB

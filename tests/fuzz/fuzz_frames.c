@@ -21,9 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codec.h"
-#include "error.h"
-#include "huff.h"
+#include "codec/codec.h"
+#include "common/error.h"
+#include "codec/huff.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "ckptfs.h"
-#include "fileio.h"
+#include "common/fileio.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

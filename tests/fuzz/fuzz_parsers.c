@@ -11,11 +11,11 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "error.h"
-#include "json.h"
-#include "pickle.h"
-#include "torchsave.h"
-#include "zipread.h"
+#include "common/error.h"
+#include "common/json.h"
+#include "foreign/pickle.h"
+#include "foreign/torchsave.h"
+#include "foreign/zipread.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -36,18 +36,21 @@ echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }' 
 mkdir -p "$BUILD/tests/fuzz"
 CFLAGS=(-std=c11 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
         -fno-sanitize-recover=undefined -I"$BUILD" -I"$SRC/src")
-# The library's sources a target needs (all but MPI, CUDA staging and the
-# asynchronous and one-call savers for fuzz_index).
+# The library's sources a target needs (for fuzz_index, every layer but
+# mpi/ and async/: MPI, CUDA staging and the asynchronous and one-call
+# savers).
 sources_of() {
     local s
     case $1 in
     fuzz_parsers)
-        for s in pickle zipread torchsave json error dtype; do echo "$SRC/src/$s.c"; done ;;
+        for s in foreign/pickle foreign/zipread foreign/torchsave common/json \
+                 common/error common/dtype; do echo "$SRC/src/$s.c"; done ;;
     fuzz_frames)
-        for s in codec bytegroup huff error dtype; do echo "$SRC/src/$s.c"; done ;;
+        for s in codec/codec codec/bytegroup codec/huff common/error common/dtype; do
+            echo "$SRC/src/$s.c"; done ;;
     fuzz_index)
-        for s in "$SRC"/src/*.c; do
-            case $(basename "$s") in mpi.c|staging.c|async.c|save.c) ;; *) echo "$s" ;; esac
+        for s in "$SRC"/src/*/*.c; do
+            case ${s#"$SRC"/src/} in mpi/*|async/*) ;; *) echo "$s" ;; esac
         done ;;
     esac
 }

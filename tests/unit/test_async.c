@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "ckptfs.h"
-#include "fileio.h"
+#include "common/fileio.h"
 
 #define ROWS 300
 #define COLS 257

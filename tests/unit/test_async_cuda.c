@@ -27,7 +27,7 @@ int main(void)
 #include <string.h>
 
 #include "ckptfs.h"
-#include "fileio.h"
+#include "common/fileio.h"
 
 #define R 1000
 #define C 1500

@@ -1,10 +1,10 @@
 /*
- * test_bytegroup.c - unit tests of src/bytegroup.c (byte planes of every
- * layout, bit packing) and src/huff.c (histograms, Huffman codes, streams):
- * round trips at every length around the block sizes, the documented bit
- * positions of each plane, length-limited codes, and damaged or garbage
- * Huffman streams, which must fail cleanly or decode to some bytes but
- * never read or write out of bounds (run under ASan to see that).
+ * test_bytegroup.c - unit tests of src/codec/bytegroup.c (byte planes of every
+ * layout, bit packing) and src/codec/huff.c (histograms, Huffman codes,
+ * streams): round trips at every length around the block sizes, the documented
+ * bit positions of each plane, length-limited codes, and damaged or garbage
+ * Huffman streams, which must fail cleanly or decode to some bytes but never
+ * read or write out of bounds (run under ASan to see that).
  */
 #include <check.h>
 #include <stdint.h>
@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bytegroup.h"
-#include "huff.h"
+#include "codec/bytegroup.h"
+#include "codec/huff.h"
 
 static uint64_t rng_next(uint64_t *s)
 {

@@ -1,10 +1,10 @@
 /*
- * test_codec.c - unit tests of src/codec.c: raw, zstd and byte-grouped
- * round trips (every dtype layout, edge values, odd lengths), the fallback
- * to raw, standard zstd frames, corrupt, truncated and garbage input in
- * every part of a frame, unknown codecs, codec name parsing, the codec that
- * `auto` picks per dtype, a checkpoint mixing old and new codecs, and the
- * XXH3-64 checksum.
+ * test_codec.c - unit tests of src/codec/codec.c: raw, zstd and byte-grouped
+ * round trips (every dtype layout, edge values, odd lengths), the fallback to
+ * raw, standard zstd frames, corrupt, truncated and garbage input in every
+ * part of a frame, unknown codecs, codec name parsing, the codec that `auto`
+ * picks per dtype, a checkpoint mixing old and new codecs, and the XXH3-64
+ * checksum.
  */
 #include <check.h>
 #include <errno.h>
@@ -16,7 +16,7 @@
 #include <xxhash.h>
 #include <zstd.h>
 
-#include "codec.h"
+#include "codec/codec.h"
 
 /* ------------------------------------------------------------ data */
 

@@ -1,10 +1,10 @@
 /*
- * test_confine.c - unit tests of reading a checkpoint's files without
- * leaving its directory (src/confine.c): plain files and subdirectories,
- * every kind of symbolic link refused (out, in, through a directory,
- * dangling), paths that leave the directory, FIFOs, the Hugging Face cache
- * snapshot exception and its exact link form, and the opt-in; and of the
- * owner and mode that stand for several files (src/perm.c).
+ * test_confine.c - unit tests of reading a checkpoint's files without leaving
+ * its directory (src/common/confine.c): plain files and subdirectories, every
+ * kind of symbolic link refused (out, in, through a directory, dangling),
+ * paths that leave the directory, FIFOs, the Hugging Face cache snapshot
+ * exception and its exact link form, and the opt-in; and of the owner and mode
+ * that stand for several files (src/common/perm.c).
  */
 #include <check.h>
 #include <errno.h>
@@ -15,9 +15,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "confine.h"
-#include "fileio.h"
-#include "perm.h"
+#include "common/confine.h"
+#include "common/fileio.h"
+#include "common/perm.h"
 
 static char base[4096];
 

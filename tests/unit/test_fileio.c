@@ -1,12 +1,11 @@
 /*
- * test_fileio.c - unit tests of src/fileio.c: the append-only shard file
- * (offsets, size, content, writeback past 32 MiB, with and without dropping
- * the written pages from the page cache, ENOSPC on a full tmpfs, appends
- * of every alignment through its bounce buffer),
- * full reads and writes, fsync of files and directories, mkdir and mkdir -p,
- * path joining, and recursive removal that never follows symlinks.  Every
- * error case checks the code and that the message names the file and the
- * problem.
+ * test_fileio.c - unit tests of src/common/fileio.c: the append-only shard
+ * file (offsets, size, content, writeback past 32 MiB, with and without
+ * dropping the written pages from the page cache, ENOSPC on a full tmpfs,
+ * appends of every alignment through its bounce buffer), full reads and
+ * writes, fsync of files and directories, mkdir and mkdir -p, path joining,
+ * and recursive removal that never follows symlinks.  Every error case checks
+ * the code and that the message names the file and the problem.
  *
  * Each test is its own TCase with an *unchecked* fixture: the temporary
  * directory (and the tmpfs of the ENOSPC test) is made and removed by the
@@ -30,8 +29,8 @@
 #include <sys/vfs.h>
 #include <unistd.h>
 
-#include "error.h"
-#include "fileio.h"
+#include "common/error.h"
+#include "common/fileio.h"
 
 /* ------------------------------------------------------------ fixture */
 

@@ -1,8 +1,8 @@
 /*
- * test_gc.c - leases on saves in progress (src/lease.c), what gc removes
- * and when (src/gc.c), the retention policy, and the commit's refusals
- * that protect saves: a save retired by gc while its committer waited,
- * a shard that could not be synced, a declared tensor without a piece.
+ * test_gc.c - leases on saves in progress (src/format/lease.c), what gc
+ * removes and when (src/write/gc.c), the retention policy, and the commit's
+ * refusals that protect saves: a save retired by gc while its committer
+ * waited, a shard that could not be synced, a declared tensor without a piece.
  */
 #include <check.h>
 #include <errno.h>
@@ -18,10 +18,10 @@
 #include <unistd.h>
 
 #include "ckptfs.h"
-#include "fileio.h"
-#include "gc.h"
-#include "lease.h"
-#include "writer.h"
+#include "common/fileio.h"
+#include "write/gc.h"
+#include "format/lease.h"
+#include "write/writer.h"
 
 #define HOUR_NS (3600LL * 1000000000LL)
 

@@ -1,9 +1,9 @@
 /*
  * test_index.c - unit tests of the SQLite files of a checkpoint
- * (src/index.c, src/planfile.c): an index written from a hand-made plan
- * and loaded back field by field, its frames, the refusals of write, open,
- * load and load_frames, and local plan files (create, append, read).
- * Uses only the SQLite C API (no sqlite3 command-line tool).
+ * (src/format/index.c, src/format/planfile.c): an index written from a
+ * hand-made plan and loaded back field by field, its frames, the refusals of
+ * write, open, load and load_frames, and local plan files (create, append,
+ * read). Uses only the SQLite C API (no sqlite3 command-line tool).
  */
 #include <check.h>
 #include <errno.h>
@@ -16,10 +16,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "error.h"
-#include "index.h"
-#include "model.h"
-#include "plan.h"
+#include "common/error.h"
+#include "format/db.h"
+#include "format/index.h"
+#include "format/planfile.h"
+#include "format/model.h"
+#include "format/plan.h"
 
 #define DIMS(...) ((const int64_t[]){ __VA_ARGS__ })
 #define BIG_SUM 0xfedcba9876543210ull   /* a checksum with the top bit set */

@@ -1,10 +1,10 @@
 /*
- * test_latest.c - unit tests for the rule that picks the checkpoint
- * `latest` points to (docs/MOUNT.md, "latest"), which is also the order
- * gc's retention keeps the newest by (src/gc.h, ckpt_retain_*): steps from
- * metadata or from the directory's name, the order between checkpoints
- * with and without steps, ties broken by commit time then by name, and
- * the choice among a whole root's worth of checkpoints in every order.
+ * test_latest.c - unit tests for the rule that picks the checkpoint `latest`
+ * points to (docs/MOUNT.md, "latest"), which is also the order gc's retention
+ * keeps the newest by (src/write/gc.h, ckpt_retain_*): steps from metadata or
+ * from the directory's name, the order between checkpoints with and without
+ * steps, ties broken by commit time then by name, and the choice among a whole
+ * root's worth of checkpoints in every order.
  */
 #include <check.h>
 #include <stdint.h>
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "gc.h"
+#include "write/gc.h"
 
 START_TEST(test_parse_step)
 {

@@ -17,8 +17,8 @@
 #include <string.h>
 
 #include "ckptfs.h"
-#include "fileio.h"
-#include "index.h"
+#include "common/fileio.h"
+#include "format/index.h"
 
 typedef struct rng { uint64_t s; } rng;
 

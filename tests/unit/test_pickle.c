@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
-#include "pickle.h"
+#include "common/error.h"
+#include "foreign/pickle.h"
 
 /* A pickle being built. */
 typedef struct pk_buf {

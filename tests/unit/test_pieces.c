@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "pieces.h"
-#include "plan.h"
+#include "format/pieces.h"
+#include "format/plan.h"
 
 typedef struct rng { uint64_t s; } rng;
 

@@ -1,8 +1,8 @@
 /*
- * test_plan.c - unit tests of the planner (src/plan.c): fqn rules, the
- * checks of a single piece, every refusal of ckpt_plan_build with the
- * tensor and writers named, replicas and their balancing, empty tensors and
- * scalars, output order, and randomized grid partitions.
+ * test_plan.c - unit tests of the planner (src/format/plan.c): fqn rules, the
+ * checks of a single piece, every refusal of ckpt_plan_build with the tensor
+ * and writers named, replicas and their balancing, empty tensors and scalars,
+ * output order, and randomized grid partitions.
  */
 #include <check.h>
 #include <errno.h>
@@ -11,9 +11,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
-#include "model.h"
-#include "plan.h"
+#include "common/error.h"
+#include "format/model.h"
+#include "format/plan.h"
 
 #define DIMS(...) ((const int64_t[]){ __VA_ARGS__ })
 

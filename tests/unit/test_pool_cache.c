@@ -1,7 +1,7 @@
 /*
- * test_pool_cache.c - unit tests of src/pool.c (thread pool, task groups)
- * and src/cache.c (decoded-frame LRU cache with single-flight loading),
- * including concurrent stress with content checked byte by byte.
+ * test_pool_cache.c - unit tests of src/common/pool.c (thread pool, task
+ * groups) and src/read/cache.c (decoded-frame LRU cache with single-flight
+ * loading), including concurrent stress with content checked byte by byte.
  */
 #include <check.h>
 #include <errno.h>
@@ -13,8 +13,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "cache.h"
-#include "pool.h"
+#include "read/cache.h"
+#include "common/pool.h"
 
 static void sleep_ms(long ms)
 {

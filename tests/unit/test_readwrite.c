@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "ckptfs.h"
-#include "fileio.h"
+#include "common/fileio.h"
 
 /* ------------------------------------------------------------ helpers */
 

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "ckptfs.h"
-#include "region.h"
+#include "common/region.h"
 
 #define MAXD 5          /* dims in the random tests */
 #define MAXS 7          /* largest dim in the random tests */

@@ -10,9 +10,9 @@
 #include <string.h>
 
 #include "ckptfs.h"
-#include "dtype.h"
-#include "error.h"
-#include "shape.h"
+#include "common/dtype.h"
+#include "common/error.h"
+#include "common/shape.h"
 
 #define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
 

@@ -1,10 +1,10 @@
 /*
- * test_shardio.c - unit tests of src/shardio.c: reading a range of a file
- * into a buffer of every alignment (both the direct and the bounced path),
- * of lengths around the piece size, with and without the XXH3-64 of the
- * bytes, and the stored-bytes buffer; bytes are compared with the data
- * the test wrote, checksums with libxxhash's plain (non-dispatched)
- * XXH3_64bits.  A read past the end of the file is -EIO naming the file.
+ * test_shardio.c - unit tests of src/read/shardio.c: reading a range of a file
+ * into a buffer of every alignment (both the direct and the bounced path), of
+ * lengths around the piece size, with and without the XXH3-64 of the bytes,
+ * and the stored-bytes buffer; bytes are compared with the data the test
+ * wrote, checksums with libxxhash's plain (non-dispatched) XXH3_64bits.  A
+ * read past the end of the file is -EIO naming the file.
  */
 #include <check.h>
 #include <errno.h>
@@ -16,7 +16,7 @@
 #include <unistd.h>
 #include <xxhash.h>
 
-#include "shardio.h"
+#include "read/shardio.h"
 
 #define FILE_BYTES ((size_t)600 << 10)
 #define PIECE ((size_t)128 << 10)    /* shardio.c's piece size */

@@ -49,11 +49,11 @@
 #include <unistd.h>
 
 #include "ckptfs.h"
-#include "codec.h"
-#include "index.h"
-#include "model.h"
-#include "pieces.h"
-#include "plan.h"
+#include "codec/codec.h"
+#include "format/planfile.h"
+#include "format/model.h"
+#include "format/pieces.h"
+#include "format/plan.h"
 
 #define PIECE_BYTES 1024
 #define TP 8

@@ -1,0 +1,64 @@
+/*
+ * gpu.h - the CUDA calls of the staging engine behind one small interface,
+ * so that staging.c carries no #ifdef: device detection, pinned host
+ * memory, copy streams, a device-to-host copy, and the double-buffered
+ * upload of a device load.  Built without CUDA (config.h's HAVE_CUDA
+ * unset), gpu.c is the host fallback: no device is ever usable, no
+ * pointer is device memory, and whatever needs a device fails with
+ * -ENOTSUP; callers reach those only after a device was found.
+ */
+#ifndef CKPT_GPU_H
+#define CKPT_GPU_H
+
+#include <stddef.h>
+#include "ckptfs.h"
+
+/* 1 when this libckptfs was built with CUDA. */
+int ckpt_gpu_built(void);
+/* 1 when some CUDA device is usable; otherwise 0 with *why saying why
+ * ("this libckptfs was built without CUDA", "no device", CUDA's error). */
+int ckpt_gpu_usable(const char **why);
+/* 1 when p is CUDA device (or managed) memory. */
+int ckpt_gpu_is_device_ptr(const void *p);
+
+/* n bytes of pinned host memory (portable: usable from every device's
+ * context), or NULL. */
+void *ckpt_gpu_host_alloc(size_t n, int portable);
+void ckpt_gpu_host_free(void *p);
+
+/* A non-blocking copy stream. */
+typedef struct ckpt_gpu_stream ckpt_gpu_stream;
+/* 0, or -EIO (-ENOTSUP without CUDA). */
+int ckpt_gpu_stream_create(ckpt_gpu_stream **out);
+void ckpt_gpu_stream_destroy(ckpt_gpu_stream *s);
+/* Queues a copy of n bytes from src to dst (either may be device or
+ * host memory) on s, and done(arg) once it has landed (called from the
+ * CUDA runtime's thread).  On failure, waits for what s had queued and
+ * returns -EIO with *why set; done is not called then. */
+int ckpt_gpu_copy_async(ckpt_gpu_stream *s, void *dst, const void *src,
+                        size_t n, void (*done)(void *arg), void *arg,
+                        const char **why);
+/* Copies n bytes of device memory at src to host memory at dst, waiting
+ * for the copy: 0, or -EIO with *why set. */
+int ckpt_gpu_copy_to_host(void *dst, const void *src, size_t n,
+                          const char **why);
+
+/* Uploads into device memory at dst through two pinned bounce buffers of
+ * `buf_bytes` each, used in turn, on a stream of dst's device: the caller
+ * fills the buffer ckpt_gpu_upload_buffer gives and pushes it, which
+ * queues its copy to the next bytes of dst while the caller fills the
+ * other buffer. */
+typedef struct ckpt_gpu_upload ckpt_gpu_upload;
+/* 0, or -ENOMEM (-ENOTSUP without CUDA) with a message; nothing is left
+ * to close on failure. */
+int ckpt_gpu_upload_open(ckpt_gpu_upload **out, void *dst, size_t buf_bytes,
+                         ckpt_error *err);
+/* The next buffer to fill, once its previous copy has landed. */
+int ckpt_gpu_upload_buffer(ckpt_gpu_upload *u, void **buf, ckpt_error *err);
+/* Queues the copy of the first n bytes of that buffer. */
+int ckpt_gpu_upload_push(ckpt_gpu_upload *u, size_t n, ckpt_error *err);
+/* Waits for every copy and frees u.  Returns rc when it is an error
+ * already, else 0 or the error of a copy that failed. */
+int ckpt_gpu_upload_close(ckpt_gpu_upload *u, int rc, ckpt_error *err);
+
+#endif

@@ -1,0 +1,100 @@
+/*
+ * builder.h - what the format modules (dcp.c, safetensors.c) describe a
+ * foreign checkpoint with: the reader's own model (tensors, chunks and
+ * frames as an index would give them), where each frame is a byte range
+ * of an original file (codec raw, no checksum) and a chunk that torch
+ * stored with strides (a transposed tensor) is one frame gathered element
+ * by element; and the confined access to the checkpoint's files the
+ * modules read them with.  The dispatcher (foreign.h) sits on top.
+ */
+#ifndef CKPT_FOREIGN_BUILDER_H
+#define CKPT_FOREIGN_BUILDER_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "ckptfs.h"
+#include "common/confine.h"
+#include "format/index.h"
+
+typedef enum ckpt_foreign_kind {
+    CKPT_FOREIGN_NONE = 0,
+    CKPT_FOREIGN_DCP,           /* a directory with .metadata */
+    CKPT_FOREIGN_SAFETENSORS    /* a .safetensors file, or a directory of
+                                   them (with model.safetensors.index.json
+                                   or not) */
+} ckpt_foreign_kind;
+
+/* Where the elements of a strided chunk are, relative to its first
+ * frame's file offset (in elements). */
+typedef struct ckpt_strided {
+    int64_t stride[CKPT_MAX_DIMS];
+} ckpt_strided;
+
+/* A pending chunk, before ckpt_foreign_finish orders everything. */
+typedef struct ckpt_foreign_chunk {
+    size_t tensor;
+    int64_t offsets[CKPT_MAX_DIMS], sizes[CKPT_MAX_DIMS];
+    char *file;
+    uint64_t data_offset;   /* of its first element in the file */
+    uint64_t span;          /* bytes from there to past its last element */
+    ckpt_strided *strided;  /* NULL when stored row-major */
+} ckpt_foreign_chunk;
+
+typedef struct ckpt_foreign {
+    ckpt_foreign_kind kind;
+    char *dir;              /* the directory the files are relative to */
+    ckpt_confine root;      /* dir, where every file is opened (confine.h);
+                               opened on first use */
+    int follow;             /* follow symbolic links (the opt-in) */
+    const char *index_file; /* the file naming the tensors besides their
+                               data files (".metadata", the safetensors
+                               index json), relative to dir, or NULL */
+    char *stamp;            /* the file whose stat stands for the whole
+                               checkpoint (.metadata, the .safetensors
+                               file, the index json) */
+    ckpt_index_data d;      /* as ckpt_index_load gives it */
+    ckpt_frame_rec **frames;     /* per chunk, tensor by tensor */
+    ckpt_strided **strided;      /* per chunk: NULL when row-major */
+    size_t nchunks;
+    /* building */
+    ckpt_foreign_chunk *pend;
+    size_t npend, pend_cap, tensors_cap, meta_cap;
+} ckpt_foreign;
+
+/* Frees everything f holds and zeroes it (safe on a zeroed f). */
+void ckpt_foreign_free(ckpt_foreign *f);
+
+/* Adds a tensor; returns its number (>= 0) or a negative errno. */
+long ckpt_foreign_add_tensor(ckpt_foreign *f, const char *fqn,
+                             ckpt_dtype dt, int ndim, const int64_t *shape,
+                             ckpt_error *err);
+/* Adds a chunk of tensor `t` stored in `file` (relative to f->dir) from
+ * byte `data_offset`: row-major when `stride` is NULL, else with these
+ * strides (elements), using `span` bytes. */
+int ckpt_foreign_add_chunk(ckpt_foreign *f, size_t t, const int64_t *offsets,
+                           const int64_t *sizes, const char *file,
+                           uint64_t data_offset, const int64_t *stride,
+                           uint64_t span, ckpt_error *err);
+int ckpt_foreign_set_meta(ckpt_foreign *f, const char *key,
+                          const char *value, ckpt_error *err);
+/* Sorts tensors by FQN (refusing duplicates), chunks by offsets, records
+ * the files with their sizes, and cuts row-major chunks into frames. */
+int ckpt_foreign_finish(ckpt_foreign *f, ckpt_error *err);
+
+/* A relative path inside the checkpoint directory: no "..", not absolute,
+ * not empty.  0 or -EINVAL naming `what`. */
+int ckpt_foreign_check_relpath(const char *p, const char *what,
+                               ckpt_error *err);
+
+/* Opens the regular file `rel` of the checkpoint (relative to f->dir)
+ * for reading, without leaving f->dir (confine.h).  Returns the
+ * descriptor or a negative errno naming the file. */
+int ckpt_foreign_openat(ckpt_foreign *f, const char *rel, ckpt_error *err);
+
+/* Reads the whole of the file `rel` (as ckpt_foreign_openat opens it; at
+ * most `max` bytes, else -EFBIG) into a new buffer (one spare byte at its
+ * end). */
+int ckpt_foreign_slurp(ckpt_foreign *f, const char *rel, uint64_t max,
+                       char **buf, size_t *len, ckpt_error *err);
+
+#endif

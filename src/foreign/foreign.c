@@ -1,0 +1,112 @@
+/*
+ * foreign.c - telling what a foreign checkpoint is, and opening it with
+ * the format module that reads it (see foreign.h): the dispatcher on top
+ * of dcp.c and safetensors.c, which describe their files with the
+ * builder (builder.c).
+ */
+#include "foreign/foreign.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/error.h"
+#include "foreign/dcp.h"
+#include "foreign/safetensors.h"
+
+/* ---------------------------------------------------------------- probe */
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n >= m && strcmp(s + n - m, suffix) == 0;
+}
+
+static int is_file(const char *dir, const char *name, char *out, size_t cap)
+{
+    struct stat st;
+    char path[4096];
+    int n = snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= sizeof path || stat(path, &st) != 0 ||
+        !S_ISREG(st.st_mode))
+        return 0;
+    if (out)
+        snprintf(out, cap, "%s", path);
+    return 1;
+}
+
+/* 1 when dir holds a regular *.safetensors file. */
+static int has_safetensors(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    struct dirent *e;
+    int found = 0;
+    while (!found && (e = readdir(d)))
+        found = e->d_name[0] != '.' && ends_with(e->d_name, ".safetensors") &&
+                is_file(dir, e->d_name, NULL, 0);
+    closedir(d);
+    return found;
+}
+
+ckpt_foreign_kind ckpt_foreign_probe(const char *path, char *stamp,
+                                     size_t cap)
+{
+    struct stat st;
+    char tmp[4096];
+    if (!stamp) {
+        stamp = tmp;
+        cap = sizeof tmp;
+    }
+    if (stat(path, &st) != 0)
+        return CKPT_FOREIGN_NONE;
+    if (S_ISREG(st.st_mode)) {
+        if (!ends_with(path, ".safetensors"))
+            return CKPT_FOREIGN_NONE;
+        snprintf(stamp, cap, "%s", path);
+        return CKPT_FOREIGN_SAFETENSORS;
+    }
+    if (!S_ISDIR(st.st_mode))
+        return CKPT_FOREIGN_NONE;
+    if (is_file(path, ".metadata", stamp, cap))
+        return CKPT_FOREIGN_DCP;
+    if (is_file(path, "model.safetensors.index.json", stamp, cap))
+        return CKPT_FOREIGN_SAFETENSORS;
+    if (has_safetensors(path)) {
+        snprintf(stamp, cap, "%s", path);
+        return CKPT_FOREIGN_SAFETENSORS;
+    }
+    return CKPT_FOREIGN_NONE;
+}
+
+int ckpt_foreign_open(const char *path, int follow, ckpt_foreign *f,
+                      ckpt_error *err)
+{
+    memset(f, 0, sizeof *f);
+    f->follow = follow;
+    char stamp[4096];
+    f->kind = ckpt_foreign_probe(path, stamp, sizeof stamp);
+    if (f->kind == CKPT_FOREIGN_NONE)
+        return ckpt_err(err, -ENOENT, "%s is neither a ckptfs, a PyTorch "
+                        "distributed nor a safetensors checkpoint", path);
+    if (!(f->stamp = strdup(stamp)))
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    /* A file named as the source is read wherever its path leads: its
+     * directory is the one the links end in. */
+    struct stat st;
+    char *real = stat(path, &st) == 0 && S_ISREG(st.st_mode)
+                     ? realpath(path, NULL) : NULL;
+    int rc = f->kind == CKPT_FOREIGN_DCP
+                 ? ckpt_dcp_open(path, f, err)
+                 : ckpt_safetensors_open(real ? real : path, f, err);
+    free(real);
+    if (rc == 0)
+        rc = ckpt_foreign_finish(f, err);
+    if (rc)
+        ckpt_foreign_free(f);
+    return rc;
+}

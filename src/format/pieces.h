@@ -1,0 +1,103 @@
+/*
+ * pieces.h - a compact table of many pieces: what the committer holds of
+ * all writers' plans at once (a 16k-rank job's plans hold millions of
+ * pieces).  Strings (fqns, shard paths, writer names) are interned and
+ * referred to by id; a piece's shape, offsets and sizes are runs of ndim
+ * values in one array, its frames a run in another.  About 72 bytes per
+ * piece plus 24 per dimension and 48 per frame, against ~850 for a
+ * ckpt_piece_rec (whose dims are CKPT_MAX_DIMS arrays) and its strings.
+ *
+ * The planner and the index writer work on it; an array of
+ * ckpt_piece_rec converts to it (ckpt_pieces_add) and back
+ * (ckpt_pieces_get).  Pointers into it (strings, dims, frames) stay valid
+ * until the next addition.
+ */
+#ifndef CKPT_PIECES_H
+#define CKPT_PIECES_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "format/model.h"
+
+/* The string id of a NULL string. */
+#define CKPT_PIECES_NONE UINT32_MAX
+
+typedef struct ckpt_pieces_rec {
+    uint32_t fqn, file, writer;  /* string ids */
+    int32_t ndim;                /* as given (the planner checks it) */
+    int32_t dtype;
+    uint64_t dims;               /* shape, offsets, sizes: three runs of
+                                    min(ndim, CKPT_MAX_DIMS) values from
+                                    dims[dims] */
+    uint64_t frame0, nframes;    /* its frames: frames[frame0..+nframes) */
+    uint64_t raw_bytes, stored_bytes, data_hash;
+} ckpt_pieces_rec;
+
+typedef struct ckpt_pieces {
+    ckpt_pieces_rec *v;
+    size_t n, cap;
+    int64_t *dims;
+    size_t ndims, dims_cap;
+    ckpt_frame_rec *frames;
+    size_t nframes, frames_cap;
+    /* interned strings: string id k is arena + str_off[k] */
+    char *arena;
+    size_t arena_len, arena_cap;
+    size_t *str_off, str_cap;
+    uint32_t nstr;
+    uint32_t *slots;             /* open addressing: string id + 1, or 0 */
+    size_t nslots;
+} ckpt_pieces;
+
+void ckpt_pieces_init(ckpt_pieces *t);
+void ckpt_pieces_free(ckpt_pieces *t);
+
+/* Appends a copy of *p: its strings interned, its dims and frames copied.
+ * Returns 0 or -ENOMEM (then nothing was added). */
+int ckpt_pieces_add(ckpt_pieces *t, const ckpt_piece_rec *p);
+/* Appends a frame to piece i, whose frames must be the last ones added
+ * (frames are added piece after piece).  -EINVAL when they are not,
+ * -ENOMEM. */
+int ckpt_pieces_add_frame(ckpt_pieces *t, size_t i, const ckpt_frame_rec *f);
+/* Fills *out with a copy of piece i (new strings and frames, to be
+ * released with ckpt_piece_clear).  -ENOMEM (then *out holds nothing). */
+int ckpt_pieces_get(const ckpt_pieces *t, size_t i, ckpt_piece_rec *out);
+
+/* The string of id k (NULL for CKPT_PIECES_NONE). */
+static inline const char *ckpt_pieces_str(const ckpt_pieces *t, uint32_t k)
+{
+    return k == CKPT_PIECES_NONE ? NULL : t->arena + t->str_off[k];
+}
+
+/* min(ndim, CKPT_MAX_DIMS), and 0 for a negative ndim: the dims stored. */
+static inline int ckpt_pieces_ndims(const ckpt_pieces_rec *p)
+{
+    return p->ndim < 0 ? 0 : p->ndim > CKPT_MAX_DIMS ? CKPT_MAX_DIMS
+                                                      : p->ndim;
+}
+
+static inline const int64_t *ckpt_pieces_shape(const ckpt_pieces *t,
+                                               size_t i)
+{
+    return t->dims + t->v[i].dims;
+}
+
+static inline const int64_t *ckpt_pieces_offsets(const ckpt_pieces *t,
+                                                 size_t i)
+{
+    return t->dims + t->v[i].dims + ckpt_pieces_ndims(&t->v[i]);
+}
+
+static inline const int64_t *ckpt_pieces_sizes(const ckpt_pieces *t,
+                                               size_t i)
+{
+    return t->dims + t->v[i].dims + 2 * ckpt_pieces_ndims(&t->v[i]);
+}
+
+static inline const ckpt_frame_rec *ckpt_pieces_frames(const ckpt_pieces *t,
+                                                       size_t i)
+{
+    return t->frames + t->v[i].frame0;
+}
+
+#endif

@@ -1,0 +1,506 @@
+/*
+ * planfile.c - a writer's local plan, .pending/<writer>.plan (see planfile.h
+ * and docs/FORMAT.md): a small SQLite file to which one writer appends, in
+ * one transaction per call (durable when created with sync), the pieces it
+ * wrote with their frames, and its metadata.  At commit every plan is read
+ * back into one manifest for the planner.
+ */
+#include "format/planfile.h"
+#include "format/db.h"
+#include "common/error.h"
+#include "common/fileio.h"
+#include "common/shape.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define DIMS_JSON_CAP (CKPT_MAX_DIMS * 21 + 3)
+/* How long a reader waits for a writer's append to finish. */
+#define BUSY_TIMEOUT_MS 10000
+
+static const char PLAN_SCHEMA[] =
+    "CREATE TABLE info(key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+    " WITHOUT ROWID;"
+    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)"
+    " WITHOUT ROWID;"
+    "CREATE TABLE pieces(id INTEGER PRIMARY KEY, fqn TEXT NOT NULL,"
+    " dtype TEXT NOT NULL, shape TEXT NOT NULL, offsets TEXT NOT NULL,"
+    " sizes TEXT NOT NULL, file TEXT NOT NULL, raw_bytes INTEGER NOT NULL,"
+    " stored_bytes INTEGER NOT NULL, data_hash INTEGER NOT NULL);"
+    "CREATE TABLE frames(piece_id INTEGER NOT NULL REFERENCES pieces(id),"
+    " seq INTEGER NOT NULL, file_offset INTEGER NOT NULL,"
+    " stored_size INTEGER NOT NULL, raw_offset INTEGER NOT NULL,"
+    " raw_size INTEGER NOT NULL, codec INTEGER NOT NULL,"
+    " checksum INTEGER NOT NULL, PRIMARY KEY(piece_id, seq)) WITHOUT ROWID;";
+
+/* Tensors declared in the save (a file created or described through a
+ * mount) and why their piece failed: a commit refuses one without any
+ * piece.  Plans written before this table existed have none. */
+static const char DECLARED_SCHEMA[] =
+    "CREATE TABLE declared(fqn TEXT PRIMARY KEY, reason TEXT NOT NULL)"
+    " WITHOUT ROWID;";
+static const char DECLARE_SQL[] =
+    "INSERT INTO declared(fqn, reason) VALUES(?,?) ON CONFLICT(fqn) DO"
+    " UPDATE SET reason = excluded.reason WHERE excluded.reason <> ''";
+
+enum { PS_INFO, PS_PIECE, PS_FRAME, PS_META, PS_N };
+
+static const char *const PLAN_SQL[PS_N] = {
+    "INSERT INTO info(key, value) VALUES(?,?)",
+    "INSERT INTO pieces(fqn, dtype, shape, offsets, sizes, file, raw_bytes,"
+    " stored_bytes, data_hash) VALUES(?,?,?,?,?,?,?,?,?)",
+    "INSERT INTO frames(piece_id, seq, file_offset, stored_size, raw_offset,"
+    " raw_size, codec, checksum) VALUES(?,?,?,?,?,?,?,?)",
+    "INSERT OR REPLACE INTO meta(key, value) VALUES(?,?)",
+};
+
+struct ckpt_planfile {
+    sqlite3 *db;
+    char *path;
+    sqlite3_stmt *st[PS_N];
+};
+
+/* -------------------------------------------------------------- writing */
+
+static int run(ckpt_planfile *pf, int which, const ckpt_db_val *v, int n,
+               ckpt_error *err)
+{
+    return ckpt_db_run(pf->st[which], v, n, pf->path,
+                       "cannot write the local plan", err);
+}
+
+/* Makes the new file's directory entry durable. */
+static int sync_parent(const char *path, ckpt_error *err)
+{
+    char dir[PATH_MAX];
+    const char *slash = strrchr(path, '/');
+    if (!slash)
+        return ckpt_fsync_dir(".", err);
+    size_t n = slash == path ? 1 : (size_t)(slash - path);
+    if (n >= sizeof dir)
+        return ckpt_err(err, -ENAMETOOLONG, "%s: path too long", path);
+    memcpy(dir, path, n);
+    dir[n] = '\0';
+    return ckpt_fsync_dir(dir, err);
+}
+
+static int plan_init(ckpt_planfile *pf, const char *writer, int sync,
+                     ckpt_error *err)
+{
+    int rc = ckpt_db_exec(pf->db, "BEGIN", pf->path, err);
+    if (!rc)
+        rc = ckpt_db_exec(pf->db, PLAN_SCHEMA, pf->path, err);
+    if (!rc)
+        rc = ckpt_db_exec(pf->db, DECLARED_SCHEMA, pf->path, err);
+    for (int i = 0; !rc && i < PS_N; i++)
+        rc = ckpt_db_prepare(pf->db, PLAN_SQL[i], &pf->st[i], pf->path, err);
+    ckpt_db_val who[] = { CKPT_DB_TEXT("writer"), CKPT_DB_TEXT(writer) };
+    ckpt_db_val producer[] = { CKPT_DB_TEXT("producer"),
+                               CKPT_DB_TEXT("ckptfs " CKPT_VERSION_STRING) };
+    if (!rc)
+        rc = run(pf, PS_INFO, who, 2, err);
+    if (!rc)
+        rc = run(pf, PS_INFO, producer, 2, err);
+    if (!rc)
+        rc = ckpt_db_exec(pf->db, "COMMIT", pf->path, err);
+    if (!rc && sync)
+        rc = sync_parent(pf->path, err);
+    return rc;
+}
+
+static void plan_free(ckpt_planfile *pf)
+{
+    for (int i = 0; i < PS_N; i++)
+        sqlite3_finalize(pf->st[i]);
+    sqlite3_close(pf->db);
+    free(pf->path);
+    free(pf);
+}
+
+int ckpt_planfile_create(ckpt_planfile **out, const char *path,
+                         const char *writer, int sync, ckpt_error *err)
+{
+    *out = NULL;
+    if (!writer || !*writer)
+        return ckpt_err(err, -EINVAL, "%s: a local plan needs a writer name",
+                        path);
+    ckpt_planfile *pf = calloc(1, sizeof *pf);
+    if (!pf || !(pf->path = strdup(path))) {
+        free(pf);
+        return ckpt_err(err, -ENOMEM, "%s: out of memory", path);
+    }
+    /* PERSIST: a transaction per flush (a piece closed through a mount)
+     * reuses one journal file instead of creating and unlinking one. */
+    int rc = ckpt_db_create(&pf->db, path, CKPT_PLAN_APP_ID, "PERSIST", sync,
+                            err);
+    if (rc) {
+        plan_free(pf);
+        return rc;
+    }
+    rc = plan_init(pf, writer, sync, err);
+    if (rc) {
+        plan_free(pf);
+        unlink(path);
+        return rc;
+    }
+    *out = pf;
+    return 0;
+}
+
+static int check_piece_fields(const ckpt_planfile *pf, const ckpt_piece_rec *p,
+                              size_t i, ckpt_error *err)
+{
+    if (!p->fqn || !p->file)
+        return ckpt_err(err, -EINVAL, "%s: piece %zu has no %s", pf->path, i,
+                        p->fqn ? "shard file" : "fqn");
+    if (p->ndim < 0 || p->ndim > CKPT_MAX_DIMS ||
+        ckpt_dtype_size(p->dtype) == 0)
+        return ckpt_err(err, -EINVAL, "%s: tensor '%s': bad dtype (%d) or "
+                        "dimension count (%d)", pf->path, p->fqn,
+                        (int)p->dtype, p->ndim);
+    return 0;
+}
+
+static int append_frames(ckpt_planfile *pf, const ckpt_piece_rec *p,
+                         int64_t id, ckpt_error *err)
+{
+    for (size_t k = 0; k < p->nframes; k++) {
+        const ckpt_frame_rec *f = &p->frames[k];
+        ckpt_db_val v[] = {
+            CKPT_DB_INT(id), CKPT_DB_INT(k), CKPT_DB_INT(f->file_offset),
+            CKPT_DB_INT(f->stored_size), CKPT_DB_INT(f->raw_offset),
+            CKPT_DB_INT(f->raw_size), CKPT_DB_INT(f->codec),
+            CKPT_DB_INT((int64_t)f->checksum),
+        };
+        int rc = run(pf, PS_FRAME, v, 8, err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static int append_piece(ckpt_planfile *pf, const ckpt_piece_rec *p, size_t i,
+                        ckpt_error *err)
+{
+    int rc = check_piece_fields(pf, p, i, err);
+    if (rc)
+        return rc;
+    char shape[DIMS_JSON_CAP], off[DIMS_JSON_CAP], size[DIMS_JSON_CAP];
+    ckpt_shape_format_json(shape, sizeof shape, p->ndim, p->shape);
+    ckpt_shape_format_json(off, sizeof off, p->ndim, p->offsets);
+    ckpt_shape_format_json(size, sizeof size, p->ndim, p->sizes);
+    ckpt_db_val v[] = {
+        CKPT_DB_TEXT(p->fqn), CKPT_DB_TEXT(ckpt_dtype_name(p->dtype)),
+        CKPT_DB_TEXT(shape), CKPT_DB_TEXT(off), CKPT_DB_TEXT(size),
+        CKPT_DB_TEXT(p->file), CKPT_DB_INT(p->raw_bytes),
+        CKPT_DB_INT(p->stored_bytes), CKPT_DB_INT((int64_t)p->data_hash),
+    };
+    rc = run(pf, PS_PIECE, v, 9, err);
+    return rc ? rc : append_frames(pf, p, sqlite3_last_insert_rowid(pf->db),
+                                   err);
+}
+
+int ckpt_planfile_sync(ckpt_planfile *pf, ckpt_error *err)
+{
+    int fd = open(pf->path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ckpt_err_sys(err, -errno, "cannot open %s", pf->path);
+    int rc = fsync(fd) == 0 ? 0 : ckpt_err_sys(err, -errno, "cannot sync %s",
+                                               pf->path);
+    close(fd);
+    return rc ? rc : sync_parent(pf->path, err);
+}
+
+int ckpt_planfile_append(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
+                         size_t npieces, const ckpt_kv *meta, size_t nmeta,
+                         ckpt_error *err)
+{
+    int rc = ckpt_db_exec(pf->db, "BEGIN IMMEDIATE", pf->path, err);
+    for (size_t i = 0; !rc && i < npieces; i++)
+        rc = append_piece(pf, &pieces[i], i, err);
+    for (size_t i = 0; !rc && i < nmeta; i++) {
+        if (!meta[i].key || !meta[i].value) {
+            rc = ckpt_err(err, -EINVAL, "%s: metadata entry %zu has no %s",
+                          pf->path, i, meta[i].key ? "value" : "key");
+            break;
+        }
+        ckpt_db_val v[] = { CKPT_DB_TEXT(meta[i].key),
+                            CKPT_DB_TEXT(meta[i].value) };
+        rc = run(pf, PS_META, v, 2, err);
+    }
+    if (!rc)
+        rc = ckpt_db_exec(pf->db, "COMMIT", pf->path, err);
+    if (rc && !sqlite3_get_autocommit(pf->db))
+        sqlite3_exec(pf->db, "ROLLBACK", NULL, NULL, NULL);  /* keeps rc */
+    return rc;
+}
+
+int ckpt_planfile_declare(ckpt_planfile *pf, const ckpt_kv *declared,
+                          size_t n, ckpt_error *err)
+{
+    sqlite3_stmt *st = NULL;
+    int rc = ckpt_db_exec(pf->db, "BEGIN IMMEDIATE", pf->path, err);
+    if (!rc)
+        rc = ckpt_db_prepare(pf->db, DECLARE_SQL, &st, pf->path, err);
+    for (size_t i = 0; !rc && i < n; i++) {
+        ckpt_db_val v[] = { CKPT_DB_TEXT(declared[i].key),
+                            CKPT_DB_TEXT(declared[i].value ? declared[i].value
+                                                           : "") };
+        rc = ckpt_db_run(st, v, 2, pf->path, "cannot write the local plan",
+                         err);
+    }
+    sqlite3_finalize(st);
+    if (!rc)
+        rc = ckpt_db_exec(pf->db, "COMMIT", pf->path, err);
+    if (rc && !sqlite3_get_autocommit(pf->db))
+        sqlite3_exec(pf->db, "ROLLBACK", NULL, NULL, NULL);  /* keeps rc */
+    return rc;
+}
+
+void ckpt_planfile_close(ckpt_planfile *pf)
+{
+    if (pf)
+        plan_free(pf);
+}
+
+/* -------------------------------------------------------------- reading */
+
+typedef struct preader {
+    const char *path;
+    char *writer;
+    ckpt_pieces *tab;       /* where the pieces go */
+    size_t base;            /* the plan's first piece in tab */
+    ckpt_manifest m;        /* its metadata */
+    int64_t *ids;           /* pieces.id per piece read, ascending */
+    size_t nids;
+    size_t next;            /* frames: the piece being filled */
+    ckpt_error *err;
+} preader;
+
+static int plan_damaged(preader *r, const char *what, int64_t id)
+{
+    return ckpt_err(r->err, -EIO, "%s: damaged local plan: %s (piece %lld)",
+                    r->path, what, (long long)id);
+}
+
+static int info_row(void *arg, sqlite3_stmt *st)
+{
+    preader *r = arg;
+    const char *w = (const char *)sqlite3_column_text(st, 0);
+    if (!w || !*w || !(r->writer = strdup(w)))
+        return ckpt_err(r->err, w && *w ? -ENOMEM : -EIO,
+                        "%s: the local plan has no writer name", r->path);
+    return 0;
+}
+
+/* dtype, shape, offsets and sizes of a piece row into p. */
+static int piece_dims(preader *r, sqlite3_stmt *st, ckpt_piece_rec *p,
+                      int64_t id)
+{
+    const char *dt = (const char *)sqlite3_column_text(st, 2);
+    p->dtype = dt ? ckpt_dtype_parse(dt) : CKPT_DTYPE_INVALID;
+    if (p->dtype == CKPT_DTYPE_INVALID)
+        return ckpt_err(r->err, -EINVAL, "%s: tensor '%s' (piece %lld): "
+                        "unknown dtype '%s'", r->path, p->fqn, (long long)id,
+                        dt ? dt : "NULL");
+    char what[300];
+    snprintf(what, sizeof what, "tensor '%.200s' piece %lld", p->fqn,
+             (long long)id);
+    int64_t *dims[3] = { p->shape, p->offsets, p->sizes };
+    for (int c = 0; c < 3; c++) {
+        int n = ckpt_db_dims((const char *)sqlite3_column_text(st, 3 + c),
+                             dims[c], r->path, what, r->err);
+        if (n < 0)
+            return n;
+        if (c > 0 && n != p->ndim)
+            return plan_damaged(r, "shape, offsets and sizes differ in "
+                                "length", id);
+        p->ndim = n;
+    }
+    return 0;
+}
+
+static int piece_row(void *arg, sqlite3_stmt *st)
+{
+    preader *r = arg;
+    int64_t id = sqlite3_column_int64(st, 0);
+    const char *fqn = (const char *)sqlite3_column_text(st, 1);
+    const char *file = (const char *)sqlite3_column_text(st, 6);
+    if (!fqn || !file)
+        return plan_damaged(r, "piece without fqn or file", id);
+    int64_t *ids = realloc(r->ids, (r->nids + 1) * sizeof *ids);
+    if (!ids)
+        return ckpt_err(r->err, -ENOMEM, "%s: out of memory", r->path);
+    r->ids = ids;
+    /* A record to copy into the table: its strings are only read. */
+    ckpt_piece_rec p = { .fqn = (char *)fqn, .file = (char *)file,
+                         .writer = r->writer };
+    if (ckpt_db_col_u64(st, 7, &p.raw_bytes) ||
+        ckpt_db_col_u64(st, 8, &p.stored_bytes))
+        return plan_damaged(r, "negative or missing byte counts", id);
+    p.data_hash = (uint64_t)sqlite3_column_int64(st, 9);
+    int rc = piece_dims(r, st, &p, id);
+    if (rc)
+        return rc;
+    if (ckpt_pieces_add(r->tab, &p))
+        return ckpt_err(r->err, -ENOMEM, "%s: out of memory", r->path);
+    ids[r->nids++] = id;
+    return 0;
+}
+
+static int frame_row(void *arg, sqlite3_stmt *st)
+{
+    preader *r = arg;
+    int64_t id = sqlite3_column_int64(st, 0);
+    while (r->next < r->nids && r->ids[r->next] < id)
+        r->next++;
+    if (r->next == r->nids || r->ids[r->next] != id)
+        return plan_damaged(r, "frame of a missing piece", id);
+    size_t i = r->base + r->next;
+    ckpt_frame_rec f = { 0 };
+    int64_t codec = sqlite3_column_int64(st, 6);
+    if (sqlite3_column_int64(st, 1) != (int64_t)r->tab->v[i].nframes ||
+        ckpt_db_col_u64(st, 2, &f.file_offset) ||
+        ckpt_db_col_u64(st, 3, &f.stored_size) ||
+        ckpt_db_col_u64(st, 4, &f.raw_offset) ||
+        ckpt_db_col_u64(st, 5, &f.raw_size) || codec < 0 || codec > INT_MAX)
+        return plan_damaged(r, "bad frame", id);
+    f.codec = (int)codec;
+    f.checksum = (uint64_t)sqlite3_column_int64(st, 7);
+    if (ckpt_pieces_add_frame(r->tab, i, &f))
+        return ckpt_err(r->err, -ENOMEM, "%s: out of memory", r->path);
+    return 0;
+}
+
+static int declared_row(void *arg, sqlite3_stmt *st)
+{
+    preader *r = arg;
+    const char *f = (const char *)sqlite3_column_text(st, 0);
+    const char *why = (const char *)sqlite3_column_text(st, 1);
+    if (!f)
+        return plan_damaged(r, "declared tensor without fqn", 0);
+    if (ckpt_manifest_declare(&r->m, f, why, r->writer))
+        return ckpt_err(r->err, -ENOMEM, "%s: out of memory", r->path);
+    return 0;
+}
+
+/* Counts the `declared` tables (0 in plans older than it). */
+static int table_row(void *arg, sqlite3_stmt *st)
+{
+    (void)st;
+    (*(int *)arg)++;
+    return 0;
+}
+
+static int meta_row(void *arg, sqlite3_stmt *st)
+{
+    preader *r = arg;
+    const char *k = (const char *)sqlite3_column_text(st, 0);
+    const char *v = (const char *)sqlite3_column_text(st, 1);
+    if (!k || !v)
+        return plan_damaged(r, "metadata without key or value", 0);
+    if (ckpt_manifest_set_meta(&r->m, k, v, r->writer))
+        return ckpt_err(r->err, -ENOMEM, "%s: out of memory", r->path);
+    return 0;
+}
+
+/* Reads everything inside one read transaction, so that a writer's append
+ * is seen whole or not at all. */
+static int read_all(sqlite3 *db, preader *r)
+{
+    int rc = ckpt_db_exec(db, "BEGIN", r->path, r->err);
+    if (!rc)
+        rc = ckpt_db_each(db, "SELECT value FROM info WHERE key = 'writer'",
+                          r->path, info_row, r, r->err);
+    if (!rc && !r->writer)
+        rc = ckpt_err(r->err, -EIO, "%s: the local plan has no writer name",
+                      r->path);
+    if (!rc)
+        rc = ckpt_db_each(db, "SELECT id, fqn, dtype, shape, offsets, sizes,"
+                          " file, raw_bytes, stored_bytes, data_hash FROM "
+                          "pieces ORDER BY id", r->path, piece_row, r, r->err);
+    if (!rc)
+        rc = ckpt_db_each(db, "SELECT piece_id, seq, file_offset, "
+                          "stored_size, raw_offset, raw_size, codec, checksum"
+                          " FROM frames ORDER BY piece_id, seq", r->path,
+                          frame_row, r, r->err);
+    if (!rc)
+        rc = ckpt_db_each(db, "SELECT key, value FROM meta ORDER BY key",
+                          r->path, meta_row, r, r->err);
+    int has_declared = 0;
+    if (!rc)
+        rc = ckpt_db_each(db, "SELECT 1 FROM sqlite_master WHERE type = "
+                          "'table' AND name = 'declared'", r->path,
+                          table_row, &has_declared, r->err);
+    if (!rc && has_declared)
+        rc = ckpt_db_each(db, "SELECT fqn, reason FROM declared ORDER BY fqn",
+                          r->path, declared_row, r, r->err);
+    if (!rc)
+        rc = ckpt_db_exec(db, "COMMIT", r->path, r->err);
+    return rc;
+}
+
+/* Opens read-write when allowed, so that SQLite can roll back the journal
+ * of an append that a crashed writer left half done. */
+static int open_plan(sqlite3 **db, const char *path, ckpt_error *err)
+{
+    struct stat st;
+    if (stat(path, &st))
+        return ckpt_err_sys(err, -errno, "cannot open local plan %s", path);
+    if (!S_ISREG(st.st_mode) || st.st_size == 0)
+        return ckpt_err(err, -EINVAL, "%s is not a ckptfs local plan (%s)",
+                        path, S_ISREG(st.st_mode) ? "empty file"
+                                                  : "not a regular file");
+    int rc = sqlite3_open_v2(path, db, SQLITE_OPEN_READWRITE |
+                             SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc != SQLITE_OK)
+        return ckpt_db_err(err, *db, rc, path, "cannot open local plan");
+    rc = sqlite3_busy_timeout(*db, BUSY_TIMEOUT_MS);
+    if (rc != SQLITE_OK)
+        return ckpt_db_err(err, *db, rc, path, "cannot set a busy timeout");
+    return ckpt_db_check_id(*db, path, CKPT_PLAN_APP_ID, err);
+}
+
+int ckpt_planfile_read_pieces(const char *path, ckpt_pieces *tab,
+                              ckpt_manifest *meta, ckpt_error *err)
+{
+    preader r = { .path = path, .tab = tab, .base = tab->n, .err = err };
+    ckpt_manifest_init(&r.m);
+    sqlite3 *db = NULL;
+    int rc = open_plan(&db, path, err);
+    if (!rc)
+        rc = read_all(db, &r);
+    sqlite3_close(db);   /* also ends a read transaction left open */
+    if (!rc && ckpt_manifest_take(meta, &r.m))
+        rc = ckpt_err(err, -ENOMEM, "%s: out of memory", path);
+    ckpt_manifest_free(&r.m);
+    free(r.ids);
+    free(r.writer);
+    return rc;
+}
+
+int ckpt_planfile_read(const char *path, ckpt_manifest *m, ckpt_error *err)
+{
+    ckpt_pieces tab;
+    ckpt_manifest got;
+    ckpt_pieces_init(&tab);
+    ckpt_manifest_init(&got);
+    int rc = ckpt_planfile_read_pieces(path, &tab, &got, err);
+    for (size_t i = 0; !rc && i < tab.n; i++) {
+        ckpt_piece_rec *p = ckpt_manifest_add_piece(&got);
+        if (!p || ckpt_pieces_get(&tab, i, p))
+            rc = ckpt_err(err, -ENOMEM, "%s: out of memory", path);
+    }
+    if (!rc && ckpt_manifest_take(m, &got))
+        rc = ckpt_err(err, -ENOMEM, "%s: out of memory", path);
+    ckpt_manifest_free(&got);
+    ckpt_pieces_free(&tab);
+    return rc;
+}

@@ -1,0 +1,580 @@
+/*
+ * commit.c - the commit protocol: join the local plans that writers left in
+ * <dir>/.pending, validate them with the planner, and publish index.db
+ * atomically (index.db.tmp written and synced in one transaction, linked to
+ * index.db so that of two committers only one can win, directory synced,
+ * .pending removed).  On any error nothing is published.
+ */
+#include "ckptfs.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "common/error.h"
+#include "common/fileio.h"
+#include "common/shape.h"
+#include "format/index.h"
+#include "format/planfile.h"
+#include "format/lease.h"
+#include "format/model.h"
+#include "format/plan.h"
+#include "write/writer.h"
+
+void ckpt_commit_opts_init(ckpt_commit_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->sync = 1;
+}
+
+typedef struct name_list {
+    char **v;
+    size_t n, cap;
+} name_list;
+
+static void names_free(name_list *l)
+{
+    for (size_t i = 0; i < l->n; i++)
+        free(l->v[i]);
+    free(l->v);
+}
+
+static int names_add(name_list *l, const char *s)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 16;
+        char **v = realloc(l->v, cap * sizeof *v);
+        if (!v)
+            return -ENOMEM;
+        l->v = v;
+        l->cap = cap;
+    }
+    if (!(l->v[l->n] = strdup(s)))
+        return -ENOMEM;
+    l->n++;
+    return 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+    return n > m && strcmp(s + n - m, suffix) == 0;
+}
+
+/* Lists the *.plan files of `pending`, sorted. */
+static int list_plans(const char *pending, name_list *out, ckpt_error *err)
+{
+    DIR *d = opendir(pending);
+    if (!d) {
+        if (errno == ENOENT)
+            return 0;
+        return ckpt_err_sys(err, -errno, "cannot list %s", pending);
+    }
+    struct dirent *e;
+    int rc = 0;
+    while (rc == 0 && (e = readdir(d)))
+        if (e->d_name[0] != '.' && ends_with(e->d_name, ".plan"))
+            rc = names_add(out, e->d_name);
+    closedir(d);
+    if (rc)
+        return ckpt_err(err, rc, "out of memory");
+    if (out->n > 1)
+        qsort(out->v, out->n, sizeof *out->v, cmp_str);
+    return 0;
+}
+
+/* Reads every plan into one compact table of pieces (a 16k-rank save's
+ * plans hold millions) and their metadata into m. */
+static int read_plans(const char *pending, const name_list *plans,
+                      ckpt_pieces *all, ckpt_manifest *m, ckpt_error *err)
+{
+    char path[4096];
+    for (size_t i = 0; i < plans->n; i++) {
+        int rc = ckpt_path_join(path, sizeof path, pending, plans->v[i], err);
+        if (rc == 0)
+            rc = ckpt_planfile_read_pieces(path, all, m, err);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* The reason recorded for a failed piece of fqn, or NULL. */
+static const char *failure_of(const ckpt_manifest *all, const char *fqn)
+{
+    for (size_t i = 0; i < all->ndeclared; i++)
+        if (all->declared[i].value && *all->declared[i].value &&
+            strcmp(all->declared[i].key, fqn) == 0)
+            return all->declared[i].value;
+    return NULL;
+}
+
+/* A replica reference (writer.h) read back: the fqn and the region. */
+typedef struct replica_ref {
+    char *fqn;                /* the key, cut at the mark */
+    ckpt_dtype dtype;
+    int ndim;
+    int64_t dims[3][CKPT_MAX_DIMS];     /* shape, offsets, sizes */
+} replica_ref;
+
+/* Parses declaration key `key` when it is a replica reference: 1 (then
+ * r->fqn is to be freed), 0 when it is a plain declaration, or -EINVAL. */
+static int replica_parse(const char *key, replica_ref *r, ckpt_error *err)
+{
+    const char *mark = strstr(key, CKPT_REPLICA_MARK);
+    if (!mark)
+        return 0;
+    memset(r, 0, sizeof *r);
+    if (!(r->fqn = strdup(key)))
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    r->fqn[mark - key] = '\0';
+    char *f = r->fqn + (mark - key) + strlen(CKPT_REPLICA_MARK);
+    char *part[5];            /* split at ';': exactly four parts */
+    int n = 0;
+    for (char *q = f; q && n < 5; n++) {
+        part[n] = q;
+        if ((q = strchr(q, ';')))
+            *q++ = '\0';
+    }
+    int nd[3] = { -1, -1, -1 };
+    if (n == 4) {
+        r->dtype = ckpt_dtype_parse(part[0]);
+        for (int k = 0; k < 3; k++)
+            nd[k] = ckpt_shape_parse(part[k + 1], r->dims[k], NULL);
+    }
+    r->ndim = nd[0];
+    if (n != 4 || r->dtype == CKPT_DTYPE_INVALID || nd[0] < 0 ||
+        nd[1] != nd[0] || nd[2] != nd[0]) {
+        ckpt_err(err, -EINVAL, "tensor '%s': a replica reference in a plan "
+                 "is damaged", r->fqn);
+        free(r->fqn);
+        return -EINVAL;
+    }
+    return 1;
+}
+
+/* 1 when piece i of all is the region of r. */
+static int replica_matches(const ckpt_pieces *all, size_t i,
+                           const replica_ref *r)
+{
+    const ckpt_pieces_rec *p = &all->v[i];
+    if (p->dtype != (int32_t)r->dtype || p->ndim != r->ndim)
+        return 0;
+    size_t nb = (size_t)r->ndim * sizeof(int64_t);
+    return memcmp(ckpt_pieces_shape(all, i), r->dims[0], nb) == 0 &&
+           memcmp(ckpt_pieces_offsets(all, i), r->dims[1], nb) == 0 &&
+           memcmp(ckpt_pieces_sizes(all, i), r->dims[2], nb) == 0;
+}
+
+typedef struct fqn_piece {
+    const char *fqn;
+    size_t i;
+} fqn_piece;
+
+static int cmp_fqn_piece(const void *a, const void *b)
+{
+    return strcmp(((const fqn_piece *)a)->fqn, ((const fqn_piece *)b)->fqn);
+}
+
+/* The refusal of reference r (declared by `writer`): no piece of its
+ * fqn, or none of its region (pieces run[0..nrun) are the fqn's). */
+static int replica_refuse(const ckpt_pieces *all, const replica_ref *r,
+                          const char *writer, const fqn_piece *run,
+                          size_t nrun, ckpt_error *err)
+{
+    char sh[3][CKPT_MAX_DIMS * 21 + 1];
+    for (int k = 0; k < 3; k++)
+        ckpt_shape_format(sh[k], sizeof sh[k], r->ndim, r->dims[k]);
+    char what[4 * sizeof sh[0] + 300];
+    snprintf(what, sizeof what, "tensor '%s': writer %s declared its piece "
+             "(offsets [%s], sizes [%s], dtype %s, shape [%s]) a replica "
+             "another writer holds (user.ckpt.replica), but", r->fqn,
+             writer ? writer : "?", sh[1], sh[2], ckpt_dtype_name(r->dtype),
+             sh[0]);
+    if (nrun == 0)
+        return ckpt_err(err, -EINVAL, "%s no writer wrote a piece of it",
+                        what);
+    size_t i = run[0].i;
+    int nd = ckpt_pieces_ndims(&all->v[i]);
+    char has[3][CKPT_MAX_DIMS * 21 + 1];
+    ckpt_shape_format(has[0], sizeof has[0], nd, ckpt_pieces_shape(all, i));
+    ckpt_shape_format(has[1], sizeof has[1], nd, ckpt_pieces_offsets(all, i));
+    ckpt_shape_format(has[2], sizeof has[2], nd, ckpt_pieces_sizes(all, i));
+    const char *by = ckpt_pieces_str(all, all->v[i].writer);
+    return ckpt_err(err, -EINVAL, "%s none of the %zu piece%s written of it "
+                    "has that region and dtype (e.g. writer %s's: offsets "
+                    "[%s], sizes [%s], dtype %s, shape [%s])", what, nrun,
+                    nrun == 1 ? "" : "s", by ? by : "?", has[1], has[2],
+                    ckpt_dtype_name((ckpt_dtype)all->v[i].dtype), has[0]);
+}
+
+/* Refuses a replica reference (a piece declared without data, writer.h)
+ * that no writer wrote: a piece of the same fqn, dtype, shape, offsets
+ * and sizes must be among `all`. */
+static int check_replicas(const ckpt_manifest *decl, const ckpt_pieces *all,
+                          ckpt_error *err)
+{
+    size_t nref = 0;
+    for (size_t i = 0; i < decl->ndeclared; i++)
+        nref += strstr(decl->declared[i].key, CKPT_REPLICA_MARK) != NULL;
+    if (nref == 0)
+        return 0;
+    fqn_piece *by = malloc((all->n ? all->n : 1) * sizeof *by);
+    if (!by)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    size_t n = 0;
+    for (size_t i = 0; i < all->n; i++)
+        if (all->v[i].fqn != CKPT_PIECES_NONE)
+            by[n++] = (fqn_piece){ ckpt_pieces_str(all, all->v[i].fqn), i };
+    qsort(by, n, sizeof *by, cmp_fqn_piece);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < decl->ndeclared; i++) {
+        replica_ref r;
+        rc = replica_parse(decl->declared[i].key, &r, err);
+        if (rc <= 0)
+            continue;
+        rc = 0;
+        size_t lo = 0, hi = n;          /* first piece of r.fqn */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (strcmp(by[mid].fqn, r.fqn) < 0)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        size_t end = lo, found = 0;
+        while (end < n && strcmp(by[end].fqn, r.fqn) == 0)
+            found |= replica_matches(all, by[end++].i, &r);
+        if (!found)
+            rc = replica_refuse(all, &r, decl->declared[i].writer, by + lo,
+                                end - lo, err);
+        free(r.fqn);
+    }
+    free(by);
+    return rc;
+}
+
+/* Refuses a declared tensor (a file created or described in a save
+ * through a mount) that no writer recorded a piece of: its only piece
+ * failed, or its writer died.  Names it, and why its piece failed.
+ * `decl` holds the declarations, `all` the pieces. */
+static int check_declared(const ckpt_manifest *decl, const ckpt_pieces *all,
+                          ckpt_error *err)
+{
+    if (decl->ndeclared == 0)
+        return 0;
+    /* Each fqn is one interned string: collect each once. */
+    unsigned char *seen = calloc((size_t)all->nstr + 1, 1);
+    const char **have = malloc((all->nstr ? all->nstr : 1) * sizeof *have);
+    if (!seen || !have) {
+        free(seen), free(have);
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    }
+    size_t nhave = 0;
+    for (size_t i = 0; i < all->n; i++) {
+        uint32_t f = all->v[i].fqn;
+        if (f == CKPT_PIECES_NONE || seen[f])
+            continue;
+        seen[f] = 1;
+        have[nhave++] = ckpt_pieces_str(all, f);
+    }
+    free(seen);
+    qsort(have, nhave, sizeof *have, cmp_str);
+    int rc = check_replicas(decl, all, err);
+    for (size_t i = 0; rc == 0 && i < decl->ndeclared; i++) {
+        const ckpt_kv *d = &decl->declared[i];
+        if (strstr(d->key, CKPT_REPLICA_MARK) ||
+            (nhave && bsearch(&d->key, have, nhave, sizeof *have, cmp_str)))
+            continue;
+        const char *why = failure_of(decl, d->key);
+        rc = why
+            ? ckpt_err(err, -EINVAL, "tensor '%s' has no piece: its file "
+                       "was created or described in this save (writer %s) "
+                       "and its piece failed: %s", d->key,
+                       d->writer ? d->writer : "?", why)
+            : ckpt_err(err, -EINVAL, "tensor '%s' has no piece: its file "
+                       "was created or described in this save (writer %s) "
+                       "but no piece of it was recorded (none was written, "
+                       "or the writing process died before closing it)",
+                       d->key, d->writer ? d->writer : "?");
+    }
+    free(have);
+    return rc;
+}
+
+/* A planner refusal that names a tensor whose piece failed gets the
+ * reason appended: a hole is often the piece that failed. */
+static void add_failure(const ckpt_manifest *all, ckpt_error *err)
+{
+    char quoted[4200];
+    if (!err)
+        return;
+    for (size_t i = 0; i < all->ndeclared; i++) {
+        const ckpt_kv *d = &all->declared[i];
+        if (!d->value || !*d->value)
+            continue;
+        snprintf(quoted, sizeof quoted, "'%s'", d->key);
+        if (!strstr(err->msg, quoted))
+            continue;
+        size_t n = strlen(err->msg);
+        snprintf(err->msg + n, sizeof err->msg - n, "; a piece of it "
+                 "failed: %s", d->value);
+        return;
+    }
+}
+
+/* Reduces the metadata of all writers to one value per key, refusing keys
+ * set to different values by different writers. */
+static int merge_meta(const ckpt_manifest *in, ckpt_manifest *out,
+                      ckpt_error *err)
+{
+    for (size_t i = 0; i < in->nmeta; i++) {
+        const ckpt_kv *kv = &in->meta[i];
+        const char *have = ckpt_manifest_get_meta(out, kv->key);
+        if (have && strcmp(have, kv->value) != 0) {
+            const char *first = "?";
+            for (size_t j = 0; j < out->nmeta; j++)
+                if (strcmp(out->meta[j].key, kv->key) == 0 &&
+                    out->meta[j].writer)
+                    first = out->meta[j].writer;
+            return ckpt_err(err, -EINVAL,
+                            "metadata '%s' is '%s' (writer %s) but '%s' "
+                            "(writer %s)", kv->key, have, first, kv->value,
+                            kv->writer ? kv->writer : "?");
+        }
+        if (!have && ckpt_manifest_set_meta(out, kv->key, kv->value,
+                                            kv->writer))
+            return ckpt_err(err, -ENOMEM, "out of memory");
+    }
+    return 0;
+}
+
+static int add_system_meta(ckpt_manifest *meta, size_t writers,
+                           ckpt_error *err)
+{
+    char created[64], nbuf[32], fmt[16];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    snprintf(nbuf, sizeof nbuf, "%zu", writers);
+    snprintf(fmt, sizeof fmt, "%d", CKPT_FORMAT_VERSION);
+    if (ckpt_manifest_set_meta(meta, "format_version", fmt, NULL) ||
+        ckpt_manifest_set_meta(meta, "created", created, NULL) ||
+        ckpt_manifest_set_meta(meta, "producer", "ckptfs " CKPT_VERSION_STRING,
+                               NULL) ||
+        ckpt_manifest_set_meta(meta, "world_size", nbuf, NULL))
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    return 0;
+}
+
+/* Links tmp to final (fails with -EEXIST if a checkpoint was committed
+ * meanwhile), then removes tmp and syncs the directory.  A failure after
+ * the link withdraws index.db again: a commit that reports an error has
+ * committed nothing (the name might not have survived a crash either). */
+static int publish(const char *dir, const char *tmp, const char *final,
+                   int sync, ckpt_error *err)
+{
+    if (link(tmp, final) != 0) {
+        int e = errno;
+        unlink(tmp);
+        if (e == EEXIST)
+            return ckpt_err(err, -EEXIST, "%s was committed by someone "
+                            "else meanwhile", dir);
+        return ckpt_err_sys(err, -e, "cannot publish %s", final);
+    }
+    int rc = unlink(tmp) == 0 ? 0
+             : ckpt_err_sys(err, -errno, "cannot remove %s", tmp);
+    if (rc == 0 && sync)
+        rc = ckpt_fsync_dir(dir, err);
+    if (rc) {
+        unlink(final);
+        unlink(tmp);
+        if (err) {
+            size_t n = strlen(err->msg);
+            snprintf(err->msg + n, sizeof err->msg - n, "; the index was "
+                     "withdrawn: nothing is committed");
+        }
+    }
+    return rc;
+}
+
+/* Step (1) of the commit protocol, whatever the writers did: every shard
+ * the plans name is fdatasynced before the index can point into it. */
+static int sync_one(const char *dir, const char *file, ckpt_error *err)
+{
+    char path[4096];
+    int rc = ckpt_path_join(path, sizeof path, dir, file, err);
+    if (rc)
+        return rc;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return ckpt_err_sys(err, -errno, "cannot open %s", path);
+    rc = fdatasync(fd) == 0 ? 0 : ckpt_err_sys(err, -errno, "cannot sync %s",
+                                               path);
+    close(fd);
+    /* The kernel may have dropped what failed to sync, and a later sync
+     * would not say: the save must never commit (CKPT_UNSYNCED_PATH). */
+    if (rc)
+        ckpt_save_mark_unsynced(dir, err ? err->msg : "cannot sync a shard");
+    return rc;
+}
+
+/* A save marked unsynced is refused, with the failure that marked it. */
+static int refuse_unsynced(const char *dir, ckpt_error *err)
+{
+    char why[900];
+    if (!ckpt_save_unsynced(dir, why, sizeof why))
+        return 0;
+    why[strcspn(why, "\n")] = '\0';
+    return ckpt_err(err, -EIO, "%s cannot be committed: a shard of it could "
+                    "not be synced (%s), so its bytes may not be on the "
+                    "disk; save the step again", dir, why);
+}
+
+static int sync_shards(const char *dir, const ckpt_pieces *all,
+                       ckpt_error *err)
+{
+    /* Each distinct path is one string of the table: once each. */
+    unsigned char *done = calloc((size_t)all->nstr + 1, 1);
+    if (!done)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < all->n; i++) {
+        uint32_t f = all->v[i].file;
+        if (f == CKPT_PIECES_NONE || done[f])
+            continue;
+        done[f] = 1;
+        rc = sync_one(dir, ckpt_pieces_str(all, f), err);
+    }
+    free(done);
+    return rc;
+}
+
+/* Everything under the commit lock. */
+static int commit_locked(const char *dir, const char *pending,
+                         const ckpt_commit_opts *o, ckpt_error *err)
+{
+    char tmp[4096], final[4096];
+    name_list plans = { 0 };
+    ckpt_pieces all;
+    ckpt_manifest all_meta, meta;
+    ckpt_plan plan = { 0 };
+    ckpt_pieces_init(&all);
+    ckpt_manifest_init(&all_meta);
+    ckpt_manifest_init(&meta);
+    int rc = ckpt_path_join(final, sizeof final, dir, "index.db", err);
+    if (rc == 0)
+        rc = ckpt_path_join(tmp, sizeof tmp, dir, "index.db.tmp", err);
+    if (rc == 0 && access(final, F_OK) == 0)
+        rc = ckpt_err(err, -EEXIST, "%s is already committed", dir);
+    if (rc == 0)
+        rc = refuse_unsynced(dir, err);
+    if (rc == 0)
+        rc = list_plans(pending, &plans, err);
+    if (rc == 0 && plans.n == 0)
+        rc = ckpt_err(err, -EINVAL, "%s: no writer plans in .pending/: "
+                      "nothing to commit", dir);
+    if (rc == 0 && o->expect_writers > 0 &&
+        plans.n != (size_t)o->expect_writers)
+        rc = ckpt_err(err, -EINVAL, "%s: expected %d writer plans, found "
+                      "%zu", dir, o->expect_writers, plans.n);
+    if (rc == 0)
+        rc = read_plans(pending, &plans, &all, &all_meta, err);
+    if (rc == 0)
+        rc = check_declared(&all_meta, &all, err);
+    if (rc == 0)
+        rc = merge_meta(&all_meta, &meta, err);
+    if (rc == 0)
+        rc = add_system_meta(&meta, o->world_size > 0 ? (size_t)o->world_size
+                                                       : plans.n, err);
+    ckpt_plan_opts popts = { .check_replica_hashes = 1 };
+    if (rc == 0) {
+        rc = ckpt_plan_build_pieces(&all, &popts, &plan, err);
+        if (rc)
+            add_failure(&all_meta, err);
+    }
+    if (rc == 0 && o->sync)
+        rc = sync_shards(dir, &all, err);
+    if (rc == 0) {
+        unlink(tmp);   /* left by a committer that died; we hold the lock */
+        rc = ckpt_index_write_pieces(tmp, dir, &all, &plan, meta.meta,
+                                     meta.nmeta, o->sync, err);
+        if (rc) {
+            ckpt_err_wrap(err, rc, "cannot write the index");
+            unlink(tmp);
+        }
+    }
+    if (rc == 0)
+        rc = publish(dir, tmp, final, o->sync, err);
+    ckpt_plan_free(&plan);
+    ckpt_pieces_free(&all);
+    ckpt_manifest_free(&all_meta);
+    ckpt_manifest_free(&meta);
+    names_free(&plans);
+    return rc;
+}
+
+int ckpt_commit(const char *dir, const ckpt_commit_opts *opts,
+                ckpt_error *err)
+{
+    ckpt_commit_opts o;
+    char pending[4096], lock[4096];
+    if (opts)
+        o = *opts;
+    else
+        ckpt_commit_opts_init(&o);
+    int rc = ckpt_path_join(pending, sizeof pending, dir, ".pending", err);
+    if (rc == 0)
+        rc = ckpt_path_join(lock, sizeof lock, pending, "commit.lock", err);
+    if (rc)
+        return rc;
+    /* The lease keeps gc away for the whole commit; a gc that retired the
+     * save while we waited for it is reported (-ESTALE). */
+    ckpt_lease *lease = NULL;
+    rc = ckpt_lease_take(&lease, dir, CKPT_LEASE_BEAT_MS, err);
+    if (rc == -ENOENT && access(dir, F_OK) == 0) {
+        char idx[4096];
+        if (ckpt_path_join(idx, sizeof idx, dir, "index.db", NULL) == 0 &&
+            access(idx, F_OK) == 0)
+            return ckpt_err(err, -EEXIST, "%s is already committed", dir);
+        return ckpt_err(err, -EINVAL, "%s: no .pending/ directory: "
+                        "nothing to commit", dir);
+    }
+    if (rc)
+        return rc;
+    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = ckpt_err_sys(err, -errno, "cannot open %s", lock);
+        ckpt_lease_drop(lease);
+        return rc;
+    }
+    if (flock(fd, LOCK_EX) != 0) {
+        rc = ckpt_err_sys(err, -errno, "cannot lock %s", lock);
+        close(fd);
+        ckpt_lease_drop(lease);
+        return rc;
+    }
+    rc = commit_locked(dir, pending, &o, err);
+    /* Once index.db exists the plans are history. */
+    if (rc == 0) {
+        ckpt_error rerr = { 0 };
+        if (ckpt_remove_tree(pending, &rerr) == 0 && o.sync)
+            ckpt_fsync_dir(dir, NULL);
+    }
+    close(fd);
+    ckpt_lease_drop(lease);
+    return rc;
+}

@@ -1,0 +1,779 @@
+/*
+ * writer.c - one writer's stream into a checkpoint directory.
+ *
+ * A writer owns data/<name>.shard and .pending/<name>.plan.  Each piece is
+ * cut into frames of at most the frame size (on element boundaries); frames
+ * are checksummed and encoded on the writer's thread pool while the caller
+ * goes on, and appended to the shard in order.  Memory in flight is bounded
+ * by a ring of (2 * threads + 2) frame slots per stream.  Closing a stream
+ * records the piece in memory; ckpt_writer_flush makes recorded pieces
+ * durable (shard fdatasync, then one plan-file transaction).
+ */
+#include "ckptfs.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "codec/codec.h"
+#include "common/error.h"
+#include "common/fileio.h"
+#include "format/planfile.h"
+#include "format/lease.h"
+#include "format/model.h"
+#include "format/plan.h"
+#include "common/pool.h"
+#include "common/shape.h"
+#include "write/writer.h"
+#include "common/xxh.h"
+
+#define MIN_FRAME_SIZE 4096
+#define MAX_NAME_LEN 128
+
+struct ckpt_writer {
+    pthread_mutex_t mu;          /* guards everything below but opts/pool */
+    char *dir;
+    char *name;
+    char *shard_rel;             /* "data/<name>.shard" */
+    ckpt_shard *shard;
+    ckpt_planfile *plan;
+    ckpt_lease *lease;           /* held from open to free */
+    ckpt_manifest pending;       /* recorded, not yet in the plan file */
+    ckpt_write_opts opts;
+    ckpt_pool *pool;
+    ckpt_codec_ctx **ctx;        /* one per pool worker */
+    int nworkers;
+    ckpt_error failure;          /* sticky: set once the shard is broken */
+    /* Frame buffers of the ring (copy and encoded output per slot), kept
+     * for the next stream: a writer streams one piece at a time, and a
+     * mount writes many small pieces. */
+    unsigned char **spare;       /* 2 per slot: own, enc */
+    int nspare;
+};
+
+/* One frame in flight. */
+typedef struct slot {
+    struct ckpt_stream *s;
+    const unsigned char *src;    /* frame's raw bytes (own or borrowed) */
+    unsigned char *own;          /* owned copy buffer, frame size */
+    unsigned char *enc;          /* encoded output, codec bound */
+    size_t n, enc_n;
+    int codec;
+    uint64_t checksum;
+    int rc;
+    int done;
+    ckpt_error err;
+} slot;
+
+struct ckpt_stream {
+    ckpt_writer *w;
+    ckpt_piece_rec rec;
+    size_t itemsize, frame;
+    int codec;                   /* opts.codec resolved for the dtype */
+    uint64_t received;
+    uint64_t raw_pos;            /* raw offset of the next frame submitted */
+    XXH3_state_t *hash;
+    slot *ring;
+    int depth;
+    uint64_t head, tail;         /* slots drained / submitted */
+    size_t fill;                 /* bytes copied into ring[tail] so far */
+    int borrowed;                /* submitted slots point into caller data */
+    int lend;                    /* the caller's data outlives the stream:
+                                    encode whole frames from it, uncopied */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int rc;                      /* first error, sticky */
+    ckpt_error err;
+};
+
+void ckpt_write_opts_init(ckpt_write_opts *o)
+{
+    memset(o, 0, sizeof *o);
+    o->codec = CKPT_CODEC_AUTO;
+    o->level = 1;
+    o->frame_size = CKPT_DEFAULT_FRAME_SIZE;
+    o->threads = 0;
+    o->sync = 1;
+    o->drop_cache = -1;
+}
+
+/* ---------------------------------------------------------------- helpers */
+
+static int check_writer_name(const char *name, ckpt_error *err)
+{
+    size_t n = name ? strlen(name) : 0;
+    if (n == 0 || n > MAX_NAME_LEN || name[0] == '.')
+        return ckpt_err(err, -EINVAL,
+                        "writer name '%s' must be 1-%d characters of "
+                        "[A-Za-z0-9._-] not starting with '.'",
+                        name ? name : "", MAX_NAME_LEN);
+    for (size_t i = 0; i < n; i++) {
+        char c = name[i];
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                 (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+        if (!ok)
+            return ckpt_err(err, -EINVAL,
+                            "writer name '%s' has a character outside "
+                            "[A-Za-z0-9._-]", name);
+    }
+    return 0;
+}
+
+static int validate_opts(const ckpt_write_opts *o, ckpt_error *err)
+{
+    if (o->codec != CKPT_CODEC_AUTO && !ckpt_codec_known(o->codec))
+        return ckpt_err(err, -EINVAL, "unknown codec id %d", o->codec);
+    if (o->frame_size < MIN_FRAME_SIZE || o->frame_size > CKPT_MAX_FRAME_SIZE)
+        return ckpt_err(err, -EINVAL,
+                        "frame size %zu is outside [%d, 1 GiB]",
+                        o->frame_size, MIN_FRAME_SIZE);
+    if (o->drop_cache < -1 || o->drop_cache > 1)
+        return ckpt_err(err, -EINVAL, "drop_cache %d: 1, 0 or -1 (only for "
+                        "asynchronous saves)", o->drop_cache);
+    return 0;
+}
+
+/* Returns the writer's sticky failure, if any. */
+static int writer_failed(ckpt_writer *w, ckpt_error *err)
+{
+    if (w->failure.code == 0)
+        return 0;
+    if (err)
+        *err = w->failure;
+    return w->failure.code;
+}
+
+static int open_files(ckpt_writer *w, ckpt_error *err)
+{
+    char rel[MAX_NAME_LEN + 32], path[4096];
+    snprintf(rel, sizeof rel, "data/%s.shard", w->name);
+    w->shard_rel = strdup(rel);
+    if (!w->shard_rel)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    int rc = ckpt_path_join(path, sizeof path, w->dir, rel, err);
+    if (rc == 0)
+        rc = ckpt_shard_create(&w->shard, path, err);
+    if (rc == 0)
+        ckpt_shard_set_nocache(w->shard, w->opts.drop_cache > 0);
+    if (rc == -EEXIST)
+        return ckpt_err(err, rc, "writer name '%s' is already in use in %s "
+                        "(%s exists)", w->name, w->dir, rel);
+    if (rc)
+        return rc;
+    snprintf(rel, sizeof rel, ".pending/%s.plan", w->name);
+    rc = ckpt_path_join(path, sizeof path, w->dir, rel, err);
+    if (rc == 0) {
+        rc = ckpt_planfile_create(&w->plan, path, w->name, w->opts.sync, err);
+        if (rc)
+            ckpt_err_wrap(err, rc, "cannot create the local plan");
+    }
+    return rc;
+}
+
+static int make_workers(ckpt_writer *w, ckpt_error *err)
+{
+    int rc = ckpt_pool_create(&w->pool, w->opts.threads, err);
+    if (rc)
+        return rc;
+    w->nworkers = ckpt_pool_threads(w->pool);
+    w->ctx = calloc((size_t)w->nworkers, sizeof *w->ctx);
+    if (!w->ctx)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    for (int i = 0; i < w->nworkers; i++)
+        if (!(w->ctx[i] = ckpt_codec_ctx_new()))
+            return ckpt_err(err, -ENOMEM, "out of memory");
+    return 0;
+}
+
+static void writer_free(ckpt_writer *w)
+{
+    for (int i = 0; i < w->nspare; i++)
+        free(w->spare[i]);
+    free(w->spare);
+    if (w->pool)
+        ckpt_pool_destroy(w->pool);
+    for (int i = 0; w->ctx && i < w->nworkers; i++)
+        ckpt_codec_ctx_free(w->ctx[i]);
+    free(w->ctx);
+    if (w->shard)
+        ckpt_shard_close(w->shard, NULL);
+    if (w->plan)
+        ckpt_planfile_close(w->plan);
+    ckpt_manifest_free(&w->pending);
+    ckpt_lease_drop(w->lease);
+    pthread_mutex_destroy(&w->mu);
+    free(w->dir);
+    free(w->name);
+    free(w->shard_rel);
+    free(w);
+}
+
+/* ---------------------------------------------------------------- writer */
+
+int ckpt_writer_open(ckpt_writer **out, const char *dir, const char *name,
+                     const ckpt_write_opts *opts, ckpt_error *err)
+{
+    *out = NULL;
+    int rc = check_writer_name(name, err);
+    if (rc)
+        return rc;
+    ckpt_writer *w = calloc(1, sizeof *w);
+    if (!w)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    pthread_mutex_init(&w->mu, NULL);
+    ckpt_manifest_init(&w->pending);
+    if (opts)
+        w->opts = *opts;
+    else
+        ckpt_write_opts_init(&w->opts);
+    w->dir = strdup(dir);
+    w->name = strdup(name);
+    if (!w->dir || !w->name)
+        rc = ckpt_err(err, -ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = validate_opts(&w->opts, err);
+    if (rc == 0)
+        rc = ckpt_save_begin(&w->lease, dir, err);
+    if (rc == 0)
+        rc = open_files(w, err);
+    if (rc == 0)
+        rc = make_workers(w, err);
+    if (rc) {
+        writer_free(w);
+        return rc;
+    }
+    *out = w;
+    return 0;
+}
+
+int ckpt_writer_set_meta(ckpt_writer *w, const char *key, const char *value,
+                         ckpt_error *err)
+{
+    static const char *const reserved[] = {
+        "format_version", "created", "producer", "world_size", NULL
+    };
+    if (!key || !*key || !value)
+        return ckpt_err(err, -EINVAL, "metadata key and value must be "
+                        "non-empty strings");
+    for (int i = 0; reserved[i]; i++)
+        if (strcmp(key, reserved[i]) == 0)
+            return ckpt_err(err, -EINVAL, "metadata key '%s' is reserved "
+                            "(ckptfs sets it at commit)", key);
+    pthread_mutex_lock(&w->mu);
+    int rc = ckpt_manifest_set_meta(&w->pending, key, value, w->name);
+    pthread_mutex_unlock(&w->mu);
+    return rc ? ckpt_err(err, rc, "out of memory") : 0;
+}
+
+/* Syncs the shard (under mu).  A failed fdatasync may have cost bytes that
+ * a later one would not report: the writer fails for good, and the save
+ * is marked so that nobody commits it. */
+static int sync_shard(ckpt_writer *w, ckpt_error *err)
+{
+    ckpt_error e = { 0 };
+    int rc = ckpt_shard_sync(w->shard, &e);
+    if (rc == 0)
+        return 0;
+    ckpt_save_mark_unsynced(w->dir, e.msg);
+    if (w->failure.code == 0)
+        w->failure = e;
+    if (err)
+        *err = e;
+    return rc;
+}
+
+int ckpt_writer_declare(ckpt_writer *w, const char *fqn, const char *reason,
+                        ckpt_error *err)
+{
+    if (!fqn || !*fqn)
+        return ckpt_err(err, -EINVAL, "declare: no tensor name");
+    pthread_mutex_lock(&w->mu);
+    int rc = ckpt_manifest_declare(&w->pending, fqn, reason, w->name);
+    pthread_mutex_unlock(&w->mu);
+    return rc ? ckpt_err(err, rc, "out of memory") : 0;
+}
+
+int ckpt_writer_declare_replica(ckpt_writer *w, const ckpt_piece *p,
+                                ckpt_error *err)
+{
+    int64_t zero[CKPT_MAX_DIMS] = { 0 };
+    if (!p || !p->fqn || !*p->fqn || !p->shape || p->ndim < 0 ||
+        p->ndim > CKPT_MAX_DIMS)
+        return ckpt_err(err, -EINVAL, "replica: no tensor name or shape");
+    char dims[3][CKPT_MAX_DIMS * 21 + 1];
+    ckpt_shape_format(dims[0], sizeof dims[0], p->ndim, p->shape);
+    ckpt_shape_format(dims[1], sizeof dims[1], p->ndim,
+                      p->offsets ? p->offsets : zero);
+    ckpt_shape_format(dims[2], sizeof dims[2], p->ndim,
+                      p->sizes ? p->sizes : p->shape);
+    size_t cap = strlen(p->fqn) + sizeof CKPT_REPLICA_MARK + 32 +
+                 3 * sizeof dims[0];
+    char *key = malloc(cap);
+    if (!key)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    snprintf(key, cap, "%s" CKPT_REPLICA_MARK "%s;%s;%s;%s", p->fqn,
+             ckpt_dtype_name(p->dtype), dims[0], dims[1], dims[2]);
+    pthread_mutex_lock(&w->mu);
+    int rc = ckpt_manifest_declare(&w->pending, key, "", w->name);
+    pthread_mutex_unlock(&w->mu);
+    free(key);
+    return rc ? ckpt_err(err, rc, "out of memory") : 0;
+}
+
+int ckpt_writer_flush(ckpt_writer *w, ckpt_error *err)
+{
+    pthread_mutex_lock(&w->mu);
+    int rc = writer_failed(w, err);
+    if (rc == 0 && w->opts.sync)
+        rc = sync_shard(w, err);
+    if (rc == 0 && (w->pending.npieces || w->pending.nmeta))
+        rc = ckpt_planfile_append(w->plan, w->pending.pieces,
+                                  w->pending.npieces, w->pending.meta,
+                                  w->pending.nmeta, err);
+    if (rc == 0 && w->pending.ndeclared)
+        rc = ckpt_planfile_declare(w->plan, w->pending.declared,
+                                   w->pending.ndeclared, err);
+    if (rc && w->failure.code == 0 && (w->pending.npieces ||
+                                       w->pending.nmeta ||
+                                       w->pending.ndeclared))
+        ckpt_err_wrap(err, rc, "cannot record pieces in the local plan");
+    if (rc == 0) {
+        ckpt_manifest_free(&w->pending);
+    } else if (w->failure.code == 0 && err) {
+        w->failure = *err;
+    }
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+int ckpt_writer_sync(ckpt_writer *w, ckpt_error *err)
+{
+    pthread_mutex_lock(&w->mu);
+    int rc = writer_failed(w, err);
+    if (rc == 0)
+        rc = sync_shard(w, err);
+    char data[4096];
+    if (rc == 0)
+        rc = ckpt_path_join(data, sizeof data, w->dir, "data", err);
+    if (rc == 0)
+        rc = ckpt_fsync_dir(data, err);
+    if (rc == 0)
+        rc = ckpt_planfile_sync(w->plan, err);
+    pthread_mutex_unlock(&w->mu);
+    return rc;
+}
+
+int ckpt_writer_close(ckpt_writer *w, ckpt_error *err)
+{
+    int rc = ckpt_writer_flush(w, err);
+    ckpt_error cerr = { 0 };
+    /* Join the encoders before closing the files they feed. */
+    ckpt_pool_destroy(w->pool);
+    w->pool = NULL;
+    int crc = ckpt_shard_close(w->shard, &cerr);
+    w->shard = NULL;
+    if (rc == 0 && crc) {
+        rc = crc;
+        if (err)
+            *err = cerr;
+    }
+    writer_free(w);
+    return rc;
+}
+
+void ckpt_writer_abort(ckpt_writer *w)
+{
+    if (w)
+        writer_free(w);
+}
+
+/* ---------------------------------------------------------------- encode */
+
+static void encode_task(void *arg, int worker)
+{
+    slot *sl = arg;
+    ckpt_stream *s = sl->s;
+    ckpt_writer *w = s->w;
+    size_t out_n = 0;
+    int out_codec = CKPT_CODEC_RAW;
+    sl->checksum = ckpt_checksum(sl->src, sl->n);
+    sl->rc = 0;
+    if (s->codec != CKPT_CODEC_RAW)
+        sl->rc = ckpt_codec_encode(w->ctx[worker], s->codec,
+                                   w->opts.level, s->itemsize, sl->src,
+                                   sl->n, sl->enc, ckpt_codec_bound(sl->n),
+                                   &out_n, &out_codec, &sl->err);
+    sl->codec = out_codec;
+    sl->enc_n = out_codec == CKPT_CODEC_RAW ? sl->n : out_n;
+    pthread_mutex_lock(&s->mu);
+    sl->done = 1;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void stream_fail(ckpt_stream *s, const ckpt_error *e)
+{
+    if (s->rc == 0) {
+        s->rc = e->code ? e->code : -EIO;
+        s->err = *e;
+    }
+}
+
+static void wait_slot(ckpt_stream *s, slot *sl)
+{
+    pthread_mutex_lock(&s->mu);
+    while (!sl->done)
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Appends the oldest slot's frame to the shard and records it. */
+static void drain_one(ckpt_stream *s)
+{
+    slot *sl = &s->ring[s->head % (uint64_t)s->depth];
+    ckpt_writer *w = s->w;
+    wait_slot(s, sl);
+    s->head++;
+    if (s->rc)
+        return;
+    if (sl->rc) {
+        stream_fail(s, &sl->err);
+        return;
+    }
+    ckpt_frame_rec f = {
+        .stored_size = sl->enc_n, .raw_offset = s->raw_pos,
+        .raw_size = sl->n, .checksum = sl->checksum, .codec = sl->codec,
+    };
+    const void *data = sl->codec == CKPT_CODEC_RAW ? sl->src : sl->enc;
+    ckpt_error e = { 0 };
+    pthread_mutex_lock(&w->mu);
+    int rc = writer_failed(w, &e);
+    if (rc == 0) {
+        rc = ckpt_shard_append(w->shard, data, sl->enc_n, &f.file_offset, &e);
+        if (rc)
+            w->failure = e;   /* the shard's tail is now unknown */
+    }
+    pthread_mutex_unlock(&w->mu);
+    if (rc == 0 && ckpt_piece_add_frame(&s->rec, &f))
+        rc = ckpt_err(&e, -ENOMEM, "out of memory");
+    if (rc) {
+        stream_fail(s, &e);
+        return;
+    }
+    s->raw_pos += sl->n;
+    s->rec.stored_bytes += sl->enc_n;
+}
+
+static void drain_all(ckpt_stream *s)
+{
+    while (s->head < s->tail)
+        drain_one(s);
+    s->borrowed = 0;
+}
+
+/* Hands ring[tail] (holding n bytes at src) to the pool. */
+static void submit_slot(ckpt_stream *s, const unsigned char *src, size_t n)
+{
+    slot *sl = &s->ring[s->tail % (uint64_t)s->depth];
+    sl->src = src;
+    sl->n = n;
+    sl->done = 0;
+    XXH3_64bits_update(s->hash, src, n);
+    s->tail++;
+    s->fill = 0;
+    if (ckpt_pool_submit(s->w->pool, encode_task, sl)) {
+        ckpt_error e;
+        ckpt_err(&e, -ENOMEM, "out of memory queueing a frame");
+        sl->done = 1;
+        sl->rc = e.code;
+        sl->err = e;
+    }
+    if (s->tail - s->head == (uint64_t)s->depth)
+        drain_one(s);
+}
+
+static int alloc_ring(ckpt_stream *s, ckpt_error *err)
+{
+    s->depth = 2 * ckpt_pool_threads(s->w->pool) + 2;
+    s->ring = calloc((size_t)s->depth, sizeof *s->ring);
+    if (!s->ring)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    ckpt_writer *w = s->w;
+    size_t fs = w->opts.frame_size;   /* s->frame <= fs, whatever dtype */
+    pthread_mutex_lock(&w->mu);
+    for (int i = 0; i < s->depth; i++) {
+        s->ring[i].s = s;
+        s->ring[i].done = 1;
+        if (w->nspare >= 2) {
+            s->ring[i].enc = w->spare[--w->nspare];
+            s->ring[i].own = w->spare[--w->nspare];
+        } else {
+            s->ring[i].own = malloc(fs);
+            s->ring[i].enc = malloc(ckpt_codec_bound(fs));
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+    for (int i = 0; i < s->depth; i++)
+        if (!s->ring[i].own || !s->ring[i].enc)
+            return ckpt_err(err, -ENOMEM, "out of memory for frame buffers");
+    return 0;
+}
+
+/* Gives the ring's buffers back to the writer for its next stream. */
+static void keep_buffers(ckpt_stream *s)
+{
+    ckpt_writer *w = s->w;
+    pthread_mutex_lock(&w->mu);
+    if (!w->spare)
+        w->spare = calloc(2 * (size_t)s->depth, sizeof *w->spare);
+    for (int i = 0; w->spare && i < s->depth && w->nspare + 2 <= 2 * s->depth;
+         i++) {
+        if (!s->ring[i].own || !s->ring[i].enc)
+            continue;
+        w->spare[w->nspare++] = s->ring[i].own;
+        w->spare[w->nspare++] = s->ring[i].enc;
+        s->ring[i].own = s->ring[i].enc = NULL;
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+static void stream_free(ckpt_stream *s)
+{
+    if (s->ring)
+        keep_buffers(s);
+    for (int i = 0; s->ring && i < s->depth; i++) {
+        free(s->ring[i].own);
+        free(s->ring[i].enc);
+    }
+    free(s->ring);
+    if (s->hash)
+        XXH3_freeState(s->hash);
+    ckpt_piece_clear(&s->rec);
+    pthread_mutex_destroy(&s->mu);
+    pthread_cond_destroy(&s->cv);
+    free(s);
+}
+
+/* ---------------------------------------------------------------- streams */
+
+static int fill_record(ckpt_writer *w, const ckpt_piece *d, ckpt_piece_rec *r,
+                       ckpt_error *err)
+{
+    if (d->ndim < 0 || d->ndim > CKPT_MAX_DIMS)
+        return ckpt_err(err, -EINVAL, "tensor '%s': %d dimensions (at most "
+                        "%d)", d->fqn ? d->fqn : "", d->ndim, CKPT_MAX_DIMS);
+    r->dtype = d->dtype;
+    r->ndim = d->ndim;
+    for (int i = 0; i < d->ndim; i++) {
+        r->shape[i] = d->shape[i];
+        r->offsets[i] = d->offsets ? d->offsets[i] : 0;
+        r->sizes[i] = d->sizes ? d->sizes[i] : d->shape[i];
+    }
+    r->fqn = strdup(d->fqn ? d->fqn : "");
+    r->file = strdup(w->shard_rel);
+    r->writer = strdup(w->name);
+    if (!r->fqn || !r->file || !r->writer)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    int rc = ckpt_plan_check_piece(r, err);
+    if (rc)
+        return rc;
+    return ckpt_shape_nbytes(r->dtype, r->ndim, r->sizes, &r->raw_bytes,
+                             r->fqn, err);
+}
+
+int ckpt_writer_begin(ckpt_writer *w, const ckpt_piece *desc,
+                      ckpt_stream **out, ckpt_error *err)
+{
+    *out = NULL;
+    pthread_mutex_lock(&w->mu);
+    int rc = writer_failed(w, err);
+    pthread_mutex_unlock(&w->mu);
+    if (rc)
+        return rc;
+    ckpt_stream *s = calloc(1, sizeof *s);
+    if (!s)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    s->w = w;
+    pthread_mutex_init(&s->mu, NULL);
+    pthread_cond_init(&s->cv, NULL);
+    rc = fill_record(w, desc, &s->rec, err);
+    if (rc == 0) {
+        s->itemsize = ckpt_dtype_size(s->rec.dtype);
+        s->codec = ckpt_codec_resolve(w->opts.codec, s->rec.dtype);
+        s->frame = w->opts.frame_size - w->opts.frame_size % s->itemsize;
+        s->hash = XXH3_createState();
+        if (!s->hash || XXH3_64bits_reset(s->hash) != XXH_OK)
+            rc = ckpt_err(err, -ENOMEM, "out of memory");
+    }
+    if (rc == 0)
+        rc = alloc_ring(s, err);
+    if (rc) {
+        stream_free(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+static int stream_error(ckpt_stream *s, ckpt_error *err)
+{
+    if (err)
+        *err = s->err;
+    return s->rc;
+}
+
+int ckpt_stream_write(ckpt_stream *s, const void *buf, size_t len,
+                      ckpt_error *err)
+{
+    const unsigned char *p = buf;
+    if (s->rc)
+        return stream_error(s, err);
+    if (len > s->rec.raw_bytes - s->received)
+        return ckpt_err(err, -EINVAL, "tensor '%s': piece holds %llu bytes; "
+                        "writing %zu more after %llu is past its end",
+                        s->rec.fqn, (unsigned long long)s->rec.raw_bytes, len,
+                        (unsigned long long)s->received);
+    s->received += len;
+    while (len && !s->rc) {
+        if (s->fill == 0 && len >= s->frame &&
+            (s->lend || len >= (size_t)s->depth * s->frame)) {
+            /* Whole frames straight from the caller's buffer: worth it
+             * for a buffer larger than the ring, which copying could not
+             * take in without waiting anyway, and for ckpt_writer_put,
+             * which waits for its frames anyway.  A smaller one is copied,
+             * so that the caller goes on while its frames are encoded. */
+            s->borrowed = 1;
+            submit_slot(s, p, s->frame);
+            p += s->frame;
+            len -= s->frame;
+            continue;
+        }
+        slot *sl = &s->ring[s->tail % (uint64_t)s->depth];
+        if (s->fill == 0)
+            wait_slot(s, sl);   /* the slot must be drained to reuse `own` */
+        size_t take = s->frame - s->fill;
+        if (take > len)
+            take = len;
+        memcpy(sl->own + s->fill, p, take);
+        s->fill += take;
+        p += take;
+        len -= take;
+        if (s->fill == s->frame)
+            submit_slot(s, sl->own, s->frame);
+    }
+    /* The caller may reuse buf once we return: finish frames borrowed it. */
+    if (s->borrowed)
+        drain_all(s);
+    return s->rc ? stream_error(s, err) : 0;
+}
+
+/* Makes s record `actual` instead of the piece it began with (see
+ * ckpt_stream_end_as). */
+static int restate_piece(ckpt_stream *s, const ckpt_piece *actual,
+                         ckpt_error *err)
+{
+    ckpt_piece_rec r;
+    memset(&r, 0, sizeof r);
+    int rc = fill_record(s->w, actual, &r, err);
+    if (rc == 0 && r.dtype != s->rec.dtype)
+        rc = ckpt_err(err, -EINVAL, "tensor '%s': a stream begun as %s "
+                      "cannot end as %s", r.fqn, ckpt_dtype_name(s->rec.dtype),
+                      ckpt_dtype_name(r.dtype));
+    if (rc == 0) {
+        free(s->rec.fqn);
+        s->rec.fqn = r.fqn;
+        r.fqn = NULL;
+        s->rec.ndim = r.ndim;
+        memcpy(s->rec.shape, r.shape, sizeof r.shape);
+        memcpy(s->rec.offsets, r.offsets, sizeof r.offsets);
+        memcpy(s->rec.sizes, r.sizes, sizeof r.sizes);
+        s->rec.raw_bytes = r.raw_bytes;
+    }
+    ckpt_piece_clear(&r);
+    return rc;
+}
+
+int ckpt_stream_end(ckpt_stream *s, ckpt_error *err)
+{
+    return ckpt_stream_end_as(s, NULL, err);
+}
+
+int ckpt_stream_end_as(ckpt_stream *s, const ckpt_piece *actual,
+                       ckpt_error *err)
+{
+    ckpt_writer *w = s->w;
+    if (s->rc == 0 && s->fill > 0) {
+        slot *sl = &s->ring[s->tail % (uint64_t)s->depth];
+        submit_slot(s, sl->own, s->fill);
+    }
+    drain_all(s);
+    int rc = s->rc;
+    if (rc)
+        stream_error(s, err);
+    else if (actual)
+        rc = restate_piece(s, actual, err);
+    if (rc == 0 && s->received != s->rec.raw_bytes)
+        rc = ckpt_err(err, -EINVAL, "tensor '%s': piece holds %llu bytes but "
+                      "%llu were written", s->rec.fqn,
+                      (unsigned long long)s->rec.raw_bytes,
+                      (unsigned long long)s->received);
+    if (rc == 0) {
+        s->rec.data_hash = XXH3_64bits_digest(s->hash);
+        pthread_mutex_lock(&w->mu);
+        ckpt_piece_rec *r = ckpt_manifest_add_piece(&w->pending);
+        if (r) {
+            *r = s->rec;   /* ownership moves to the manifest */
+            memset(&s->rec, 0, sizeof s->rec);
+        } else {
+            rc = ckpt_err(err, -ENOMEM, "out of memory");
+        }
+        pthread_mutex_unlock(&w->mu);
+    }
+    stream_free(s);
+    return rc;
+}
+
+void ckpt_stream_abort(ckpt_stream *s)
+{
+    if (!s)
+        return;
+    for (uint64_t i = s->head; i < s->tail; i++)
+        wait_slot(s, &s->ring[i % (uint64_t)s->depth]);
+    stream_free(s);
+}
+
+int ckpt_writer_put(ckpt_writer *w, const ckpt_piece *p, ckpt_error *err)
+{
+    ckpt_stream *s;
+    int rc = ckpt_writer_begin(w, p, &s, err);
+    if (rc)
+        return rc;
+    if (s->rec.raw_bytes && !p->data) {
+        ckpt_stream_abort(s);
+        return ckpt_err(err, -EINVAL, "tensor '%s': piece has no data",
+                        p->fqn);
+    }
+    s->lend = 1;   /* p->data stays valid until the stream ends below */
+    if (s->rec.raw_bytes)
+        rc = ckpt_stream_write(s, p->data, s->rec.raw_bytes, err);
+    if (rc) {
+        ckpt_stream_abort(s);
+        return rc;
+    }
+    return ckpt_stream_end(s, err);
+}
+
+int ckpt_writer_put_bytes(ckpt_writer *w, const char *fqn, const void *data,
+                          size_t len, ckpt_error *err)
+{
+    int64_t shape = (int64_t)len;
+    ckpt_piece p = {
+        .fqn = fqn, .dtype = CKPT_BYTES, .ndim = 1, .shape = &shape,
+        .data = data,
+    };
+    return ckpt_writer_put(w, &p, err);
+}

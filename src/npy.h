@@ -1,8 +1,23 @@
 /*
- * npy.h - the NumPy .npy format as `ckpt` needs it: reading the header of a
- * file (versions 1.0, 2.0 and 3.0) to find its dtype, order, shape and where
- * its data starts; writing a version 1.0 header; widening the dtypes NumPy
- * lacks (bf16, f8e4m3, f8e5m2) to float32 exactly.
+ * npy.h - the NumPy .npy format, one copy for `ckpt` and the mount: reading
+ * the header of a file (versions 1.0, 2.0 and 3.0) to find its dtype, order,
+ * shape and where its data starts; writing a version 1.0 header; widening
+ * the dtypes NumPy lacks (bf16, f8e4m3, f8e5m2) to float32.  `ckpt unpack`
+ * and the mount's .npy/ view both write through here, so they give the
+ * same bytes for every tensor (tests/cli/npy_same.sh).
+ *
+ * Widening is exact for every number (each value of those dtypes is a
+ * float32) and keeps the sign of everything, zeros and NaNs included.  NaN
+ * bits are defined as follows, the bits PyTorch's .float() and a hardware
+ * half-to-single conversion give:
+ *  - bf16: the top half of the float32, every bit kept: a NaN keeps its
+ *    payload and its quiet bit (a signalling NaN stays signalling);
+ *  - f8e5m2 (the top byte of an IEEE binary16): a NaN keeps its 2 payload
+ *    bits at the top of the float32 mantissa, with the quiet bit set:
+ *    S.11111.mm -> S | 0x7fc00000 | mm << 21;
+ *  - f8e4m3fn has one NaN per sign, S.1111.111: the default quiet NaN with
+ *    that sign, S | 0x7fc00000.
+ * f16 needs no widening: NumPy has it ('<f2').
  */
 #ifndef CKPT_NPY_H
 #define CKPT_NPY_H
@@ -11,6 +26,7 @@
 #include <stdint.h>
 #include "ckptfs.h"
 #include "dtype.h"
+
 
 /* Bytes of the fixed prefix: magic (6), version (2), header length (2 in
  * version 1.0, 4 in 2.0 and 3.0). */
@@ -49,10 +65,28 @@ int npy_read_header(int fd, const char *path, npy_header *h, ckpt_error *err);
 int npy_format_header(char *buf, size_t cap, const char *descr, int ndim,
                       const int64_t *shape);
 
+/* Formats the version 1.0 header of a tensor of dtype dt and shape
+ * (ndim, shape) as its .npy image has it: the descr of
+ * ckpt_dtype_npy_descr (float32 for the widened dtypes).  Returns the
+ * length, -EINVAL for a dtype without a NumPy spelling or a bad shape,
+ * -ENAMETOOLONG when cap is too small. */
+int npy_tensor_header(ckpt_dtype dt, int ndim, const int64_t *shape,
+                      char *buf, size_t cap);
+
+/* float32 bit patterns of every float8 value, built once by
+ * npy_tables_init (2 KiB) and then only read. */
+typedef struct npy_tables {
+    uint32_t f8e4m3[256];
+    uint32_t f8e5m2[256];
+} npy_tables;
+
+void npy_tables_init(npy_tables *t);
+
 /* Widens n elements of dt (CKPT_BF16, CKPT_F8E4M3 or CKPT_F8E5M2) at src
- * to little-endian float32 at dst (4*n bytes).  Exact: every value of those
- * dtypes is a float32.  Returns 0, or -EINVAL for another dtype. */
-int npy_widen_f32(ckpt_dtype dt, const void *src, size_t n, void *dst);
+ * to little-endian float32 at dst (4*n bytes), by the rules above.
+ * Returns 0, or -EINVAL for another dtype. */
+int npy_widen_f32(const npy_tables *t, ckpt_dtype dt, const void *src,
+                  size_t n, void *dst);
 
 /* The float32 bit patterns of the 8-bit float formats. */
 uint32_t npy_f8e4m3_bits(uint8_t b);

@@ -29,15 +29,24 @@ extern "C" {
 /* The library is built with hidden visibility; this API is what it exports. */
 #pragma GCC visibility push(default)
 
-#define CKPT_VERSION_STRING "0.1.0"
+/* CKPT_VERSION_MAJOR, _MINOR, _PATCH, _STRING ("0.1.0") and _NUMBER,
+ * made by configure from configure.ac's version. */
+#include "ckptfs_version.h"
 #define CKPT_FORMAT_VERSION 1
 /* The most dimensions a tensor may have (NumPy's limit). */
 #define CKPT_MAX_DIMS 32
 /* Default frame size: raw bytes per independently decodable frame. */
 #define CKPT_DEFAULT_FRAME_SIZE ((size_t)1 << 20)
+/* The smallest frame size a writer accepts (ckpt_write_opts.frame_size). */
+#define CKPT_MIN_FRAME_SIZE ((size_t)4096)
 /* The largest frame the format allows: 1 GiB of raw bytes (readers refuse
  * an index that claims more). */
 #define CKPT_MAX_FRAME_SIZE ((size_t)1 << 30)
+/* The most encoder or decoder threads an options struct may ask for. */
+#define CKPT_MAX_THREADS 4096
+/* zstd levels a codec accepts: 1..22, and -7..-1 for its fast modes. */
+#define CKPT_MIN_LEVEL (-7)
+#define CKPT_MAX_LEVEL 22
 
 /* ------------------------------------------------------------------ errors */
 
@@ -100,8 +109,10 @@ typedef struct ckpt_write_opts {
     int codec;          /* a ckpt_codec (default CKPT_CODEC_AUTO) */
     int level;          /* zstd level, for zstd and for the planes that a
                            byte-grouped codec codes with zstd (default 1) */
-    size_t frame_size;  /* raw bytes per frame (default 1 MiB, min 4 KiB) */
-    int threads;        /* encoder threads; 0 = online CPUs */
+    size_t frame_size;  /* raw bytes per frame (default 1 MiB):
+                           CKPT_MIN_FRAME_SIZE to CKPT_MAX_FRAME_SIZE */
+    int threads;        /* encoder threads; 0 = online CPUs; at most
+                           CKPT_MAX_THREADS */
     int sync;           /* fdatasync shard and plan files (default 1) */
     /* Drop the shard's pages from the page cache as the disk takes them
      * (the writer then also goes no faster than the disk): 1 yes, 0 no,
@@ -396,7 +407,8 @@ ckpt_format ckpt_format_probe(const char *path, char *stamp, size_t cap);
  * around it. */
 ckpt_format ckpt_reader_format(const ckpt_reader *r);
 
-/* Version of the library, e.g. "0.1.0". */
+/* Version of the library, e.g. "0.1.0": the CKPT_VERSION_STRING it was
+ * built with (a program built against another header can compare). */
 const char *ckpt_version(void);
 
 /* ------------------------------------------------------------------ async save */

@@ -28,10 +28,10 @@
 #include "plan.h"
 #include "pool.h"
 #include "shape.h"
+#include "wopts.h"
 #include "writer.h"
 #include "xxh.h"
 
-#define MIN_FRAME_SIZE 4096
 #define MAX_NAME_LEN 128
 
 struct ckpt_writer {
@@ -120,20 +120,6 @@ static int check_writer_name(const char *name, ckpt_error *err)
                             "writer name '%s' has a character outside "
                             "[A-Za-z0-9._-]", name);
     }
-    return 0;
-}
-
-static int validate_opts(const ckpt_write_opts *o, ckpt_error *err)
-{
-    if (o->codec != CKPT_CODEC_AUTO && !ckpt_codec_known(o->codec))
-        return ckpt_err(err, -EINVAL, "unknown codec id %d", o->codec);
-    if (o->frame_size < MIN_FRAME_SIZE || o->frame_size > CKPT_MAX_FRAME_SIZE)
-        return ckpt_err(err, -EINVAL,
-                        "frame size %zu is outside [%d, 1 GiB]",
-                        o->frame_size, MIN_FRAME_SIZE);
-    if (o->drop_cache < -1 || o->drop_cache > 1)
-        return ckpt_err(err, -EINVAL, "drop_cache %d: 1, 0 or -1 (only for "
-                        "asynchronous saves)", o->drop_cache);
     return 0;
 }
 
@@ -235,7 +221,7 @@ int ckpt_writer_open(ckpt_writer **out, const char *dir, const char *name,
     if (!w->dir || !w->name)
         rc = ckpt_err(err, -ENOMEM, "out of memory");
     if (rc == 0)
-        rc = validate_opts(&w->opts, err);
+        rc = ckpt_write_opts_check(&w->opts, err);
     if (rc == 0)
         rc = ckpt_save_begin(&w->lease, dir, err);
     if (rc == 0)

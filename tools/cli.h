@@ -82,6 +82,11 @@ int cli_parse_operands(const cli_help *h, int argc, char **argv, int min,
 /* Parses a byte count "4096", "64K", "1M", "2G" (also "64KiB", "1MB":
  * binary multiples).  Returns 0 or -EINVAL. */
 int cli_parse_size(const char *s, uint64_t *out);
+/* Applies --codec ('c'), --frame-size ('f') or --threads ('t') to *o
+ * through the library's one write-option parser (src/wopts.h): CLI_OK, or
+ * a usage error quoting the value and the bounds. */
+int cli_write_opt(const cli_help *h, ckpt_write_opts *o, int opt,
+                  const char *value);
 /* Parses a decimal integer in [min, max].  Returns 0 or -EINVAL. */
 int cli_parse_long(const char *s, long min, long max, long *out);
 

@@ -6,6 +6,7 @@
 #include "cli.h"
 #include "mounthint.h"
 #include "plan.h"
+#include "wopts.h"
 
 #include <ctype.h>
 #include <getopt.h>
@@ -94,36 +95,20 @@ int cli_want_args(const cli_help *h, int have, int min, int max)
     return CLI_OK;
 }
 
-/* The multiplier of a size suffix ("", "K", "KiB", "KB", ...), or 0. */
-static uint64_t size_suffix(const char *s)
-{
-    static const char units[] = "KMGT";
-    if (*s == '\0')
-        return 1;
-    const char *u = strchr(units, toupper((unsigned char)*s));
-    if (!u)
-        return 0;
-    const char *rest = s + 1;
-    if (strcmp(rest, "") != 0 && strcmp(rest, "B") != 0 &&
-        strcmp(rest, "iB") != 0)
-        return 0;
-    return (uint64_t)1 << (10 * (u - units + 1));
-}
-
 int cli_parse_size(const char *s, uint64_t *out)
 {
-    if (!isdigit((unsigned char)*s))
-        return -EINVAL;
-    errno = 0;
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno)
-        return -EINVAL;
-    uint64_t mult = size_suffix(end);
-    if (mult == 0 || v > UINT64_MAX / mult)
-        return -EINVAL;
-    *out = (uint64_t)v * mult;
-    return 0;
+    return ckpt_parse_size(s, out);
+}
+
+int cli_write_opt(const cli_help *h, ckpt_write_opts *o, int opt,
+                  const char *value)
+{
+    const char *name = opt == 'c' ? "codec" : opt == 'f' ? "frame_size"
+                                                         : "threads";
+    ckpt_error err = { 0 };
+    if (ckpt_write_opt_parse(o, name, value, &err))
+        return cli_usage(h, "%s", err.msg);
+    return CLI_OK;
 }
 
 int cli_parse_long(const char *s, long min, long max, long *out)

@@ -137,24 +137,6 @@ static int parse_grid(pack_job *job, const char *s)
     return CLI_OK;
 }
 
-static int parse_codec(pack_job *job, const char *s)
-{
-    ckpt_error err = { 0 };
-    if (ckpt_codec_parse(s, &job->wopts.codec, &job->wopts.level, &err))
-        return cli_usage(&HELP, "%s", err.msg);
-    return CLI_OK;
-}
-
-static int parse_frame_size(pack_job *job, const char *s)
-{
-    uint64_t v;
-    if (cli_parse_size(s, &v) || v < 4096 || v > ((uint64_t)1 << 30))
-        return cli_usage(&HELP, "bad frame size '%s': expected 4K to 1G, "
-                         "e.g. 1M or 65536", s);
-    job->wopts.frame_size = (size_t)v;
-    return CLI_OK;
-}
-
 static int add_meta(pack_job *job, char *kv)
 {
     char *eq = strchr(kv, '=');
@@ -171,17 +153,10 @@ static int add_meta(pack_job *job, char *kv)
 /* Handles one option returned by getopt_long. */
 static int take_option(pack_job *job, int c, char **argv)
 {
-    long n;
     switch (c) {
     case 'g': return parse_grid(job, optarg);
-    case 'c': return parse_codec(job, optarg);
-    case 'f': return parse_frame_size(job, optarg);
-    case 't':
-        if (cli_parse_long(optarg, 0, 1024, &n))
-            return cli_usage(&HELP, "bad thread count '%s': expected 0 to "
-                             "1024", optarg);
-        job->wopts.threads = (int)n;
-        return CLI_OK;
+    case 'c': case 'f': case 't':
+        return cli_write_opt(&HELP, &job->wopts, c, optarg);
     case 'm': return add_meta(job, optarg);
     default: return cli_bad_option(&HELP, c, argv);
     }

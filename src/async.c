@@ -70,6 +70,8 @@ struct ckpt_saver {
 
 void ckpt_saver_opts_init(ckpt_saver_opts *o)
 {
+    if (!o)
+        return;
     memset(o, 0, sizeof *o);
     o->queue_depth = 1;
     o->nice = 10;
@@ -77,6 +79,8 @@ void ckpt_saver_opts_init(ckpt_saver_opts *o)
 
 void ckpt_save_opts_init(ckpt_save_opts *o)
 {
+    if (!o)
+        return;
     memset(o, 0, sizeof *o);
     ckpt_write_opts_init(&o->write);
 }
@@ -246,7 +250,7 @@ int ckpt_saver_create(ckpt_saver **out, const ckpt_saver_opts *opts,
                       ckpt_error *err)
 {
     if (!out)
-        return ckpt_err(err, -EINVAL, "saver: no output pointer (NULL)");
+        return ckpt_err_null(err, "ckpt_saver_create", "out");
     *out = NULL;
     ckpt_saver *sv = calloc(1, sizeof *sv);
     if (!sv)
@@ -568,14 +572,13 @@ int ckpt_save_async(ckpt_saver *sv, const char *dir, const ckpt_piece *pieces,
 {
     if (out)
         *out = NULL;
-    if (!sv || !out)
-        return ckpt_err(err, -EINVAL, "async save: no saver or no handle "
-                        "pointer (NULL)");
-    if (!dir || !*dir)
+    if (!sv || !out || !dir)
+        return ckpt_err_null(err, "ckpt_save_async",
+                             !sv ? "saver" : !out ? "out" : "dir");
+    if (!*dir)
         return ckpt_err(err, -EINVAL, "async save: no checkpoint directory");
     if (n > 0 && !pieces)
-        return ckpt_err(err, -EINVAL, "async save: %zu pieces but no piece "
-                        "array (NULL)", n);
+        return ckpt_err_null(err, "ckpt_save_async", "pieces");
     ckpt_save_opts defaults;
     ckpt_save_opts_init(&defaults);
     const ckpt_save_opts *o = opts ? opts : &defaults;
@@ -593,7 +596,7 @@ int ckpt_save_async(ckpt_saver *sv, const char *dir, const ckpt_piece *pieces,
 int ckpt_save_poll(ckpt_save *j)
 {
     if (!j)
-        return 1;
+        return -EINVAL;
     pthread_mutex_lock(&j->sv->mu);
     int done = j->done;
     pthread_mutex_unlock(&j->sv->mu);
@@ -602,35 +605,7 @@ int ckpt_save_poll(ckpt_save *j)
 
 int ckpt_save_wait(ckpt_save *j, ckpt_error *err)
 {
+    if (!j)
+        return ckpt_err_null(err, "ckpt_save_wait", "save");
     return ckpt_async_wait(j, NULL, err);
-}
-
-/* ------------------------------------------------------------ loads */
-
-int ckpt_load_region(ckpt_reader *r, size_t idx, const int64_t *offsets,
-                     const int64_t *sizes, void *dst, ckpt_error *err)
-{
-    ckpt_tensor_info ti;
-    char what[256];
-    if (!r || ckpt_reader_info(r, idx, &ti))
-        return ckpt_err(err, -EINVAL, "load: no reader or no tensor %zu", idx);
-    static const int64_t zeros[CKPT_MAX_DIMS];
-    const int64_t *size = sizes ? sizes : ti.shape;
-    const int64_t *off = offsets ? offsets : zeros;
-    uint64_t nbytes = 0;
-    for (int d = 0; d < ti.ndim; d++)
-        if (size[d] < 0 || size[d] > ti.shape[d])
-            return ckpt_err(err, -EINVAL, "tensor '%s': region dim %d size "
-                            "%lld is outside its size %lld", ti.fqn, d,
-                            (long long)size[d], (long long)ti.shape[d]);
-    int rc = ckpt_shape_nbytes(ti.dtype, ti.ndim, size, &nbytes, ti.fqn, err);
-    if (rc)
-        return rc;
-    snprintf(what, sizeof what, "load of tensor '%s'", ti.fqn);
-    int kind = ckpt_mem_kind(NULL, dst, (size_t)nbytes, 1, what, err);
-    if (kind < 0)
-        return kind;
-    if (kind == CKPT_MEM_DEVICE)
-        return ckpt_stage_load_device(r, idx, off, size, dst, err);
-    return ckpt_read_region(r, idx, off, size, dst, err);
 }

@@ -11,6 +11,15 @@
  *    negative errno value on failure.  When `err` is not NULL it receives the
  *    same code and a message that names what failed (file, tensor, chunk,
  *    frame, writer).  `err` may be NULL.
+ *  - Arguments: a NULL pointer where the call needs one is refused with
+ *    -EINVAL and the message "<call>: <parameter> is NULL", never a crash.
+ *    Pointers documented as optional may be NULL: options structs (the
+ *    defaults), `err`, callbacks.  Calls that cannot return an error treat
+ *    NULL as empty: counts are 0, lookups NULL or CKPT_*_NONE, and the
+ *    *_opts_init, close, destroy and abort calls do nothing.
+ *  - Regions: NULL offsets mean all zeros and NULL sizes the whole shape,
+ *    alike for ckpt_piece, ckpt_read_region, ckpt_load_region and
+ *    ckpt_mpi_region.
  *  - Objects carry all state; the library has no mutable global state.
  *  - A ckpt_reader may be used by many threads at once.  A ckpt_writer may be
  *    shared by threads (calls are serialised inside); a ckpt_stream belongs
@@ -277,7 +286,7 @@ typedef struct ckpt_frame_info {
 /* Tensors are listed in FQN order. */
 size_t ckpt_reader_count(const ckpt_reader *r);
 int ckpt_reader_info(const ckpt_reader *r, size_t idx, ckpt_tensor_info *out);
-/* Index of `fqn`, or -ENOENT. */
+/* Index of `fqn`, or -ENOENT (-EINVAL for a NULL r or fqn). */
 long ckpt_reader_find(const ckpt_reader *r, const char *fqn);
 /* Chunk `chunk` of tensor idx (chunks in row-major order of their
  * offsets).  The first lookup of a tensor's chunks loads them: -EIO when
@@ -304,7 +313,9 @@ int64_t ckpt_read(ckpt_reader *r, size_t idx, void *dst, uint64_t off,
                   uint64_t len, ckpt_error *err);
 /* Reads the region [offsets, offsets+sizes) of tensor idx into dst, stored
  * row-major (prod(sizes) * itemsize bytes).  This is also how M ranks load
- * what N ranks saved. */
+ * what N ranks saved.  NULL offsets are all zeros, NULL sizes the whole
+ * shape (both NULL: the whole tensor); dst may be NULL only for an empty
+ * region. */
 int ckpt_read_region(ckpt_reader *r, size_t idx, const int64_t *offsets,
                      const int64_t *sizes, void *dst, ckpt_error *err);
 
@@ -505,7 +516,8 @@ void ckpt_save_opts_init(ckpt_save_opts *o);
 int ckpt_save_async(ckpt_saver *s, const char *dir, const ckpt_piece *pieces,
                     size_t n, const ckpt_save_opts *opts, ckpt_save **out,
                     ckpt_error *err);
-/* 1 when the save has finished (successfully or not), 0 while it runs. */
+/* 1 when the save has finished (successfully or not), 0 while it runs,
+ * -EINVAL for a NULL h. */
 int ckpt_save_poll(ckpt_save *h);
 /* Waits for the save to finish and frees the handle: 0 once the
  * checkpoint is committed, or the background part's error. */
@@ -525,8 +537,8 @@ int ckpt_save_wait(ckpt_save *h, ckpt_error *err);
 int ckpt_save_sync(const char *dir, const ckpt_piece *pieces, size_t n,
                    const ckpt_save_opts *opts, ckpt_error *err);
 
-/* Like ckpt_read_region (NULL offsets and sizes: the whole tensor), but
- * dst may also be CUDA device memory (in a
+/* Like ckpt_read_region (the same arguments: NULL offsets are zeros, NULL
+ * sizes the whole shape), but dst may also be CUDA device memory (in a
  * libckptfs built with CUDA, where a device is usable): the region is read
  * in slices into two pinned bounce buffers and copied to the device on a
  * stream of its own, one slice's copy overlapping the next one's read.

@@ -105,8 +105,9 @@ int ckpt_mpi_save_async(MPI_Comm comm, const char *dir,
                         const ckpt_mpi_save_opts *opts, ckpt_saver *saver,
                         ckpt_mpi_async **out, ckpt_error *err);
 /* Local, not collective: 1 once this rank's background part has finished
- * (the checkpoint is committed only by the wait). */
-int ckpt_mpi_save_test(ckpt_mpi_async *h);
+ * (the checkpoint is committed only by the wait), 0 while it runs, -EINVAL
+ * for a NULL h.  Named like ckpt_save_poll, its single-process twin. */
+int ckpt_mpi_save_poll(ckpt_mpi_async *h);
 /* Collective over the communicator of the save: waits for every rank's
  * background part, commits, and frees h.  Returns 0 on every rank once
  * committed, or the same error on every rank. */

@@ -27,6 +27,8 @@
 
 void ckpt_commit_opts_init(ckpt_commit_opts *o)
 {
+    if (!o)
+        return;
     memset(o, 0, sizeof *o);
     o->sync = 1;
 }
@@ -383,6 +385,8 @@ int ckpt_commit(const char *dir, const ckpt_commit_opts *opts,
 {
     ckpt_commit_opts o;
     char pending[4096], lock[4096];
+    if (!dir)
+        return ckpt_err_null(err, "ckpt_commit", "dir");
     if (opts)
         o = *opts;
     else

@@ -3,6 +3,7 @@
  */
 #include "error.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -74,4 +75,9 @@ void ckpt_err_clear(ckpt_error *err)
         err->code = 0;
         err->msg[0] = '\0';
     }
+}
+
+int ckpt_err_null(ckpt_error *err, const char *call, const char *param)
+{
+    return ckpt_err(err, -EINVAL, "%s: %s is NULL", call, param);
 }

@@ -696,6 +696,8 @@ static void save_commit(const coll *c, const char *dir,
 
 void ckpt_mpi_save_opts_init(ckpt_mpi_save_opts *o)
 {
+    if (!o)
+        return;
     memset(o, 0, sizeof *o);
     ckpt_write_opts_init(&o->write);
 }
@@ -858,9 +860,11 @@ int ckpt_mpi_save_async(MPI_Comm comm, const char *dir,
     return 0;
 }
 
-int ckpt_mpi_save_test(ckpt_mpi_async *h)
+int ckpt_mpi_save_poll(ckpt_mpi_async *h)
 {
-    return !h || !h->local || ckpt_save_poll(h->local);
+    if (!h)
+        return -EINVAL;
+    return !h->local || ckpt_save_poll(h->local);
 }
 
 int ckpt_mpi_save_wait(ckpt_mpi_async *h, ckpt_error *err)
@@ -1975,6 +1979,8 @@ static int load_prepare(loader *ld, const ckpt_mpi_load_opts *o,
 
 void ckpt_mpi_load_opts_init(ckpt_mpi_load_opts *o)
 {
+    if (!o)
+        return;
     memset(o, 0, sizeof *o);
     ckpt_read_opts_init(&o->read);
     o->exchange_bytes = DEFAULT_EXCHANGE_BYTES;

@@ -114,6 +114,8 @@ typedef struct frame_ref {
 
 void ckpt_read_opts_init(ckpt_read_opts *o)
 {
+    if (!o)
+        return;
     memset(o, 0, sizeof *o);
     o->cache_bytes = (size_t)256 << 20;
     o->threads = 0;
@@ -916,6 +918,10 @@ static int read_elems(ckpt_reader *r, size_t t, uint64_t lo, uint64_t hi,
 int64_t ckpt_read(ckpt_reader *r, size_t t, void *dst, uint64_t off,
                   uint64_t len, ckpt_error *err)
 {
+    if (!r)
+        return ckpt_err_null(err, "ckpt_read", "reader");
+    if (!dst && len)
+        return ckpt_err_null(err, "ckpt_read", "dst");
     int rc = check_tensor(r, t, err);
     if (rc)
         return rc;
@@ -957,10 +963,19 @@ int64_t ckpt_read(ckpt_reader *r, size_t t, void *dst, uint64_t off,
 int ckpt_read_region(ckpt_reader *r, size_t t, const int64_t *offsets,
                      const int64_t *sizes, void *dst, ckpt_error *err)
 {
+    if (!r)
+        return ckpt_err_null(err, "ckpt_read_region", "reader");
     int rc = check_tensor(r, t, err);
     if (rc)
         return rc;
     const ckpt_index_tensor *tt = tensor_at(r, t);
+    static const int64_t zeros[CKPT_MAX_DIMS];
+    if (!offsets)
+        offsets = zeros;
+    if (!sizes)
+        sizes = tt->shape;
+    if (!dst && ckpt_box_numel(tt->ndim, sizes) != 0)
+        return ckpt_err_null(err, "ckpt_read_region", "dst");
     for (int k = 0; k < tt->ndim; k++)
         if (offsets[k] < 0 || sizes[k] < 0 ||
             sizes[k] > tt->shape[k] - offsets[k] ||
@@ -1133,7 +1148,11 @@ static int check_index_file(ckpt_reader *r, ckpt_error *err)
 int ckpt_reader_open(ckpt_reader **out, const char *dir,
                      const ckpt_read_opts *opts, ckpt_error *err)
 {
+    if (!out)
+        return ckpt_err_null(err, "ckpt_reader_open", "out");
     *out = NULL;
+    if (!dir)
+        return ckpt_err_null(err, "ckpt_reader_open", "dir");
     char path[4096];
     int rc = ckpt_path_join(path, sizeof path, dir, "index.db", err);
     if (rc)
@@ -1187,6 +1206,8 @@ int ckpt_reader_open(ckpt_reader **out, const char *dir,
 
 ckpt_format ckpt_reader_format(const ckpt_reader *r)
 {
+    if (!r)
+        return CKPT_FORMAT_NONE;
     if (!r->foreign)
         return CKPT_FORMAT_CKPTFS;
     const char *f = ckpt_reader_meta_get(r, "source_format");
@@ -1196,12 +1217,12 @@ ckpt_format ckpt_reader_format(const ckpt_reader *r)
 
 size_t ckpt_reader_count(const ckpt_reader *r)
 {
-    return r->d.ntensors;
+    return r ? r->d.ntensors : 0;
 }
 
 int ckpt_reader_info(const ckpt_reader *r, size_t idx, ckpt_tensor_info *out)
 {
-    if (idx >= r->d.ntensors)
+    if (!r || !out || idx >= r->d.ntensors)
         return -EINVAL;
     const ckpt_index_tensor *t = tensor_at(r, idx);
     *out = (ckpt_tensor_info){
@@ -1215,6 +1236,8 @@ int ckpt_reader_info(const ckpt_reader *r, size_t idx, ckpt_tensor_info *out)
 
 long ckpt_reader_find(const ckpt_reader *r, const char *fqn)
 {
+    if (!r || !fqn)
+        return -EINVAL;
     size_t lo = 0, hi = r->d.ntensors;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
@@ -1232,7 +1255,8 @@ long ckpt_reader_find(const ckpt_reader *r, const char *fqn)
 int ckpt_reader_chunk(const ckpt_reader *r, size_t idx, size_t chunk,
                       ckpt_chunk_info *out)
 {
-    if (idx >= r->d.ntensors || chunk >= r->d.tensors[idx].nchunks)
+    if (!r || !out || idx >= r->d.ntensors ||
+        chunk >= r->d.tensors[idx].nchunks)
         return -EINVAL;
     /* The reader itself is not const: loading chunks on first use is
      * what a lookup does. */
@@ -1251,6 +1275,8 @@ int ckpt_reader_chunk(const ckpt_reader *r, size_t idx, size_t chunk,
 int ckpt_reader_frame(ckpt_reader *r, size_t idx, size_t chunk, uint64_t frame,
                       ckpt_frame_info *out, ckpt_error *err)
 {
+    if (!r || !out)
+        return ckpt_err_null(err, "ckpt_reader_frame", !r ? "reader" : "out");
     if (idx >= r->d.ntensors || chunk >= r->d.tensors[idx].nchunks)
         return ckpt_err(err, -EINVAL, "no chunk %zu in tensor %zu", chunk,
                         idx);
@@ -1275,13 +1301,13 @@ int ckpt_reader_frame(ckpt_reader *r, size_t idx, size_t chunk, uint64_t frame,
 
 size_t ckpt_reader_meta_count(const ckpt_reader *r)
 {
-    return r->d.nmeta;
+    return r ? r->d.nmeta : 0;
 }
 
 int ckpt_reader_meta_at(const ckpt_reader *r, size_t i, const char **key,
                         const char **value)
 {
-    if (i >= r->d.nmeta)
+    if (!r || !key || !value || i >= r->d.nmeta)
         return -EINVAL;
     *key = r->d.meta[i].key;
     *value = r->d.meta[i].value;
@@ -1290,7 +1316,7 @@ int ckpt_reader_meta_at(const ckpt_reader *r, size_t i, const char **key,
 
 const char *ckpt_reader_meta_get(const ckpt_reader *r, const char *key)
 {
-    for (size_t i = 0; i < r->d.nmeta; i++)
+    for (size_t i = 0; r && key && i < r->d.nmeta; i++)
         if (strcmp(r->d.meta[i].key, key) == 0)
             return r->d.meta[i].value;
     return NULL;
@@ -1298,6 +1324,12 @@ const char *ckpt_reader_meta_get(const ckpt_reader *r, const char *key)
 
 void ckpt_reader_stats(const ckpt_reader *r, ckpt_stats *out)
 {
+    if (!out)
+        return;
+    if (!r) {
+        *out = (ckpt_stats){ 0 };
+        return;
+    }
     ckpt_cache_stats cs;
     ckpt_cache_stats_get(r->cache, &cs);
     *out = (ckpt_stats){
@@ -1314,6 +1346,9 @@ void ckpt_reader_stats(const ckpt_reader *r, ckpt_stats *out)
 int ckpt_reader_file_stat(const ckpt_reader *r, const char *file,
                           struct stat *st, ckpt_error *err)
 {
+    if (!r || !file || !st)
+        return ckpt_err_null(err, "ckpt_reader_file_stat",
+                             !r ? "reader" : !file ? "file" : "st");
     return ckpt_confine_stat(&r->root, file, st, err);
 }
 
@@ -1384,6 +1419,8 @@ static void fold_file(void *arg, size_t pos)
 int ckpt_reader_perm(ckpt_reader *r, size_t idx, ckpt_perm *out,
                      ckpt_error *err)
 {
+    if (!r || !out)
+        return ckpt_err_null(err, "ckpt_reader_perm", !r ? "reader" : "out");
     if (idx != (size_t)-1 && idx >= r->d.ntensors)
         return ckpt_err(err, -EINVAL, "tensor index %zu out of range (%zu "
                         "tensors)", idx, r->d.ntensors);
@@ -1554,6 +1591,8 @@ int64_t ckpt_verify(ckpt_reader *r, ckpt_fault_fn fn, void *arg,
                     void (*progress)(void *arg, uint64_t done, uint64_t total),
                     ckpt_error *err)
 {
+    if (!r)
+        return ckpt_err_null(err, "ckpt_verify", "reader");
     verifier v = { .r = r, .fn = fn, .arg = arg, .progress = progress };
     for (size_t t = 0; t < r->d.ntensors; t++)
         v.total += r->d.tensors[t].nbytes;

@@ -17,11 +17,12 @@
 static int check_args(const char *dir, const ckpt_piece *pieces, size_t n,
                       const ckpt_save_opts *o, ckpt_error *err)
 {
-    if (!dir || !*dir)
+    if (!dir)
+        return ckpt_err_null(err, "ckpt_save_sync", "dir");
+    if (!*dir)
         return ckpt_err(err, -EINVAL, "save: no checkpoint directory");
     if (n > 0 && !pieces)
-        return ckpt_err(err, -EINVAL, "save: %zu pieces but no piece array "
-                        "(NULL)", n);
+        return ckpt_err_null(err, "ckpt_save_sync", "pieces");
     if (o->nmeta && (!o->meta_keys || !o->meta_values))
         return ckpt_err(err, -EINVAL, "save: %zu metadata entries but no "
                         "keys or values (NULL)", o->nmeta);

@@ -25,6 +25,7 @@
 #include "plan.h"
 #include "shape.h"
 #include "staging.h"
+#include "optsize.h"
 
 #define PATH_CAP 4096
 
@@ -73,6 +74,7 @@ void ckpt_saver_opts_init(ckpt_saver_opts *o)
     if (!o)
         return;
     memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
     o->queue_depth = 1;
     o->nice = 10;
 }
@@ -82,6 +84,7 @@ void ckpt_save_opts_init(ckpt_save_opts *o)
     if (!o)
         return;
     memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
     ckpt_write_opts_init(&o->write);
 }
 
@@ -252,13 +255,18 @@ int ckpt_saver_create(ckpt_saver **out, const ckpt_saver_opts *opts,
     if (!out)
         return ckpt_err_null(err, "ckpt_saver_create", "out");
     *out = NULL;
+    ckpt_saver_opts so;
+    ckpt_saver_opts_init(&so);
+    if (opts) {
+        int orc = ckpt_opts_take(&so, sizeof so, opts, sizeof *opts,
+                                 "ckpt_saver_opts", err);
+        if (orc)
+            return orc;
+    }
     ckpt_saver *sv = calloc(1, sizeof *sv);
     if (!sv)
         return ckpt_err(err, -ENOMEM, "out of memory");
-    if (opts)
-        sv->o = *opts;
-    else
-        ckpt_saver_opts_init(&sv->o);
+    sv->o = so;
     pthread_mutex_init(&sv->mu, NULL);
     pthread_mutex_init(&sv->start_mu, NULL);
     pthread_cond_init(&sv->cv, NULL);
@@ -309,6 +317,22 @@ void ckpt_saver_destroy(ckpt_saver *sv)
 int ckpt_saver_cuda(const ckpt_saver *sv)
 {
     return sv && sv->stage ? ckpt_stage_cuda(sv->stage) : 0;
+}
+
+int ckpt_save_opts_take(ckpt_save_opts *dst, const ckpt_save_opts *src,
+                        ckpt_error *err)
+{
+    ckpt_save_opts_init(dst);
+    if (!src)
+        return 0;
+    ckpt_write_opts w = dst->write;
+    int rc = ckpt_opts_take(dst, sizeof *dst, src, sizeof *src,
+                            "ckpt_save_opts", err);
+    if (rc == 0)
+        rc = ckpt_opts_take(&w, sizeof w, &src->write, sizeof src->write,
+                            "ckpt_save_opts.write", err);
+    dst->write = w;
+    return rc;
 }
 
 /* ------------------------------------------------------------ starting */
@@ -579,15 +603,17 @@ int ckpt_save_async(ckpt_saver *sv, const char *dir, const ckpt_piece *pieces,
         return ckpt_err(err, -EINVAL, "async save: no checkpoint directory");
     if (n > 0 && !pieces)
         return ckpt_err_null(err, "ckpt_save_async", "pieces");
-    ckpt_save_opts defaults;
-    ckpt_save_opts_init(&defaults);
-    const ckpt_save_opts *o = opts ? opts : &defaults;
+    ckpt_save_opts taken;
+    int rc = ckpt_save_opts_take(&taken, opts, err);
+    if (rc)
+        return rc;
+    const ckpt_save_opts *o = &taken;
     ckpt_async_desc d = {
         .dir = dir, .writer = "rank0", .commit = 1, .pieces = pieces, .n = n,
         .write = &o->write, .meta_keys = o->meta_keys,
         .meta_values = o->meta_values, .nmeta = o->nmeta,
     };
-    int rc = ckpt_async_check_data(sv, pieces, n, NULL, err);
+    rc = ckpt_async_check_data(sv, pieces, n, NULL, err);
     if (rc == 0)
         rc = ckpt_async_check_target(dir, &d.made_dir, err);
     return rc ? rc : ckpt_async_start(sv, &d, out, err);

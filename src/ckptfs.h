@@ -20,6 +20,16 @@
  *  - Regions: NULL offsets mean all zeros and NULL sizes the whole shape,
  *    alike for ckpt_piece, ckpt_read_region, ckpt_load_region and
  *    ckpt_mpi_region.
+ *  - Options structs (ckpt_write_opts, ckpt_read_opts, ckpt_commit_opts,
+ *    ckpt_saver_opts, ckpt_save_opts, and ckpt_mpi_save_opts and
+ *    ckpt_mpi_load_opts in ckptfs_mpi.h) begin with `size`: the sizeof of
+ *    the struct in the header the caller was built against, set by the
+ *    struct's *_opts_init, which must be called before any field is set.
+ *    Every call that takes one reads it by that size: a struct larger than
+ *    this library knows (built against a newer ckptfs.h), or a size that
+ *    was never set, is refused with -EINVAL naming the struct; a smaller
+ *    struct of an older layout is read up to its size, later fields
+ *    keeping their defaults.  A NULL options pointer means the defaults.
  *  - Objects carry all state; the library has no mutable global state.
  *  - A ckpt_reader may be used by many threads at once.  A ckpt_writer may be
  *    shared by threads (calls are serialised inside); a ckpt_stream belongs
@@ -115,6 +125,7 @@ const char *ckpt_codec_name(int codec);
 /* ------------------------------------------------------------------ writing */
 
 typedef struct ckpt_write_opts {
+    size_t size;        /* sizeof(ckpt_write_opts): ckpt_write_opts_init */
     int codec;          /* a ckpt_codec (default CKPT_CODEC_AUTO) */
     int level;          /* zstd level, for zstd and for the planes that a
                            byte-grouped codec codes with zstd (default 1) */
@@ -131,6 +142,7 @@ typedef struct ckpt_write_opts {
     int drop_cache;
 } ckpt_write_opts;
 
+/* Sets *o to the defaults, and o->size. */
 void ckpt_write_opts_init(ckpt_write_opts *o);
 
 /* One piece of a tensor: the hyper-rectangle [offsets, offsets+sizes) of a
@@ -199,12 +211,14 @@ int ckpt_writer_close(ckpt_writer *w, ckpt_error *err);
 void ckpt_writer_abort(ckpt_writer *w);
 
 typedef struct ckpt_commit_opts {
+    size_t size;         /* sizeof(ckpt_commit_opts): ckpt_commit_opts_init */
     int expect_writers;  /* refuse unless exactly this many plans; 0 = any */
     int sync;            /* fsync index and directory (default 1) */
     int world_size;      /* recorded as metadata world_size; 0 = the number
                             of writer plans */
 } ckpt_commit_opts;
 
+/* Sets *o to the defaults, and o->size. */
 void ckpt_commit_opts_init(ckpt_commit_opts *o);
 
 /* Validates every local plan under dir/.pending with the planner (same
@@ -223,6 +237,7 @@ int ckpt_commit(const char *dir, const ckpt_commit_opts *opts,
 /* ------------------------------------------------------------------ reading */
 
 typedef struct ckpt_read_opts {
+    size_t size;         /* sizeof(ckpt_read_opts): ckpt_read_opts_init */
     size_t cache_bytes;  /* decoded-frame cache (default 256 MiB) */
     int threads;         /* decoder threads; 0 = online CPUs */
     int prefetch;        /* frames decoded ahead of a sequential reader
@@ -235,6 +250,7 @@ typedef struct ckpt_read_opts {
     int follow_links;
 } ckpt_read_opts;
 
+/* Sets *o to the defaults, and o->size. */
 void ckpt_read_opts_init(ckpt_read_opts *o);
 
 typedef struct ckpt_reader ckpt_reader;
@@ -449,6 +465,7 @@ const char *ckpt_version(void);
  * tensor, before anything is written. */
 
 typedef struct ckpt_saver_opts {
+    size_t size;        /* sizeof(ckpt_saver_opts): ckpt_saver_opts_init */
     /* Most bytes of staging memory at once; 0 (default) = no cap: the pool
      * grows to the size of the states in flight.  With a cap smaller than
      * the state, staging proceeds in slices as the background writes and
@@ -470,6 +487,7 @@ typedef struct ckpt_saver_opts {
     int nice;
 } ckpt_saver_opts;
 
+/* Sets *o to the defaults, and o->size. */
 void ckpt_saver_opts_init(ckpt_saver_opts *o);
 
 /* A saver owns the staging pool (kept across saves, freed by
@@ -490,12 +508,14 @@ void ckpt_saver_destroy(ckpt_saver *s);
 int ckpt_saver_cuda(const ckpt_saver *s);
 
 typedef struct ckpt_save_opts {
+    size_t size;                   /* sizeof(ckpt_save_opts) */
     ckpt_write_opts write;         /* codec, level, frame size, threads, sync */
     const char *const *meta_keys;  /* checkpoint metadata (e.g. "step") */
     const char *const *meta_values;
     size_t nmeta;
 } ckpt_save_opts;
 
+/* Sets *o to the defaults, and o->size and o->write.size. */
 void ckpt_save_opts_init(ckpt_save_opts *o);
 
 /* Starts saving pieces[0..n) as the checkpoint `dir` (one writer,

@@ -57,6 +57,9 @@ extern "C" {
 #pragma GCC visibility push(default)
 
 typedef struct ckpt_mpi_save_opts {
+    size_t size;             /* sizeof(ckpt_mpi_save_opts): set by
+                                ckpt_mpi_save_opts_init (ckptfs.h,
+                                "Options structs") */
     ckpt_write_opts write;   /* codec, level, frame size, threads, sync */
     /* Metadata set on the checkpoint (e.g. {"step", "100"}); taken from
      * rank 0's arguments. */
@@ -124,6 +127,8 @@ typedef struct ckpt_mpi_region {
 } ckpt_mpi_region;
 
 typedef struct ckpt_mpi_load_opts {
+    size_t size;             /* sizeof(ckpt_mpi_load_opts): set by
+                                ckpt_mpi_load_opts_init */
     ckpt_read_opts read;     /* cache, decoder threads, prefetch */
     /* Bytes each rank sends, and receives, per exchange round at most
      * (its staging memory is about twice this); default 64 MiB. */

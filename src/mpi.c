@@ -45,6 +45,7 @@
 #include "pool.h"
 #include "region.h"
 #include "shape.h"
+#include "optsize.h"
 
 #define PATH_CAP 4096
 #define DEFAULT_EXCHANGE_BYTES ((size_t)64 << 20)
@@ -194,6 +195,55 @@ static void check_same_dir(const coll *c, const char *dir, ckpt_error *st)
     if (st->code == 0 && strcmp(root, dir) != 0)
         failf(c, st, -EINVAL, "checkpoint directory '%s' differs from rank "
               "0's '%s'", dir, root);
+}
+
+/* A caller's options struct (`outer`) and the one nested in it
+ * (`inner`), each: where it goes (holding the defaults), where it comes
+ * from, its size and its name. */
+typedef struct opts_part {
+    void *dst;
+    const void *src;
+    size_t size;
+    const char *name;
+} opts_part;
+
+/* Reads both parts by their size fields (optsize.h); a refusal is this
+ * rank's failure. */
+static void take_opts(const coll *c, opts_part outer, opts_part inner,
+                      ckpt_error *st)
+{
+    ckpt_error e = { 0 };
+    if (ckpt_opts_take(outer.dst, outer.size, outer.src, outer.size,
+                       outer.name, &e) ||
+        ckpt_opts_take(inner.dst, inner.size, inner.src, inner.size,
+                       inner.name, &e))
+        fail_with(c, st, &e);
+}
+
+static void take_save_opts(const coll *c, ckpt_mpi_save_opts *dst,
+                           const ckpt_mpi_save_opts *src, ckpt_error *st)
+{
+    ckpt_mpi_save_opts_init(dst);
+    if (!src)
+        return;
+    ckpt_write_opts w = dst->write;
+    take_opts(c, (opts_part){ dst, src, sizeof *dst, "ckpt_mpi_save_opts" },
+              (opts_part){ &w, &src->write, sizeof w,
+                           "ckpt_mpi_save_opts.write" }, st);
+    dst->write = w;
+}
+
+static void take_load_opts(const coll *c, ckpt_mpi_load_opts *dst,
+                           const ckpt_mpi_load_opts *src, ckpt_error *st)
+{
+    ckpt_mpi_load_opts_init(dst);
+    if (!src)
+        return;
+    ckpt_read_opts r = dst->read;
+    take_opts(c, (opts_part){ dst, src, sizeof *dst, "ckpt_mpi_load_opts" },
+              (opts_part){ &r, &src->read, sizeof r,
+                           "ckpt_mpi_load_opts.read" }, st);
+    dst->read = r;
 }
 
 /* ============================================================ byte buffers */
@@ -699,6 +749,7 @@ void ckpt_mpi_save_opts_init(ckpt_mpi_save_opts *o)
     if (!o)
         return;
     memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
     ckpt_write_opts_init(&o->write);
 }
 
@@ -737,9 +788,9 @@ int ckpt_mpi_save(MPI_Comm comm, const char *dir, const ckpt_piece *pieces,
     coll c;
     if (coll_init(&c, comm, &st))
         return finish(&st, err);
-    ckpt_mpi_save_opts defaults;
-    ckpt_mpi_save_opts_init(&defaults);
-    const ckpt_mpi_save_opts *o = opts ? opts : &defaults;
+    ckpt_mpi_save_opts taken;
+    take_save_opts(&c, &taken, opts, &st);
+    const ckpt_mpi_save_opts *o = &taken;
     wbuf b = { 0 };
     save_root sr = { 0 };
     check_same_dir(&c, dir, &st);
@@ -797,9 +848,8 @@ int ckpt_mpi_save_async(MPI_Comm comm, const char *dir,
                         ckpt_mpi_async **out, ckpt_error *err)
 {
     ckpt_error st = { 0 };
-    ckpt_mpi_save_opts defaults;
-    ckpt_mpi_save_opts_init(&defaults);
-    const ckpt_mpi_save_opts *o = opts ? opts : &defaults;
+    ckpt_mpi_save_opts taken;
+    const ckpt_mpi_save_opts *o = &taken;
     ckpt_mpi_async *h = calloc(1, sizeof *h);
     if (out)
         *out = NULL;
@@ -816,6 +866,7 @@ int ckpt_mpi_save_async(MPI_Comm comm, const char *dir,
     if (!saver || !out)
         failf(c, &st, -EINVAL, "async save: no saver or no handle pointer "
               "(NULL)");
+    take_save_opts(c, &taken, opts, &st);
     check_same_dir(c, dir, &st);
     if (st.code == 0)
         save_describe(c, pieces, n, &b, &st);
@@ -1982,6 +2033,7 @@ void ckpt_mpi_load_opts_init(ckpt_mpi_load_opts *o)
     if (!o)
         return;
     memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
     ckpt_read_opts_init(&o->read);
     o->exchange_bytes = DEFAULT_EXCHANGE_BYTES;
 }
@@ -2005,9 +2057,9 @@ int ckpt_mpi_load(MPI_Comm comm, const char *dir,
         memset(stats, 0, sizeof *stats);
     if (coll_init(&ld.c, comm, &st))
         return finish(&st, err);
-    ckpt_mpi_load_opts defaults;
-    ckpt_mpi_load_opts_init(&defaults);
-    const ckpt_mpi_load_opts *o = opts ? opts : &defaults;
+    ckpt_mpi_load_opts taken;
+    take_load_opts(&ld.c, &taken, opts, &st);
+    const ckpt_mpi_load_opts *o = &taken;
     ld.exchange = clamp_exchange(o->exchange_bytes);
     check_same_dir(&ld.c, dir, &st);
     /* rc is agreed, so every rank leaves the loop at the same round. */

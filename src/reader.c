@@ -44,6 +44,7 @@
 #include "region.h"
 #include "shape.h"
 #include "shardio.h"
+#include "optsize.h"
 
 /* Scratch for one decoding thread: codec contexts and shard reading
  * buffers.  Kept on a free list so any thread (FUSE's, the pool's) can
@@ -117,6 +118,7 @@ void ckpt_read_opts_init(ckpt_read_opts *o)
     if (!o)
         return;
     memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
     o->cache_bytes = (size_t)256 << 20;
     o->threads = 0;
     o->prefetch = 4;
@@ -1153,6 +1155,14 @@ int ckpt_reader_open(ckpt_reader **out, const char *dir,
     *out = NULL;
     if (!dir)
         return ckpt_err_null(err, "ckpt_reader_open", "dir");
+    ckpt_read_opts ro;
+    ckpt_read_opts_init(&ro);
+    if (opts) {
+        int orc = ckpt_opts_take(&ro, sizeof ro, opts, sizeof *opts,
+                                 "ckpt_read_opts", err);
+        if (orc)
+            return orc;
+    }
     char path[4096];
     int rc = ckpt_path_join(path, sizeof path, dir, "index.db", err);
     if (rc)
@@ -1168,10 +1178,7 @@ int ckpt_reader_open(ckpt_reader **out, const char *dir,
     pthread_mutex_init(&r->perm_mu, NULL);
     r->index_file = "index.db";
     pthread_mutex_init(&r->scratch_mu, NULL);
-    if (opts)
-        r->opts = *opts;
-    else
-        ckpt_read_opts_init(&r->opts);
+    r->opts = ro;
     if (!(r->dir = strdup(dir)))
         rc = ckpt_err(err, -ENOMEM, "out of memory");
     if (rc == 0 && foreign) {

@@ -25,6 +25,7 @@
 #include "index.h"
 #include "lease.h"
 #include "model.h"
+#include "optsize.h"
 #include "plan.h"
 #include "pool.h"
 #include "shape.h"
@@ -95,6 +96,7 @@ void ckpt_write_opts_init(ckpt_write_opts *o)
     if (!o)
         return;
     memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
     o->codec = CKPT_CODEC_AUTO;
     o->level = 1;
     o->frame_size = CKPT_DEFAULT_FRAME_SIZE;
@@ -218,10 +220,11 @@ int ckpt_writer_open(ckpt_writer **out, const char *dir, const char *name,
         return ckpt_err(err, -ENOMEM, "out of memory");
     pthread_mutex_init(&w->mu, NULL);
     ckpt_manifest_init(&w->pending);
+    ckpt_write_opts_init(&w->opts);
+    /* Its one layout so far is the oldest one a caller may pass. */
     if (opts)
-        w->opts = *opts;
-    else
-        ckpt_write_opts_init(&w->opts);
+        rc = ckpt_opts_take(&w->opts, sizeof w->opts, opts, sizeof *opts,
+                            "ckpt_write_opts", err);
     w->dir = strdup(dir);
     w->name = strdup(name);
     if (!w->dir || !w->name)

@@ -5,7 +5,10 @@
  * parameter, optional ones (options, err, callbacks) behave as documented,
  * and nothing crashes (run under ASan+UBSan by `--sanitize`).  Also the
  * one convention of regions: NULL offsets are zeros and NULL sizes the
- * whole shape, for ckpt_read_region as for ckpt_load_region.
+ * whole shape, for ckpt_read_region as for ckpt_load_region.  And the
+ * size field of every options struct: one from a newer header (larger)
+ * or never initialised (0) is refused naming the struct, before anything
+ * is made.
  */
 #include <check.h>
 #include <errno.h>
@@ -290,6 +293,91 @@ START_TEST(test_async_args)
 }
 END_TEST
 
+/* `s` says it is n bytes larger than the library's struct, or 0. */
+#define SET_SIZE(s, grow) ((s).size = (grow) < 0 ? 0 : sizeof(s) + (grow))
+
+/* rc refused with -EINVAL and a message naming struct `name`, and
+ * nothing made at `path`. */
+static void refused_opts(int rc, ckpt_error *err, const char *name,
+                         const char *path)
+{
+    ck_assert_int_eq(rc, -EINVAL);
+    ck_assert_msg(strstr(err->msg, name) != NULL, "message '%s' names %s",
+                  err->msg, name);
+    struct stat sb;
+    ck_assert_msg(path == NULL || stat(path, &sb) != 0, "%s was made", path);
+    memset(err, 0, sizeof *err);
+}
+
+START_TEST(test_opts_size)
+{
+    static const int grows[] = { 16, -1 };
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/sz", g_dir);
+    ckpt_piece p = piece_a();
+    for (int g = 0; g < 2; g++) {
+        int grow = grows[g];
+        ckpt_error err = { 0 };
+        /* A larger struct really is larger: the library must not read
+         * past its own layout either. */
+        struct { ckpt_write_opts o; char newer[16]; } wo;
+        memset(&wo, 0, sizeof wo);
+        ckpt_write_opts_init(&wo.o);
+        SET_SIZE(wo.o, grow);
+        ckpt_writer *w = NULL;
+        refused_opts(ckpt_writer_open(&w, dir, "r0", &wo.o, &err), &err,
+                     "ckpt_write_opts", dir);
+        ck_assert_ptr_null(w);
+
+        struct { ckpt_read_opts o; char newer[16]; } ro;
+        ckpt_read_opts_init(&ro.o);
+        SET_SIZE(ro.o, grow);
+        ckpt_reader *r = NULL;
+        refused_opts(ckpt_reader_open(&r, g_ck, &ro.o, &err), &err,
+                     "ckpt_read_opts", NULL);
+        ck_assert_ptr_null(r);
+
+        struct { ckpt_commit_opts o; char newer[16]; } co;
+        ckpt_commit_opts_init(&co.o);
+        SET_SIZE(co.o, grow);
+        refused_opts(ckpt_commit(dir, &co.o, &err), &err, "ckpt_commit_opts",
+                     NULL);
+
+        struct { ckpt_saver_opts o; char newer[16]; } so;
+        ckpt_saver_opts_init(&so.o);
+        SET_SIZE(so.o, grow);
+        ckpt_saver *sv = NULL;
+        refused_opts(ckpt_saver_create(&sv, &so.o, &err), &err,
+                     "ckpt_saver_opts", NULL);
+        ck_assert_ptr_null(sv);
+
+        struct { ckpt_save_opts o; char newer[16]; } vo;
+        ckpt_save_opts_init(&vo.o);
+        SET_SIZE(vo.o, grow);
+        refused_opts(ckpt_save_sync(dir, &p, 1, &vo.o, &err), &err,
+                     "ckpt_save_opts", dir);
+        ckpt_save_opts_init(&vo.o);
+        SET_SIZE(vo.o.write, grow);       /* the nested struct */
+        refused_opts(ckpt_save_sync(dir, &p, 1, &vo.o, &err), &err,
+                     "ckpt_save_opts.write", dir);
+        ck_assert_int_eq(ckpt_saver_create(&sv, NULL, &err), 0);
+        ckpt_save *h = NULL;
+        refused_opts(ckpt_save_async(sv, dir, &p, 1, &vo.o, &h, &err), &err,
+                     "ckpt_save_opts.write", dir);
+        ck_assert_ptr_null(h);
+        ckpt_saver_destroy(sv);
+    }
+    /* The init functions set the size the library knows. */
+    ckpt_write_opts w;
+    ckpt_write_opts_init(&w);
+    ck_assert_uint_eq(w.size, sizeof w);
+    ckpt_save_opts s;
+    ckpt_save_opts_init(&s);
+    ck_assert_uint_eq(s.size, sizeof s);
+    ck_assert_uint_eq(s.write.size, sizeof s.write);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("api_args");
@@ -302,6 +390,7 @@ int main(void)
     tcase_add_test(tc, test_read_region_null_region);
     tcase_add_test(tc, test_load_region_null_region);
     tcase_add_test(tc, test_async_args);
+    tcase_add_test(tc, test_opts_size);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

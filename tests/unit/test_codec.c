@@ -1147,9 +1147,5 @@ static Suite *codec_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(codec_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return unit_run(codec_suite());
 }

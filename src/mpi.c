@@ -1751,7 +1751,8 @@ static int read_group(loader *ld, const group *g, scratch *tmp,
 
 /* ------------------------------------------------------ rounds */
 
-/* A batch of this rank's groups, read by one pool thread. */
+/* A batch of this rank's groups, read by one pool thread (shaped like
+ * reader.c's copy_task on purpose: see there). */
 typedef struct read_task {
     loader *ld;
     const size_t *groups;

@@ -667,7 +667,10 @@ static int copy_range(ckpt_reader *r, size_t t, const segment *v, size_t n,
     return rc;
 }
 
-/* One share of a parallel copy. */
+/* One share of a parallel copy.  (mpi.c's read_task has the same shape --
+ * a share of work, its own rc/err, the taskgroup -- and so has the code
+ * that runs the shares and keeps the first failure: the pattern of
+ * ckpt_pool_run_tasks; the work differs, so each keeps its own.) */
 typedef struct copy_task {
     ckpt_reader *r;
     size_t t;

@@ -11,6 +11,7 @@
 #include <ctype.h>
 #include <getopt.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -233,6 +234,53 @@ char *cli_path_join(const char *dir, const char *name)
         p[n++] = '/';
     memcpy(p + n, name, b + 1);
     return p;
+}
+
+cli_totals cli_reader_totals(const ckpt_reader *r)
+{
+    cli_totals tot = { 0 };
+    size_t n = ckpt_reader_count(r);
+    for (size_t i = 0; i < n; i++) {
+        ckpt_tensor_info t;
+        if (ckpt_reader_info(r, i, &t) == 0) {
+            tot.nbytes += t.nbytes;
+            tot.stored_bytes += t.stored_bytes;
+            tot.nframes += t.nframes;
+        }
+    }
+    return tot;
+}
+
+DIR *cli_opendir_at(int dirfd, const char *name, int *rc)
+{
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+                    O_CLOEXEC);
+    if (fd < 0) {
+        *rc = -errno;
+        return NULL;
+    }
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        *rc = -errno;
+        close(fd);
+    }
+    return d;
+}
+
+int cli_getopt(const cli_help *h, int argc, char **argv,
+               const struct option *longopts, cli_option_fn take, void *ctx,
+               int min, int max)
+{
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        if (c == 'h')
+            return cli_help_print(h) == CLI_OK ? CLI_HELP_SHOWN : CLI_FAIL;
+        int rc = take(ctx, c, argv);
+        if (rc)
+            return rc;
+    }
+    return cli_want_args(h, argc - optind, min, max);
 }
 
 int cli_parse_operands(const cli_help *h, int argc, char **argv, int min,

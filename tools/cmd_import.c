@@ -268,8 +268,9 @@ static int write_all(import_job *job)
 
 /* ------------------------------------------------------------ main */
 
-static int take_option(import_job *job, int c, char **argv)
+static int take_option(void *ctx, int c, char **argv)
 {
+    import_job *job = ctx;
     switch (c) {
     case 'c': case 'f': case 't':
         return cli_write_opt(&HELP, &job->wopts, c, optarg);
@@ -291,17 +292,7 @@ static int parse_args(import_job *job, int argc, char **argv)
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        if (c == 'h')
-            return cli_help_print(&HELP) == CLI_OK ? CLI_HELP_SHOWN
-                                                   : CLI_FAIL;
-        int rc = take_option(job, c, argv);
-        if (rc)
-            return rc;
-    }
-    int rc = cli_want_args(&HELP, argc - optind, 2, 2);
+    int rc = cli_getopt(&HELP, argc, argv, longopts, take_option, job, 2, 2);
     if (rc)
         return rc;
     job->src = argv[optind];

@@ -17,6 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <syslog.h>
+#include <time.h>
+#include <unistd.h>
 #include <fuse3/fuse_log.h>
 
 #include <fuse3/fuse_opt.h>
@@ -41,10 +43,12 @@ typedef struct cli {
     ckpt_write_opts wo;
     char write_opt[64];    /* the first option of writing given, for the
                               message when -o rw is missing */
+    char log[4096];        /* -o log=FILE: messages appended there */
 } cli;
 
 enum { KEY_CACHE, KEY_PREFETCH, KEY_THREADS, KEY_HELP, KEY_VERSION, KEY_RW,
-       KEY_RO, KEY_WORLD, KEY_CODEC, KEY_FRAME, KEY_SYNC, KEY_FOLLOW };
+       KEY_RO, KEY_WORLD, KEY_CODEC, KEY_FRAME, KEY_SYNC, KEY_FOLLOW,
+       KEY_LOG };
 
 static const struct fuse_opt cli_opts[] = {
     FUSE_OPT_KEY("cache_size=", KEY_CACHE),
@@ -57,6 +61,7 @@ static const struct fuse_opt cli_opts[] = {
     FUSE_OPT_KEY("frame_size=", KEY_FRAME),
     FUSE_OPT_KEY("sync=", KEY_SYNC),
     FUSE_OPT_KEY("follow_links", KEY_FOLLOW),
+    FUSE_OPT_KEY("log=", KEY_LOG),
     FUSE_OPT_KEY("-h", KEY_HELP),
     FUSE_OPT_KEY("--help", KEY_HELP),
     FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -177,6 +182,13 @@ static int cli_proc(void *data, const char *arg, int key,
     case KEY_FOLLOW:
         c->ro.follow_links = 1;
         return 0;
+    case KEY_LOG: {
+        const char *v = strchr(arg, '=') + 1;
+        if (!*v || strlen(v) >= sizeof c->log)
+            return bad_value(c, arg, "log=FILE");
+        snprintf(c->log, sizeof c->log, "%s", v);
+        return 0;
+    }
     case KEY_HELP:
         c->help = 1;
         return 0;
@@ -233,6 +245,10 @@ static void print_help(void)
            "symbolic links out of\n"
            "                           their directory (refused "
            "otherwise)\n"
+           "    -o log=FILE            append the daemon's messages to FILE "
+           "(with -f too;\n"
+           "                           else stderr with -f, syslog in the "
+           "background)\n"
            "                           (world, codec, frame_size and sync "
            "need -o rw)\n"
            "    -h   --help            print this help and exit\n"
@@ -396,6 +412,49 @@ static void log_to_syslog(enum fuse_log_level level, const char *fmt,
     vsyslog((int)level, fmt, ap);
 }
 
+/* -o log=FILE: fuse_log has no argument for its function, so the file is
+ * the daemon's one piece of global state (set once, before any thread). */
+static FILE *log_file;
+
+/* A line "YYYY-MM-DDTHH:MM:SS [PID] MESSAGE" appended to FILE (one
+ * write per message, so lines of threads never mix). */
+static void log_to_file(enum fuse_log_level level, const char *fmt,
+                        va_list ap)
+{
+    (void)level;
+    char line[4096], when[32];
+    time_t now = time(NULL);
+    struct tm tm;
+    strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S",
+             localtime_r(&now, &tm));
+    int n = snprintf(line, sizeof line, "%s [%ld] ", when, (long)getpid());
+    if (n < 0 || (size_t)n >= sizeof line)
+        return;
+    int m = vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
+    if (m < 0)
+        return;
+    size_t len = (size_t)n + (size_t)m < sizeof line - 1
+                 ? (size_t)n + (size_t)m : sizeof line - 2;
+    if (line[len - 1] != '\n')
+        line[len++] = '\n';
+    fwrite(line, 1, len, log_file);
+    fflush(log_file);
+}
+
+/* Opens FILE for -o log=FILE (before daemonizing changes directory). */
+static int open_log(const char *path)
+{
+    log_file = fopen(path, "ae");
+    if (!log_file) {
+        fprintf(stderr, "ckptfs: cannot open the log file %s: %s\n", path,
+                strerror(errno));
+        return -1;
+    }
+    setvbuf(log_file, NULL, _IOFBF, 8192);
+    fuse_set_log_func(log_to_file);
+    return 0;
+}
+
 static int loop(struct fuse_session *se, const struct fuse_cmdline_opts *fo)
 {
     if (fo->singlethread)
@@ -427,7 +486,7 @@ static int serve(struct fuse_args *args, const struct fuse_cmdline_opts *fo,
     if (fuse_session_mount(se, fo->mountpoint) != 0)
         goto out_signals;
     raise_readahead(fo->mountpoint, fo->debug);
-    if (!fo->foreground) {
+    if (!fo->foreground && !log_file) {
         openlog("ckptfs", LOG_PID, LOG_DAEMON);
         fuse_set_log_func(log_to_syslog);
     }
@@ -466,18 +525,19 @@ int main(int argc, char **argv)
     int status = parse_args(&args, &c, &fo);
     if (status >= 0)
         goto out;
-    if (check_mountpoint(fo.mountpoint) != 0) {
+    if (check_mountpoint(fo.mountpoint) != 0 ||
+        (c.log[0] && open_log(c.log) != 0)) {
         status = EXIT_FAILURE;
         goto out;
     }
     fs_ctx ctx;
     ckpt_error err = { 0 };
-    ops_ctx_init(&ctx);
+    fs_ctx_init(&ctx);
     if (source_open(&ctx.src, c.source, &c.ro, c.rw, &err) != 0 ||
         (c.rw && ws_set_new(&ctx.ws, source_path(ctx.src), c.world, &c.wo,
                             &err) != 0)) {
         fprintf(stderr, "ckptfs: %s\n", err.msg);
-        ops_ctx_destroy(&ctx);
+        fs_ctx_destroy(&ctx);
         source_free(ctx.src);
         status = EXIT_FAILURE;
         goto out;
@@ -488,10 +548,12 @@ int main(int argc, char **argv)
     } else {
         status = serve(&args, &fo, &ctx);
     }
-    ops_ctx_destroy(&ctx);     /* files still open when the session ended */
+    fs_ctx_destroy(&ctx);     /* files still open when the session ended */
     ws_set_free(ctx.ws);
     source_free(ctx.src);
 out:
+    if (log_file)
+        fclose(log_file);
     free(fo.mountpoint);
     fuse_opt_free_args(&args);
     return status;

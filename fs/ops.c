@@ -4,7 +4,7 @@
  * (and the generated views), extended attributes of tensor files, and
  * EROFS for everything that would write.
  *
- * Requests name inodes (see ops.h), so no path is ever built or parsed:
+ * Requests name inodes (see inode.h), so no path is ever built or parsed:
  * a lookup is one hash probe in the checkpoint's tree, and a read goes
  * from the open file's handle straight to the library.
  */
@@ -20,10 +20,10 @@
 #include <sys/statvfs.h>
 
 #include "shape.h"
+#include "inode.h"
 #include "tree.h"
 #include "wops.h"
 
-#define INO_LATEST 2
 /* .ckptfs/status of a committed checkpoint (a save's reads the same). */
 #define STATUS_COMMITTED "committed\n"
 /* st_blksize: what cat, cp and friends take as their buffer size.  A
@@ -57,7 +57,7 @@ static fuse_ino_t ino_of(const fs_ctx *c, const fs_ckpt *ck, uint32_t node)
 {
     if (node == TREE_ROOT && !source_is_root(c->src))
         return FUSE_ROOT_ID;
-    return ((fuse_ino_t)ck->slot + 1) << 32 | node;
+    return inode_ckpt(ck->slot, node);
 }
 
 static const fs_tree *tree_of(const fs_ckpt *ck)
@@ -92,7 +92,7 @@ static int resolve(fs_ctx *c, fuse_ino_t ino, fs_ref *r)
 {
     int root = source_is_root(c->src);
     *r = (fs_ref){ .kind = REF_NODE };
-    if (wops_is_ino(ino)) {
+    if (inode_is_save(ino)) {
         r->kind = REF_SAVE;
         int rc = wops_resolve(c, ino, &r->w, &r->node);
         if (rc == 0)
@@ -103,7 +103,7 @@ static int resolve(fs_ctx *c, fuse_ino_t ino, fs_ref *r)
         r->kind = REF_ROOT;
         return 0;
     }
-    if (root && ino == INO_LATEST) {
+    if (root && ino == INODE_LATEST) {
         r->kind = REF_LATEST;
         return 0;
     }
@@ -250,7 +250,7 @@ static void stat_root(fs_ctx *c, struct stat *st)
 static void stat_latest(const fs_ckpt *target, struct stat *st)
 {
     memset(st, 0, sizeof *st);
-    st->st_ino = INO_LATEST;
+    st->st_ino = INODE_LATEST;
     stat_times(&target->st, st);
     st->st_mode = S_IFLNK | 0777;
     st->st_nlink = 1;
@@ -418,7 +418,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino,
         return;
     }
     st.st_ino = ino;    /* a committed save's node keeps its number */
-    fuse_reply_attr(req, &st, wops_is_ino(ino) ? 0.0 : attr_timeout(c, &r));
+    fuse_reply_attr(req, &st, inode_is_save(ino) ? 0.0 : attr_timeout(c, &r));
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -442,38 +442,12 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
     fuse_reply_readlink(req, t->name);
 }
 
-/* ------------------------------------------------------------ handles */
-
-void ops_handle_add(fs_ctx *c, ops_handle *h, ops_handle_kind kind)
-{
-    h->kind = kind;
-    h->prev = NULL;
-    pthread_mutex_lock(&c->handles_mu);
-    h->next = c->handles;
-    if (h->next)
-        h->next->prev = h;
-    c->handles = h;
-    pthread_mutex_unlock(&c->handles_mu);
-}
-
-void ops_handle_remove(fs_ctx *c, ops_handle *h)
-{
-    pthread_mutex_lock(&c->handles_mu);
-    if (h->prev)
-        h->prev->next = h->next;
-    else
-        c->handles = h->next;
-    if (h->next)
-        h->next->prev = h->prev;
-    pthread_mutex_unlock(&c->handles_mu);
-}
-
 /* ------------------------------------------------------------ dirs */
 
 /* An open directory: the root's listing as it was when opened (so that
  * offsets stay meaningful), or nothing for a checkpoint's directory. */
 typedef struct dir_handle {
-    ops_handle link;          /* first: a dir_handle is an ops_handle */
+    fs_handle link;          /* first: a dir_handle is an fs_handle */
     fs_listing list;
     ws_save **saves;          /* writable mount: saves in progress */
     size_t nsaves;
@@ -483,6 +457,17 @@ static void dir_handle_free(dir_handle *h)
 {
     source_listing_free(&h->list);
     free(h->saves);
+    free(h);
+}
+
+static void dir_handle_drop(fs_handle *h)
+{
+    dir_handle_free((dir_handle *)h);
+}
+
+/* An open committed file holds nothing beyond itself. */
+static void file_handle_drop(fs_handle *h)
+{
     free(h);
 }
 
@@ -527,7 +512,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
             reply_err(req, -ENOMEM);
             return;
         }
-        ops_handle_add(c, &h->link, OPS_H_ROOTDIR);
+        fs_handle_add(c, &h->link, FS_H_ROOTDIR, dir_handle_drop);
         fi->fh = (uint64_t)(uintptr_t)h;
     } else {
         fi->cache_readdir = 1;   /* a checkpoint never changes */
@@ -676,7 +661,7 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino,
 {
     dir_handle *h = (dir_handle *)(uintptr_t)fi->fh;
     if (h) {
-        ops_handle_remove(ctx_of(req), &h->link);
+        fs_handle_remove(ctx_of(req), &h->link);
         dir_handle_free(h);
     }
     fuse_reply_err(req, 0);
@@ -686,7 +671,7 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino,
 
 /* An open file. */
 typedef struct open_file {
-    ops_handle link;          /* first: an open_file is an ops_handle */
+    fs_handle link;          /* first: an open_file is an fs_handle */
     tree_kind kind;
     ckpt_reader *reader;
     uint32_t tensor;
@@ -764,7 +749,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
         reply_err(req, rc);
         return;
     }
-    ops_handle_add(c, &h->link, OPS_H_FILE);
+    fs_handle_add(c, &h->link, FS_H_FILE, file_handle_drop);
     fi->fh = (uint64_t)(uintptr_t)h;
     if (h->kind == TREE_STATS)
         fi->direct_io = 1;     /* fresh numbers, whatever their length */
@@ -804,8 +789,8 @@ static int64_t read_tensor(fs_ctx *c, const open_file *h, char *buf,
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
                     struct fuse_file_info *fi)
 {
-    ops_handle *oh = (ops_handle *)(uintptr_t)fi->fh;
-    if (oh->kind == OPS_H_WRITE) {
+    fs_handle *oh = (fs_handle *)(uintptr_t)fi->fh;
+    if (oh->kind == FS_H_WRITE) {
         wops_read(req, oh, size, off);
         return;
     }
@@ -849,13 +834,13 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 static void op_release(fuse_req_t req, fuse_ino_t ino,
                        struct fuse_file_info *fi)
 {
-    ops_handle *oh = (ops_handle *)(uintptr_t)fi->fh;
-    if (oh->kind == OPS_H_WRITE) {
+    fs_handle *oh = (fs_handle *)(uintptr_t)fi->fh;
+    if (oh->kind == FS_H_WRITE) {
         wops_release(ctx_of(req), req, oh);
         return;
     }
     open_file *h = (open_file *)oh;
-    ops_handle_remove(ctx_of(req), &h->link);
+    fs_handle_remove(ctx_of(req), &h->link);
     free(h);
     fuse_reply_err(req, 0);
 }
@@ -910,21 +895,10 @@ static int xattr_tensor(fuse_req_t req, fuse_ino_t ino,
     return rc;
 }
 
-void ops_reply_xattr(fuse_req_t req, const char *val, size_t len,
-                     size_t size)
-{
-    if (size == 0)
-        fuse_reply_xattr(req, len);
-    else if (size < len)
-        fuse_reply_err(req, ERANGE);
-    else
-        fuse_reply_buf(req, val, len);
-}
-
 /* The save node behind ino (0), or -ENOENT when ino is committed. */
 static int save_of(fuse_req_t req, fuse_ino_t ino, fs_ref *r)
 {
-    if (!wops_is_ino(ino))
+    if (!inode_is_save(ino))
         return -ENOENT;
     int rc = resolve(ctx_of(req), ino, r);
     return rc ? rc : r->kind == REF_SAVE ? 0 : -ENOENT;
@@ -955,7 +929,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
         reply_err(req, (int)len);
         return;
     }
-    ops_reply_xattr(req, val, (size_t)len, size);
+    fs_reply_xattr(req, val, (size_t)len, size);
 }
 
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
@@ -972,7 +946,7 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
     ckpt_tensor_info ti;
     int rc = xattr_tensor(req, ino, &ti);
     if (rc == -ENODATA) {
-        ops_reply_xattr(req, "", 0, size);
+        fs_reply_xattr(req, "", 0, size);
         return;
     }
     if (rc) {
@@ -986,7 +960,7 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
         memcpy(list + len, xattr_names[k], n);
         len += n;
     }
-    ops_reply_xattr(req, list, len, size);
+    fs_reply_xattr(req, list, len, size);
 }
 
 /* ------------------------------------------------------------ the rest */
@@ -1135,8 +1109,8 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
                      size_t size, off_t off, struct fuse_file_info *fi)
 {
-    ops_handle *h = (ops_handle *)(uintptr_t)fi->fh;
-    if (h && h->kind == OPS_H_WRITE)
+    fs_handle *h = (fs_handle *)(uintptr_t)fi->fh;
+    if (h && h->kind == FS_H_WRITE)
         wops_write(req, h, buf, size, off);
     else
         fuse_reply_err(req, EBADF);
@@ -1146,8 +1120,8 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
 static void op_flush(fuse_req_t req, fuse_ino_t ino,
                      struct fuse_file_info *fi)
 {
-    ops_handle *h = (ops_handle *)(uintptr_t)fi->fh;
-    if (h && h->kind == OPS_H_WRITE)
+    fs_handle *h = (fs_handle *)(uintptr_t)fi->fh;
+    if (h && h->kind == FS_H_WRITE)
         wops_flush(req, h);
     else
         fuse_reply_err(req, 0);
@@ -1182,28 +1156,6 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode,
                          struct fuse_file_info *fi)
 {
     fuse_reply_err(req, EROFS);
-}
-
-void ops_ctx_init(fs_ctx *c)
-{
-    memset(c, 0, sizeof *c);
-    views_tables_init(&c->tables);
-    pthread_mutex_init(&c->handles_mu, NULL);
-}
-
-void ops_ctx_destroy(fs_ctx *c)
-{
-    while (c->handles) {
-        ops_handle *h = c->handles;
-        c->handles = h->next;
-        if (h->kind == OPS_H_ROOTDIR)
-            dir_handle_free((dir_handle *)h);
-        else if (h->kind == OPS_H_WRITE)
-            wops_handle_free(h);
-        else
-            free(h);
-    }
-    pthread_mutex_destroy(&c->handles_mu);
 }
 
 void ops_fill(struct fuse_lowlevel_ops *ops)

@@ -19,14 +19,14 @@
 /* The longest attribute value accepted (CKPT_MAX_DIMS numbers). */
 #define VALUE_MAX 1024
 
-const char *const pattr_names[4] = {
+const char *const pattr_names[PATTR_NKEYS] = {
     "user.ckpt.dtype", "user.ckpt.shape", "user.ckpt.offsets",
-    "user.ckpt.sizes",
+    "user.ckpt.sizes", "user.ckpt.replica",
 };
 
 unsigned pattr_key(const char *name)
 {
-    for (unsigned i = 0; i < 4; i++)
+    for (unsigned i = 0; i < PATTR_NKEYS; i++)
         if (strcmp(name, pattr_names[i]) == 0)
             return 1u << i;
     return 0;
@@ -34,7 +34,7 @@ unsigned pattr_key(const char *name)
 
 static const char *key_name(unsigned key)
 {
-    for (unsigned i = 0; i < 4; i++)
+    for (unsigned i = 0; i < PATTR_NKEYS; i++)
         if (key == 1u << i)
             return pattr_names[i];
     return "?";
@@ -105,6 +105,12 @@ int pattr_set(pattr *a, unsigned key, const char *value, size_t len,
     case PATTR_SIZES:
         n = b.nsizes = parse_dims(key, text, b.sizes, err);
         break;
+    case PATTR_REPLICA:
+        if (strcmp(text, "0") != 0 && strcmp(text, "1") != 0)
+            return ckpt_err(err, -EINVAL, "user.ckpt.replica: '%s' is not "
+                            "0 or 1", text);
+        b.replica = text[0] == '1';
+        break;
     default:
         return ckpt_err(err, -EINVAL, "not a piece attribute");
     }
@@ -128,6 +134,8 @@ int pattr_get(const pattr *a, unsigned key, char *buf, size_t cap)
         return ckpt_shape_format(buf, cap, a->ndim, a->shape);
     case PATTR_OFFSETS:
         return ckpt_shape_format(buf, cap, a->noff, a->offsets);
+    case PATTR_REPLICA:
+        return snprintf(buf, cap, "%d", a->replica);
     default:
         return ckpt_shape_format(buf, cap, a->nsizes, a->sizes);
     }

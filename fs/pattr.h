@@ -1,7 +1,9 @@
 /*
  * pattr.h - the extended attributes that describe a piece written through
  * the mount (docs/MOUNT.md, "Writing"): user.ckpt.dtype, user.ckpt.shape,
- * user.ckpt.offsets and user.ckpt.sizes.  Parsing and checking each value
+ * user.ckpt.offsets and user.ckpt.sizes, and user.ckpt.replica (1: the
+ * piece is a replica another writer holds; closed without bytes, it is
+ * recorded as a reference to that piece).  Parsing and checking each value
  * as it is set, and turning a set of them into the piece a write stream
  * records, with the extent inferred from the bytes written where the
  * attributes leave it open.  Pure functions on plain structs.
@@ -18,8 +20,10 @@ enum {
     PATTR_DTYPE = 1,
     PATTR_SHAPE = 2,
     PATTR_OFFSETS = 4,
-    PATTR_SIZES = 8
+    PATTR_SIZES = 8,
+    PATTR_REPLICA = 16
 };
+#define PATTR_NKEYS 5
 
 /* The attributes set on a file (by one process, or by anyone). */
 typedef struct pattr {
@@ -31,17 +35,18 @@ typedef struct pattr {
     int64_t offsets[CKPT_MAX_DIMS];
     int nsizes;
     int64_t sizes[CKPT_MAX_DIMS];
+    int replica;                  /* user.ckpt.replica: 0 or 1 */
 } pattr;
 
 /* The PATTR_* bit of attribute `name`, or 0 when it is not one of them. */
 unsigned pattr_key(const char *name);
-/* The names of the four attributes, in the order of their bits. */
-extern const char *const pattr_names[4];
+/* The names of the attributes, in the order of their bits. */
+extern const char *const pattr_names[PATTR_NKEYS];
 
 /* Sets attribute `key` from value[0..len) (not NUL-terminated), checking
  * it on its own and against the attributes already set: a dtype must be
  * known, a shape/offsets/sizes list must parse, offsets and sizes must
- * have the shape's rank and fit in it.  Returns 0 or -EINVAL with a
+ * have the shape's rank and fit in it, replica is 0 or 1.  Returns 0 or -EINVAL with a
  * message naming the attribute and the value. */
 int pattr_set(pattr *a, unsigned key, const char *value, size_t len,
               ckpt_error *err);

@@ -18,6 +18,7 @@
 #include "lease.h"
 
 #define MARKER_PREFIX "rank-"
+#define NOTES_PREFIX "errors."
 
 static int pending_path(char *out, size_t cap, const char *dir,
                         const char *name, ckpt_error *err)
@@ -176,4 +177,111 @@ int rdv_status(const char *dir, int world, char *buf, size_t cap)
         return snprintf(buf, cap, "committed\n");
     e.msg[strcspn(e.msg, "\n")] = '\0';
     return snprintf(buf, cap, "failed: %s\n", e.msg);
+}
+
+/* One line: newlines and tabs of the parts become spaces. */
+static void flatten(char *s)
+{
+    for (; *s; s++)
+        if (*s == '\n' || *s == '\r' || *s == '\t')
+            *s = ' ';
+}
+
+void rdv_note_error(const char *dir, const char *who, const char *file,
+                    const char *by, const char *why)
+{
+    char name[300], path[4096], line[2048];
+    snprintf(name, sizeof name, NOTES_PREFIX "%s", who);
+    if (pending_path(path, sizeof path, dir, name, NULL))
+        return;
+    int n = snprintf(line, sizeof line, "%s: %s (%s)", file, why, by);
+    if (n < 0)
+        return;
+    if ((size_t)n >= sizeof line - 1)
+        n = (int)sizeof line - 2;
+    line[n] = '\0';
+    flatten(line);
+    line[n++] = '\n';
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return;
+    (void)ckpt_write_full(fd, line, (size_t)n, path, NULL);
+    close(fd);
+}
+
+/* Appends n bytes to the growing string *s (len, cap). */
+static int append(char **s, size_t *len, size_t *cap, const char *p,
+                  size_t n)
+{
+    if (*len + n + 1 > *cap) {
+        size_t c = (*len + n + 1) * 2;
+        char *v = realloc(*s, c);
+        if (!v)
+            return -ENOMEM;
+        *s = v;
+        *cap = c;
+    }
+    memcpy(*s + *len, p, n);
+    *len += n;
+    (*s)[*len] = '\0';
+    return 0;
+}
+
+static int by_name(const struct dirent **a, const struct dirent **b)
+{
+    return strcmp((*a)->d_name, (*b)->d_name);
+}
+
+static int is_note(const struct dirent *e)
+{
+    return strncmp(e->d_name, NOTES_PREFIX, strlen(NOTES_PREFIX)) == 0;
+}
+
+/* Appends the content of file path to *s. */
+static int append_file(char **s, size_t *len, size_t *cap, const char *path)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;              /* gone meanwhile: nothing to add */
+    char buf[8192];
+    ssize_t n;
+    int rc = 0;
+    while (rc == 0 && (n = read(fd, buf, sizeof buf)) > 0)
+        rc = append(s, len, cap, buf, (size_t)n);
+    close(fd);
+    return rc;
+}
+
+int rdv_errors(const char *dir, char **out, size_t *len)
+{
+    char pending[4096], path[4400], msg[1100];
+    size_t cap = 0;
+    *out = NULL;
+    *len = 0;
+    int rc = append(out, len, &cap, "", 0);
+    if (rc == 0 && ckpt_path_join(pending, sizeof pending, dir, ".pending",
+                                  NULL) == 0) {
+        struct dirent **v = NULL;
+        int n = scandir(pending, &v, is_note, by_name);
+        for (int i = 0; i < n; i++) {
+            snprintf(path, sizeof path, "%s/%s", pending, v[i]->d_name);
+            if (rc == 0)
+                rc = append_file(out, len, &cap, path);
+            free(v[i]);
+        }
+        free(v);
+    }
+    if (rc == 0 && failure_of(dir, msg, sizeof msg)) {
+        msg[strcspn(msg, "\n")] = '\0';
+        char line[1200];
+        int n = snprintf(line, sizeof line, "commit refused: %s\n", msg);
+        rc = append(out, len, &cap, line, (size_t)n < sizeof line ?
+                    (size_t)n : sizeof line - 1);
+    }
+    if (rc) {
+        free(*out);
+        *out = NULL;
+        *len = 0;
+    }
+    return rc;
 }

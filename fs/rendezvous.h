@@ -39,4 +39,16 @@ int rdv_retry(const char *dir, int world, ckpt_error *err);
  * commit runs, runs it first.  Like snprintf. */
 int rdv_status(const char *dir, int world, char *buf, size_t cap);
 
+/* Appends one line to the refused-piece notes of dir that writer group
+ * `who` keeps (.pending/errors.WHO, one file per mount, so that no two
+ * processes append to one file): "FILE: WHY (BY)".  Best effort: a note
+ * that cannot be written is only missing from the list. */
+void rdv_note_error(const char *dir, const char *who, const char *file,
+                    const char *by, const char *why);
+
+/* The text of .ckptfs/errors: every note of every mount (by file name),
+ * then "commit refused: MSG" when a commit failed.  A new string in
+ * *out (free() it) of *len bytes; "" when nothing was refused. */
+int rdv_errors(const char *dir, char **out, size_t *len);
+
 #endif

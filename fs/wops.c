@@ -16,25 +16,28 @@
 
 /* A handle on a file of a save. */
 typedef struct wfile {
-    ops_handle link;          /* first: a wfile is an ops_handle */
+    fs_handle link;          /* first: a wfile is an fs_handle */
     ws_save *w;
-    ws_kind kind;             /* WS_FILE, WS_COMMIT, WS_STATUS */
+    ws_kind kind;             /* WS_FILE, WS_COMMIT, WS_STATUS, WS_ERRORS */
     ws_file *piece;           /* WS_FILE */
     int writable;
-    char text[1200];          /* WS_STATUS: the status when opened */
+    char *text;               /* WS_STATUS, WS_ERRORS: the content when
+                                 opened */
     size_t len;
 } wfile;
 
+static void handle_free(fs_handle *hh);
+
 fuse_ino_t wops_ino(const ws_save *w, uint32_t node)
 {
-    return WOPS_INO_BIT | (fuse_ino_t)ws_save_id(w) << 32 | node;
+    return inode_save(ws_save_id(w), node);
 }
 
 int wops_resolve(fs_ctx *c, fuse_ino_t ino, ws_save **w, uint32_t *node)
 {
-    if (!c->ws || !wops_is_ino(ino))
+    if (!c->ws || !inode_is_save(ino))
         return -ESTALE;
-    *w = ws_set_by_id(c->ws, (uint32_t)((ino & ~WOPS_INO_BIT) >> 32));
+    *w = ws_set_by_id(c->ws, inode_save_id(ino));
     *node = (uint32_t)ino;
     return *w ? 0 : -ESTALE;
 }
@@ -86,7 +89,7 @@ int wops_stat(fs_ctx *c, ws_save *w, uint32_t node, struct stat *st)
         st->st_mode = S_IFREG | (bits & 0222);
         st->st_nlink = 1;
         break;
-    default:
+    default:                     /* status, errors */
         st->st_mode = S_IFREG | (bits & 0444);
         st->st_nlink = 1;
         st->st_size = 4096;      /* read with direct I/O: up to EOF */
@@ -239,6 +242,17 @@ void wops_readdir(fuse_req_t req, ws_save *w, uint32_t dir, size_t size,
     free(buf);
 }
 
+/* The status line into h->text. */
+static int status_text(ws_save *w, wfile *h)
+{
+    size_t cap = 1200;
+    if (!(h->text = malloc(cap)))
+        return -ENOMEM;
+    int n = ws_status(w, h->text, cap);
+    h->len = n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+    return 0;
+}
+
 /* Opens node for the request's process; replies. */
 static void open_node(fs_ctx *c, fuse_req_t req, ws_save *w, uint32_t node,
                       struct fuse_file_info *fi, int created)
@@ -249,7 +263,8 @@ static void open_node(fs_ctx *c, fuse_req_t req, ws_save *w, uint32_t node,
     int writing = (fi->flags & O_ACCMODE) != O_RDONLY;
     if (rc == 0 && ws.kind == WS_DIR)
         rc = -EISDIR;
-    else if (rc == 0 && ws.kind == WS_STATUS && writing)
+    else if (rc == 0 && (ws.kind == WS_STATUS || ws.kind == WS_ERRORS) &&
+             writing)
         rc = -EACCES;
     else if (rc == 0 && ws.kind == WS_FILE && !writing) {
         rc = -EBUSY;
@@ -267,16 +282,18 @@ static void open_node(fs_ctx *c, fuse_req_t req, ws_save *w, uint32_t node,
         if (ws.kind == WS_FILE)
             rc = ws_open(w, node, caller(req), &h->piece, &err);
         else if (ws.kind == WS_STATUS)
-            h->len = (size_t)ws_status(w, h->text, sizeof h->text);
-        if (h->len >= sizeof h->text)
-            h->len = sizeof h->text - 1;
+            rc = status_text(w, h);
+        else if (ws.kind == WS_ERRORS)
+            rc = ws_errors(w, &h->text, &h->len);
     }
     if (rc) {
+        if (h)
+            free(h->text);
         free(h);
         reply_fail(req, rc, &err);
         return;
     }
-    ops_handle_add(c, &h->link, OPS_H_WRITE);
+    fs_handle_add(c, &h->link, FS_H_WRITE, handle_free);
     fi->fh = (uint64_t)(uintptr_t)h;
     fi->direct_io = 1;       /* pieces stream through; status is fresh */
     if (!created) {
@@ -303,7 +320,7 @@ void wops_create(fs_ctx *c, fuse_req_t req, ws_save *w, uint32_t dir,
     uint32_t node;
     int created;
     ckpt_error err = { 0 };
-    int rc = ws_mkfile(w, dir, name, &node, &created, &err);
+    int rc = ws_mkfile(w, dir, name, caller(req), &node, &created, &err);
     if (rc == 0 && !created && (fi->flags & O_EXCL))
         rc = -EEXIST;
     if (rc)
@@ -312,21 +329,20 @@ void wops_create(fs_ctx *c, fuse_req_t req, ws_save *w, uint32_t dir,
         open_node(c, req, w, node, fi, 1);
 }
 
-void wops_read(fuse_req_t req, ops_handle *hh, size_t size, off_t off)
+void wops_read(fuse_req_t req, fs_handle *hh, size_t size, off_t off)
 {
     wfile *h = (wfile *)hh;
-    if (h->kind != WS_STATUS || off < 0) {
+    if (!h->text || off < 0) {
         fuse_reply_buf(req, NULL, 0);    /* commit reads empty */
         return;
     }
-    char text[sizeof h->text];
     size_t o = (size_t)off < h->len ? (size_t)off : h->len;
     size_t n = h->len - o < size ? h->len - o : size;
-    memcpy(text, h->text + o, n);        /* h may go once replied */
-    fuse_reply_buf(req, text, n);
+    /* The kernel releases h only after this read is answered. */
+    fuse_reply_buf(req, h->text + o, n);
 }
 
-void wops_write(fuse_req_t req, ops_handle *hh, const char *buf, size_t size,
+void wops_write(fuse_req_t req, fs_handle *hh, const char *buf, size_t size,
                 off_t off)
 {
     wfile *h = (wfile *)hh;
@@ -346,7 +362,7 @@ void wops_write(fuse_req_t req, ops_handle *hh, const char *buf, size_t size,
         fuse_reply_write(req, size);
 }
 
-void wops_flush(fuse_req_t req, ops_handle *hh)
+void wops_flush(fuse_req_t req, fs_handle *hh)
 {
     wfile *h = (wfile *)hh;
     ckpt_error err = { 0 };
@@ -357,17 +373,19 @@ void wops_flush(fuse_req_t req, ops_handle *hh)
         fuse_reply_err(req, 0);
 }
 
-void wops_handle_free(ops_handle *hh)
+/* Frees a handle (also one the kernel never released: its free). */
+static void handle_free(fs_handle *hh)
 {
     wfile *h = (wfile *)hh;
     ws_release(h->piece);
+    free(h->text);
     free(h);
 }
 
-void wops_release(fs_ctx *c, fuse_req_t req, ops_handle *hh)
+void wops_release(fs_ctx *c, fuse_req_t req, fs_handle *hh)
 {
-    ops_handle_remove(c, hh);
-    wops_handle_free(hh);
+    fs_handle_remove(c, hh);
+    handle_free(hh);
     fuse_reply_err(req, 0);
 }
 
@@ -392,7 +410,7 @@ static void reply_value(fuse_req_t req, const char *buf, int n, size_t cap,
     else if ((size_t)n >= cap)
         fuse_reply_err(req, ERANGE);
     else
-        ops_reply_xattr(req, buf, (size_t)n, size);
+        fs_reply_xattr(req, buf, (size_t)n, size);
 }
 
 void wops_getxattr(fuse_req_t req, ws_save *w, uint32_t node,

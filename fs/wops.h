@@ -4,24 +4,20 @@
  * inside one, mkdir, create, setxattr, sequential write and close make
  * pieces, .ckptfs/commit and .ckptfs/status drive and show the commit.
  * ops.c hands over every request on an inode of a save, and the root's
- * mkdir and unknown names; it keeps everything committed.
+ * mkdir and unknown names; it keeps everything committed.  Dependencies
+ * run one way: ops.c calls wops.c, never the reverse; both share
+ * handles.h (context, handles, xattr reply) and inode.h.
  *
- * Inode numbers: WOPS_INO_BIT | (save id << 32) | node (wsave.h).  The
+ * Inode numbers: inode_save(save id, node) (inode.h, wsave.h).  The
  * kernel may keep names and directories' attributes for a second; files'
  * attributes change as pieces arrive and are not cached.
  */
 #ifndef CKPTFS_FS_WOPS_H
 #define CKPTFS_FS_WOPS_H
 
-#include "ops.h"
+#include "handles.h"
+#include "inode.h"
 #include "wsave.h"
-
-#define WOPS_INO_BIT ((fuse_ino_t)1 << 63)
-
-static inline int wops_is_ino(fuse_ino_t ino)
-{
-    return (ino & WOPS_INO_BIT) != 0;
-}
 
 fuse_ino_t wops_ino(const ws_save *w, uint32_t node);
 /* The save and node of a save inode: 0 or -ESTALE. */
@@ -49,14 +45,12 @@ void wops_open(fs_ctx *c, fuse_req_t req, ws_save *w, uint32_t node,
 void wops_create(fs_ctx *c, fuse_req_t req, ws_save *w, uint32_t dir,
                  const char *name, struct fuse_file_info *fi);
 
-/* Requests on an open handle of kind OPS_H_WRITE. */
-void wops_read(fuse_req_t req, ops_handle *h, size_t size, off_t off);
-void wops_write(fuse_req_t req, ops_handle *h, const char *buf, size_t size,
+/* Requests on an open handle of kind FS_H_WRITE. */
+void wops_read(fuse_req_t req, fs_handle *h, size_t size, off_t off);
+void wops_write(fuse_req_t req, fs_handle *h, const char *buf, size_t size,
                 off_t off);
-void wops_flush(fuse_req_t req, ops_handle *h);
-void wops_release(fs_ctx *c, fuse_req_t req, ops_handle *h);
-/* Frees a handle the kernel never released. */
-void wops_handle_free(ops_handle *h);
+void wops_flush(fuse_req_t req, fs_handle *h);
+void wops_release(fs_ctx *c, fuse_req_t req, fs_handle *h);
 
 void wops_setxattr(fuse_req_t req, ws_save *w, uint32_t node,
                    const char *name, const char *value, size_t size);

@@ -29,8 +29,13 @@
 #include "rendezvous.h"
 #include "shape.h"
 #include "writer.h"
+#include "wrank.h"
 
 #define META_PREFIX "user.ckpt.meta."
+#define RANK_ATTR "user.ckpt.rank"
+#define ERROR_ATTR "user.ckpt.error"
+/* rank<R>, then rank<R>-2 ... when another mount or process has it */
+#define RANK_NAME_TRIES 64
 #define TENSOR_SUFFIX ".tensor"
 #define NAME_MAX_LEN 255
 #define HASH_EMPTY UINT32_MAX
@@ -54,8 +59,17 @@ typedef struct ws_node {
     overlay *own;              /* WS_FILE: per process */
     struct timespec mtime;
     uint8_t declared;          /* WS_FILE: declared in a plan by this mount */
-    char *error;               /* WS_FILE: why its last failed piece failed */
+    char *error;               /* WS_FILE: why its last piece or attribute
+                                  was refused (user.ckpt.error) */
 } ws_node;
+
+/* A writer of this mount, the rank it writes for (-1: not known) and its
+ * name (its shard is data/<name>.shard). */
+typedef struct pooled {
+    ckpt_writer *wr;
+    int rank;
+    char name[160];
+} pooled;
 
 typedef struct kv {
     char *key, *value;
@@ -73,11 +87,12 @@ struct ws_save {
     uint32_t nbuckets;
     ckpt_writer **idle;        /* writers between pieces */
     size_t nidle, capidle;
-    ckpt_writer **all;         /* every writer open, idle or streaming */
+    pooled *all;               /* every writer open, idle or streaming */
     size_t nall, capall;
     unsigned next_writer;
     int committed;
     int gone;                  /* its directory vanished (gc removed it) */
+    int failed;                /* its last commit was refused: not held */
     ckpt_lease *lease;         /* from this mount's first write to the commit */
     kv *meta;                  /* user.ckpt.meta.* set through this mount */
     size_t nmeta;
@@ -87,7 +102,9 @@ struct ws_set {
     char *root;
     int world;
     ckpt_write_opts wo;
-    char prefix[96];           /* writer names: <prefix>-<save>-<k> */
+    char prefix[96];           /* writer names of unknown ranks:
+                                  <prefix>-<k>; errors.<prefix> notes */
+    wrank_table *ranks;        /* the rank of each writing process */
     pthread_mutex_t mu;
     ws_save **v;               /* by id - 1 */
     size_t n, cap;
@@ -103,6 +120,7 @@ struct ws_file {
     uint64_t received;
     ckpt_writer *writer;       /* while streaming */
     ckpt_stream *stream;
+    char who[160];             /* the writer's name, for messages */
     int started, done;
     int rc;                    /* the piece's error, sticky */
     ckpt_error err;
@@ -240,7 +258,8 @@ static ws_save *save_new(ws_set *s, const char *name, const char *path)
     ok = ok && add_node(w, 0, "", WS_DIR) == 0;
     long ctl = ok ? add_node(w, WS_ROOT, ".ckptfs", WS_DIR) : -1;
     ok = ctl > 0 && add_node(w, (uint32_t)ctl, "commit", WS_COMMIT) > 0 &&
-         add_node(w, (uint32_t)ctl, "status", WS_STATUS) > 0;
+         add_node(w, (uint32_t)ctl, "status", WS_STATUS) > 0 &&
+         add_node(w, (uint32_t)ctl, "errors", WS_ERRORS) > 0;
     if (!ok) {
         save_free(w);
         return NULL;
@@ -322,7 +341,9 @@ int ws_set_new(ws_set **out, const char *root, int world,
 {
     *out = NULL;
     ws_set *s = calloc(1, sizeof *s);
-    if (!s || !(s->root = strdup(root))) {
+    if (!s || !(s->root = strdup(root)) || wrank_new(&s->ranks) != 0) {
+        if (s)
+            free(s->root);
         free(s);
         return ckpt_err(err, -ENOMEM, "out of memory");
     }
@@ -355,6 +376,7 @@ void ws_set_free(ws_set *s)
         save_free(s->v[i]);
     free(s->v);
     pthread_mutex_destroy(&s->mu);
+    wrank_free(s->ranks);
     free(s->root);
     free(s);
 }
@@ -483,7 +505,7 @@ const char *ws_save_name(const ws_save *w)
 static void forget_writer(ws_save *w, ckpt_writer *wr)
 {
     for (size_t i = 0; i < w->nall; i++)
-        if (w->all[i] == wr) {
+        if (w->all[i].wr == wr) {
             w->all[i] = w->all[--w->nall];
             return;
         }
@@ -649,13 +671,14 @@ int ws_mkdir(ws_save *w, uint32_t dir, const char *name, uint32_t *node,
     return make_node(w, dir, name, WS_DIR, node, NULL, err);
 }
 
-static int declare_once(ws_save *w, uint32_t node, ckpt_error *err);
+static int declare_once(ws_save *w, uint32_t node, pid_t pid,
+                        ckpt_error *err);
 
-int ws_mkfile(ws_save *w, uint32_t dir, const char *name, uint32_t *node,
-              int *created, ckpt_error *err)
+int ws_mkfile(ws_save *w, uint32_t dir, const char *name, pid_t pid,
+              uint32_t *node, int *created, ckpt_error *err)
 {
     int rc = make_node(w, dir, name, WS_FILE, node, created, err);
-    return rc ? rc : declare_once(w, *node, err);
+    return rc ? rc : declare_once(w, *node, pid, err);
 }
 
 /* The FQN of file node (under mu): its path with ".tensor" dropped. */
@@ -709,7 +732,8 @@ static void drop_own(ws_node *x, const pattr *a)
 
 /* Keeps a meta key in a writer's plan: any idle writer (or a new one)
  * carries it to the commit. */
-static int take_writer(ws_save *w, ckpt_writer **out, ckpt_error *err);
+static int take_writer(ws_save *w, pid_t pid, ckpt_writer **out,
+                       char *name, size_t cap, ckpt_error *err);
 static void give_writer(ws_save *w, ckpt_writer *wr, int ok);
 
 static int meta_value(ws_save *w, const char *key, char *buf, size_t cap)
@@ -756,8 +780,8 @@ static int remember_meta(ws_save *w, const char *key, const char *value,
     return rc ? ckpt_err(err, rc, "out of memory") : 0;
 }
 
-static int set_meta(ws_save *w, const char *key, const char *value,
-                    size_t len, ckpt_error *err)
+static int set_meta(ws_save *w, pid_t pid, const char *key,
+                    const char *value, size_t len, ckpt_error *err)
 {
     char v[1024];
     if (len >= sizeof v || memchr(value, '\0', len))
@@ -772,7 +796,7 @@ static int set_meta(ws_save *w, const char *key, const char *value,
             ckpt_err(err, -EINVAL, "user.ckpt.meta.%s is '%s' already; a "
                      "key keeps its first value", key, have);
     ckpt_writer *wr;
-    int rc = take_writer(w, &wr, err);
+    int rc = take_writer(w, pid, &wr, NULL, 0, err);
     if (rc)
         return rc;
     rc = ckpt_writer_set_meta(wr, key, v, err);
@@ -782,18 +806,79 @@ static int set_meta(ws_save *w, const char *key, const char *value,
     return rc ? rc : remember_meta(w, key, v, err);
 }
 
+/* user.ckpt.rank on the save's directory: pid's rank, for all saves. */
+static int set_rank(ws_save *w, pid_t pid, const char *value, size_t len,
+                    ckpt_error *err)
+{
+    int rank, world = w->set->world;
+    if (wrank_parse(value, len, world, &rank) != 0)
+        return ckpt_err(err, -EINVAL, RANK_ATTR " '%.*s': a rank from 0 to "
+                        "%d (the mount's world=%d)", (int)(len < 40 ? len
+                        : 40), value, world - 1, world);
+    return wrank_set(w->set->ranks, pid, rank) ? ckpt_err(err, -ENOMEM,
+                                                          "out of memory")
+                                               : 0;
+}
+
+/* Keeps why an attribute or piece of file node was refused (its
+ * user.ckpt.error) and notes it in .ckptfs/errors, by `by`. */
+static void note_refusal(ws_save *w, uint32_t node, const char *by,
+                         const char *why)
+{
+    char path[4096];
+    char *copy = strdup(why);
+    pthread_mutex_lock(&w->mu);
+    if (copy && node < w->n) {
+        free(w->nodes[node].error);
+        w->nodes[node].error = copy;
+        copy = NULL;
+    }
+    path_locked(w, node, path, sizeof path);
+    pthread_mutex_unlock(&w->mu);
+    free(copy);
+    rdv_note_error(w->path, w->set->prefix, path, by, why);
+}
+
+static int set_piece_attr(ws_save *w, uint32_t node, pid_t pid,
+                          unsigned key, const char *name, const char *value,
+                          size_t len, ckpt_error *err);
+
 int ws_setxattr(ws_save *w, uint32_t node, pid_t pid, const char *name,
                 const char *value, size_t len, ckpt_error *err)
 {
     size_t pl = strlen(META_PREFIX);
     if (node == WS_ROOT && strncmp(name, META_PREFIX, pl) == 0 &&
         name[pl])
-        return set_meta(w, name + pl, value, len, err);
+        return set_meta(w, pid, name + pl, value, len, err);
+    if (node == WS_ROOT && strcmp(name, RANK_ATTR) == 0)
+        return set_rank(w, pid, value, len, err);
     unsigned key = pattr_key(name);
     if (!key)
         return ckpt_err(err, -ENOTSUP, "attribute '%s' is not one ckptfs "
-                        "keeps (user.ckpt.dtype, .shape, .offsets, .sizes; "
-                        "user.ckpt.meta.KEY on the checkpoint)", name);
+                        "keeps (user.ckpt.dtype, .shape, .offsets, .sizes, "
+                        ".replica; "
+                        "user.ckpt.meta.KEY and user.ckpt.rank on the "
+                        "checkpoint)", name);
+    ckpt_error e = { 0 };
+    int rc = set_piece_attr(w, node, pid, key, name, value, len, &e);
+    if (rc == -EINVAL) {
+        char by[64];
+        int r = wrank_of(w->set->ranks, pid, w->set->world);
+        if (r >= 0)
+            snprintf(by, sizeof by, "rank %d, process %ld", r, (long)pid);
+        else
+            snprintf(by, sizeof by, "process %ld", (long)pid);
+        note_refusal(w, node, by, e.msg);
+    }
+    if (rc && err)
+        *err = e;
+    return rc;
+}
+
+static int set_piece_attr(ws_save *w, uint32_t node, pid_t pid,
+                          unsigned key, const char *name, const char *value,
+                          size_t len, ckpt_error *err)
+{
     pthread_mutex_lock(&w->mu);
     int rc = 0;
     ws_node *x = node < w->n ? &w->nodes[node] : NULL;
@@ -816,7 +901,7 @@ int ws_setxattr(ws_save *w, uint32_t node, pid_t pid, const char *name,
     if (rc == 0)
         (void)pattr_set(&x->shared, key, value, len, NULL);
     pthread_mutex_unlock(&w->mu);
-    return rc ? rc : declare_once(w, node, err);
+    return rc ? rc : declare_once(w, node, pid, err);
 }
 
 int ws_getxattr(ws_save *w, uint32_t node, pid_t pid, const char *name,
@@ -825,6 +910,12 @@ int ws_getxattr(ws_save *w, uint32_t node, pid_t pid, const char *name,
     if (node == WS_ROOT && strncmp(name, META_PREFIX,
                                    strlen(META_PREFIX)) == 0)
         return meta_value(w, name + strlen(META_PREFIX), buf, cap);
+    if (node == WS_ROOT && strcmp(name, RANK_ATTR) == 0) {
+        int r = wrank_of(w->set->ranks, pid, w->set->world);
+        return r >= 0 ? snprintf(buf, cap, "%d", r) : -ENODATA;
+    }
+    if (strcmp(name, ERROR_ATTR) == 0)
+        return ws_piece_error(w, node, buf, cap);
     unsigned key = pattr_key(name);
     pthread_mutex_lock(&w->mu);
     ws_node *x = node < w->n ? &w->nodes[node] : NULL;
@@ -844,12 +935,14 @@ int ws_listxattr(ws_save *w, uint32_t node, pid_t pid, char *buf,
     pthread_mutex_lock(&w->mu);
     ws_node *x = node < w->n ? &w->nodes[node] : NULL;
     const pattr *a = x && x->kind == WS_FILE ? attrs_for(x, pid, pid) : NULL;
-    for (unsigned i = 0; a && i < 4; i++) {
-        if (!(a->set & (1u << i)))
+    for (unsigned i = 0; i <= PATTR_NKEYS; i++) {
+        const char *nm = i < PATTR_NKEYS ? pattr_names[i] : ERROR_ATTR;
+        if (i < PATTR_NKEYS ? !a || !(a->set & (1u << i))
+                            : !x || !x->error)
             continue;
-        size_t n = strlen(pattr_names[i]) + 1;
+        size_t n = strlen(nm) + 1;
         if (len + n <= cap)
-            memcpy(buf + len, pattr_names[i], n);
+            memcpy(buf + len, nm, n);
         len += n;
     }
     pthread_mutex_unlock(&w->mu);
@@ -874,6 +967,7 @@ static int hold_lease(ws_save *w, ckpt_error *err)
     pthread_mutex_lock(&w->mu);
     if (!w->lease && !w->committed) {
         w->lease = l;
+        w->failed = 0;  /* written or committed again: held again */
         l = NULL;
     }
     pthread_mutex_unlock(&w->mu);
@@ -881,39 +975,86 @@ static int hold_lease(ws_save *w, ckpt_error *err)
     return 0;
 }
 
-static int take_writer(ws_save *w, ckpt_writer **out, ckpt_error *err)
+/* The pooled entry of writer wr (under mu), or NULL. */
+static pooled *pooled_of(ws_save *w, const ckpt_writer *wr)
+{
+    for (size_t i = 0; i < w->nall; i++)
+        if (w->all[i].wr == wr)
+            return &w->all[i];
+    return NULL;
+}
+
+/* Opens a new writer for `rank` (under mu): named rank<R>, or rank<R>-K
+ * when another mount or process of the job writes that rank too (the
+ * shard file is created exclusively, so names never clash); <prefix>-<k>
+ * when the rank is not known. */
+static int open_writer(ws_save *w, int rank, pooled *p, ckpt_error *err)
+{
+    int rc = -EEXIST;
+    for (int k = 1; rank >= 0 && rc == -EEXIST && k <= RANK_NAME_TRIES;
+         k++) {
+        if (k == 1)
+            snprintf(p->name, sizeof p->name, "rank%d", rank);
+        else
+            snprintf(p->name, sizeof p->name, "rank%d-%d", rank, k);
+        rc = ckpt_writer_open(&p->wr, w->path, p->name, &w->set->wo, err);
+    }
+    if (rc == -EEXIST) {
+        snprintf(p->name, sizeof p->name, "%s-%u", w->set->prefix,
+                 w->next_writer++);
+        rc = ckpt_writer_open(&p->wr, w->path, p->name, &w->set->wo, err);
+    }
+    p->rank = rank;
+    return rc;
+}
+
+/* A writer for process pid: an idle one of its rank, or a new one.  Its
+ * name goes to name (cap bytes) when name is not NULL. */
+static int take_writer(ws_save *w, pid_t pid, ckpt_writer **out,
+                       char *name, size_t cap, ckpt_error *err)
 {
     int lrc = hold_lease(w, err);
     if (lrc)
         return lrc;
+    int rank = wrank_of(w->set->ranks, pid, w->set->world);
     pthread_mutex_lock(&w->mu);
     if (w->committed) {
         pthread_mutex_unlock(&w->mu);
         return ckpt_err(err, -EROFS, "%s is committed: it is read-only",
                         w->path);
     }
-    if (w->nidle) {
-        *out = w->idle[--w->nidle];
-        pthread_mutex_unlock(&w->mu);
-        return 0;
+    const pooled *found = NULL;
+    for (size_t i = w->nidle; i-- > 0 && !found;) {
+        const pooled *p = pooled_of(w, w->idle[i]);
+        if (p && p->rank == rank) {
+            found = p;
+            w->idle[i] = w->idle[--w->nidle];
+        }
     }
-    char name[160];
-    snprintf(name, sizeof name, "%s-%u", w->set->prefix, w->next_writer++);
     int rc = 0;
-    if (w->nall == w->capall) {
-        size_t cap = w->capall ? w->capall * 2 : 8;
-        ckpt_writer **v = realloc(w->all, cap * sizeof *v);
+    if (!found && w->nall == w->capall) {
+        size_t c = w->capall ? w->capall * 2 : 8;
+        pooled *v = realloc(w->all, c * sizeof *v);
         if (v) {
             w->all = v;
-            w->capall = cap;
+            w->capall = c;
         } else {
             rc = ckpt_err(err, -ENOMEM, "out of memory");
         }
     }
-    if (rc == 0)
-        rc = ckpt_writer_open(out, w->path, name, &w->set->wo, err);
-    if (rc == 0)
-        w->all[w->nall++] = *out;
+    if (!found && rc == 0) {
+        pooled p = { 0 };
+        rc = open_writer(w, rank, &p, err);
+        if (rc == 0) {
+            w->all[w->nall] = p;
+            found = &w->all[w->nall++];
+        }
+    }
+    if (rc == 0) {
+        *out = found->wr;
+        if (name)
+            snprintf(name, cap, "%s", found->name);
+    }
     pthread_mutex_unlock(&w->mu);
     return rc;
 }
@@ -925,7 +1066,7 @@ static int sync_writers(ws_save *w, ckpt_error *err)
     pthread_mutex_lock(&w->mu);
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < w->nall; i++)
-        rc = ckpt_writer_sync(w->all[i], err);
+        rc = ckpt_writer_sync(w->all[i].wr, err);
     pthread_mutex_unlock(&w->mu);
     return rc;
 }
@@ -935,6 +1076,8 @@ static int sync_writers(ws_save *w, ckpt_error *err)
 static void give_writer(ws_save *w, ckpt_writer *wr, int ok)
 {
     pthread_mutex_lock(&w->mu);
+    if (w->failed)
+        ok = 0;         /* a refused save keeps no writer (release_failed) */
     if (ok && !w->committed && w->nidle == w->capidle) {
         size_t cap = w->capidle ? w->capidle * 2 : 8;
         ckpt_writer **v = realloc(w->idle, cap * sizeof *v);
@@ -956,7 +1099,7 @@ static void give_writer(ws_save *w, ckpt_writer *wr, int ok)
 /* Records in a writer's plan that file `node` is declared, with the
  * reason its piece failed (or none), so that whichever mount commits
  * refuses the tensor if no piece of it arrives. */
-static int declare(ws_save *w, uint32_t node, const char *reason,
+static int declare(ws_save *w, uint32_t node, pid_t pid, const char *reason,
                    ckpt_error *err)
 {
     char *fqn = NULL;
@@ -967,7 +1110,7 @@ static int declare(ws_save *w, uint32_t node, const char *reason,
     pthread_mutex_unlock(&w->mu);
     ckpt_writer *wr = NULL;
     if (rc == 0)
-        rc = take_writer(w, &wr, err);
+        rc = take_writer(w, pid, &wr, NULL, 0, err);
     if (rc == 0) {
         rc = ckpt_writer_declare(wr, fqn, reason, err);
         if (rc == 0)
@@ -984,12 +1127,13 @@ static int declare(ws_save *w, uint32_t node, const char *reason,
 }
 
 /* Declares file `node` unless this mount did already. */
-static int declare_once(ws_save *w, uint32_t node, ckpt_error *err)
+static int declare_once(ws_save *w, uint32_t node, pid_t pid,
+                        ckpt_error *err)
 {
     pthread_mutex_lock(&w->mu);
     int done = node >= w->n || w->nodes[node].declared;
     pthread_mutex_unlock(&w->mu);
-    return done ? 0 : declare(w, node, NULL, err);
+    return done ? 0 : declare(w, node, pid, NULL, err);
 }
 
 int ws_piece_error(ws_save *w, uint32_t node, char *buf, size_t cap)
@@ -1039,15 +1183,16 @@ static void piece_failed(ws_file *f)
 {
     const char *why = f->err.msg[0] ? f->err.msg : strerror(-f->rc);
     ws_save *w = f->w;
-    char *copy = strdup(why);
-    pthread_mutex_lock(&w->mu);
-    if (copy) {
-        free(w->nodes[f->node].error);
-        w->nodes[f->node].error = copy;
-    }
-    pthread_mutex_unlock(&w->mu);
+    char by[200];
+    if (f->who[0])
+        snprintf(by, sizeof by, "writer %s", f->who);
+    else
+        snprintf(by, sizeof by, "process %ld", (long)f->opener);
+    note_refusal(w, f->node, by, why);
+    char reason[sizeof f->err.msg + 220];
+    snprintf(reason, sizeof reason, "%s (%s)", why, by);
     ckpt_error e = { 0 };
-    if (declare(w, f->node, why, &e) != 0)
+    if (declare(w, f->node, f->opener, reason, &e) != 0)
         fuse_log(FUSE_LOG_ERR, "ckptfs: tensor '%s': cannot record why its "
                  "piece failed: %s\n", f->fqn, e.msg);
 }
@@ -1096,7 +1241,7 @@ static int start_piece(ws_file *f, pid_t pid, ckpt_error *err)
         rc = ckpt_shape_nbytes(p.dtype, p.ndim, p.sizes, &f->bound, f->fqn,
                                err);
     if (rc == 0)
-        rc = take_writer(w, &f->writer, err);
+        rc = take_writer(w, pid, &f->writer, f->who, sizeof f->who, err);
     if (rc == 0)
         rc = ckpt_writer_begin(f->writer, &p, &f->stream, err);
     f->started = 1;
@@ -1160,10 +1305,59 @@ static int empty_piece_declared(ws_file *f, pid_t pid)
     return rc == 0 && p.infer == PATTR_EXACT && n == 0;
 }
 
+/* 1 when the attributes the opener would use say user.ckpt.replica=1. */
+static int replica_declared(ws_file *f)
+{
+    pthread_mutex_lock(&f->w->mu);
+    const pattr *a = attrs_for(&f->w->nodes[f->node], f->opener, f->opener);
+    int yes = a && (a->set & PATTR_REPLICA) && a->replica;
+    pthread_mutex_unlock(&f->w->mu);
+    return yes;
+}
+
+/* Records a piece closed without bytes under user.ckpt.replica=1 as a
+ * reference to the same region written by another writer: nothing goes
+ * to the shard, and the commit refuses the save unless that piece is
+ * there.  The region must be given in full. */
+static int close_replica(ws_file *f, ckpt_error *err)
+{
+    ws_save *w = f->w;
+    pthread_mutex_lock(&w->mu);
+    ws_node *x = &w->nodes[f->node];
+    const pattr *a = attrs_for(x, f->opener, f->opener);
+    int rc = pattr_resolve(a, f->fqn, &f->piece, err);
+    if (rc == 0 && (!(a->set & PATTR_DTYPE) || f->piece.infer != PATTR_EXACT))
+        rc = ckpt_err(err, -EINVAL, "tensor '%s': user.ckpt.replica=1 "
+                      "without bytes refers to a piece another writer "
+                      "writes: its region must be set in full "
+                      "(user.ckpt.dtype, .shape and .sizes, and .offsets "
+                      "unless all 0)", f->fqn);
+    if (rc == 0 && a != &x->shared)
+        drop_own(x, a);
+    pthread_mutex_unlock(&w->mu);
+    ckpt_piece p;
+    pattr_to_piece(&f->piece, f->fqn, &p);
+    ckpt_writer *wr = NULL;
+    if (rc == 0)
+        rc = take_writer(w, f->opener, &wr, f->who, sizeof f->who, err);
+    if (rc == 0) {
+        rc = ckpt_writer_declare_replica(wr, &p, err);
+        if (rc == 0)
+            rc = ckpt_writer_flush(wr, err);
+        give_writer(w, wr, rc == 0);
+    }
+    return rc ? fail(f, rc, err) : 0;
+}
+
 int ws_close(ws_file *f, ckpt_error *err)
 {
     if (f->done)
         return 0;
+    /* A replica's reference: no bytes, by design. */
+    if (!f->started && !f->rc && replica_declared(f)) {
+        f->done = 1;
+        return close_replica(f, err);
+    }
     /* Nothing written yet: not the end of the piece (a shell closes its
      * copy of a redirected descriptor before the command writes). */
     if (!f->started && !f->rc && !empty_piece_declared(f, f->opener))
@@ -1202,6 +1396,21 @@ void ws_release(ws_file *f)
 }
 
 /* ------------------------------------------------------------ commit */
+
+/* After a refused commit this mount stops holding the save: its lease and
+ * idle writers (whose plans are on disk) go, so that `ckpt gc` may remove
+ * the save at once and the step be saved again.  A rank that writes or
+ * commits again takes the lease again. */
+static void release_failed(ws_save *w)
+{
+    pthread_mutex_lock(&w->mu);
+    w->failed = 1;
+    drop_idle(w);
+    ckpt_lease *l = w->lease;
+    w->lease = NULL;
+    pthread_mutex_unlock(&w->mu);
+    ckpt_lease_drop(l);
+}
 
 int ws_commit_ranks(ws_save *w, const char *text, size_t len,
                     ckpt_error *err)
@@ -1250,8 +1459,10 @@ int ws_commit_ranks(ws_save *w, const char *text, size_t len,
         rc = ckpt_err(err, -EINVAL, "%s/.ckptfs/commit: write a rank number "
                       "(0..%d)", w->name, world - 1);
     if (rc == 0 && complete) {
-        if ((again ? rdv_retry : rdv_commit)(w->path, world, err) != 0)
+        if ((again ? rdv_retry : rdv_commit)(w->path, world, err) != 0) {
+            release_failed(w);
             return -EIO;        /* the planner's message is in err */
+        }
         (void)ws_save_committed(w);
     }
     return rc;
@@ -1260,4 +1471,9 @@ int ws_commit_ranks(ws_save *w, const char *text, size_t len,
 int ws_status(ws_save *w, char *buf, size_t cap)
 {
     return rdv_status(w->path, w->set->world, buf, cap);
+}
+
+int ws_errors(ws_save *w, char **out, size_t *len)
+{
+    return rdv_errors(w->path, out, len);
 }

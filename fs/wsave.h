@@ -39,7 +39,8 @@ typedef enum ws_kind {
     WS_DIR,
     WS_FILE,
     WS_COMMIT,          /* .ckptfs/commit: ranks write their numbers */
-    WS_STATUS           /* .ckptfs/status */
+    WS_STATUS,          /* .ckptfs/status */
+    WS_ERRORS           /* .ckptfs/errors: every refused piece, and why */
 } ws_kind;
 
 #define WS_ROOT 0u      /* the save's directory */
@@ -95,19 +96,24 @@ int ws_path(ws_save *w, uint32_t node, char *out, size_t cap);
  * FQN component, -EACCES inside .ckptfs). */
 int ws_mkdir(ws_save *w, uint32_t dir, const char *name, uint32_t *node,
              ckpt_error *err);
-/* The tensor file `name` in dir, made if new (*created says which). */
-int ws_mkfile(ws_save *w, uint32_t dir, const char *name, uint32_t *node,
-              int *created, ckpt_error *err);
+/* The tensor file `name` in dir, made if new (*created says which) by
+ * process pid. */
+int ws_mkfile(ws_save *w, uint32_t dir, const char *name, pid_t pid,
+              uint32_t *node, int *created, ckpt_error *err);
 
 /* ------------------------------------------------------------ attributes */
 
 /* Sets a piece attribute of a file (for process pid and as the file's
- * default), or user.ckpt.meta.KEY of the save (on its directory).
- * -EINVAL with a message for a value that does not parse or fit,
- * -ENOTSUP for any other attribute name. */
+ * default), or on the save's directory user.ckpt.meta.KEY of the save or
+ * user.ckpt.rank, the rank of process pid (which names the shard files
+ * of what it writes: rank<R>.shard).  -EINVAL with a message for a value
+ * that does not parse or fit (also kept as the file's user.ckpt.error
+ * and noted in .ckptfs/errors), -ENOTSUP for any other attribute name. */
 int ws_setxattr(ws_save *w, uint32_t node, pid_t pid, const char *name,
                 const char *value, size_t len, ckpt_error *err);
-/* Its value as pid sees it, like snprintf; -ENODATA when not set. */
+/* Its value as pid sees it, like snprintf; -ENODATA when not set.
+ * user.ckpt.error of a file: why its last piece or attribute was
+ * refused. */
 int ws_getxattr(ws_save *w, uint32_t node, pid_t pid, const char *name,
                 char *buf, size_t cap);
 /* The names of the attributes set (NUL-separated), like snprintf. */
@@ -149,5 +155,7 @@ int ws_commit_ranks(ws_save *w, const char *text, size_t len,
                     ckpt_error *err);
 /* .ckptfs/status's content, like snprintf. */
 int ws_status(ws_save *w, char *buf, size_t cap);
+/* .ckptfs/errors's content: a new string (free() it) of *len bytes. */
+int ws_errors(ws_save *w, char **out, size_t *len);
 
 #endif

@@ -25,6 +25,8 @@
 #include "model.h"
 #include "plan.h"
 #include "optsize.h"
+#include "shape.h"
+#include "writer.h"
 
 void ckpt_commit_opts_init(ckpt_commit_opts *o)
 {
@@ -122,6 +124,151 @@ static const char *failure_of(const ckpt_manifest *all, const char *fqn)
     return NULL;
 }
 
+/* A replica reference (writer.h) read back: the fqn and the region. */
+typedef struct replica_ref {
+    char *fqn;                /* the key, cut at the mark */
+    ckpt_dtype dtype;
+    int ndim;
+    int64_t dims[3][CKPT_MAX_DIMS];     /* shape, offsets, sizes */
+} replica_ref;
+
+/* Parses declaration key `key` when it is a replica reference: 1 (then
+ * r->fqn is to be freed), 0 when it is a plain declaration, or -EINVAL. */
+static int replica_parse(const char *key, replica_ref *r, ckpt_error *err)
+{
+    const char *mark = strstr(key, CKPT_REPLICA_MARK);
+    if (!mark)
+        return 0;
+    memset(r, 0, sizeof *r);
+    if (!(r->fqn = strdup(key)))
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    r->fqn[mark - key] = '\0';
+    char *f = r->fqn + (mark - key) + strlen(CKPT_REPLICA_MARK);
+    char *part[5];            /* split at ';': exactly four parts */
+    int n = 0;
+    for (char *q = f; q && n < 5; n++) {
+        part[n] = q;
+        if ((q = strchr(q, ';')))
+            *q++ = '\0';
+    }
+    int nd[3] = { -1, -1, -1 };
+    if (n == 4) {
+        r->dtype = ckpt_dtype_parse(part[0]);
+        for (int k = 0; k < 3; k++)
+            nd[k] = ckpt_shape_parse(part[k + 1], r->dims[k], NULL);
+    }
+    r->ndim = nd[0];
+    if (n != 4 || r->dtype == CKPT_DTYPE_INVALID || nd[0] < 0 ||
+        nd[1] != nd[0] || nd[2] != nd[0]) {
+        ckpt_err(err, -EINVAL, "tensor '%s': a replica reference in a plan "
+                 "is damaged", r->fqn);
+        free(r->fqn);
+        return -EINVAL;
+    }
+    return 1;
+}
+
+/* 1 when piece i of all is the region of r. */
+static int replica_matches(const ckpt_pieces *all, size_t i,
+                           const replica_ref *r)
+{
+    const ckpt_pieces_rec *p = &all->v[i];
+    if (p->dtype != (int32_t)r->dtype || p->ndim != r->ndim)
+        return 0;
+    size_t nb = (size_t)r->ndim * sizeof(int64_t);
+    return memcmp(ckpt_pieces_shape(all, i), r->dims[0], nb) == 0 &&
+           memcmp(ckpt_pieces_offsets(all, i), r->dims[1], nb) == 0 &&
+           memcmp(ckpt_pieces_sizes(all, i), r->dims[2], nb) == 0;
+}
+
+typedef struct fqn_piece {
+    const char *fqn;
+    size_t i;
+} fqn_piece;
+
+static int cmp_fqn_piece(const void *a, const void *b)
+{
+    return strcmp(((const fqn_piece *)a)->fqn, ((const fqn_piece *)b)->fqn);
+}
+
+/* The refusal of reference r (declared by `writer`): no piece of its
+ * fqn, or none of its region (pieces run[0..nrun) are the fqn's). */
+static int replica_refuse(const ckpt_pieces *all, const replica_ref *r,
+                          const char *writer, const fqn_piece *run,
+                          size_t nrun, ckpt_error *err)
+{
+    char sh[3][CKPT_MAX_DIMS * 21 + 1];
+    for (int k = 0; k < 3; k++)
+        ckpt_shape_format(sh[k], sizeof sh[k], r->ndim, r->dims[k]);
+    char what[4 * sizeof sh[0] + 300];
+    snprintf(what, sizeof what, "tensor '%s': writer %s declared its piece "
+             "(offsets [%s], sizes [%s], dtype %s, shape [%s]) a replica "
+             "another writer holds (user.ckpt.replica), but", r->fqn,
+             writer ? writer : "?", sh[1], sh[2], ckpt_dtype_name(r->dtype),
+             sh[0]);
+    if (nrun == 0)
+        return ckpt_err(err, -EINVAL, "%s no writer wrote a piece of it",
+                        what);
+    size_t i = run[0].i;
+    int nd = ckpt_pieces_ndims(&all->v[i]);
+    char has[3][CKPT_MAX_DIMS * 21 + 1];
+    ckpt_shape_format(has[0], sizeof has[0], nd, ckpt_pieces_shape(all, i));
+    ckpt_shape_format(has[1], sizeof has[1], nd, ckpt_pieces_offsets(all, i));
+    ckpt_shape_format(has[2], sizeof has[2], nd, ckpt_pieces_sizes(all, i));
+    const char *by = ckpt_pieces_str(all, all->v[i].writer);
+    return ckpt_err(err, -EINVAL, "%s none of the %zu piece%s written of it "
+                    "has that region and dtype (e.g. writer %s's: offsets "
+                    "[%s], sizes [%s], dtype %s, shape [%s])", what, nrun,
+                    nrun == 1 ? "" : "s", by ? by : "?", has[1], has[2],
+                    ckpt_dtype_name((ckpt_dtype)all->v[i].dtype), has[0]);
+}
+
+/* Refuses a replica reference (a piece declared without data, writer.h)
+ * that no writer wrote: a piece of the same fqn, dtype, shape, offsets
+ * and sizes must be among `all`. */
+static int check_replicas(const ckpt_manifest *decl, const ckpt_pieces *all,
+                          ckpt_error *err)
+{
+    size_t nref = 0;
+    for (size_t i = 0; i < decl->ndeclared; i++)
+        nref += strstr(decl->declared[i].key, CKPT_REPLICA_MARK) != NULL;
+    if (nref == 0)
+        return 0;
+    fqn_piece *by = malloc((all->n ? all->n : 1) * sizeof *by);
+    if (!by)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    size_t n = 0;
+    for (size_t i = 0; i < all->n; i++)
+        if (all->v[i].fqn != CKPT_PIECES_NONE)
+            by[n++] = (fqn_piece){ ckpt_pieces_str(all, all->v[i].fqn), i };
+    qsort(by, n, sizeof *by, cmp_fqn_piece);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < decl->ndeclared; i++) {
+        replica_ref r;
+        rc = replica_parse(decl->declared[i].key, &r, err);
+        if (rc <= 0)
+            continue;
+        rc = 0;
+        size_t lo = 0, hi = n;          /* first piece of r.fqn */
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            if (strcmp(by[mid].fqn, r.fqn) < 0)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        size_t end = lo, found = 0;
+        while (end < n && strcmp(by[end].fqn, r.fqn) == 0)
+            found |= replica_matches(all, by[end++].i, &r);
+        if (!found)
+            rc = replica_refuse(all, &r, decl->declared[i].writer, by + lo,
+                                end - lo, err);
+        free(r.fqn);
+    }
+    free(by);
+    return rc;
+}
+
 /* Refuses a declared tensor (a file created or described in a save
  * through a mount) that no writer recorded a piece of: its only piece
  * failed, or its writer died.  Names it, and why its piece failed.
@@ -148,10 +295,11 @@ static int check_declared(const ckpt_manifest *decl, const ckpt_pieces *all,
     }
     free(seen);
     qsort(have, nhave, sizeof *have, cmp_str);
-    int rc = 0;
+    int rc = check_replicas(decl, all, err);
     for (size_t i = 0; rc == 0 && i < decl->ndeclared; i++) {
         const ckpt_kv *d = &decl->declared[i];
-        if (nhave && bsearch(&d->key, have, nhave, sizeof *have, cmp_str))
+        if (strstr(d->key, CKPT_REPLICA_MARK) ||
+            (nhave && bsearch(&d->key, have, nhave, sizeof *have, cmp_str)))
             continue;
         const char *why = failure_of(decl, d->key);
         rc = why

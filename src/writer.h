@@ -14,4 +14,17 @@
 int ckpt_writer_declare(ckpt_writer *w, const char *fqn, const char *reason,
                         ckpt_error *err);
 
+/* A replica reference: a declaration whose key is the piece's fqn, this
+ * mark, then "DTYPE;SHAPE;OFFSETS;SIZES" (comma-separated lists).  An fqn
+ * holds no control character, so no plain declaration looks like one. */
+#define CKPT_REPLICA_MARK "\x1freplica:"
+
+/* Declares that this writer's piece p (its data is not read) is a
+ * replica another writer writes: nothing is stored, and ckpt_commit
+ * refuses the save unless some writer records a piece of p->fqn with the
+ * same dtype, shape, offsets and sizes.  Written to the plan with the
+ * next flush, like ckpt_writer_declare. */
+int ckpt_writer_declare_replica(ckpt_writer *w, const ckpt_piece *p,
+                                ckpt_error *err);
+
 #endif

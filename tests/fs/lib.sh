@@ -296,3 +296,9 @@ except OSError as e:
 stat_val() {
     awk -v k="$2" '$1 == k { print $2; found = 1 } END { if (!found) print "none" }' "$1"
 }
+
+# py_says DESC ERE: ok when the output a test kept in $TMP/py.out (of a
+# Python snippet) has a line matching ERE.
+py_says() {
+    if grep -E -q -- "$2" "$TMP/py.out"; then ok "$1 ($(tr '\n' ' ' <"$TMP/py.out" | head -c 300))"; else bad "$1: want /$2/, got: $(tr '\n' '~' <"$TMP/py.out" | head -c 600)"; fi
+}

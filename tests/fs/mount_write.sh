@@ -144,12 +144,13 @@ expect_out_re 'world_size.*2' "ckpt info shows world_size=2"
 verify_ok "$R/$S"
 check "ls shows the new checkpoint and latest -> it" test "$(readlink "$M/latest")" = $S
 # Shard files are named as README.md ("How it stores a checkpoint") says
-# a mount save names them: <host>-<pid>-<6 hex digits>-<n>.
+# a mount save names them: rank<R>[-K] for a writer of a known rank (here:
+# none declared, world=2), else <host>-<pid>-<6 hex digits>-<n>.
 names=$(cd "$R/$S/data" && ls)
-if [ -n "$names" ] && ! echo "$names" | grep -v -E -q '^[A-Za-z0-9_-]+-[0-9]+-[0-9a-f]{6}-[0-9]+\.shard$'; then
+if [ -n "$names" ] && ! echo "$names" | grep -v -E -q '^([A-Za-z0-9_-]+-[0-9]+-[0-9a-f]{6}-[0-9]+|rank[0-9]+(-[0-9]+)?)\.shard$'; then
     ok "shard files named as README says: $(echo $names)"
 else
-    bad "shard files '$(echo $names)' are not named <host>-<pid>-<6 hex digits>-<n>.shard as README says"
+    bad "shard files '$(echo $names)' are not named rank<R>[-K] or <host>-<pid>-<6 hex digits>-<n>.shard as README says"
 fi
 
 echo "# ---- committed checkpoints stay read-only"

@@ -25,6 +25,7 @@ START_TEST(test_keys)
     ck_assert_uint_eq(pattr_key("user.ckpt.shape"), PATTR_SHAPE);
     ck_assert_uint_eq(pattr_key("user.ckpt.offsets"), PATTR_OFFSETS);
     ck_assert_uint_eq(pattr_key("user.ckpt.sizes"), PATTR_SIZES);
+    ck_assert_uint_eq(pattr_key("user.ckpt.replica"), PATTR_REPLICA);
     ck_assert_uint_eq(pattr_key("user.ckpt.fqn"), 0);
     ck_assert_uint_eq(pattr_key("user.ckpt.dtypes"), 0);
 }
@@ -44,6 +45,15 @@ START_TEST(test_set_and_get)
     pattr_get(&a, PATTR_OFFSETS, buf, sizeof buf);
     ck_assert_str_eq(buf, "4,0");
     ck_assert_int_eq(pattr_get(&a, PATTR_SIZES, buf, sizeof buf), -ENODATA);
+    ck_assert_int_eq(pattr_get(&a, PATTR_REPLICA, buf, sizeof buf), -ENODATA);
+    ck_assert_int_eq(set(&a, "user.ckpt.replica", "1"), 0);
+    ck_assert_int_eq(a.replica, 1);
+    ck_assert_int_eq(pattr_get(&a, PATTR_REPLICA, buf, sizeof buf), 1);
+    ck_assert_str_eq(buf, "1");
+    ck_assert_int_eq(set(&a, "user.ckpt.replica", "yes"), -EINVAL);
+    ck_assert_int_eq(a.replica, 1);
+    ck_assert_int_eq(set(&a, "user.ckpt.replica", "0"), 0);
+    ck_assert_int_eq(a.replica, 0);
 }
 END_TEST
 

@@ -36,8 +36,9 @@ echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }' 
 mkdir -p "$BUILD/tests/fuzz"
 CFLAGS=(-std=c11 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
         -fno-sanitize-recover=undefined -I"$BUILD" -I"$SRC/src")
-# The library's sources a target needs (all but MPI, CUDA staging and the
-# asynchronous and one-call savers for fuzz_index).
+# The library's sources a target needs (all but MPI, CUDA staging, the
+# loads into device memory and the asynchronous and one-call savers for
+# fuzz_index).
 sources_of() {
     local s
     case $1 in
@@ -47,7 +48,7 @@ sources_of() {
         for s in codec bytegroup huff error dtype; do echo "$SRC/src/$s.c"; done ;;
     fuzz_index)
         for s in "$SRC"/src/*.c; do
-            case $(basename "$s") in mpi.c|staging.c|async.c|save.c) ;; *) echo "$s" ;; esac
+            case $(basename "$s") in mpi.c|staging.c|async.c|save.c|load.c) ;; *) echo "$s" ;; esac
         done ;;
     esac
 }

@@ -471,7 +471,7 @@ uint32_t npy_f8e5m2_bits(uint8_t b)
     uint32_t sign = (uint32_t)(b & 0x80) << 24;
     unsigned e = (b >> 2) & 0x1f, m = b & 3;
     if (e == 31)
-        return sign | (m ? 0x7fc00000u | (uint32_t)m << 21 : 0x7f800000u);
+        return sign | 0x7f800000u | (uint32_t)m << 21;   /* inf, NaN */
     if (e == 0)
         return m ? sign | subnormal_bits(m, -16) : sign;
     return sign | (uint32_t)(e + 112) << 23 | (uint32_t)m << 21;

@@ -8,15 +8,15 @@
  *
  * Widening is exact for every number (each value of those dtypes is a
  * float32) and keeps the sign of everything, zeros and NaNs included.  NaN
- * bits are defined as follows, the bits PyTorch's .float() and a hardware
- * half-to-single conversion give:
+ * bits are defined as follows, the bits NumPy gives (and the Python
+ * package's load(widen=True)):
  *  - bf16: the top half of the float32, every bit kept: a NaN keeps its
  *    payload and its quiet bit (a signalling NaN stays signalling);
- *  - f8e5m2 (the top byte of an IEEE binary16): a NaN keeps its 2 payload
- *    bits at the top of the float32 mantissa, with the quiet bit set:
- *    S.11111.mm -> S | 0x7fc00000 | mm << 21;
+ *  - f8e5m2 (the top byte of an IEEE binary16): as NumPy's float16 to
+ *    float32, every bit kept too: S.11111.mm -> S | 0x7f800000 | mm << 21
+ *    (mm = 01, a signalling NaN, stays signalling; nothing is quieted);
  *  - f8e4m3fn has one NaN per sign, S.1111.111: the default quiet NaN with
- *    that sign, S | 0x7fc00000.
+ *    that sign, S | 0x7fc00000 (it has no payload to keep).
  * f16 needs no widening: NumPy has it ('<f2').
  */
 #ifndef CKPT_NPY_H

@@ -25,6 +25,7 @@
 
 #include "codec/codec.h"
 #include "common/mountinfo.h"
+#include "write/wopts.h"
 #include "source.h"
 #include "wsave.h"
 
@@ -145,14 +146,13 @@ static int cli_option(cli *c, const char *arg, int key)
         c->wo.sync = strcmp(v, "close") == 0;
         return 0;
     case KEY_FRAME:
-        if (parse_size(v, &c->wo.frame_size) != 0 ||
-            c->wo.frame_size < 4096)
-            return bad_value(c, arg, "frame_size=N[K|M] of at least 4K");
+        if (ckpt_write_opt_parse(&c->wo, "frame_size", v, NULL) != 0)
+            return bad_value(c, arg, "frame_size=N[K|M|G] from 4K to 1G");
         return 0;
     default:
-        if (parse_count(v, 4096, &n) != 0)
+        if (parse_count(v, CKPT_MAX_THREADS, &n) != 0)
             return bad_value(c, arg, "threads=N with N from 0 (one per "
-                             "CPU) to 4096");
+                             "CPU) to 4096 (CKPT_MAX_THREADS)");
         c->ro.threads = (int)n;
         c->wo.threads = (int)n;
         return 0;

@@ -1,13 +1,13 @@
 /*
  * views.c - generated file content: the .npy view of a tensor (header, data
- * read through ckpt_read, float formats NumPy lacks widened to float32 in
- * vectorizable loops), metadata.json and the stats text (see views.h).
+ * read through ckpt_read, float formats NumPy lacks widened to float32, both
+ * by src/npy.c, which `ckpt unpack` uses too), metadata.json and the stats
+ * text (see views.h).
  */
 #include "views.h"
 
 #include <errno.h>
 #include <inttypes.h>
-#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +16,7 @@
 #include "common/dtype.h"
 #include "common/error.h"
 #include "foreign/torchsave.h"
+#include "common/npy.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "ckptfs's .npy view assumes a little-endian host"
@@ -25,156 +26,27 @@
  * (256 KiB of bf16) while keeping each library read large. */
 #define WIDEN_BATCH ((uint64_t)128 << 10)
 
-static const char npy_magic[6] = { '\x93', 'N', 'U', 'M', 'P', 'Y' };
-
-/* ------------------------------------------------------------ float8 */
-
-/* float8 e4m3fn: sign, 4 exponent bits (bias 7), 3 mantissa bits; no
- * infinities; S.1111.111 is NaN.  Every value is a float32. */
-static float f8e4m3_value(unsigned b)
-{
-    unsigned e = (b >> 3) & 15, m = b & 7;
-    float v;
-    if (e == 15 && m == 7)
-        v = NAN;
-    else if (e == 0)
-        v = ldexpf((float)m, -9);
-    else
-        v = ldexpf(1.0f + (float)m / 8.0f, (int)e - 7);
-    return (b & 0x80) ? -v : v;
-}
-
-/* float8 e5m2: sign, 5 exponent bits (bias 15), 2 mantissa bits: the top
- * byte of an IEEE binary16, with infinities and NaNs. */
-static float f8e5m2_value(unsigned b)
-{
-    unsigned e = (b >> 2) & 31, m = b & 3;
-    float v;
-    if (e == 31)
-        v = m ? NAN : INFINITY;
-    else if (e == 0)
-        v = ldexpf((float)m, -16);
-    else
-        v = ldexpf(1.0f + (float)m / 4.0f, (int)e - 15);
-    return (b & 0x80) ? -v : v;
-}
-
 void views_tables_init(views_tables *t)
 {
-    for (unsigned b = 0; b < 256; b++) {
-        float a = f8e4m3_value(b), c = f8e5m2_value(b);
-        memcpy(&t->f8e4m3[b], &a, 4);
-        memcpy(&t->f8e5m2[b], &c, 4);
-    }
-}
-
-/* ------------------------------------------------------------ widening */
-
-/* The loops work in blocks of WIDEN_BLOCK elements whose inner loop has a
- * constant trip count, so that GCC vectorizes them at -O2 too (its cheap
- * cost model leaves loops of unknown length alone). */
-#define WIDEN_BLOCK 16
-
-/* bf16 is the top half of a float32: shift it up. */
-static void widen_bf16(const unsigned char *restrict src, size_t n,
-                       unsigned char *restrict dst)
-{
-    size_t i = 0;
-    for (; i + WIDEN_BLOCK <= n; i += WIDEN_BLOCK) {
-        uint16_t h[WIDEN_BLOCK];
-        uint32_t v[WIDEN_BLOCK];
-        memcpy(h, src + 2 * i, sizeof h);
-        for (int k = 0; k < WIDEN_BLOCK; k++)
-            v[k] = (uint32_t)h[k] << 16;
-        memcpy(dst + 4 * i, v, sizeof v);
-    }
-    for (; i < n; i++) {
-        uint16_t h;
-        memcpy(&h, src + 2 * i, 2);
-        uint32_t v = (uint32_t)h << 16;
-        memcpy(dst + 4 * i, &v, 4);
-    }
-}
-
-/* float8 goes through a 256-entry table. */
-static void widen_table(const uint32_t *restrict table,
-                        const unsigned char *restrict src, size_t n,
-                        unsigned char *restrict dst)
-{
-    size_t i = 0;
-    for (; i + WIDEN_BLOCK <= n; i += WIDEN_BLOCK) {
-        uint32_t v[WIDEN_BLOCK];
-        for (int k = 0; k < WIDEN_BLOCK; k++)
-            v[k] = table[src[i + (size_t)k]];
-        memcpy(dst + 4 * i, v, sizeof v);
-    }
-    for (; i < n; i++) {
-        uint32_t v = table[src[i]];
-        memcpy(dst + 4 * i, &v, 4);
-    }
+    npy_tables_init(t);
 }
 
 static void widen(ckpt_dtype dt, const views_tables *tab,
                   const unsigned char *src, size_t n, unsigned char *dst)
 {
-    if (dt == CKPT_BF16)
-        widen_bf16(src, n, dst);
-    else
-        widen_table(dt == CKPT_F8E4M3 ? tab->f8e4m3 : tab->f8e5m2, src, n,
-                    dst);
+    npy_widen_f32(tab, dt, src, n, dst);
 }
 
 /* ------------------------------------------------------------ header */
 
-/* The Python repr of the shape tuple, like snprintf: "()", "(5,)",
- * "(3, 4)".  A byte object is the 1-D array of its bytes. */
-static size_t shape_tuple(const ckpt_tensor_info *ti, char *buf, size_t cap)
-{
-    int64_t flat = (int64_t)ti->numel;
-    int ndim = ti->dtype == CKPT_BYTES ? 1 : ti->ndim;
-    const int64_t *dims = ti->dtype == CKPT_BYTES ? &flat : ti->shape;
-    size_t n = 0;
-    int k = snprintf(buf, cap, "(");
-    for (int i = 0; k >= 0 && i <= ndim; i++) {
-        n += (size_t)k;
-        char *at = n < cap ? buf + n : NULL;
-        size_t room = n < cap ? cap - n : 0;
-        if (i == ndim)
-            k = snprintf(at, room, ndim == 1 ? ",)" : ")");
-        else
-            k = snprintf(at, room, "%s%" PRId64, i ? ", " : "", dims[i]);
-    }
-    return n + (size_t)(k < 0 ? 0 : k);
-}
-
+/* The header of tensor ti's .npy image: a byte object is the 1-D array
+ * of its bytes. */
 int views_npy_header(const ckpt_tensor_info *ti, char *buf, size_t cap)
 {
-    ckpt_dtype stored;
-    const char *descr = ckpt_dtype_npy_descr(ti->dtype, &stored);
-    char tuple[CKPT_MAX_DIMS * 24 + 8];
-    if (!descr)
-        return -EINVAL;
-    if (shape_tuple(ti, tuple, sizeof tuple) >= sizeof tuple || cap < 10)
-        return -ENAMETOOLONG;
-    char *dict = buf + 10;
-    size_t room = cap - 10;
-    int k = snprintf(dict, room,
-                     "{'descr': '%s', 'fortran_order': False, 'shape': %s, }",
-                     descr, tuple);
-    if (k < 0 || (size_t)k >= room)
-        return -ENAMETOOLONG;
-    size_t total = (10 + (size_t)k + 1 + 63) / 64 * 64;   /* + '\n' */
-    if (total > cap || total - 10 > 0xffff)
-        return -ENAMETOOLONG;
-    memset(dict + k, ' ', total - 10 - (size_t)k - 1);
-    buf[total - 1] = '\n';
-    size_t hlen = total - 10;
-    memcpy(buf, npy_magic, sizeof npy_magic);
-    buf[6] = 1;
-    buf[7] = 0;
-    buf[8] = (char)(hlen & 0xff);
-    buf[9] = (char)(hlen >> 8);
-    return (int)total;
+    int64_t flat = (int64_t)ti->numel;
+    if (ti->dtype == CKPT_BYTES)
+        return npy_tensor_header(ti->dtype, 1, &flat, buf, cap);
+    return npy_tensor_header(ti->dtype, ti->ndim, ti->shape, buf, cap);
 }
 
 int views_npy_layout(const ckpt_tensor_info *ti, views_npy *out)

@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "ckptfs.h"
+#include "common/npy.h"
 
 /* The longest .npy header views_npy_header writes (32 dims of 19 digits
  * fit well below it). */
@@ -27,11 +28,8 @@ typedef struct views_npy {
     uint64_t size;          /* header_len + numel * out_itemsize */
 } views_npy;
 
-/* float32 bit patterns of every float8 value, built once. */
-typedef struct views_tables {
-    uint32_t f8e4m3[256];
-    uint32_t f8e5m2[256];
-} views_tables;
+/* float32 bit patterns of every float8 value, built once (src/npy.h). */
+typedef npy_tables views_tables;
 
 void views_tables_init(views_tables *t);
 

@@ -11,6 +11,25 @@
  *    negative errno value on failure.  When `err` is not NULL it receives the
  *    same code and a message that names what failed (file, tensor, chunk,
  *    frame, writer).  `err` may be NULL.
+ *  - Arguments: a NULL pointer where the call needs one is refused with
+ *    -EINVAL and the message "<call>: <parameter> is NULL", never a crash.
+ *    Pointers documented as optional may be NULL: options structs (the
+ *    defaults), `err`, callbacks.  Calls that cannot return an error treat
+ *    NULL as empty: counts are 0, lookups NULL or CKPT_*_NONE, and the
+ *    *_opts_init, close, destroy and abort calls do nothing.
+ *  - Regions: NULL offsets mean all zeros and NULL sizes the whole shape,
+ *    alike for ckpt_piece, ckpt_read_region, ckpt_load_region and
+ *    ckpt_mpi_region.
+ *  - Options structs (ckpt_write_opts, ckpt_read_opts, ckpt_commit_opts,
+ *    ckpt_saver_opts, ckpt_save_opts, and ckpt_mpi_save_opts and
+ *    ckpt_mpi_load_opts in ckptfs_mpi.h) begin with `size`: the sizeof of
+ *    the struct in the header the caller was built against, set by the
+ *    struct's *_opts_init, which must be called before any field is set.
+ *    Every call that takes one reads it by that size: a struct larger than
+ *    this library knows (built against a newer ckptfs.h), or a size that
+ *    was never set, is refused with -EINVAL naming the struct; a smaller
+ *    struct of an older layout is read up to its size, later fields
+ *    keeping their defaults.  A NULL options pointer means the defaults.
  *  - Objects carry all state; the library has no mutable global state.
  *  - A ckpt_reader may be used by many threads at once.  A ckpt_writer may be
  *    shared by threads (calls are serialised inside); a ckpt_stream belongs
@@ -29,15 +48,24 @@ extern "C" {
 /* The library is built with hidden visibility; this API is what it exports. */
 #pragma GCC visibility push(default)
 
-#define CKPT_VERSION_STRING "0.1.0"
+/* CKPT_VERSION_MAJOR, _MINOR, _PATCH, _STRING ("0.1.0") and _NUMBER,
+ * made by configure from configure.ac's version. */
+#include "ckptfs_version.h"
 #define CKPT_FORMAT_VERSION 1
 /* The most dimensions a tensor may have (NumPy's limit). */
 #define CKPT_MAX_DIMS 32
 /* Default frame size: raw bytes per independently decodable frame. */
 #define CKPT_DEFAULT_FRAME_SIZE ((size_t)1 << 20)
+/* The smallest frame size a writer accepts (ckpt_write_opts.frame_size). */
+#define CKPT_MIN_FRAME_SIZE ((size_t)4096)
 /* The largest frame the format allows: 1 GiB of raw bytes (readers refuse
  * an index that claims more). */
 #define CKPT_MAX_FRAME_SIZE ((size_t)1 << 30)
+/* The most encoder or decoder threads an options struct may ask for. */
+#define CKPT_MAX_THREADS 4096
+/* zstd levels a codec accepts: 1..22, and -7..-1 for its fast modes. */
+#define CKPT_MIN_LEVEL (-7)
+#define CKPT_MAX_LEVEL 22
 
 /* ------------------------------------------------------------------ errors */
 
@@ -97,11 +125,14 @@ const char *ckpt_codec_name(int codec);
 /* ------------------------------------------------------------------ writing */
 
 typedef struct ckpt_write_opts {
+    size_t size;        /* sizeof(ckpt_write_opts): ckpt_write_opts_init */
     int codec;          /* a ckpt_codec (default CKPT_CODEC_AUTO) */
     int level;          /* zstd level, for zstd and for the planes that a
                            byte-grouped codec codes with zstd (default 1) */
-    size_t frame_size;  /* raw bytes per frame (default 1 MiB, min 4 KiB) */
-    int threads;        /* encoder threads; 0 = online CPUs */
+    size_t frame_size;  /* raw bytes per frame (default 1 MiB):
+                           CKPT_MIN_FRAME_SIZE to CKPT_MAX_FRAME_SIZE */
+    int threads;        /* encoder threads; 0 = online CPUs; at most
+                           CKPT_MAX_THREADS */
     int sync;           /* fdatasync shard and plan files (default 1) */
     /* Drop the shard's pages from the page cache as the disk takes them
      * (the writer then also goes no faster than the disk): 1 yes, 0 no,
@@ -111,6 +142,7 @@ typedef struct ckpt_write_opts {
     int drop_cache;
 } ckpt_write_opts;
 
+/* Sets *o to the defaults, and o->size. */
 void ckpt_write_opts_init(ckpt_write_opts *o);
 
 /* One piece of a tensor: the hyper-rectangle [offsets, offsets+sizes) of a
@@ -179,12 +211,14 @@ int ckpt_writer_close(ckpt_writer *w, ckpt_error *err);
 void ckpt_writer_abort(ckpt_writer *w);
 
 typedef struct ckpt_commit_opts {
+    size_t size;         /* sizeof(ckpt_commit_opts): ckpt_commit_opts_init */
     int expect_writers;  /* refuse unless exactly this many plans; 0 = any */
     int sync;            /* fsync index and directory (default 1) */
     int world_size;      /* recorded as metadata world_size; 0 = the number
                             of writer plans */
 } ckpt_commit_opts;
 
+/* Sets *o to the defaults, and o->size. */
 void ckpt_commit_opts_init(ckpt_commit_opts *o);
 
 /* Validates every local plan under dir/.pending with the planner (same
@@ -203,6 +237,7 @@ int ckpt_commit(const char *dir, const ckpt_commit_opts *opts,
 /* ------------------------------------------------------------------ reading */
 
 typedef struct ckpt_read_opts {
+    size_t size;         /* sizeof(ckpt_read_opts): ckpt_read_opts_init */
     size_t cache_bytes;  /* decoded-frame cache (default 256 MiB) */
     int threads;         /* decoder threads; 0 = online CPUs */
     int prefetch;        /* frames decoded ahead of a sequential reader
@@ -215,6 +250,7 @@ typedef struct ckpt_read_opts {
     int follow_links;
 } ckpt_read_opts;
 
+/* Sets *o to the defaults, and o->size. */
 void ckpt_read_opts_init(ckpt_read_opts *o);
 
 typedef struct ckpt_reader ckpt_reader;
@@ -266,7 +302,7 @@ typedef struct ckpt_frame_info {
 /* Tensors are listed in FQN order. */
 size_t ckpt_reader_count(const ckpt_reader *r);
 int ckpt_reader_info(const ckpt_reader *r, size_t idx, ckpt_tensor_info *out);
-/* Index of `fqn`, or -ENOENT. */
+/* Index of `fqn`, or -ENOENT (-EINVAL for a NULL r or fqn). */
 long ckpt_reader_find(const ckpt_reader *r, const char *fqn);
 /* Chunk `chunk` of tensor idx (chunks in row-major order of their
  * offsets).  The first lookup of a tensor's chunks loads them: -EIO when
@@ -293,7 +329,9 @@ int64_t ckpt_read(ckpt_reader *r, size_t idx, void *dst, uint64_t off,
                   uint64_t len, ckpt_error *err);
 /* Reads the region [offsets, offsets+sizes) of tensor idx into dst, stored
  * row-major (prod(sizes) * itemsize bytes).  This is also how M ranks load
- * what N ranks saved. */
+ * what N ranks saved.  NULL offsets are all zeros, NULL sizes the whole
+ * shape (both NULL: the whole tensor); dst may be NULL only for an empty
+ * region. */
 int ckpt_read_region(ckpt_reader *r, size_t idx, const int64_t *offsets,
                      const int64_t *sizes, void *dst, ckpt_error *err);
 
@@ -396,7 +434,8 @@ ckpt_format ckpt_format_probe(const char *path, char *stamp, size_t cap);
  * around it. */
 ckpt_format ckpt_reader_format(const ckpt_reader *r);
 
-/* Version of the library, e.g. "0.1.0". */
+/* Version of the library, e.g. "0.1.0": the CKPT_VERSION_STRING it was
+ * built with (a program built against another header can compare). */
 const char *ckpt_version(void);
 
 /* ------------------------------------------------------------------ async save */
@@ -426,6 +465,7 @@ const char *ckpt_version(void);
  * tensor, before anything is written. */
 
 typedef struct ckpt_saver_opts {
+    size_t size;        /* sizeof(ckpt_saver_opts): ckpt_saver_opts_init */
     /* Most bytes of staging memory at once; 0 (default) = no cap: the pool
      * grows to the size of the states in flight.  With a cap smaller than
      * the state, staging proceeds in slices as the background writes and
@@ -447,6 +487,7 @@ typedef struct ckpt_saver_opts {
     int nice;
 } ckpt_saver_opts;
 
+/* Sets *o to the defaults, and o->size. */
 void ckpt_saver_opts_init(ckpt_saver_opts *o);
 
 /* A saver owns the staging pool (kept across saves, freed by
@@ -467,12 +508,14 @@ void ckpt_saver_destroy(ckpt_saver *s);
 int ckpt_saver_cuda(const ckpt_saver *s);
 
 typedef struct ckpt_save_opts {
+    size_t size;                   /* sizeof(ckpt_save_opts) */
     ckpt_write_opts write;         /* codec, level, frame size, threads, sync */
     const char *const *meta_keys;  /* checkpoint metadata (e.g. "step") */
     const char *const *meta_values;
     size_t nmeta;
 } ckpt_save_opts;
 
+/* Sets *o to the defaults, and o->size and o->write.size. */
 void ckpt_save_opts_init(ckpt_save_opts *o);
 
 /* Starts saving pieces[0..n) as the checkpoint `dir` (one writer,
@@ -493,7 +536,8 @@ void ckpt_save_opts_init(ckpt_save_opts *o);
 int ckpt_save_async(ckpt_saver *s, const char *dir, const ckpt_piece *pieces,
                     size_t n, const ckpt_save_opts *opts, ckpt_save **out,
                     ckpt_error *err);
-/* 1 when the save has finished (successfully or not), 0 while it runs. */
+/* 1 when the save has finished (successfully or not), 0 while it runs,
+ * -EINVAL for a NULL h. */
 int ckpt_save_poll(ckpt_save *h);
 /* Waits for the save to finish and frees the handle: 0 once the
  * checkpoint is committed, or the background part's error. */
@@ -513,8 +557,8 @@ int ckpt_save_wait(ckpt_save *h, ckpt_error *err);
 int ckpt_save_sync(const char *dir, const ckpt_piece *pieces, size_t n,
                    const ckpt_save_opts *opts, ckpt_error *err);
 
-/* Like ckpt_read_region (NULL offsets and sizes: the whole tensor), but
- * dst may also be CUDA device memory (in a
+/* Like ckpt_read_region (the same arguments: NULL offsets are zeros, NULL
+ * sizes the whole shape), but dst may also be CUDA device memory (in a
  * libckptfs built with CUDA, where a device is usable): the region is read
  * in slices into two pinned bounce buffers and copied to the device on a
  * stream of its own, one slice's copy overlapping the next one's read.

@@ -57,6 +57,9 @@ extern "C" {
 #pragma GCC visibility push(default)
 
 typedef struct ckpt_mpi_save_opts {
+    size_t size;             /* sizeof(ckpt_mpi_save_opts): set by
+                                ckpt_mpi_save_opts_init (ckptfs.h,
+                                "Options structs") */
     ckpt_write_opts write;   /* codec, level, frame size, threads, sync */
     /* Metadata set on the checkpoint (e.g. {"step", "100"}); taken from
      * rank 0's arguments. */
@@ -105,8 +108,9 @@ int ckpt_mpi_save_async(MPI_Comm comm, const char *dir,
                         const ckpt_mpi_save_opts *opts, ckpt_saver *saver,
                         ckpt_mpi_async **out, ckpt_error *err);
 /* Local, not collective: 1 once this rank's background part has finished
- * (the checkpoint is committed only by the wait). */
-int ckpt_mpi_save_test(ckpt_mpi_async *h);
+ * (the checkpoint is committed only by the wait), 0 while it runs, -EINVAL
+ * for a NULL h.  Named like ckpt_save_poll, its single-process twin. */
+int ckpt_mpi_save_poll(ckpt_mpi_async *h);
 /* Collective over the communicator of the save: waits for every rank's
  * background part, commits, and frees h.  Returns 0 on every rank once
  * committed, or the same error on every rank. */
@@ -123,6 +127,8 @@ typedef struct ckpt_mpi_region {
 } ckpt_mpi_region;
 
 typedef struct ckpt_mpi_load_opts {
+    size_t size;             /* sizeof(ckpt_mpi_load_opts): set by
+                                ckpt_mpi_load_opts_init */
     ckpt_read_opts read;     /* cache, decoder threads, prefetch */
     /* Bytes each rank sends, and receives, per exchange round at most
      * (its staging memory is about twice this); default 64 MiB. */

@@ -53,7 +53,7 @@ check() {
     /^[ \t]*#[ \t]*include[ \t]*"/ {
         inc = $0; sub(/^[^"]*"/, "", inc); sub(/".*$/, "", inc)
         if (inc == "config.h") next
-        if (inc == "ckptfs.h") next
+        if (inc == "ckptfs.h" || inc == "ckptfs_version.h") next
         if (inc == "ckptfs_mpi.h") {
             if (top == "src" && where != "mpi" && where != "")
                 fail("includes \"" inc "\": only the mpi layer may")

@@ -6,6 +6,7 @@
 #ifndef CKPT_CLI_H
 #define CKPT_CLI_H
 
+#include <dirent.h>
 #include <stddef.h>
 #include <stdint.h>
 #include "ckptfs.h"
@@ -77,11 +78,41 @@ int cli_want_args(const cli_help *h, int have, int min, int max);
 int cli_parse_operands(const cli_help *h, int argc, char **argv, int min,
                        int max);
 
+/* Opens the directory dirfd/name for reading, never through a symbolic
+ * link (O_NOFOLLOW).  Returns the stream (closedir frees it and its
+ * descriptor), or NULL with *rc set to the negative errno. */
+DIR *cli_opendir_at(int dirfd, const char *name, int *rc);
+
+/* Sums over the tensors of r. */
+typedef struct cli_totals {
+    uint64_t nbytes, stored_bytes, nframes;
+} cli_totals;
+cli_totals cli_reader_totals(const ckpt_reader *r);
+
+struct option;
+/* A command's handler of one option: getopt_long's c (optarg set);
+ * returns CLI_OK or the exit status to return. */
+typedef int (*cli_option_fn)(void *ctx, int c, char **argv);
+/* Runs getopt_long over argv with longopts (short options: -h alone):
+ * -h/--help prints h's help and returns CLI_HELP_SHOWN (CLI_FAIL if it
+ * could not be printed); every other option goes to take(ctx, ...), the
+ * first result other than CLI_OK ending the parse; then min..max operands
+ * must follow (max -1: any number).  Returns CLI_OK with the operands at
+ * argv[optind], or the status to return. */
+int cli_getopt(const cli_help *h, int argc, char **argv,
+               const struct option *longopts, cli_option_fn take, void *ctx,
+               int min, int max);
+
 /* ---- parsing */
 
 /* Parses a byte count "4096", "64K", "1M", "2G" (also "64KiB", "1MB":
  * binary multiples).  Returns 0 or -EINVAL. */
 int cli_parse_size(const char *s, uint64_t *out);
+/* Applies --codec ('c'), --frame-size ('f') or --threads ('t') to *o
+ * through the library's one write-option parser (src/wopts.h): CLI_OK, or
+ * a usage error quoting the value and the bounds. */
+int cli_write_opt(const cli_help *h, ckpt_write_opts *o, int opt,
+                  const char *value);
 /* Parses a decimal integer in [min, max].  Returns 0 or -EINVAL. */
 int cli_parse_long(const char *s, long min, long max, long *out);
 

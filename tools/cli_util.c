@@ -6,10 +6,12 @@
 #include "cli.h"
 #include "mounthint.h"
 #include "format/plan.h"
+#include "write/wopts.h"
 
 #include <ctype.h>
 #include <getopt.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
@@ -94,36 +96,20 @@ int cli_want_args(const cli_help *h, int have, int min, int max)
     return CLI_OK;
 }
 
-/* The multiplier of a size suffix ("", "K", "KiB", "KB", ...), or 0. */
-static uint64_t size_suffix(const char *s)
-{
-    static const char units[] = "KMGT";
-    if (*s == '\0')
-        return 1;
-    const char *u = strchr(units, toupper((unsigned char)*s));
-    if (!u)
-        return 0;
-    const char *rest = s + 1;
-    if (strcmp(rest, "") != 0 && strcmp(rest, "B") != 0 &&
-        strcmp(rest, "iB") != 0)
-        return 0;
-    return (uint64_t)1 << (10 * (u - units + 1));
-}
-
 int cli_parse_size(const char *s, uint64_t *out)
 {
-    if (!isdigit((unsigned char)*s))
-        return -EINVAL;
-    errno = 0;
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno)
-        return -EINVAL;
-    uint64_t mult = size_suffix(end);
-    if (mult == 0 || v > UINT64_MAX / mult)
-        return -EINVAL;
-    *out = (uint64_t)v * mult;
-    return 0;
+    return ckpt_parse_size(s, out);
+}
+
+int cli_write_opt(const cli_help *h, ckpt_write_opts *o, int opt,
+                  const char *value)
+{
+    const char *name = opt == 'c' ? "codec" : opt == 'f' ? "frame_size"
+                                                         : "threads";
+    ckpt_error err = { 0 };
+    if (ckpt_write_opt_parse(o, name, value, &err))
+        return cli_usage(h, "%s", err.msg);
+    return CLI_OK;
 }
 
 int cli_parse_long(const char *s, long min, long max, long *out)
@@ -248,6 +234,53 @@ char *cli_path_join(const char *dir, const char *name)
         p[n++] = '/';
     memcpy(p + n, name, b + 1);
     return p;
+}
+
+cli_totals cli_reader_totals(const ckpt_reader *r)
+{
+    cli_totals tot = { 0 };
+    size_t n = ckpt_reader_count(r);
+    for (size_t i = 0; i < n; i++) {
+        ckpt_tensor_info t;
+        if (ckpt_reader_info(r, i, &t) == 0) {
+            tot.nbytes += t.nbytes;
+            tot.stored_bytes += t.stored_bytes;
+            tot.nframes += t.nframes;
+        }
+    }
+    return tot;
+}
+
+DIR *cli_opendir_at(int dirfd, const char *name, int *rc)
+{
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+                    O_CLOEXEC);
+    if (fd < 0) {
+        *rc = -errno;
+        return NULL;
+    }
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        *rc = -errno;
+        close(fd);
+    }
+    return d;
+}
+
+int cli_getopt(const cli_help *h, int argc, char **argv,
+               const struct option *longopts, cli_option_fn take, void *ctx,
+               int min, int max)
+{
+    int c;
+    opterr = 0;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        if (c == 'h')
+            return cli_help_print(h) == CLI_OK ? CLI_HELP_SHOWN : CLI_FAIL;
+        int rc = take(ctx, c, argv);
+        if (rc)
+            return rc;
+    }
+    return cli_want_args(h, argc - optind, min, max);
 }
 
 int cli_parse_operands(const cli_help *h, int argc, char **argv, int min,

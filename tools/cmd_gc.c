@@ -85,22 +85,16 @@ static int dot_or_dotdot(const char *name)
     return strcmp(name, ".") == 0 || strcmp(name, "..") == 0;
 }
 
-/* Looks under dirfd/name for an index.db; sets *found to its path.
+/* Looks under at/name for an index.db; sets *found to its path.
  * Returns 0 or a negative errno. */
-static int find_index_at(int dirfd, const char *name, char *found, size_t cap,
+static int find_index_at(int at, const char *name, char *found, size_t cap,
                          const char *shown)
 {
-    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-                    O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    DIR *d = fdopendir(fd);
-    if (!d) {
-        int e = -errno;
-        close(fd);
-        return e;
-    }
     int rc = 0;
+    DIR *d = cli_opendir_at(at, name, &rc);
+    if (!d)
+        return rc;
+    int fd = dirfd(d);
     struct dirent *e;
     while (rc == 0 && !found[0] && (e = readdir(d)) != NULL) {
         struct stat st;

@@ -268,29 +268,12 @@ static int write_all(import_job *job)
 
 /* ------------------------------------------------------------ main */
 
-static int take_option(import_job *job, int c, char **argv)
+static int take_option(void *ctx, int c, char **argv)
 {
-    ckpt_error err = { 0 };
-    uint64_t v;
-    long n;
+    import_job *job = ctx;
     switch (c) {
-    case 'c':
-        if (ckpt_codec_parse(optarg, &job->wopts.codec, &job->wopts.level,
-                             &err))
-            return cli_usage(&HELP, "%s", err.msg);
-        return CLI_OK;
-    case 'f':
-        if (cli_parse_size(optarg, &v) || v < 4096 || v > ((uint64_t)1 << 30))
-            return cli_usage(&HELP, "bad frame size '%s': expected 4K to 1G, "
-                             "e.g. 1M or 65536", optarg);
-        job->wopts.frame_size = (size_t)v;
-        return CLI_OK;
-    case 't':
-        if (cli_parse_long(optarg, 0, 4096, &n))
-            return cli_usage(&HELP, "bad thread count '%s': expected 0 to "
-                             "4096", optarg);
-        job->wopts.threads = (int)n;
-        return CLI_OK;
+    case 'c': case 'f': case 't':
+        return cli_write_opt(&HELP, &job->wopts, c, optarg);
     case CLI_OPT_FOLLOW_LINKS:
         cli_set_follow_links();
         return CLI_OK;
@@ -309,17 +292,7 @@ static int parse_args(import_job *job, int argc, char **argv)
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        if (c == 'h')
-            return cli_help_print(&HELP) == CLI_OK ? CLI_HELP_SHOWN
-                                                   : CLI_FAIL;
-        int rc = take_option(job, c, argv);
-        if (rc)
-            return rc;
-    }
-    int rc = cli_want_args(&HELP, argc - optind, 2, 2);
+    int rc = cli_getopt(&HELP, argc, argv, longopts, take_option, job, 2, 2);
     if (rc)
         return rc;
     job->src = argv[optind];

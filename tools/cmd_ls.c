@@ -124,31 +124,24 @@ static int list_checkpoint(const char *path)
 
 /* ------------------------------------------------------------ root */
 
-/* Adds the disk usage (st_blocks * 512) of everything under dirfd/name,
+/* Adds the disk usage (st_blocks * 512) of everything under at/name,
  * not following symbolic links.  Returns 0 or a negative errno. */
-static int disk_usage_at(int dirfd, const char *name, uint64_t *sum)
+static int disk_usage_at(int at, const char *name, uint64_t *sum)
 {
     struct stat st;
-    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+    if (fstatat(at, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
         return -errno;
     *sum += (uint64_t)st.st_blocks * 512;
     if (!S_ISDIR(st.st_mode))
         return 0;
-    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-                    O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    DIR *d = fdopendir(fd);
-    if (!d) {
-        int e = -errno;
-        close(fd);
-        return e;
-    }
     int rc = 0;
+    DIR *d = cli_opendir_at(at, name, &rc);
+    if (!d)
+        return rc;
     struct dirent *e;
     while (rc == 0 && (e = readdir(d)) != NULL)
         if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0)
-            rc = disk_usage_at(fd, e->d_name, sum);
+            rc = disk_usage_at(dirfd(d), e->d_name, sum);
     closedir(d);
     return rc;
 }

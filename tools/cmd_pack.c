@@ -15,7 +15,7 @@
 #include "codec/codec.h"
 #include "common/dtype.h"
 #include "common/fileio.h"
-#include "npy.h"
+#include "common/npy.h"
 #include "outdir.h"
 #include "progress.h"
 #include "common/region.h"
@@ -137,24 +137,6 @@ static int parse_grid(pack_job *job, const char *s)
     return CLI_OK;
 }
 
-static int parse_codec(pack_job *job, const char *s)
-{
-    ckpt_error err = { 0 };
-    if (ckpt_codec_parse(s, &job->wopts.codec, &job->wopts.level, &err))
-        return cli_usage(&HELP, "%s", err.msg);
-    return CLI_OK;
-}
-
-static int parse_frame_size(pack_job *job, const char *s)
-{
-    uint64_t v;
-    if (cli_parse_size(s, &v) || v < 4096 || v > ((uint64_t)1 << 30))
-        return cli_usage(&HELP, "bad frame size '%s': expected 4K to 1G, "
-                         "e.g. 1M or 65536", s);
-    job->wopts.frame_size = (size_t)v;
-    return CLI_OK;
-}
-
 static int add_meta(pack_job *job, char *kv)
 {
     char *eq = strchr(kv, '=');
@@ -168,20 +150,14 @@ static int add_meta(pack_job *job, char *kv)
     return CLI_OK;
 }
 
-/* Handles one option returned by getopt_long. */
-static int take_option(pack_job *job, int c, char **argv)
+/* Handles one option returned by getopt_long (cli_getopt). */
+static int take_option(void *ctx, int c, char **argv)
 {
-    long n;
+    pack_job *job = ctx;
     switch (c) {
     case 'g': return parse_grid(job, optarg);
-    case 'c': return parse_codec(job, optarg);
-    case 'f': return parse_frame_size(job, optarg);
-    case 't':
-        if (cli_parse_long(optarg, 0, 1024, &n))
-            return cli_usage(&HELP, "bad thread count '%s': expected 0 to "
-                             "1024", optarg);
-        job->wopts.threads = (int)n;
-        return CLI_OK;
+    case 'c': case 'f': case 't':
+        return cli_write_opt(&HELP, &job->wopts, c, optarg);
     case 'm': return add_meta(job, optarg);
     default: return cli_bad_option(&HELP, c, argv);
     }
@@ -551,6 +527,31 @@ static int piece_contiguous(const pack_input *in, const int64_t *size)
 
 /* ------------------------------------------------------------ writing */
 
+/* Feeds n bytes at buf to stream s, unless rc (with err) says an earlier
+ * step failed, and moves the progress bar; any failure aborts s and is
+ * printed. */
+static int feed(pack_job *job, ckpt_stream *s, int rc, const void *buf,
+                size_t n, ckpt_error *err)
+{
+    if (rc == 0)
+        rc = ckpt_stream_write(s, buf, n, err);
+    if (rc) {
+        ckpt_stream_abort(s);
+        return cli_fail("%s", err->msg);
+    }
+    progress_add(&job->prog, n);
+    return CLI_OK;
+}
+
+/* Ends stream s: its piece is recorded, or the failure printed. */
+static int end_stream(ckpt_stream *s)
+{
+    ckpt_error err = { 0 };
+    if (ckpt_stream_end(s, &err))
+        return cli_fail("%s", err.msg);
+    return CLI_OK;
+}
+
 /* Streams a piece: gathers it block by block into job->buf. */
 static int stream_piece(pack_job *job, ckpt_writer *w, const ckpt_piece *p,
                         const pack_input *in, const unsigned char *data)
@@ -577,17 +578,10 @@ static int stream_piece(pack_job *job, ckpt_writer *w, const ckpt_piece *p,
         else if (rc)
             ckpt_err(&err, rc, "tensor '%s': cannot split the piece "
                           "into boxes", in->name);
-        if (rc == 0)
-            rc = ckpt_stream_write(s, job->buf, n, &err);
-        if (rc) {
-            ckpt_stream_abort(s);
-            return cli_fail("%s", err.msg);
-        }
-        progress_add(&job->prog, n);
+        if (feed(job, s, rc, job->buf, n, &err) != CLI_OK)
+            return CLI_FAIL;
     }
-    if (ckpt_stream_end(s, &err))
-        return cli_fail("%s", err.msg);
-    return CLI_OK;
+    return end_stream(s);
 }
 
 /* Writes a piece whose bytes lie contiguous at p->data: whole with
@@ -609,15 +603,10 @@ static int put_contiguous(pack_job *job, ckpt_writer *w, const ckpt_piece *p,
     const unsigned char *data = p->data;
     for (uint64_t off = 0; off < nbytes; off += PUT_STEP) {
         size_t n = (size_t)(nbytes - off < PUT_STEP ? nbytes - off : PUT_STEP);
-        if (ckpt_stream_write(s, data + off, n, &err)) {
-            ckpt_stream_abort(s);
-            return cli_fail("%s", err.msg);
-        }
-        progress_add(&job->prog, n);
+        if (feed(job, s, 0, data + off, n, &err) != CLI_OK)
+            return CLI_FAIL;
     }
-    if (ckpt_stream_end(s, &err))
-        return cli_fail("%s", err.msg);
-    return CLI_OK;
+    return end_stream(s);
 }
 
 /* Writes the piece [off, off+size) of an input with writer w. */
@@ -802,17 +791,8 @@ static int parse_args(pack_job *job, int argc, char **argv)
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };
-    int c;
-    opterr = 0;
-    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
-        if (c == 'h')
-            return cli_help_print(&HELP) == CLI_OK ? CLI_HELP_SHOWN
-                                                   : CLI_FAIL;
-        int rc = take_option(job, c, argv);
-        if (rc)
-            return rc;
-    }
-    int rc = cli_want_args(&HELP, argc - optind, 2, -1);
+    int rc = cli_getopt(&HELP, argc, argv, longopts, take_option, job, 2,
+                        -1);
     if (rc)
         return rc;
     job->out = job->outdir.path = argv[optind];

@@ -4,7 +4,7 @@
  * byte object as DIR/<fqn>.bin, streaming each through bounded buffers.
  */
 #include "cli.h"
-#include "npy.h"
+#include "common/npy.h"
 #include "progress.h"
 
 #include <errno.h>
@@ -37,16 +37,15 @@ typedef struct unpack_job {
     int dirfd;              /* DIR: every file is made in it, by name */
     unsigned char *in;      /* raw bytes read, CLI_BLOCK */
     unsigned char *out;     /* widened bytes, CLI_BLOCK */
+    npy_tables tables;      /* float8 -> float32 */
     progress prog;
 } unpack_job;
 
 /* Writes the .npy header of tensor t to fd. */
 static int write_header(int fd, const char *path, const ckpt_tensor_info *t)
 {
-    ckpt_dtype stored;
-    const char *descr = ckpt_dtype_npy_descr(t->dtype, &stored);
     char hdr[4096];
-    int n = npy_format_header(hdr, sizeof hdr, descr, t->ndim, t->shape);
+    int n = npy_tensor_header(t->dtype, t->ndim, t->shape, hdr, sizeof hdr);
     if (n < 0)
         return cli_fail("%s: cannot format the .npy header", path);
     int rc = cli_write_full(fd, hdr, (size_t)n);
@@ -78,7 +77,7 @@ static int write_data(unpack_job *job, size_t idx, const ckpt_tensor_info *t,
         const unsigned char *p = job->in;
         size_t n = (size_t)want;
         if (widen) {
-            npy_widen_f32(t->dtype, job->in, n / isz, job->out);
+            npy_widen_f32(&job->tables, t->dtype, job->in, n / isz, job->out);
             p = job->out;
             n = n / isz * 4;
         }
@@ -203,7 +202,8 @@ int cmd_unpack(int argc, char **argv)
     int rc = cli_parse_operands(&HELP, argc, argv, 2, 2);
     if (rc != CLI_GO_ON)
         return rc;
-    unpack_job job = { NULL, argv[optind + 1], -1, NULL, NULL, { 0 } };
+    unpack_job job = { .dir = argv[optind + 1], .dirfd = -1 };
+    npy_tables_init(&job.tables);
     if (cli_open_reader(&job.r, argv[optind]) != CLI_OK)
         return CLI_FAIL;
     rc = unpack_all(&job);

@@ -93,17 +93,10 @@ static void on_progress(void *arg, uint64_t done, uint64_t total)
 /* Prints the "ok:" line: tensors, frames and raw bytes. */
 static void print_ok(const ckpt_reader *r)
 {
-    uint64_t frames = 0, bytes = 0;
-    size_t n = ckpt_reader_count(r);
-    for (size_t i = 0; i < n; i++) {
-        ckpt_tensor_info t;
-        if (ckpt_reader_info(r, i, &t) == 0) {
-            frames += t.nframes;
-            bytes += t.nbytes;
-        }
-    }
+    cli_totals tot = cli_reader_totals(r);
     printf("ok: %zu tensors, %" PRIu64 " frames, %" PRIu64
-           " bytes verified\n", n, frames, bytes);
+           " bytes verified\n", ckpt_reader_count(r), tot.nframes,
+           tot.nbytes);
 }
 
 static int verify(ckpt_reader *r, const char *ckpt)

@@ -117,17 +117,10 @@ void progress_done(progress *p, const char *verb, const ckpt_reader *r)
         return;
     struct timespec now;
     clock_gettime(CLOCK_MONOTONIC, &now);
-    uint64_t raw = 0, stored = 0;
-    size_t n = ckpt_reader_count(r);
-    for (size_t i = 0; i < n; i++) {
-        ckpt_tensor_info t;
-        if (ckpt_reader_info(r, i, &t) == 0) {
-            raw += t.nbytes;
-            stored += t.stored_bytes;
-        }
-    }
+    cli_totals tot = cli_reader_totals(r);
     char line[256];
-    progress_summary(line, sizeof line, verb, n, raw, stored,
+    progress_summary(line, sizeof line, verb, ckpt_reader_count(r),
+                     tot.nbytes, tot.stored_bytes,
                      (double)elapsed_ns(&p->start, &now) / 1e9);
     fprintf(stderr, "%s\n", line);
     fflush(stderr);

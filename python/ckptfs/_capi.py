@@ -3,7 +3,9 @@ enums, every struct the package passes or receives, and the signature of
 every function it calls.
 
 This is the one place where the C layout is written down in Python.  A
-change to a struct of ckptfs.h must be made here too;
+change to a struct of ckptfs.h must be made here too.  Every options
+struct begins with its `size`, set only by the library's *_opts_init: make
+one with the class, then call its init function (as _opts.py does).
 tests/python/test_abi.py compares every size and field offset below with
 what the C compiler gives (tests/python/abi_layout.c) and fails on any
 drift.
@@ -46,7 +48,8 @@ class Error(Structure):
 
 
 class WriteOpts(Structure):
-    _fields_ = [("codec", c_int), ("level", c_int), ("frame_size", c_size_t),
+    _fields_ = [("size", c_size_t),
+                ("codec", c_int), ("level", c_int), ("frame_size", c_size_t),
                 ("threads", c_int), ("sync", c_int), ("drop_cache", c_int)]
 
 
@@ -57,13 +60,14 @@ class Piece(Structure):
 
 
 class CommitOpts(Structure):
-    _fields_ = [("expect_writers", c_int), ("sync", c_int),
-                ("world_size", c_int)]
+    _fields_ = [("size", c_size_t), ("expect_writers", c_int),
+                ("sync", c_int), ("world_size", c_int)]
 
 
 class ReadOpts(Structure):
-    _fields_ = [("cache_bytes", c_size_t), ("threads", c_int),
-                ("prefetch", c_int), ("follow_links", c_int)]
+    _fields_ = [("size", c_size_t), ("cache_bytes", c_size_t),
+                ("threads", c_int), ("prefetch", c_int),
+                ("follow_links", c_int)]
 
 
 class TensorInfo(Structure):
@@ -92,12 +96,14 @@ class Stats(Structure):
 
 
 class SaverOpts(Structure):
-    _fields_ = [("staging_bytes", c_size_t), ("copy_threads", c_int),
+    _fields_ = [("size", c_size_t), ("staging_bytes", c_size_t),
+                ("copy_threads", c_int),
                 ("queue_depth", c_int), ("nice", c_int)]
 
 
 class SaveOpts(Structure):
-    _fields_ = [("write", WriteOpts), ("meta_keys", POINTER(c_char_p)),
+    _fields_ = [("size", c_size_t), ("write", WriteOpts),
+                ("meta_keys", POINTER(c_char_p)),
                 ("meta_values", POINTER(c_char_p)), ("nmeta", c_size_t)]
 
 

@@ -25,6 +25,7 @@
 #include "format/plan.h"
 #include "common/shape.h"
 #include "async/staging.h"
+#include "common/optsize.h"
 
 #define PATH_CAP 4096
 
@@ -70,14 +71,20 @@ struct ckpt_saver {
 
 void ckpt_saver_opts_init(ckpt_saver_opts *o)
 {
+    if (!o)
+        return;
     memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
     o->queue_depth = 1;
     o->nice = 10;
 }
 
 void ckpt_save_opts_init(ckpt_save_opts *o)
 {
+    if (!o)
+        return;
     memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
     ckpt_write_opts_init(&o->write);
 }
 
@@ -246,15 +253,20 @@ int ckpt_saver_create(ckpt_saver **out, const ckpt_saver_opts *opts,
                       ckpt_error *err)
 {
     if (!out)
-        return ckpt_err(err, -EINVAL, "saver: no output pointer (NULL)");
+        return ckpt_err_null(err, "ckpt_saver_create", "out");
     *out = NULL;
+    ckpt_saver_opts so;
+    ckpt_saver_opts_init(&so);
+    if (opts) {
+        int orc = ckpt_opts_take(&so, sizeof so, opts, sizeof *opts,
+                                 "ckpt_saver_opts", err);
+        if (orc)
+            return orc;
+    }
     ckpt_saver *sv = calloc(1, sizeof *sv);
     if (!sv)
         return ckpt_err(err, -ENOMEM, "out of memory");
-    if (opts)
-        sv->o = *opts;
-    else
-        ckpt_saver_opts_init(&sv->o);
+    sv->o = so;
     pthread_mutex_init(&sv->mu, NULL);
     pthread_mutex_init(&sv->start_mu, NULL);
     pthread_cond_init(&sv->cv, NULL);
@@ -305,6 +317,22 @@ void ckpt_saver_destroy(ckpt_saver *sv)
 int ckpt_saver_cuda(const ckpt_saver *sv)
 {
     return sv && sv->stage ? ckpt_stage_cuda(sv->stage) : 0;
+}
+
+int ckpt_save_opts_take(ckpt_save_opts *dst, const ckpt_save_opts *src,
+                        ckpt_error *err)
+{
+    ckpt_save_opts_init(dst);
+    if (!src)
+        return 0;
+    ckpt_write_opts w = dst->write;
+    int rc = ckpt_opts_take(dst, sizeof *dst, src, sizeof *src,
+                            "ckpt_save_opts", err);
+    if (rc == 0)
+        rc = ckpt_opts_take(&w, sizeof w, &src->write, sizeof src->write,
+                            "ckpt_save_opts.write", err);
+    dst->write = w;
+    return rc;
 }
 
 /* ------------------------------------------------------------ starting */
@@ -568,23 +596,24 @@ int ckpt_save_async(ckpt_saver *sv, const char *dir, const ckpt_piece *pieces,
 {
     if (out)
         *out = NULL;
-    if (!sv || !out)
-        return ckpt_err(err, -EINVAL, "async save: no saver or no handle "
-                        "pointer (NULL)");
-    if (!dir || !*dir)
+    if (!sv || !out || !dir)
+        return ckpt_err_null(err, "ckpt_save_async",
+                             !sv ? "saver" : !out ? "out" : "dir");
+    if (!*dir)
         return ckpt_err(err, -EINVAL, "async save: no checkpoint directory");
     if (n > 0 && !pieces)
-        return ckpt_err(err, -EINVAL, "async save: %zu pieces but no piece "
-                        "array (NULL)", n);
-    ckpt_save_opts defaults;
-    ckpt_save_opts_init(&defaults);
-    const ckpt_save_opts *o = opts ? opts : &defaults;
+        return ckpt_err_null(err, "ckpt_save_async", "pieces");
+    ckpt_save_opts taken;
+    int rc = ckpt_save_opts_take(&taken, opts, err);
+    if (rc)
+        return rc;
+    const ckpt_save_opts *o = &taken;
     ckpt_async_desc d = {
         .dir = dir, .writer = "rank0", .commit = 1, .pieces = pieces, .n = n,
         .write = &o->write, .meta_keys = o->meta_keys,
         .meta_values = o->meta_values, .nmeta = o->nmeta,
     };
-    int rc = ckpt_async_check_data(sv, pieces, n, NULL, err);
+    rc = ckpt_async_check_data(sv, pieces, n, NULL, err);
     if (rc == 0)
         rc = ckpt_async_check_target(dir, &d.made_dir, err);
     return rc ? rc : ckpt_async_start(sv, &d, out, err);
@@ -593,7 +622,7 @@ int ckpt_save_async(ckpt_saver *sv, const char *dir, const ckpt_piece *pieces,
 int ckpt_save_poll(ckpt_save *j)
 {
     if (!j)
-        return 1;
+        return -EINVAL;
     pthread_mutex_lock(&j->sv->mu);
     int done = j->done;
     pthread_mutex_unlock(&j->sv->mu);
@@ -602,35 +631,7 @@ int ckpt_save_poll(ckpt_save *j)
 
 int ckpt_save_wait(ckpt_save *j, ckpt_error *err)
 {
+    if (!j)
+        return ckpt_err_null(err, "ckpt_save_wait", "save");
     return ckpt_async_wait(j, NULL, err);
-}
-
-/* ------------------------------------------------------------ loads */
-
-int ckpt_load_region(ckpt_reader *r, size_t idx, const int64_t *offsets,
-                     const int64_t *sizes, void *dst, ckpt_error *err)
-{
-    ckpt_tensor_info ti;
-    char what[256];
-    if (!r || ckpt_reader_info(r, idx, &ti))
-        return ckpt_err(err, -EINVAL, "load: no reader or no tensor %zu", idx);
-    static const int64_t zeros[CKPT_MAX_DIMS];
-    const int64_t *size = sizes ? sizes : ti.shape;
-    const int64_t *off = offsets ? offsets : zeros;
-    uint64_t nbytes = 0;
-    for (int d = 0; d < ti.ndim; d++)
-        if (size[d] < 0 || size[d] > ti.shape[d])
-            return ckpt_err(err, -EINVAL, "tensor '%s': region dim %d size "
-                            "%lld is outside its size %lld", ti.fqn, d,
-                            (long long)size[d], (long long)ti.shape[d]);
-    int rc = ckpt_shape_nbytes(ti.dtype, ti.ndim, size, &nbytes, ti.fqn, err);
-    if (rc)
-        return rc;
-    snprintf(what, sizeof what, "load of tensor '%s'", ti.fqn);
-    int kind = ckpt_mem_kind(NULL, dst, (size_t)nbytes, 1, what, err);
-    if (kind < 0)
-        return kind;
-    if (kind == CKPT_MEM_DEVICE)
-        return ckpt_stage_load_device(r, idx, off, size, dst, err);
-    return ckpt_read_region(r, idx, off, size, dst, err);
 }

@@ -25,6 +25,10 @@ typedef struct ckpt_async_desc {
     size_t nmeta;
 } ckpt_async_desc;
 
+/* The caller's save options (NULL: the defaults) read into *dst by their
+ * size fields, the outer struct's and its write options' (optsize.h). */
+int ckpt_save_opts_take(ckpt_save_opts *dst, const ckpt_save_opts *src,
+                        ckpt_error *err);
 /* Is dir free to save into (-EEXIST: committed, -EBUSY: an unfinished
  * save)?  *made tells whether it does not exist yet. */
 int ckpt_async_check_target(const char *dir, int *made, ckpt_error *err);

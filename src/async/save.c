@@ -17,11 +17,12 @@
 static int check_args(const char *dir, const ckpt_piece *pieces, size_t n,
                       const ckpt_save_opts *o, ckpt_error *err)
 {
-    if (!dir || !*dir)
+    if (!dir)
+        return ckpt_err_null(err, "ckpt_save_sync", "dir");
+    if (!*dir)
         return ckpt_err(err, -EINVAL, "save: no checkpoint directory");
     if (n > 0 && !pieces)
-        return ckpt_err(err, -EINVAL, "save: %zu pieces but no piece array "
-                        "(NULL)", n);
+        return ckpt_err_null(err, "ckpt_save_sync", "pieces");
     if (o->nmeta && (!o->meta_keys || !o->meta_values))
         return ckpt_err(err, -EINVAL, "save: %zu metadata entries but no "
                         "keys or values (NULL)", o->nmeta);
@@ -58,11 +59,13 @@ static int write_all(ckpt_writer *w, const ckpt_piece *pieces, size_t n,
 int ckpt_save_sync(const char *dir, const ckpt_piece *pieces, size_t n,
                    const ckpt_save_opts *opts, ckpt_error *err)
 {
-    ckpt_save_opts defaults;
-    ckpt_save_opts_init(&defaults);
-    const ckpt_save_opts *o = opts ? opts : &defaults;
+    ckpt_save_opts taken;
+    int rc = ckpt_save_opts_take(&taken, opts, err);
+    if (rc)
+        return rc;
+    const ckpt_save_opts *o = &taken;
     int made_dir = 0;
-    int rc = check_args(dir, pieces, n, o, err);
+    rc = check_args(dir, pieces, n, o, err);
     if (rc == 0)
         rc = ckpt_async_check_target(dir, &made_dir, err);
     if (rc)

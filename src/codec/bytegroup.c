@@ -20,6 +20,13 @@
 
 #include <string.h>
 
+/* Each split/merge loop runs BLK elements at a time with a constant trip
+ * count (so that GCC vectorizes it), then the tail one by one: the tail
+ * repeats the block's statements on purpose, and the loops of the
+ * different layouts (bf16, f16, f32, 2/4/8-byte) look alike on purpose
+ * too -- one loop per layout keeps each inner loop free of a run-time
+ * plane count, which is what lets it vectorize (`duplicates` lists these
+ * pairs; they are deliberate). */
 #define BLK 64
 
 /* The loops over whole planes are compiled twice on x86-64, for AVX2 and

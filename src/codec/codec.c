@@ -43,8 +43,8 @@
 #include "codec/huff.h"
 #include "common/xxh.h"
 
-#define CODEC_MIN_LEVEL (-7)
-#define CODEC_MAX_LEVEL 22
+#define CODEC_MIN_LEVEL CKPT_MIN_LEVEL
+#define CODEC_MAX_LEVEL CKPT_MAX_LEVEL
 #define CODEC_DEFAULT_LEVEL 1
 
 /* Byte-grouped frames: header and plane methods (docs/FORMAT.md). */

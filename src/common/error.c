@@ -3,6 +3,7 @@
  */
 #include "common/error.h"
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -26,17 +27,15 @@ int ckpt_err(ckpt_error *err, int code, const char *fmt, ...)
 
 int ckpt_err_sys(ckpt_error *err, int code, const char *fmt, ...)
 {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        err->code = code;
-        set_msg(err, fmt, ap);
-        va_end(ap);
-        size_t len = strlen(err->msg);
-        snprintf(err->msg + len, sizeof err->msg - len, ": %s",
-                 strerror(code < 0 ? -code : code));
-    }
-    return code;
+    if (!err)
+        return code;
+    char what[sizeof err->msg];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    return ckpt_err(err, code, "%s: %s", what,
+                    strerror(code < 0 ? -code : code));
 }
 
 int ckpt_err_wrap(ckpt_error *err, int code, const char *fmt, ...)
@@ -74,4 +73,9 @@ void ckpt_err_clear(ckpt_error *err)
         err->code = 0;
         err->msg[0] = '\0';
     }
+}
+
+int ckpt_err_null(ckpt_error *err, const char *call, const char *param)
+{
+    return ckpt_err(err, -EINVAL, "%s: %s is NULL", call, param);
 }

@@ -21,6 +21,10 @@ int ckpt_err_sys(ckpt_error *err, int code, const char *fmt, ...)
 int ckpt_err_wrap(ckpt_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+/* The refusal of a NULL required argument of a public call, alike for
+ * every call: -EINVAL, "<call>: <param> is NULL". */
+int ckpt_err_null(ckpt_error *err, const char *call, const char *param);
+
 /* Clears err. */
 void ckpt_err_clear(ckpt_error *err);
 

@@ -15,7 +15,7 @@
 #include "common/error.h"
 
 /* More threads than this is a caller's mistake, not a wish. */
-#define POOL_MAX_THREADS 4096
+#define POOL_MAX_THREADS CKPT_MAX_THREADS
 
 typedef struct pool_task {
     ckpt_task_fn fn;

@@ -5,6 +5,7 @@
  * messages are written to and read from.
  */
 #include "mpi/coll.h"
+#include "common/optsize.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -192,4 +193,53 @@ int32_t rb_i32(rbuf *b)
     int32_t v;
     rb_get(b, &v, sizeof v);
     return v;
+}
+
+/* ------------------------------------------------------------ options */
+
+/* A caller's options struct (`outer`) or the one nested in it (`inner`):
+ * where it goes (holding the defaults), where it comes from, its size and
+ * its name. */
+typedef struct opts_part {
+    void *dst;
+    const void *src;
+    size_t size;
+    const char *name;
+} opts_part;
+
+static void take_opts(const coll *c, opts_part outer, opts_part inner,
+                      ckpt_error *st)
+{
+    ckpt_error e = { 0 };
+    if (ckpt_opts_take(outer.dst, outer.size, outer.src, outer.size,
+                       outer.name, &e) ||
+        ckpt_opts_take(inner.dst, inner.size, inner.src, inner.size,
+                       inner.name, &e))
+        coll_fail_with(c, st, &e);
+}
+
+void coll_take_save_opts(const coll *c, ckpt_mpi_save_opts *dst,
+                         const ckpt_mpi_save_opts *src, ckpt_error *st)
+{
+    ckpt_mpi_save_opts_init(dst);
+    if (!src)
+        return;
+    ckpt_write_opts w = dst->write;
+    take_opts(c, (opts_part){ dst, src, sizeof *dst, "ckpt_mpi_save_opts" },
+              (opts_part){ &w, &src->write, sizeof w,
+                           "ckpt_mpi_save_opts.write" }, st);
+    dst->write = w;
+}
+
+void coll_take_load_opts(const coll *c, ckpt_mpi_load_opts *dst,
+                         const ckpt_mpi_load_opts *src, ckpt_error *st)
+{
+    ckpt_mpi_load_opts_init(dst);
+    if (!src)
+        return;
+    ckpt_read_opts r = dst->read;
+    take_opts(c, (opts_part){ dst, src, sizeof *dst, "ckpt_mpi_load_opts" },
+              (opts_part){ &r, &src->read, sizeof r,
+                           "ckpt_mpi_load_opts.read" }, st);
+    dst->read = r;
 }

@@ -48,6 +48,13 @@ int coll_fail_all(ckpt_error *st, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Copies the status to the caller's err (when not NULL); its code. */
 int coll_finish(const ckpt_error *st, ckpt_error *err);
+/* Fills *dst with the defaults, then takes the caller's options *src
+ * (when not NULL) by their size fields, the nested write/read options
+ * too (common/optsize.h); a refusal is this rank's failure. */
+void coll_take_save_opts(const coll *c, ckpt_mpi_save_opts *dst,
+                         const ckpt_mpi_save_opts *src, ckpt_error *st);
+void coll_take_load_opts(const coll *c, ckpt_mpi_load_opts *dst,
+                         const ckpt_mpi_load_opts *src, ckpt_error *st);
 /* Checks that every rank names the same checkpoint directory as rank 0. */
 void coll_same_dir(const coll *c, const char *dir, ckpt_error *st);
 

@@ -838,7 +838,8 @@ static int read_group(loader *ld, const group *g, scratch *tmp,
 
 /* ------------------------------------------------------ rounds */
 
-/* A batch of this rank's groups, read by one pool thread. */
+/* A batch of this rank's groups, read by one pool thread (shaped like
+ * reader.c's copy_task on purpose: see there). */
 typedef struct read_task {
     loader *ld;
     const size_t *groups;
@@ -1118,7 +1119,10 @@ static int load_prepare(loader *ld, const ckpt_mpi_load_opts *o,
 
 void ckpt_mpi_load_opts_init(ckpt_mpi_load_opts *o)
 {
+    if (!o)
+        return;
     memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
     ckpt_read_opts_init(&o->read);
     o->exchange_bytes = DEFAULT_EXCHANGE_BYTES;
 }
@@ -1142,9 +1146,9 @@ int ckpt_mpi_load(MPI_Comm comm, const char *dir,
         memset(stats, 0, sizeof *stats);
     if (coll_init(&ld.c, comm, &st))
         return coll_finish(&st, err);
-    ckpt_mpi_load_opts defaults;
-    ckpt_mpi_load_opts_init(&defaults);
-    const ckpt_mpi_load_opts *o = opts ? opts : &defaults;
+    ckpt_mpi_load_opts taken;
+    coll_take_load_opts(&ld.c, &taken, opts, &st);
+    const ckpt_mpi_load_opts *o = &taken;
     ld.exchange = clamp_exchange(o->exchange_bytes);
     coll_same_dir(&ld.c, dir, &st);
     /* rc is agreed, so every rank leaves the loop at the same round. */

@@ -477,7 +477,10 @@ static void save_commit(const coll *c, const char *dir,
 
 void ckpt_mpi_save_opts_init(ckpt_mpi_save_opts *o)
 {
+    if (!o)
+        return;
     memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
     ckpt_write_opts_init(&o->write);
 }
 
@@ -516,9 +519,9 @@ int ckpt_mpi_save(MPI_Comm comm, const char *dir, const ckpt_piece *pieces,
     coll c;
     if (coll_init(&c, comm, &st))
         return coll_finish(&st, err);
-    ckpt_mpi_save_opts defaults;
-    ckpt_mpi_save_opts_init(&defaults);
-    const ckpt_mpi_save_opts *o = opts ? opts : &defaults;
+    ckpt_mpi_save_opts taken;
+    coll_take_save_opts(&c, &taken, opts, &st);
+    const ckpt_mpi_save_opts *o = &taken;
     wbuf b = { 0 };
     save_root sr = { 0 };
     coll_same_dir(&c, dir, &st);
@@ -576,9 +579,8 @@ int ckpt_mpi_save_async(MPI_Comm comm, const char *dir,
                         ckpt_mpi_async **out, ckpt_error *err)
 {
     ckpt_error st = { 0 };
-    ckpt_mpi_save_opts defaults;
-    ckpt_mpi_save_opts_init(&defaults);
-    const ckpt_mpi_save_opts *o = opts ? opts : &defaults;
+    ckpt_mpi_save_opts taken;
+    const ckpt_mpi_save_opts *o = &taken;
     ckpt_mpi_async *h = calloc(1, sizeof *h);
     if (out)
         *out = NULL;
@@ -596,6 +598,7 @@ int ckpt_mpi_save_async(MPI_Comm comm, const char *dir,
         coll_failf(c, &st, -EINVAL,
                    "async save: no saver or no handle pointer "
                    "(NULL)");
+    coll_take_save_opts(c, &taken, opts, &st);
     coll_same_dir(c, dir, &st);
     if (st.code == 0)
         save_describe(c, pieces, n, &b, &st);
@@ -640,9 +643,11 @@ int ckpt_mpi_save_async(MPI_Comm comm, const char *dir,
     return 0;
 }
 
-int ckpt_mpi_save_test(ckpt_mpi_async *h)
+int ckpt_mpi_save_poll(ckpt_mpi_async *h)
 {
-    return !h || !h->local || ckpt_save_poll(h->local);
+    if (!h)
+        return -EINVAL;
+    return !h->local || ckpt_save_poll(h->local);
 }
 
 int ckpt_mpi_save_wait(ckpt_mpi_async *h, ckpt_error *err)

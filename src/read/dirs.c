@@ -23,7 +23,7 @@ static int has_entry(const char *dir, const char *name)
 ckpt_dir_state ckpt_dir_probe(const char *dir)
 {
     struct stat st;
-    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+    if (!dir || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
         return CKPT_DIR_NONE;
     if (has_entry(dir, "index.db"))
         return CKPT_DIR_COMMITTED;
@@ -35,6 +35,8 @@ ckpt_dir_state ckpt_dir_probe(const char *dir)
 
 ckpt_format ckpt_format_probe(const char *path, char *stamp, size_t cap)
 {
+    if (!path)
+        return CKPT_FORMAT_NONE;
     if (ckpt_dir_probe(path) == CKPT_DIR_COMMITTED) {
         if (stamp)
             snprintf(stamp, cap, "%s/index.db", path);

@@ -44,6 +44,7 @@
 #include "common/region.h"
 #include "common/shape.h"
 #include "read/shardio.h"
+#include "common/optsize.h"
 
 /* Scratch for one decoding thread: codec contexts and shard reading
  * buffers.  Kept on a free list so any thread (FUSE's, the pool's) can
@@ -114,7 +115,10 @@ typedef struct frame_ref {
 
 void ckpt_read_opts_init(ckpt_read_opts *o)
 {
+    if (!o)
+        return;
     memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
     o->cache_bytes = (size_t)256 << 20;
     o->threads = 0;
     o->prefetch = 4;
@@ -663,7 +667,10 @@ static int copy_range(ckpt_reader *r, size_t t, const segment *v, size_t n,
     return rc;
 }
 
-/* One share of a parallel copy. */
+/* One share of a parallel copy.  (mpi.c's read_task has the same shape --
+ * a share of work, its own rc/err, the taskgroup -- and so has the code
+ * that runs the shares and keeps the first failure: the pattern of
+ * ckpt_pool_run_tasks; the work differs, so each keeps its own.) */
 typedef struct copy_task {
     ckpt_reader *r;
     size_t t;
@@ -916,6 +923,10 @@ static int read_elems(ckpt_reader *r, size_t t, uint64_t lo, uint64_t hi,
 int64_t ckpt_read(ckpt_reader *r, size_t t, void *dst, uint64_t off,
                   uint64_t len, ckpt_error *err)
 {
+    if (!r)
+        return ckpt_err_null(err, "ckpt_read", "reader");
+    if (!dst && len)
+        return ckpt_err_null(err, "ckpt_read", "dst");
     int rc = check_tensor(r, t, err);
     if (rc)
         return rc;
@@ -957,10 +968,19 @@ int64_t ckpt_read(ckpt_reader *r, size_t t, void *dst, uint64_t off,
 int ckpt_read_region(ckpt_reader *r, size_t t, const int64_t *offsets,
                      const int64_t *sizes, void *dst, ckpt_error *err)
 {
+    if (!r)
+        return ckpt_err_null(err, "ckpt_read_region", "reader");
     int rc = check_tensor(r, t, err);
     if (rc)
         return rc;
     const ckpt_index_tensor *tt = tensor_at(r, t);
+    static const int64_t zeros[CKPT_MAX_DIMS];
+    if (!offsets)
+        offsets = zeros;
+    if (!sizes)
+        sizes = tt->shape;
+    if (!dst && ckpt_box_numel(tt->ndim, sizes) != 0)
+        return ckpt_err_null(err, "ckpt_read_region", "dst");
     for (int k = 0; k < tt->ndim; k++)
         if (offsets[k] < 0 || sizes[k] < 0 ||
             sizes[k] > tt->shape[k] - offsets[k] ||
@@ -1133,7 +1153,19 @@ static int check_index_file(ckpt_reader *r, ckpt_error *err)
 int ckpt_reader_open(ckpt_reader **out, const char *dir,
                      const ckpt_read_opts *opts, ckpt_error *err)
 {
+    if (!out)
+        return ckpt_err_null(err, "ckpt_reader_open", "out");
     *out = NULL;
+    if (!dir)
+        return ckpt_err_null(err, "ckpt_reader_open", "dir");
+    ckpt_read_opts ro;
+    ckpt_read_opts_init(&ro);
+    if (opts) {
+        int orc = ckpt_opts_take(&ro, sizeof ro, opts, sizeof *opts,
+                                 "ckpt_read_opts", err);
+        if (orc)
+            return orc;
+    }
     char path[4096];
     int rc = ckpt_path_join(path, sizeof path, dir, "index.db", err);
     if (rc)
@@ -1149,10 +1181,7 @@ int ckpt_reader_open(ckpt_reader **out, const char *dir,
     pthread_mutex_init(&r->perm_mu, NULL);
     r->index_file = "index.db";
     pthread_mutex_init(&r->scratch_mu, NULL);
-    if (opts)
-        r->opts = *opts;
-    else
-        ckpt_read_opts_init(&r->opts);
+    r->opts = ro;
     if (!(r->dir = strdup(dir)))
         rc = ckpt_err(err, -ENOMEM, "out of memory");
     if (rc == 0 && foreign) {
@@ -1187,6 +1216,8 @@ int ckpt_reader_open(ckpt_reader **out, const char *dir,
 
 ckpt_format ckpt_reader_format(const ckpt_reader *r)
 {
+    if (!r)
+        return CKPT_FORMAT_NONE;
     if (!r->foreign)
         return CKPT_FORMAT_CKPTFS;
     const char *f = ckpt_reader_meta_get(r, "source_format");
@@ -1196,12 +1227,12 @@ ckpt_format ckpt_reader_format(const ckpt_reader *r)
 
 size_t ckpt_reader_count(const ckpt_reader *r)
 {
-    return r->d.ntensors;
+    return r ? r->d.ntensors : 0;
 }
 
 int ckpt_reader_info(const ckpt_reader *r, size_t idx, ckpt_tensor_info *out)
 {
-    if (idx >= r->d.ntensors)
+    if (!r || !out || idx >= r->d.ntensors)
         return -EINVAL;
     const ckpt_index_tensor *t = tensor_at(r, idx);
     *out = (ckpt_tensor_info){
@@ -1215,6 +1246,8 @@ int ckpt_reader_info(const ckpt_reader *r, size_t idx, ckpt_tensor_info *out)
 
 long ckpt_reader_find(const ckpt_reader *r, const char *fqn)
 {
+    if (!r || !fqn)
+        return -EINVAL;
     size_t lo = 0, hi = r->d.ntensors;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
@@ -1232,7 +1265,8 @@ long ckpt_reader_find(const ckpt_reader *r, const char *fqn)
 int ckpt_reader_chunk(const ckpt_reader *r, size_t idx, size_t chunk,
                       ckpt_chunk_info *out)
 {
-    if (idx >= r->d.ntensors || chunk >= r->d.tensors[idx].nchunks)
+    if (!r || !out || idx >= r->d.ntensors ||
+        chunk >= r->d.tensors[idx].nchunks)
         return -EINVAL;
     /* The reader itself is not const: loading chunks on first use is
      * what a lookup does. */
@@ -1251,6 +1285,8 @@ int ckpt_reader_chunk(const ckpt_reader *r, size_t idx, size_t chunk,
 int ckpt_reader_frame(ckpt_reader *r, size_t idx, size_t chunk, uint64_t frame,
                       ckpt_frame_info *out, ckpt_error *err)
 {
+    if (!r || !out)
+        return ckpt_err_null(err, "ckpt_reader_frame", !r ? "reader" : "out");
     if (idx >= r->d.ntensors || chunk >= r->d.tensors[idx].nchunks)
         return ckpt_err(err, -EINVAL, "no chunk %zu in tensor %zu", chunk,
                         idx);
@@ -1275,13 +1311,13 @@ int ckpt_reader_frame(ckpt_reader *r, size_t idx, size_t chunk, uint64_t frame,
 
 size_t ckpt_reader_meta_count(const ckpt_reader *r)
 {
-    return r->d.nmeta;
+    return r ? r->d.nmeta : 0;
 }
 
 int ckpt_reader_meta_at(const ckpt_reader *r, size_t i, const char **key,
                         const char **value)
 {
-    if (i >= r->d.nmeta)
+    if (!r || !key || !value || i >= r->d.nmeta)
         return -EINVAL;
     *key = r->d.meta[i].key;
     *value = r->d.meta[i].value;
@@ -1290,7 +1326,7 @@ int ckpt_reader_meta_at(const ckpt_reader *r, size_t i, const char **key,
 
 const char *ckpt_reader_meta_get(const ckpt_reader *r, const char *key)
 {
-    for (size_t i = 0; i < r->d.nmeta; i++)
+    for (size_t i = 0; r && key && i < r->d.nmeta; i++)
         if (strcmp(r->d.meta[i].key, key) == 0)
             return r->d.meta[i].value;
     return NULL;
@@ -1298,6 +1334,12 @@ const char *ckpt_reader_meta_get(const ckpt_reader *r, const char *key)
 
 void ckpt_reader_stats(const ckpt_reader *r, ckpt_stats *out)
 {
+    if (!out)
+        return;
+    if (!r) {
+        *out = (ckpt_stats){ 0 };
+        return;
+    }
     ckpt_cache_stats cs;
     ckpt_cache_stats_get(r->cache, &cs);
     *out = (ckpt_stats){
@@ -1314,6 +1356,9 @@ void ckpt_reader_stats(const ckpt_reader *r, ckpt_stats *out)
 int ckpt_reader_file_stat(const ckpt_reader *r, const char *file,
                           struct stat *st, ckpt_error *err)
 {
+    if (!r || !file || !st)
+        return ckpt_err_null(err, "ckpt_reader_file_stat",
+                             !r ? "reader" : !file ? "file" : "st");
     return ckpt_confine_stat(&r->root, file, st, err);
 }
 
@@ -1384,6 +1429,8 @@ static void fold_file(void *arg, size_t pos)
 int ckpt_reader_perm(ckpt_reader *r, size_t idx, ckpt_perm *out,
                      ckpt_error *err)
 {
+    if (!r || !out)
+        return ckpt_err_null(err, "ckpt_reader_perm", !r ? "reader" : "out");
     if (idx != (size_t)-1 && idx >= r->d.ntensors)
         return ckpt_err(err, -EINVAL, "tensor index %zu out of range (%zu "
                         "tensors)", idx, r->d.ntensors);
@@ -1554,6 +1601,8 @@ int64_t ckpt_verify(ckpt_reader *r, ckpt_fault_fn fn, void *arg,
                     void (*progress)(void *arg, uint64_t done, uint64_t total),
                     ckpt_error *err)
 {
+    if (!r)
+        return ckpt_err_null(err, "ckpt_verify", "reader");
     verifier v = { .r = r, .fn = fn, .arg = arg, .progress = progress };
     for (size_t t = 0; t < r->d.ntensors; t++)
         v.total += r->d.tensors[t].nbytes;

@@ -27,10 +27,14 @@
 #include "format/model.h"
 #include "format/plan.h"
 #include "write/writer.h"
+#include "common/optsize.h"
 
 void ckpt_commit_opts_init(ckpt_commit_opts *o)
 {
+    if (!o)
+        return;
     memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
     o->sync = 1;
 }
 
@@ -532,10 +536,15 @@ int ckpt_commit(const char *dir, const ckpt_commit_opts *opts,
 {
     ckpt_commit_opts o;
     char pending[4096], lock[4096];
-    if (opts)
-        o = *opts;
-    else
-        ckpt_commit_opts_init(&o);
+    if (!dir)
+        return ckpt_err_null(err, "ckpt_commit", "dir");
+    ckpt_commit_opts_init(&o);
+    if (opts) {
+        int rc = ckpt_opts_take(&o, sizeof o, opts, sizeof *opts,
+                                "ckpt_commit_opts", err);
+        if (rc)
+            return rc;
+    }
     int rc = ckpt_path_join(pending, sizeof pending, dir, ".pending", err);
     if (rc == 0)
         rc = ckpt_path_join(lock, sizeof lock, pending, "commit.lock", err);

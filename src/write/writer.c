@@ -30,8 +30,10 @@
 #include "common/shape.h"
 #include "write/writer.h"
 #include "common/xxh.h"
+#include "format/index.h"
+#include "common/optsize.h"
+#include "write/wopts.h"
 
-#define MIN_FRAME_SIZE 4096
 #define MAX_NAME_LEN 128
 
 struct ckpt_writer {
@@ -92,7 +94,10 @@ struct ckpt_stream {
 
 void ckpt_write_opts_init(ckpt_write_opts *o)
 {
+    if (!o)
+        return;
     memset(o, 0, sizeof *o);
+    o->size = sizeof *o;
     o->codec = CKPT_CODEC_AUTO;
     o->level = 1;
     o->frame_size = CKPT_DEFAULT_FRAME_SIZE;
@@ -120,20 +125,6 @@ static int check_writer_name(const char *name, ckpt_error *err)
                             "writer name '%s' has a character outside "
                             "[A-Za-z0-9._-]", name);
     }
-    return 0;
-}
-
-static int validate_opts(const ckpt_write_opts *o, ckpt_error *err)
-{
-    if (o->codec != CKPT_CODEC_AUTO && !ckpt_codec_known(o->codec))
-        return ckpt_err(err, -EINVAL, "unknown codec id %d", o->codec);
-    if (o->frame_size < MIN_FRAME_SIZE || o->frame_size > CKPT_MAX_FRAME_SIZE)
-        return ckpt_err(err, -EINVAL,
-                        "frame size %zu is outside [%d, 1 GiB]",
-                        o->frame_size, MIN_FRAME_SIZE);
-    if (o->drop_cache < -1 || o->drop_cache > 1)
-        return ckpt_err(err, -EINVAL, "drop_cache %d: 1, 0 or -1 (only for "
-                        "asynchronous saves)", o->drop_cache);
     return 0;
 }
 
@@ -217,7 +208,11 @@ static void writer_free(ckpt_writer *w)
 int ckpt_writer_open(ckpt_writer **out, const char *dir, const char *name,
                      const ckpt_write_opts *opts, ckpt_error *err)
 {
+    if (!out)
+        return ckpt_err_null(err, "ckpt_writer_open", "out");
     *out = NULL;
+    if (!dir)
+        return ckpt_err_null(err, "ckpt_writer_open", "dir");
     int rc = check_writer_name(name, err);
     if (rc)
         return rc;
@@ -226,16 +221,17 @@ int ckpt_writer_open(ckpt_writer **out, const char *dir, const char *name,
         return ckpt_err(err, -ENOMEM, "out of memory");
     pthread_mutex_init(&w->mu, NULL);
     ckpt_manifest_init(&w->pending);
+    ckpt_write_opts_init(&w->opts);
+    /* Its one layout so far is the oldest one a caller may pass. */
     if (opts)
-        w->opts = *opts;
-    else
-        ckpt_write_opts_init(&w->opts);
+        rc = ckpt_opts_take(&w->opts, sizeof w->opts, opts, sizeof *opts,
+                            "ckpt_write_opts", err);
     w->dir = strdup(dir);
     w->name = strdup(name);
     if (!w->dir || !w->name)
         rc = ckpt_err(err, -ENOMEM, "out of memory");
     if (rc == 0)
-        rc = validate_opts(&w->opts, err);
+        rc = ckpt_write_opts_check(&w->opts, err);
     if (rc == 0)
         rc = ckpt_save_begin(&w->lease, dir, err);
     if (rc == 0)
@@ -256,6 +252,8 @@ int ckpt_writer_set_meta(ckpt_writer *w, const char *key, const char *value,
     static const char *const reserved[] = {
         "format_version", "created", "producer", "world_size", NULL
     };
+    if (!w)
+        return ckpt_err_null(err, "ckpt_writer_set_meta", "writer");
     if (!key || !*key || !value)
         return ckpt_err(err, -EINVAL, "metadata key and value must be "
                         "non-empty strings");
@@ -326,6 +324,8 @@ int ckpt_writer_declare_replica(ckpt_writer *w, const ckpt_piece *p,
 
 int ckpt_writer_flush(ckpt_writer *w, ckpt_error *err)
 {
+    if (!w)
+        return ckpt_err_null(err, "ckpt_writer_flush", "writer");
     pthread_mutex_lock(&w->mu);
     int rc = writer_failed(w, err);
     if (rc == 0 && w->opts.sync)
@@ -352,6 +352,8 @@ int ckpt_writer_flush(ckpt_writer *w, ckpt_error *err)
 
 int ckpt_writer_sync(ckpt_writer *w, ckpt_error *err)
 {
+    if (!w)
+        return ckpt_err_null(err, "ckpt_writer_sync", "writer");
     pthread_mutex_lock(&w->mu);
     int rc = writer_failed(w, err);
     if (rc == 0)
@@ -369,6 +371,8 @@ int ckpt_writer_sync(ckpt_writer *w, ckpt_error *err)
 
 int ckpt_writer_close(ckpt_writer *w, ckpt_error *err)
 {
+    if (!w)
+        return ckpt_err_null(err, "ckpt_writer_close", "writer");
     int rc = ckpt_writer_flush(w, err);
     ckpt_error cerr = { 0 };
     /* Join the encoders before closing the files they feed. */
@@ -560,6 +564,23 @@ static void stream_free(ckpt_stream *s)
 
 /* ---------------------------------------------------------------- streams */
 
+/* The pointers a piece description needs, refused alike by every call
+ * taking one: the writer, the piece, its fqn, and its shape when it has
+ * dimensions. */
+static int piece_args(const char *call, const ckpt_writer *w,
+                      const ckpt_piece *d, ckpt_error *err)
+{
+    if (!w)
+        return ckpt_err_null(err, call, "writer");
+    if (!d)
+        return ckpt_err_null(err, call, "piece (desc)");
+    if (!d->fqn)
+        return ckpt_err_null(err, call, "piece fqn");
+    if (d->ndim > 0 && !d->shape)
+        return ckpt_err_null(err, call, "piece shape");
+    return 0;
+}
+
 static int fill_record(ckpt_writer *w, const ckpt_piece *d, ckpt_piece_rec *r,
                        ckpt_error *err)
 {
@@ -588,9 +609,14 @@ static int fill_record(ckpt_writer *w, const ckpt_piece *d, ckpt_piece_rec *r,
 int ckpt_writer_begin(ckpt_writer *w, const ckpt_piece *desc,
                       ckpt_stream **out, ckpt_error *err)
 {
+    int rc = piece_args("ckpt_writer_begin", w, desc, err);
+    if (rc)
+        return rc;
+    if (!out)
+        return ckpt_err_null(err, "ckpt_writer_begin", "out");
     *out = NULL;
     pthread_mutex_lock(&w->mu);
-    int rc = writer_failed(w, err);
+    rc = writer_failed(w, err);
     pthread_mutex_unlock(&w->mu);
     if (rc)
         return rc;
@@ -630,6 +656,10 @@ int ckpt_stream_write(ckpt_stream *s, const void *buf, size_t len,
                       ckpt_error *err)
 {
     const unsigned char *p = buf;
+    if (!s)
+        return ckpt_err_null(err, "ckpt_stream_write", "stream");
+    if (!buf && len)
+        return ckpt_err_null(err, "ckpt_stream_write", "buf");
     if (s->rc)
         return stream_error(s, err);
     if (len > s->rec.raw_bytes - s->received)
@@ -699,12 +729,16 @@ static int restate_piece(ckpt_stream *s, const ckpt_piece *actual,
 
 int ckpt_stream_end(ckpt_stream *s, ckpt_error *err)
 {
+    if (!s)
+        return ckpt_err_null(err, "ckpt_stream_end", "stream");
     return ckpt_stream_end_as(s, NULL, err);
 }
 
 int ckpt_stream_end_as(ckpt_stream *s, const ckpt_piece *actual,
                        ckpt_error *err)
 {
+    if (!s)
+        return ckpt_err_null(err, "ckpt_stream_end_as", "stream");
     ckpt_writer *w = s->w;
     if (s->rc == 0 && s->fill > 0) {
         slot *sl = &s->ring[s->tail % (uint64_t)s->depth];
@@ -749,7 +783,9 @@ void ckpt_stream_abort(ckpt_stream *s)
 int ckpt_writer_put(ckpt_writer *w, const ckpt_piece *p, ckpt_error *err)
 {
     ckpt_stream *s;
-    int rc = ckpt_writer_begin(w, p, &s, err);
+    int rc = piece_args("ckpt_writer_put", w, p, err);
+    if (rc == 0)
+        rc = ckpt_writer_begin(w, p, &s, err);
     if (rc)
         return rc;
     if (s->rec.raw_bytes && !p->data) {
@@ -770,6 +806,9 @@ int ckpt_writer_put(ckpt_writer *w, const ckpt_piece *p, ckpt_error *err)
 int ckpt_writer_put_bytes(ckpt_writer *w, const char *fqn, const void *data,
                           size_t len, ckpt_error *err)
 {
+    if (!w || !fqn || (!data && len))
+        return ckpt_err_null(err, "ckpt_writer_put_bytes",
+                             !w ? "writer" : !fqn ? "fqn" : "data");
     int64_t shape = (int64_t)len;
     ckpt_piece p = {
         .fqn = fqn, .dtype = CKPT_BYTES, .ndim = 1, .shape = &shape,

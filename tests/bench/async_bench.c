@@ -32,6 +32,7 @@
 #include <sys/resource.h>
 #include <time.h>
 
+#include "bench_util.h"
 #include "ckptfs.h"
 #include "common/fileio.h"
 
@@ -50,32 +51,16 @@ typedef struct samples {
     int n;
 } samples;
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static void add(samples *s, double v)
 {
     if (s->n < MAX_SAMPLES)
         s->v[s->n++] = v;
 }
 
-static int cmp_d(const void *a, const void *b)
+/* The median of the samples (sorts them). */
+static double samples_median(samples *s)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(samples *s)
-{
-    if (s->n == 0)
-        return 0;
-    qsort(s->v, (size_t)s->n, sizeof *s->v, cmp_d);
-    return s->n % 2 ? s->v[s->n / 2]
-                    : 0.5 * (s->v[s->n / 2 - 1] + s->v[s->n / 2]);
+    return median(s->v, s->n);
 }
 
 /* The compute step: dependent floating-point work in registers. */
@@ -97,9 +82,9 @@ static long calibrate(double ms)
     double best = 1e9;
     work(iters);
     for (int i = 0; i < 5; i++) {
-        double t0 = now();
+        double t0 = now_s();
         work(iters);
-        double t = now() - t0;
+        double t = now_s() - t0;
         if (t < best)
             best = t;
     }
@@ -217,21 +202,21 @@ static int run_loop(const cfg *c, state *s, int m, long iters, int rep,
     ckpt_save *pending = NULL;
     trace t = { 0 };
     long last = 0;
-    double t0 = now();
+    double t0 = now_s();
     for (long step = 1; step <= c->steps; step++) {
-        double b = now();
+        double b = now_s();
         work(iters);
         touch(s, step);
-        t.steps += now() - b;
+        t.steps += now_s() - b;
         t.nsteps++;
         if (pending && t.done == 0 && ckpt_save_poll(pending))
-            t.done = now() - t.start;
+            t.done = now_s() - t.start;
         if (m == NONE || m == NONE2 || step % c->every)
             continue;
         trace_print(c, m, rep, last, &t);
         snprintf(dir, sizeof dir, "%s/%s-r%d-%06ld", c->dir, mode_name[m],
                  rep, step);
-        double a = now();
+        double a = now_s();
         int rc;
         if (m == SYNC) {
             rc = sync_save(c, s, dir, &e);
@@ -243,7 +228,7 @@ static int run_loop(const cfg *c, state *s, int m, long iters, int rep,
             if (rc == 0 && prev)
                 rc = ckpt_save_wait(prev, &e);
         }
-        double stall = now() - a;
+        double stall = now_s() - a;
         add(&r->stall, stall);
         t = (trace){ .start = a, .stall = stall };
         last = step;
@@ -253,17 +238,17 @@ static int run_loop(const cfg *c, state *s, int m, long iters, int rep,
             return 1;
         }
     }
-    add(&r->loop, now() - t0);
+    add(&r->loop, now_s() - t0);
     if (pending) {
-        double a = now();
+        double a = now_s();
         if (ckpt_save_wait(pending, &e)) {
             fprintf(stderr, "async_bench: async save failed: %s\n", e.msg);
             return 1;
         }
         if (t.done == 0)
-            t.done = now() - t.start;
+            t.done = now_s() - t.start;
         printf("  [%d] %-5s final wait after the loop %.3f s\n", rep,
-               mode_name[m], now() - a);
+               mode_name[m], now_s() - a);
     }
     trace_print(c, m, rep, last, &t);
     return 0;
@@ -287,12 +272,12 @@ static double async_alone(const cfg *c, state *s, ckpt_saver *sv,
     ckpt_error e = { 0 };
     ckpt_save *h;
     snprintf(dir, sizeof dir, "%s/alone", c->dir);
-    double a = now(), u = cpu_time();
+    double a = now_s(), u = cpu_time();
     if (async_start(c, s, sv, dir, &h, &e) || ckpt_save_wait(h, &e)) {
         fprintf(stderr, "async_bench: async save failed: %s\n", e.msg);
         return -1;
     }
-    double t = now() - a;
+    double t = now_s() - a;
     *cpu = cpu_time() - u;
     ckpt_remove_tree(dir, NULL);
     return t;
@@ -300,10 +285,10 @@ static double async_alone(const cfg *c, state *s, ckpt_saver *sv,
 
 static double memcpy_time(state *s, unsigned char *dst)
 {
-    double t0 = now();
+    double t0 = now_s();
     for (size_t i = 0; i < s->nt; i++)
         memcpy(dst + i * TENSOR, s->t[i], TENSOR);
-    return now() - t0;
+    return now_s() - t0;
 }
 
 static int parse(int argc, char **argv, cfg *c)
@@ -416,28 +401,28 @@ int main(int argc, char **argv)
         double d = r[NONE2].loop.v[i] / r[NONE].loop.v[i] - 1;
         add(&noise, d < 0 ? -d : d);
     }
-    double base = median(&r[NONE].loop), copy = median(&cp);
+    double base = samples_median(&r[NONE].loop), copy = samples_median(&cp);
     printf("\n== async bench: %.0f MiB state, medians (%d memcpy runs, saves "
            "per mode: %d)\n", bytes / 1048576, cp.n, r[SYNC].stall.n);
     printf("%-8s %10s %10s %12s %12s\n", "mode", "loop s", "slowdown",
            "stall/save", "stall/copy");
     for (int m = 0; m < NMODES; m++) {
-        double loop = median(&r[m].loop);
-        double stall = median(&r[m].stall);
+        double loop = samples_median(&r[m].loop);
+        double stall = samples_median(&r[m].stall);
         printf("%-8s %10.3f %9.1f%% %11.3fs %11.2fx\n", mode_name[m],
                loop, 100 * (loop / base - 1), stall,
                copy > 0 ? stall / copy : 0);
     }
     printf("memcpy of the same bytes (one thread, warm destination): %.3f s "
            "(%.2f GB/s)\n", copy, bytes / copy / 1e9);
-    double stall = median(&r[ASYNC].stall);
-    double slow = median(&r[ASYNC].loop) / base - 1;
+    double stall = samples_median(&r[ASYNC].stall);
+    double slow = samples_median(&r[ASYNC].loop) / base - 1;
     double interval = c.step_ms * (double)c.every / 1e3;
-    double save = median(&alone);
+    double save = samples_median(&alone);
     int ok1 = stall <= 1.2 * copy, ok2 = slow <= 0.05;
     printf("async save alone takes %.2f s from start to commit (%.2f s of "
            "CPU); interval between saves %.2f s%s\n", save,
-           median(&alone_cpu), interval,
+           samples_median(&alone_cpu), interval,
            save < interval ? "" : " (shorter than a save: the loop waits)");
     printf("target async stall <= 1.2x memcpy:            %.2fx %s\n",
            stall / copy, ok1 ? "PASS" : "FAIL");
@@ -445,9 +430,9 @@ int main(int argc, char **argv)
            100 * slow, ok2 ? "PASS" : "FAIL");
     printf("noise: two loops without checkpoints differ by %.1f%% (median "
            "over reps);\n       a slowdown below that is not resolvable on "
-           "this machine\n", 100 * median(&noise));
+           "this machine\n", 100 * samples_median(&noise));
     printf("sync save stall vs async stall:               %.1fx\n",
-           median(&r[SYNC].stall) / stall);
+           samples_median(&r[SYNC].stall) / stall);
     for (size_t i = 0; i < s.nt; i++)
         free(s.t[i]);
     free(s.t);

@@ -61,57 +61,12 @@
 
 #include "ckptfs.h"
 #include "codec/codec.h"      /* bench_core decode: the codec, without files */
+#include "bench_util.h"
 
 #define DIM 1024                      /* every tensor is DIM x DIM */
-#define FQN_MAX 96
 #define MIB ((uint64_t)1 << 20)
 
-typedef struct tensor_desc {
-    char fqn[FQN_MAX];
-    ckpt_dtype dtype;
-    int64_t shape[2];
-    uint64_t offset;                  /* within state.bin */
-    uint64_t nbytes;
-} tensor_desc;
-
-typedef struct state_dict {
-    tensor_desc *t;
-    size_t n;
-    uint64_t total;                   /* logical bytes */
-} state_dict;
-
 /* ------------------------------------------------------------ utilities */
-
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("bench_core: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
-
-static void die_ckpt(const char *what, const ckpt_error *err)
-{
-    die("%s: %s (%d)", what, err->msg, err->code);
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p)
-        die("out of memory (%zu bytes)", n);
-    return p;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static long peak_rss_kb(void)
 {
@@ -121,16 +76,6 @@ static long peak_rss_kb(void)
     return ru.ru_maxrss;
 }
 
-/* User + system CPU seconds of all threads so far. */
-static double cpu_s(void)
-{
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) != 0)
-        return 0;
-    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
-           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1e-6;
-}
-
 static void path_join(char *out, size_t cap, const char *dir, const char *name)
 {
     int n = snprintf(out, cap, "%s/%s", dir, name);
@@ -138,37 +83,6 @@ static void path_join(char *out, size_t cap, const char *dir, const char *name)
         die("path too long: %s/%s", dir, name);
 }
 
-static void pread_full(int fd, void *buf, size_t len, uint64_t off,
-                       const char *path)
-{
-    char *p = buf;
-    while (len > 0) {
-        ssize_t k = pread(fd, p, len, (off_t)off);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            die("read %s: %s", path, k < 0 ? strerror(errno) : "short file");
-        p += k;
-        len -= (size_t)k;
-        off += (uint64_t)k;
-    }
-}
-
-static void pwrite_full(int fd, const void *buf, size_t len, uint64_t off,
-                        const char *path)
-{
-    const char *p = buf;
-    while (len > 0) {
-        ssize_t k = pwrite(fd, p, len, (off_t)off);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k < 0)
-            die("write %s: %s", path, strerror(errno));
-        p += k;
-        len -= (size_t)k;
-        off += (uint64_t)k;
-    }
-}
 
 /* Bytes held by the regular files under a directory (apparent size, like
  * `du -sb`); nftw has no user pointer, hence the file-scope accumulator. */
@@ -370,45 +284,6 @@ static void manifest_write(const state_dict *sd, const char *dir)
         die("cannot write %s", path);
 }
 
-static void manifest_read(state_dict *sd, const char *dir)
-{
-    char path[4096], fqn[FQN_MAX], dt[16];
-    long long r0, r1;
-    unsigned long long off, nb;
-    size_t cap = 64;
-    path_join(path, sizeof path, dir, "state.idx");
-    FILE *f = fopen(path, "r");
-    if (!f)
-        die("cannot open %s: %s (run `bench_core gen` first)", path,
-            strerror(errno));
-    sd->t = xmalloc(cap * sizeof *sd->t);
-    sd->n = 0;
-    sd->total = 0;
-    while (fscanf(f, "%95s %15s %lld %lld %llu %llu", fqn, dt, &r0, &r1, &off,
-                  &nb) == 6) {
-        if (sd->n == cap) {
-            cap *= 2;
-            sd->t = realloc(sd->t, cap * sizeof *sd->t);
-            if (!sd->t)
-                die("out of memory");
-        }
-        tensor_desc *t = &sd->t[sd->n++];
-        snprintf(t->fqn, sizeof t->fqn, "%s", fqn);
-        t->dtype = ckpt_dtype_parse(dt);
-        t->shape[0] = r0;
-        t->shape[1] = r1;
-        t->offset = off;
-        t->nbytes = nb;
-        if (t->dtype == CKPT_DTYPE_INVALID || off != sd->total ||
-            nb != (uint64_t)r0 * (uint64_t)r1 * ckpt_dtype_size(t->dtype))
-            die("%s: bad line for %s", path, fqn);
-        sd->total += nb;
-    }
-    fclose(f);
-    if (sd->n == 0)
-        die("%s: no tensors", path);
-}
-
 /* ------------------------------------------------------------ gen */
 
 typedef struct gen_job {
@@ -469,20 +344,6 @@ static int cmd_gen(const char *dir, uint64_t mb)
 
 /* ------------------------------------------------------------ save */
 
-/* Reads all of state.bin into one buffer (untimed). */
-static unsigned char *state_load(const state_dict *sd, const char *dir)
-{
-    char path[4096];
-    path_join(path, sizeof path, dir, "state.bin");
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        die("cannot open %s: %s", path, strerror(errno));
-    unsigned char *buf = xmalloc(sd->total);
-    pread_full(fd, buf, sd->total, 0, path);
-    close(fd);
-    return buf;
-}
-
 static void put_all(ckpt_writer *w, const state_dict *sd,
                     const unsigned char *data)
 {
@@ -532,8 +393,9 @@ static int cmd_save(const char *dir, const char *out, const char *codec,
     if (level > 0)
         wo.level = level;
     wo.threads = threads;
-    manifest_read(&sd, dir);
-    unsigned char *data = state_load(&sd, dir);
+    state_read(&sd, dir);
+    state_load(&sd, dir);       /* untimed */
+    const unsigned char *data = sd.data;
     long rss0 = peak_rss_kb();
     double cpu0 = cpu_s();
     double secs = timed_save(&sd, data, out, &wo);
@@ -546,8 +408,7 @@ static int cmd_save(const char *dir, const char *out, const char *codec,
            (unsigned long long)disk_bytes(out), rss0 / 1024.0, rss1 / 1024.0,
            (rss1 - rss0) / 1024.0, wo.codec == CKPT_CODEC_ZSTD ? wo.level : 0,
            threads);
-    free(data);
-    free(sd.t);
+    state_free(&sd);
     return 0;
 }
 
@@ -704,7 +565,7 @@ static int cmd_load(const char *dir, const char *ckpt, const char *name,
                     int threads, int reader_threads)
 {
     state_dict sd;
-    manifest_read(&sd, dir);
+    state_read(&sd, dir);
     unsigned char *dst = dest_alloc(sd.total);
     if (threads > 64)
         threads = 64;
@@ -801,7 +662,7 @@ static int cmd_decode(const char *dir, const char *ckpt, const char *name)
     state_dict sd;
     mem_ckpt m;
     ckpt_error err;
-    manifest_read(&sd, dir);
+    state_read(&sd, dir);
     mem_ckpt_read(&m, &sd, ckpt);
     unsigned char *dst = dest_alloc(sd.total);
     ckpt_codec_ctx *ctx = ckpt_codec_ctx_new();

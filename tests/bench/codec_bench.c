@@ -45,6 +45,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "ckptfs.h"
 #include "codec/codec.h"
 
@@ -55,38 +56,11 @@
 
 /* ------------------------------------------------------------ helpers */
 
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2),
-                                                     noreturn));
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("codec_bench: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(2);
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p)
-        die("out of memory (%zu bytes)", n);
-    return p;
-}
-
 static double clock_s(clockid_t id)
 {
     struct timespec t;
     clock_gettime(id, &t);
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-/* Wall-clock seconds. */
-static double now(void)
-{
-    return clock_s(CLOCK_MONOTONIC);
 }
 
 /* CPU seconds of the calling thread: per-core speeds are measured with it,
@@ -95,18 +69,6 @@ static double now(void)
 static double cpu_now(void)
 {
     return clock_s(CLOCK_THREAD_CPUTIME_ID);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 /* ------------------------------------------------------------ data */
@@ -488,7 +450,7 @@ static void par_once(const dataset *d, int codec, int nt, double *enc,
     par_job jobs[64];
     pthread_t th[64];
     size_t nf = d->n / FRAME;
-    double t0 = now();
+    double t0 = now_s();
     for (int i = 0; i < nt; i++) {
         jobs[i] = (par_job){ d, codec, nf * (size_t)i / (size_t)nt,
                              nf * (size_t)(i + 1) / (size_t)nt, 0, 0 };
@@ -501,7 +463,7 @@ static void par_once(const dataset *d, int codec, int nt, double *enc,
         ec += jobs[i].enc_cpu;
         dc += jobs[i].dec_cpu;
     }
-    *wall = now() - t0;
+    *wall = now_s() - t0;
     *enc = (double)(nf * FRAME) / 1e6 / ec;
     *dec = (double)(nf * FRAME) / 1e6 / dc;
 }
@@ -557,12 +519,12 @@ typedef struct timing {
 
 static timing clock_start(void)
 {
-    return (timing){ now(), clock_s(CLOCK_PROCESS_CPUTIME_ID) };
+    return (timing){ now_s(), clock_s(CLOCK_PROCESS_CPUTIME_ID) };
 }
 
 static timing clock_since(timing t0)
 {
-    return (timing){ now() - t0.wall,
+    return (timing){ now_s() - t0.wall,
                      clock_s(CLOCK_PROCESS_CPUTIME_ID) - t0.cpu };
 }
 
@@ -637,10 +599,10 @@ static double random_reads(const char *dir, const dataset *d)
     for (int i = 0; i < RANDOM_READS; i++) {
         uint64_t off = (rng_next(&g) % (d->n / 4096)) * 4096;
         ckpt_error err = { 0 };
-        double t0 = now();
+        double t0 = now_s();
         if (ckpt_read(r, 0, buf, off, sizeof buf, &err) != 4096)
             die("read %s: %s", dir, err.msg);
-        us[i] = (now() - t0) * 1e6;
+        us[i] = (now_s() - t0) * 1e6;
         if (memcmp(buf, d->data + off, sizeof buf) != 0)
             die("read %s: bytes differ", dir);
     }
@@ -773,8 +735,15 @@ static opts parse(int argc, char **argv)
     return o;
 }
 
+/* A failure exits 2, so that it reads apart from a missed target (1). */
+static void exit_failure(void)
+{
+    exit(2);
+}
+
 int main(int argc, char **argv)
 {
+    bench_die_hook(exit_failure);
     opts o = parse(argc, argv);
     char base[4096];
     snprintf(base, sizeof base, "%s/ckptfs-codec-bench.XXXXXX", o.dir);

@@ -36,7 +36,8 @@
 #define PAGE 4096u
 
 /* Prints "latency: MESSAGE[: strerror(errno)]" and exits 1; clear errno
- * first for messages that are not about a failed call. */
+ * first for messages that are not about a failed call.  (Not bench_util's
+ * die(): this one appends errno, and latency links no libckptfs.) */
 __attribute__((format(printf, 1, 2), noreturn))
 static void die(const char *fmt, ...)
 {

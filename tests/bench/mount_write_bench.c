@@ -54,46 +54,12 @@
 #include <unistd.h>
 
 #include "ckptfs.h"
+#include "bench_util.h"
 
-#define FQN_MAX 96
 #define MAX_RANKS 64
 #define MAX_DIRS 16
 
-typedef struct tensor_desc {
-    char fqn[FQN_MAX];
-    ckpt_dtype dtype;
-    int64_t shape[2];
-    uint64_t offset;                  /* within state.bin */
-    uint64_t nbytes;
-} tensor_desc;
-
-typedef struct state_dict {
-    tensor_desc *t;
-    size_t n;
-    uint64_t total;                   /* logical bytes */
-    unsigned char *data;              /* state.bin, whole */
-} state_dict;
-
 /* ------------------------------------------------------------ utilities */
-
-static void die(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
-static void die(const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("mount_write_bench: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static double cpu_of(int who)
 {
@@ -109,72 +75,14 @@ static double cpu_all(void)
     return cpu_of(RUSAGE_SELF) + cpu_of(RUSAGE_CHILDREN);
 }
 
-static void pread_full(int fd, void *buf, size_t len, uint64_t off,
-                       const char *path)
-{
-    char *p = buf;
-    while (len > 0) {
-        ssize_t k = pread(fd, p, len, (off_t)off);
-        if (k < 0 && errno == EINTR)
-            continue;
-        if (k <= 0)
-            die("read %s: %s", path, k < 0 ? strerror(errno) : "short file");
-        p += k;
-        len -= (size_t)k;
-        off += (uint64_t)k;
-    }
-}
-
 /* ------------------------------------------------------------ the state */
 
-static void state_read(state_dict *sd, const char *dir, int with_data)
+/* Reads the state's index, and with with_data its bytes too. */
+static void state_open(state_dict *sd, const char *dir, int with_data)
 {
-    char path[4096], fqn[FQN_MAX], dt[16];
-    long long r0, r1;
-    unsigned long long off, nb;
-    size_t cap = 64;
-    snprintf(path, sizeof path, "%s/state.idx", dir);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        die("cannot open %s: %s (run `bench_core gen` first)", path,
-            strerror(errno));
-    memset(sd, 0, sizeof *sd);
-    sd->t = malloc(cap * sizeof *sd->t);
-    while (sd->t && fscanf(f, "%95s %15s %lld %lld %llu %llu", fqn, dt, &r0,
-                           &r1, &off, &nb) == 6) {
-        if (sd->n == cap) {
-            cap *= 2;
-            tensor_desc *t = realloc(sd->t, cap * sizeof *sd->t);
-            if (!t)
-                die("out of memory");
-            sd->t = t;
-        }
-        tensor_desc *t = &sd->t[sd->n++];
-        snprintf(t->fqn, sizeof t->fqn, "%s", fqn);
-        t->dtype = ckpt_dtype_parse(dt);
-        t->shape[0] = r0;
-        t->shape[1] = r1;
-        t->offset = off;
-        t->nbytes = nb;
-        if (t->dtype == CKPT_DTYPE_INVALID || off != sd->total || r0 < 1 ||
-            r1 < 1 || nb != (uint64_t)r0 * (uint64_t)r1 * ckpt_dtype_size(t->dtype))
-            die("%s: bad line for %s", path, fqn);
-        sd->total += nb;
-    }
-    fclose(f);
-    if (!sd->t || sd->n == 0)
-        die("%s: no tensors", path);
-    if (!with_data)
-        return;
-    snprintf(path, sizeof path, "%s/state.bin", dir);
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        die("cannot open %s: %s", path, strerror(errno));
-    sd->data = malloc(sd->total);
-    if (!sd->data)
-        die("out of memory (%llu bytes)", (unsigned long long)sd->total);
-    pread_full(fd, sd->data, sd->total, 0, path);
-    close(fd);
+    state_read(sd, dir);
+    if (with_data)
+        state_load(sd, dir);
 }
 
 /* Rows [*lo, *lo + *n) of `rows` for rank r of k, as numpy.array_split. */
@@ -392,7 +300,7 @@ static int cmd_check(const char *state, const char *ckpt)
     ckpt_reader *rd;
     ckpt_error err;
     char path[4096];
-    state_read(&sd, state, 0);
+    state_open(&sd, state, 0);
     snprintf(path, sizeof path, "%s/state.bin", state);
     int fd = open(path, O_RDONLY);
     if (fd < 0)
@@ -470,7 +378,7 @@ int main(int argc, char **argv)
         if (a.times == MAP_FAILED)
             die("mmap: %s", strerror(errno));
         memset(a.times, 0, sizeof *a.times * (size_t)ranks);
-        state_read(&sd, state, 1);
+        state_open(&sd, state, 1);
         cpu0 = cpu_all();
         secs = run_ranks(&sd, ranks, mount_rank, &a);
         if (!name)
@@ -492,7 +400,7 @@ int main(int argc, char **argv)
         ckpt_error err;
         ckpt_commit_opts_init(&co);
         co.expect_writers = ranks;
-        state_read(&sd, state, 1);
+        state_open(&sd, state, 1);
         cpu0 = cpu_all();
         secs = run_ranks(&sd, ranks, lib_rank, dirs[0]);
         double t0 = now_s();        /* the clock goes on: the commit */
@@ -507,7 +415,6 @@ int main(int argc, char **argv)
     printf("RESULT name=%s seconds=%.4f bytes_logical=%llu cpu_seconds=%.3f "
            "ranks=%d dirs=%d%s\n", name, secs, (unsigned long long)sd.total,
            cpu_all() - cpu0, ranks, ndirs, phases);
-    free(sd.data);
-    free(sd.t);
+    state_free(&sd);
     return 0;
 }

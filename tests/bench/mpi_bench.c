@@ -37,21 +37,7 @@
 #include <unistd.h>
 
 #include "ckptfs_mpi.h"
-
-#define FQN_MAX 96
-
-typedef struct tensor_desc {
-    char fqn[FQN_MAX];
-    ckpt_dtype dtype;
-    int64_t shape[2];
-    uint64_t offset, nbytes;           /* within state.bin */
-} tensor_desc;
-
-typedef struct state_dict {
-    tensor_desc *t;
-    size_t n;
-    uint64_t total;
-} state_dict;
+#include "bench_util.h"
 
 /* This rank's shard of every tensor. */
 typedef struct shard_set {
@@ -64,77 +50,10 @@ typedef struct bench_opts {
     const char *cmd, *state, *ckpt, *codec, *layout, *name, *exchange;
 } bench_opts;
 
-static void die(const char *fmt, ...)
+/* die() ends every rank. */
+static void abort_job(void)
 {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("mpi_bench: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
     MPI_Abort(MPI_COMM_WORLD, 1);
-    exit(1);
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p)
-        die("out of memory (%zu bytes)", n);
-    return p;
-}
-
-static void manifest_read(state_dict *sd, const char *dir)
-{
-    char path[4096], fqn[FQN_MAX], dt[16];
-    long long r0, r1;
-    unsigned long long off, nb;
-    size_t cap = 64;
-    snprintf(path, sizeof path, "%s/state.idx", dir);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        die("cannot open %s: %s", path, strerror(errno));
-    sd->t = xmalloc(cap * sizeof *sd->t);
-    sd->n = 0;
-    sd->total = 0;
-    while (fscanf(f, "%95s %15s %lld %lld %llu %llu", fqn, dt, &r0, &r1, &off,
-                  &nb) == 6) {
-        if (sd->n == cap) {
-            cap *= 2;
-            tensor_desc *t = realloc(sd->t, cap * sizeof *sd->t);
-            if (!t)
-                die("out of memory");
-            sd->t = t;
-        }
-        tensor_desc *t = &sd->t[sd->n++];
-        snprintf(t->fqn, sizeof t->fqn, "%s", fqn);
-        t->dtype = ckpt_dtype_parse(dt);
-        t->shape[0] = r0;
-        t->shape[1] = r1;
-        t->offset = off;
-        t->nbytes = nb;
-        if (t->dtype == CKPT_DTYPE_INVALID ||
-            nb != (uint64_t)(r0 * r1) * ckpt_dtype_size(t->dtype))
-            die("%s: bad line for %s", path, fqn);
-        sd->total += nb;
-    }
-    fclose(f);
-    if (sd->n == 0)
-        die("%s: no tensors", path);
-}
-
-static void pread_full(int fd, void *buf, size_t len, uint64_t off)
-{
-    unsigned char *p = buf;
-    while (len) {
-        ssize_t k = pread(fd, p, len, (off_t)off);
-        if (k <= 0)
-            die("cannot read state.bin at %llu: %s", (unsigned long long)off,
-                k < 0 ? strerror(errno) : "end of file");
-        p += k;
-        len -= (size_t)k;
-        off += (uint64_t)k;
-    }
 }
 
 static int open_state(const char *dir)
@@ -198,7 +117,7 @@ static uint64_t shard_io(const tensor_desc *t, const shard_set *s, size_t i,
                                    (uint64_t)t->shape[1] +
                                    (uint64_t)s->off[i][1]) * isz;
         unsigned char *dst = s->buf[i] + (size_t)y * run;
-        pread_full(fd, check ? row : dst, run, at);
+        pread_full(fd, check ? row : dst, run, at, "state.bin");
         if (check && memcmp(row, dst, run) != 0)
             bad += run;
     }
@@ -218,20 +137,10 @@ static uint64_t shards_io(const state_dict *sd, const shard_set *s,
     return bad;
 }
 
-/* CPU seconds (user + system, all threads) of this process so far. */
-static double cpu_now(void)
-{
-    struct rusage ru;
-    if (getrusage(RUSAGE_SELF, &ru) != 0)
-        return 0;
-    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
-           (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
-}
-
 /* CPU seconds since c0, summed over the ranks. */
 static double sum_cpu(double c0)
 {
-    double mine = cpu_now() - c0, all = 0;
+    double mine = cpu_s() - c0, all = 0;
     MPI_Allreduce(&mine, &all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     return all;
 }
@@ -255,7 +164,7 @@ static int cmd_save(const bench_opts *o, int r, int k)
 {
     state_dict sd;
     shard_set s;
-    manifest_read(&sd, o->state);
+    state_read(&sd, o->state);
     shards_plan(&s, &sd, 0, r, k);
     shards_io(&sd, &s, o->state, 0);
     ckpt_piece *p = xmalloc(sd.n * sizeof *p);
@@ -275,7 +184,7 @@ static int cmd_save(const bench_opts *o, int r, int k)
         die("unknown codec '%s'", o->codec);
     ckpt_error err;
     MPI_Barrier(MPI_COMM_WORLD);
-    double c0 = cpu_now(), t0 = MPI_Wtime();
+    double c0 = cpu_s(), t0 = MPI_Wtime();
     int rc = ckpt_mpi_save(MPI_COMM_WORLD, o->ckpt, p, sd.n, &so, &err);
     double secs = max_seconds(t0), cpu = sum_cpu(c0);
     if (rc)
@@ -297,7 +206,7 @@ static int cmd_load(const bench_opts *o, int r, int k)
     int dim = strcmp(o->layout, "dim1") == 0;
     if (!dim && strcmp(o->layout, "dim0") != 0)
         die("unknown layout '%s' (dim0 or dim1)", o->layout);
-    manifest_read(&sd, o->state);
+    state_read(&sd, o->state);
     shards_plan(&s, &sd, dim, r, k);
     ckpt_mpi_region *g = xmalloc(sd.n * sizeof *g);
     for (size_t i = 0; i < sd.n; i++)
@@ -310,7 +219,7 @@ static int cmd_load(const bench_opts *o, int r, int k)
     if (o->exchange)
         lo.exchange_bytes = (size_t)atoll(o->exchange) << 20;
     MPI_Barrier(MPI_COMM_WORLD);
-    double c0 = cpu_now(), t0 = MPI_Wtime();
+    double c0 = cpu_s(), t0 = MPI_Wtime();
     int rc = ckpt_mpi_load(MPI_COMM_WORLD, o->ckpt, g, sd.n, &lo, &st, &err);
     double secs = max_seconds(t0), cpu = sum_cpu(c0);
     if (rc)
@@ -363,6 +272,7 @@ static void parse(bench_opts *o, int argc, char **argv)
 int main(int argc, char **argv)
 {
     MPI_Init(&argc, &argv);
+    bench_die_hook(abort_job);
     int r, k, rc = 2;
     bench_opts o;
     MPI_Comm_rank(MPI_COMM_WORLD, &r);

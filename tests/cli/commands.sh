@@ -14,7 +14,7 @@ CKI=$HELPERS/ckinfo.py
 mapfile -t PACKARGS < <(pack_args "$MAN")
 NT=$(wc -l <"$MAN")
 HDR=$CKPT_SRCDIR/src/ckptfs.h
-VERSION=$(sed -n 's/^#define CKPT_VERSION_STRING "\(.*\)"$/\1/p' "$HDR")
+VERSION=$(sed -n 's/^#define CKPT_VERSION_STRING "\(.*\)"$/\1/p' "$CKPT_BUILDDIR/ckptfs_version.h")
 FORMAT=$(sed -n 's/^#define CKPT_FORMAT_VERSION \([0-9]*\)$/\1/p' "$HDR")
 [ -n "$VERSION" ] && [ -n "$FORMAT" ] || { echo "ERROR: cannot read versions from $HDR"; exit 99; }
 

@@ -148,7 +148,7 @@ static void test_serialised(tctx *t, const char *root)
     scribble(&m2);
     /* Queue depth 1: this rank's part of the first save had finished
      * before the second one was staged. */
-    T_CHECK(t, ckpt_mpi_save_test(h1) == 1);
+    T_CHECK(t, ckpt_mpi_save_poll(h1) == 1);
     int rc = ckpt_mpi_save_wait(h1, &err);
     T_CHECKF(t, rc == 0, "first save: %s", err.msg);
     rc = ckpt_mpi_save_wait(h2, &err);

@@ -13,8 +13,9 @@
  * the cause; no index.db may exist; the files the save made are gone; and
  * step-1 must still read back exactly.  Loads that must fail: a missing
  * tensor and an out-of-bounds region on one rank, an uncommitted
- * directory, a missing byte object.  Also: a save where all ranks pass
- * nothing, and one where only the last rank has pieces.
+ * directory, a missing byte object.  Options structs of a wrong size
+ * (newer header, never initialised), saves and loads.  Also: a save where
+ * all ranks pass nothing, and one where only the last rank has pieces.
  */
 #include "mpi_test.h"
 
@@ -305,6 +306,29 @@ static void reserved_meta(tctx *t, const char *root, model *m)
                        1);
 }
 
+/* Options structs from a newer header (size too large) on one rank, or
+ * never initialised, nested ones too: refused on every rank, naming the
+ * rank and the struct, with nothing made. */
+static void opts_size(tctx *t, const char *root, model *m)
+{
+    char dir[4096], who[96];
+    path_of(dir, sizeof dir, root, "step-2");
+    int bad = t->size - 1;
+    ckpt_mpi_save_opts o = save_opts();
+    if (t->rank == bad)
+        o.size += 8;
+    ckpt_error e;
+    int rc = save_model(t, dir, m->p, 2, &o, &e);
+    snprintf(who, sizeof who, "rank %d: ckpt_mpi_save_opts", bad);
+    expect_failed_save(t, "save opts from a newer header", rc, &e, -EINVAL,
+                       who, "newer", dir, 1);
+    o = save_opts();
+    o.write.size = 0;
+    rc = save_model(t, dir, m->p, 2, &o, &e);
+    expect_failed_save(t, "nested write opts not set", rc, &e, -EINVAL,
+                       "ckpt_mpi_save_opts.write", "_init", dir, 1);
+}
+
 /* Random bytes do not compress: each rank writes 160 KiB. */
 static void enospc(tctx *t, const char *tmpfs, model *m)
 {
@@ -406,6 +430,13 @@ static void load_errors(tctx *t, const char *root)
     expect_failed_load(t, "missing byte object", rc, &e, -ENOENT,
                        "byte object 'rng' is not in");
     T_CHECK(t, p == NULL && len == 0);
+    ckpt_mpi_load_opts lo;
+    ckpt_mpi_load_opts_init(&lo);
+    if (t->rank == 0)
+        lo.read.size = 0;
+    rc = ckpt_mpi_load(t->world, dir, &g, 1, &lo, NULL, &e);
+    expect_failed_load(t, "load opts not set", rc, &e, -EINVAL,
+                       "rank 0: ckpt_mpi_load_opts.read");
 }
 
 int main(int argc, char **argv)
@@ -440,6 +471,7 @@ int main(int argc, char **argv)
     unfinished_target(&t, root, &m);
     other_dir(&t, root, &m);
     reserved_meta(&t, root, &m);
+    opts_size(&t, root, &m);
     if (argc > 2)
         enospc(&t, argv[2], &m);
     else if (t.rank == 0)

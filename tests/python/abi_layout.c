@@ -30,13 +30,13 @@ int main(void)
 {
     printf("{\"structs\": {");
     STRUCT(ckpt_error) FIELD(code) FIELD(msg) END
-    STRUCT(ckpt_write_opts) FIELD(codec) FIELD(level) FIELD(frame_size)
+    STRUCT(ckpt_write_opts) FIELD(size) FIELD(codec) FIELD(level) FIELD(frame_size)
         FIELD(threads) FIELD(sync) FIELD(drop_cache) END
     STRUCT(ckpt_piece) FIELD(fqn) FIELD(dtype) FIELD(ndim) FIELD(shape)
         FIELD(offsets) FIELD(sizes) FIELD(data) END
-    STRUCT(ckpt_commit_opts) FIELD(expect_writers) FIELD(sync)
+    STRUCT(ckpt_commit_opts) FIELD(size) FIELD(expect_writers) FIELD(sync)
         FIELD(world_size) END
-    STRUCT(ckpt_read_opts) FIELD(cache_bytes) FIELD(threads) FIELD(prefetch)
+    STRUCT(ckpt_read_opts) FIELD(size) FIELD(cache_bytes) FIELD(threads) FIELD(prefetch)
         FIELD(follow_links)
         END
     STRUCT(ckpt_tensor_info) FIELD(fqn) FIELD(dtype) FIELD(ndim) FIELD(shape)
@@ -49,9 +49,9 @@ int main(void)
     STRUCT(ckpt_stats) FIELD(frames_decoded) FIELD(bytes_decoded)
         FIELD(cache_hits) FIELD(cache_misses) FIELD(bytes_read)
         FIELD(bytes_served) END
-    STRUCT(ckpt_saver_opts) FIELD(staging_bytes) FIELD(copy_threads)
+    STRUCT(ckpt_saver_opts) FIELD(size) FIELD(staging_bytes) FIELD(copy_threads)
         FIELD(queue_depth) FIELD(nice) END
-    STRUCT(ckpt_save_opts) FIELD(write) FIELD(meta_keys) FIELD(meta_values)
+    STRUCT(ckpt_save_opts) FIELD(size) FIELD(write) FIELD(meta_keys) FIELD(meta_values)
         FIELD(nmeta) END
     printf("},\n \"enums\": {\"MAX_DIMS\": %d, \"ERRMSG_CAP\": %zu, "
            "\"enum_size\": %zu,\n", CKPT_MAX_DIMS,

@@ -133,7 +133,7 @@ class NumPy(Base):
         # bf16 widened: the bits shifted into a float32, as torch does
         want = (bf.astype(np.uint32) << 16).view(np.float32)
         self.assertTrue(same(wide["bf"], want))
-        # fp8 widened as the C tool widens them (`ckpt unpack`, tools/npy.c)
+        # fp8 widened as the C tool widens them (`ckpt unpack`, src/npy.c)
         out = self.path("unpacked")
         util.ckpt("unpack", ck, out, check=True)
         for k in ("e4m3", "e5m2"):

@@ -26,20 +26,11 @@
 
 #include "ckptfs.h"
 #include "common/fileio.h"
+#include "unit_util.h"
 
 #define ROWS 300
 #define COLS 257
 #define BIG ((size_t)5 << 20)
-
-typedef struct rng { uint64_t s; } rng;
-
-static uint64_t rnd(rng *r)
-{
-    r->s ^= r->s << 13;
-    r->s ^= r->s >> 7;
-    r->s ^= r->s << 17;
-    return r->s;
-}
 
 static void fill_random(void *buf, size_t n, rng *r)
 {
@@ -182,15 +173,7 @@ static void check_state(const char *dir, const state *s)
 
 static char *make_tmpdir(void)
 {
-    char *d = strdup("/tmp/ckpt-async-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(d));
-    return d;
-}
-
-static void remove_tmpdir(char *d)
-{
-    ck_assert_int_eq(ckpt_remove_tree(d, NULL), 0);
-    free(d);
+    return make_tmpdir_tagged("async");
 }
 
 static void join(char *buf, const char *a, const char *b)

@@ -14,21 +14,7 @@
 
 #include "codec/bytegroup.h"
 #include "codec/huff.h"
-
-static uint64_t rng_next(uint64_t *s)
-{
-    *s ^= *s >> 12;
-    *s ^= *s << 25;
-    *s ^= *s >> 27;
-    return *s * 0x2545F4914F6CDD1DULL;
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
-}
+#include "unit_util.h"
 
 static void fill_random(uint8_t *p, size_t n, uint64_t seed)
 {
@@ -509,9 +495,5 @@ static Suite *bytegroup_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(bytegroup_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return unit_run(bytegroup_suite());
 }

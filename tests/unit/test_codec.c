@@ -17,19 +17,11 @@
 #include <zstd.h>
 
 #include "codec/codec.h"
+#include "unit_util.h"
 
 /* ------------------------------------------------------------ data */
 
 enum { DATA_RANDOM, DATA_ZERO, DATA_FLOAT, DATA_KINDS };
-
-static uint64_t rng_next(uint64_t *s)
-{
-    /* xorshift64*: deterministic test data */
-    *s ^= *s >> 12;
-    *s ^= *s << 25;
-    *s ^= *s >> 27;
-    return *s * 0x2545F4914F6CDD1DULL;
-}
 
 /* Fills buf with n bytes of the given kind.  "Float" data is little-endian
  * float32 weights of a smooth (triangle) wave plus a little noise: partly
@@ -55,13 +47,6 @@ static void fill(unsigned char *buf, size_t n, int kind, uint64_t seed)
         for (size_t j = 0; j < 4 && i + j < n; j++)
             buf[i + j] = b[j];
     }
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
 }
 
 /* Index of the first byte of buf[0..n) that is not `v`, or n. */
@@ -1162,9 +1147,5 @@ static Suite *codec_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(codec_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return unit_run(codec_suite());
 }

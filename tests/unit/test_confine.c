@@ -18,6 +18,7 @@
 #include "common/confine.h"
 #include "common/fileio.h"
 #include "common/perm.h"
+#include "unit_util.h"
 
 static char base[4096];
 
@@ -252,9 +253,5 @@ static Suite *confine_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(confine_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return unit_run(confine_suite());
 }

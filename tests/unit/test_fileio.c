@@ -31,6 +31,7 @@
 
 #include "common/error.h"
 #include "common/fileio.h"
+#include "unit_util.h"
 
 /* ------------------------------------------------------------ fixture */
 
@@ -128,13 +129,6 @@ static void fill(unsigned char *buf, size_t n, uint64_t seed)
         s ^= s >> 27;
         buf[i] = (unsigned char)((s * 0x2545F4914F6CDD1DULL) >> 56);
     }
-}
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    ck_assert_ptr_nonnull(p);
-    return p;
 }
 
 static void write_file(const char *path, const void *data, size_t n)

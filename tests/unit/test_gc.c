@@ -22,6 +22,7 @@
 #include "write/gc.h"
 #include "format/lease.h"
 #include "write/writer.h"
+#include "unit_util.h"
 
 #define HOUR_NS (3600LL * 1000000000LL)
 
@@ -29,15 +30,7 @@
 
 static char *make_tmpdir(void)
 {
-    char *d = strdup("/tmp/ckpt-gc-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(d));
-    return d;
-}
-
-static void remove_tmpdir(char *d)
-{
-    ck_assert_int_eq(ckpt_remove_tree(d, NULL), 0);
-    free(d);
+    return make_tmpdir_tagged("gc");
 }
 
 static void join(char *buf, const char *a, const char *b)
@@ -533,9 +526,5 @@ static Suite *gc_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(gc_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return unit_run(gc_suite());
 }

@@ -22,6 +22,7 @@
 #include "format/planfile.h"
 #include "format/model.h"
 #include "format/plan.h"
+#include "unit_util.h"
 
 #define DIMS(...) ((const int64_t[]){ __VA_ARGS__ })
 #define BIG_SUM 0xfedcba9876543210ull   /* a checksum with the top bit set */
@@ -850,9 +851,5 @@ static Suite *index_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(index_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return unit_run(index_suite());
 }

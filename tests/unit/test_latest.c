@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "write/gc.h"
+#include "unit_util.h"
 
 START_TEST(test_parse_step)
 {
@@ -184,9 +185,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return unit_run(suite());
 }

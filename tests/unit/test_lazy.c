@@ -19,21 +19,7 @@
 #include "ckptfs.h"
 #include "common/fileio.h"
 #include "format/index.h"
-
-typedef struct rng { uint64_t s; } rng;
-
-static uint64_t rnd(rng *r)
-{
-    r->s ^= r->s << 13;
-    r->s ^= r->s >> 7;
-    r->s ^= r->s << 17;
-    return r->s;
-}
-
-static int64_t rnd_in(rng *r, int64_t lo, int64_t hi)   /* [lo, hi] */
-{
-    return lo + (int64_t)(rnd(r) % (uint64_t)(hi - lo + 1));
-}
+#include "unit_util.h"
 
 /* Byte b of element e of tensor t: what the test writes and expects. */
 static unsigned char byte_at(int t, uint64_t e, size_t b)
@@ -504,9 +490,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return unit_run(suite());
 }

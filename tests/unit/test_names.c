@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "names.h"
+#include "unit_util.h"
 
 #define DEFAULT_SEED 0x6e616d65u
 #define ROUNDS 20000
@@ -30,42 +31,20 @@
 
 /* ------------------------------------------------------------ random */
 
-typedef struct rng {
-    uint64_t s;
-} rng;
-
-static uint64_t rng_next(rng *r)
-{
-    /* splitmix64 */
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static rng seeded(const char *test)
-{
-    const char *env = getenv("CKPT_TEST_SEED");
-    uint64_t seed = env ? strtoull(env, NULL, 0) : DEFAULT_SEED;
-    printf("%s: seed %" PRIu64 " (set CKPT_TEST_SEED to change)\n", test,
-           seed);
-    return (rng){ seed };
-}
-
 /* A random non-NUL byte, biased towards the interesting ones. */
-static char random_byte(rng *r, int allow_dot)
+static char random_byte(srng *r, int allow_dot)
 {
     static const char special[] = { '%', '/', '\n', '\t', 0x7f, 0x01, 0x1f,
                                     ' ', '2', '5', 'F' };
     for (;;) {
-        uint64_t k = rng_next(r) % 8;
+        uint64_t k = srng_next(r) % 8;
         char c;
         if (k < 3)
-            c = special[rng_next(r) % sizeof special];
+            c = special[srng_next(r) % sizeof special];
         else if (k < 5)
-            c = (char)(0x80 + rng_next(r) % 0x80);   /* UTF-8 pieces */
+            c = (char)(0x80 + srng_next(r) % 0x80);   /* UTF-8 pieces */
         else
-            c = (char)(1 + rng_next(r) % 255);
+            c = (char)(1 + srng_next(r) % 255);
         if (c != '\0' && (allow_dot || c != '.'))
             return c;
     }
@@ -73,14 +52,14 @@ static char random_byte(rng *r, int allow_dot)
 
 /* A random component (no '.') of 0..maxlen bytes, sometimes with whole
  * UTF-8 characters; returns its length. */
-static size_t random_component(rng *r, char *buf, size_t maxlen)
+static size_t random_component(srng *r, char *buf, size_t maxlen)
 {
     static const char *const utf8[] = { "\xc3\xa9", "\xe2\x82\xac",
                                         "\xf0\x9f\x98\x80" };
-    size_t len = (size_t)(rng_next(r) % (maxlen + 1)), n = 0;
+    size_t len = (size_t)(srng_next(r) % (maxlen + 1)), n = 0;
     while (n < len) {
-        if (rng_next(r) % 4 == 0) {
-            const char *u = utf8[rng_next(r) % 3];
+        if (srng_next(r) % 4 == 0) {
+            const char *u = utf8[srng_next(r) % 3];
             size_t ul = strlen(u);
             if (n + ul > len)
                 break;
@@ -206,7 +185,7 @@ END_TEST
 
 START_TEST(random_component_round_trip)
 {
-    rng r = seeded("random_component_round_trip");
+    srng r = srng_seeded("random_component_round_trip", DEFAULT_SEED);
     char comp[80], esc[256], back[80];
     for (int i = 0; i < ROUNDS; i++) {
         size_t len = random_component(&r, comp, 60);
@@ -227,10 +206,10 @@ END_TEST
 
 START_TEST(random_fqn_round_trip)
 {
-    rng r = seeded("random_fqn_round_trip");
+    srng r = srng_seeded("random_fqn_round_trip", DEFAULT_SEED);
     char fqn[512], path[1600], back[512];
     for (int i = 0; i < ROUNDS; i++) {
-        size_t n = 0, ncomp = 1 + rng_next(&r) % 6;
+        size_t n = 0, ncomp = 1 + srng_next(&r) % 6;
         for (size_t c = 0; c < ncomp; c++) {
             if (c)
                 fqn[n++] = '.';
@@ -251,7 +230,7 @@ END_TEST
 /* Distinct components must give distinct names (one-to-one). */
 START_TEST(random_injective)
 {
-    rng r = seeded("random_injective");
+    srng r = srng_seeded("random_injective", DEFAULT_SEED);
     char a[40], b[40], ea[128], eb[128];
     for (int i = 0; i < ROUNDS; i++) {
         size_t la = random_component(&r, a, 6);
@@ -357,9 +336,5 @@ static Suite *names_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(names_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return unit_run(names_suite());
 }

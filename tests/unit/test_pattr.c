@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "pattr.h"
+#include "unit_util.h"
 
 static int set(pattr *a, const char *name, const char *v)
 {
@@ -165,9 +166,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return unit_run(suite());
 }

@@ -14,6 +14,7 @@
 
 #include "common/error.h"
 #include "foreign/pickle.h"
+#include "unit_util.h"
 
 /* A pickle being built. */
 typedef struct pk_buf {
@@ -199,9 +200,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return unit_run(suite());
 }

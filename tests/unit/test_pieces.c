@@ -14,21 +14,7 @@
 
 #include "format/pieces.h"
 #include "format/plan.h"
-
-typedef struct rng { uint64_t s; } rng;
-
-static uint64_t rnd(rng *r)
-{
-    r->s ^= r->s << 13;
-    r->s ^= r->s >> 7;
-    r->s ^= r->s << 17;
-    return r->s;
-}
-
-static int64_t rnd_in(rng *r, int64_t lo, int64_t hi)   /* [lo, hi] */
-{
-    return lo + (int64_t)(rnd(r) % (uint64_t)(hi - lo + 1));
-}
+#include "unit_util.h"
 
 static int dims_stored(int ndim)
 {
@@ -509,9 +495,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return unit_run(suite());
 }

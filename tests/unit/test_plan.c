@@ -14,17 +14,9 @@
 #include "common/error.h"
 #include "format/model.h"
 #include "format/plan.h"
+#include "unit_util.h"
 
 #define DIMS(...) ((const int64_t[]){ __VA_ARGS__ })
-
-/* A small deterministic generator (tests carry their own state). */
-static uint64_t rnd(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
 
 static uint64_t box_numel(int ndim, const int64_t *sizes)
 {
@@ -537,7 +529,7 @@ END_TEST
 
 /* ---------------------------------------------------------------- grids */
 
-static void shuffle(ckpt_manifest *m, uint64_t *seed)
+static void shuffle(ckpt_manifest *m, rng *seed)
 {
     for (size_t i = m->npieces; i > 1; i--) {
         size_t j = (size_t)(rnd(seed) % i);
@@ -566,7 +558,7 @@ static void assert_row_major(const ckpt_manifest *m, const ckpt_plan *plan)
 
 START_TEST(test_grid_shuffled)
 {
-    uint64_t seed = 0x9e3779b97f4a7c15u;
+    rng seed = { 0x9e3779b97f4a7c15u };
     for (int round = 0; round < 10; round++) {
         ckpt_manifest m;
         ckpt_manifest_init(&m);
@@ -631,7 +623,7 @@ typedef struct rgrid {
     int n[4];
 } rgrid;
 
-static void rgrid_make(rgrid *g, uint64_t *seed)
+static void rgrid_make(rgrid *g, rng *seed)
 {
     g->ndim = (int)(rnd(seed) % 4) + 1;
     for (int d = 0; d < g->ndim; d++) {
@@ -647,7 +639,7 @@ static void rgrid_make(rgrid *g, uint64_t *seed)
 }
 
 /* One piece per cell of the grid, written by random writers, shuffled. */
-static void rgrid_pieces(const rgrid *g, ckpt_manifest *m, uint64_t *seed)
+static void rgrid_pieces(const rgrid *g, ckpt_manifest *m, rng *seed)
 {
     int at[4] = { 0 };
     for (;;) {
@@ -695,7 +687,7 @@ static void plan_expect(const ckpt_manifest *m, int want_ok,
 
 START_TEST(test_random_partitions)
 {
-    uint64_t seed = 0x243f6a8885a308d3u;
+    rng seed = { 0x243f6a8885a308d3u };
     for (int round = 0; round < 300; round++) {
         rgrid g;
         rgrid_make(&g, &seed);
@@ -855,9 +847,5 @@ static Suite *plan_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(plan_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return unit_run(plan_suite());
 }

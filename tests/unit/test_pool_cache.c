@@ -15,6 +15,7 @@
 
 #include "read/cache.h"
 #include "common/pool.h"
+#include "unit_util.h"
 
 static void sleep_ms(long ms)
 {
@@ -607,9 +608,5 @@ static Suite *pool_cache_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(pool_cache_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return unit_run(pool_cache_suite());
 }

@@ -18,35 +18,13 @@
 
 #include "ckptfs.h"
 #include "common/fileio.h"
+#include "unit_util.h"
 
 /* ------------------------------------------------------------ helpers */
 
-typedef struct rng { uint64_t s; } rng;
-
-static uint64_t rnd(rng *r)
-{
-    r->s ^= r->s << 13;
-    r->s ^= r->s >> 7;
-    r->s ^= r->s << 17;
-    return r->s;
-}
-
-static int64_t rnd_in(rng *r, int64_t lo, int64_t hi)   /* [lo, hi] */
-{
-    return lo + (int64_t)(rnd(r) % (uint64_t)(hi - lo + 1));
-}
-
 static char *make_tmpdir(void)
 {
-    char *d = strdup("/tmp/ckpt-rw-XXXXXX");
-    ck_assert_ptr_nonnull(mkdtemp(d));
-    return d;
-}
-
-static void remove_tmpdir(char *d)
-{
-    ck_assert_int_eq(ckpt_remove_tree(d, NULL), 0);
-    free(d);
+    return make_tmpdir_tagged("rw");
 }
 
 static uint64_t numel_of(int ndim, const int64_t *s)
@@ -913,9 +891,5 @@ static Suite *suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return unit_run(suite());
 }

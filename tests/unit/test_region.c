@@ -18,6 +18,7 @@
 
 #include "ckptfs.h"
 #include "common/region.h"
+#include "unit_util.h"
 
 #define MAXD 5          /* dims in the random tests */
 #define MAXS 7          /* largest dim in the random tests */
@@ -39,36 +40,6 @@
     } while (0)
 
 /* ------------------------------------------------------------ random */
-
-typedef struct rng {
-    uint64_t s;
-} rng;
-
-static uint64_t rng_next(rng *r)
-{
-    /* splitmix64 */
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-/* Uniform in [lo, hi]. */
-static int64_t rng_range(rng *r, int64_t lo, int64_t hi)
-{
-    return lo + (int64_t)(rng_next(r) % (uint64_t)(hi - lo + 1));
-}
-
-static rng rng_seeded(const char *test)
-{
-    const char *env = getenv("CKPT_TEST_SEED");
-    uint64_t seed = env ? strtoull(env, NULL, 0) : DEFAULT_SEED;
-    printf("%s: seed %" PRIu64 " (set CKPT_TEST_SEED to change)\n", test,
-           seed);
-    fflush(stdout);
-    rng r = {seed};
-    return r;
-}
 
 /* ------------------------------------------------------- naive helpers */
 
@@ -170,15 +141,15 @@ END_TEST
  * the intersection is contained in both. */
 START_TEST(box_random_intersect)
 {
-    rng r = rng_seeded("box_random_intersect");
+    srng r = srng_seeded("box_random_intersect", DEFAULT_SEED);
     for (int iter = 0; iter < 3000; iter++) {
-        int ndim = (int)rng_range(&r, 1, MAXD);
+        int ndim = (int)srng_range(&r, 1, MAXD);
         int64_t ao[MAXD], as[MAXD], bo[MAXD], bs[MAXD], oo[MAXD], os[MAXD];
         for (int i = 0; i < ndim; i++) {
-            ao[i] = rng_range(&r, 0, 6);
-            as[i] = rng_range(&r, 0, 6);
-            bo[i] = rng_range(&r, 0, 6);
-            bs[i] = rng_range(&r, 0, 6);
+            ao[i] = srng_range(&r, 0, 6);
+            as[i] = srng_range(&r, 0, 6);
+            bo[i] = srng_range(&r, 0, 6);
+            bs[i] = srng_range(&r, 0, 6);
         }
         int got = ckpt_box_intersect(ndim, ao, as, bo, bs, oo, os);
         int any = 0;
@@ -186,7 +157,7 @@ START_TEST(box_random_intersect)
             int64_t p[MAXD];
             int in_a = 1, in_b = 1, in_o = got;
             for (int i = 0; i < ndim; i++) {
-                p[i] = rng_range(&r, 0, 12);
+                p[i] = srng_range(&r, 0, 12);
                 in_a &= p[i] >= ao[i] && p[i] < ao[i] + as[i];
                 in_b &= p[i] >= bo[i] && p[i] < bo[i] + bs[i];
                 if (got)
@@ -350,18 +321,18 @@ END_TEST
 
 /* A random box of size <= MAXS containing (r_off, r_size) per dim; full
  * (equal to r) about a third of the time so that merging is exercised. */
-static void random_outer_box(rng *r, int ndim, const int64_t *r_off,
+static void random_outer_box(srng *r, int ndim, const int64_t *r_off,
                              const int64_t *r_size, int64_t *off,
                              int64_t *size)
 {
-    int all_full = rng_range(r, 0, 3) == 0;
+    int all_full = srng_range(r, 0, 3) == 0;
     for (int i = 0; i < ndim; i++) {
-        if (all_full || rng_range(r, 0, 2) == 0) {
+        if (all_full || srng_range(r, 0, 2) == 0) {
             size[i] = r_size[i];
             off[i] = r_off[i];
         } else {
-            size[i] = rng_range(r, r_size[i], MAXS);
-            off[i] = r_off[i] - rng_range(r, 0, size[i] - r_size[i]);
+            size[i] = srng_range(r, r_size[i], MAXS);
+            off[i] = r_off[i] - srng_range(r, 0, size[i] - r_size[i]);
         }
     }
 }
@@ -451,17 +422,17 @@ static void check_runs_case(runs_work *w, int ndim, const int64_t *r_off,
 
 START_TEST(runs_random_vs_naive)
 {
-    rng r = rng_seeded("runs_random_vs_naive");
+    srng r = srng_seeded("runs_random_vs_naive", DEFAULT_SEED);
     runs_work w;
     work_init(&w);
     int one_run = 0, many = 0;
     for (int iter = 0; iter < 20000; iter++) {
-        int ndim = (int)rng_range(&r, 0, MAXD);
+        int ndim = (int)srng_range(&r, 0, MAXD);
         int64_t r_off[MAXD], r_size[MAXD], s_off[MAXD], s_size[MAXD];
         int64_t d_off[MAXD], d_size[MAXD];
         for (int i = 0; i < ndim; i++) {
-            r_size[i] = rng_range(&r, 1, MAXS);
-            r_off[i] = rng_range(&r, 0, 8);
+            r_size[i] = srng_range(&r, 1, MAXS);
+            r_off[i] = srng_range(&r, 0, 8);
         }
         random_outer_box(&r, ndim, r_off, r_size, s_off, s_size);
         random_outer_box(&r, ndim, r_off, r_size, d_off, d_size);
@@ -592,25 +563,25 @@ END_TEST
 
 START_TEST(boxes_random)
 {
-    rng r = rng_seeded("boxes_random");
+    srng r = srng_seeded("boxes_random", DEFAULT_SEED);
     int nonempty = 0;
     for (int iter = 0; iter < 20000; iter++) {
-        int ndim = (int)rng_range(&r, 0, MAXD);
+        int ndim = (int)srng_range(&r, 0, MAXD);
         int64_t shape[MAXD];
         for (int i = 0; i < ndim; i++) {
-            int64_t roll = rng_range(&r, 0, 9);
-            shape[i] = roll == 0 ? 0 : roll <= 2 ? 1 : rng_range(&r, 2, MAXS);
+            int64_t roll = srng_range(&r, 0, 9);
+            shape[i] = roll == 0 ? 0 : roll <= 2 ? 1 : srng_range(&r, 2, MAXS);
         }
         /* Mostly non-empty shapes: zero dims a tenth of the time. */
-        if (rng_range(&r, 0, 9) != 0) {
+        if (srng_range(&r, 0, 9) != 0) {
             for (int i = 0; i < ndim; i++)
                 if (shape[i] == 0)
                     shape[i] = 1;
         }
         uint64_t numel = naive_numel(ndim, shape);
-        uint64_t lo = (uint64_t)rng_range(&r, 0, (int64_t)numel);
-        uint64_t hi = (uint64_t)rng_range(&r, (int64_t)lo, (int64_t)numel);
-        switch (rng_range(&r, 0, 5)) {
+        uint64_t lo = (uint64_t)srng_range(&r, 0, (int64_t)numel);
+        uint64_t hi = (uint64_t)srng_range(&r, (int64_t)lo, (int64_t)numel);
+        switch (srng_range(&r, 0, 5)) {
         case 0: lo = 0; break;
         case 1: hi = numel; break;
         default: break;
@@ -748,24 +719,24 @@ END_TEST
 /* Random slices against a direct computation of Python's clamping. */
 START_TEST(slice_random)
 {
-    rng r = rng_seeded("slice_random");
+    srng r = srng_seeded("slice_random", DEFAULT_SEED);
     for (int iter = 0; iter < 3000; iter++) {
-        int ndim = (int)rng_range(&r, 1, MAXD);
-        int nent = (int)rng_range(&r, 1, ndim);
+        int ndim = (int)srng_range(&r, 1, MAXD);
+        int nent = (int)srng_range(&r, 1, ndim);
         int64_t shape[MAXD], off[MAXD], size[MAXD];
         int64_t want_off[MAXD], want_size[MAXD];
         char spec[256] = "";
         size_t len = 0;
         for (int i = 0; i < ndim; i++) {
-            shape[i] = rng_range(&r, 0, 9);
+            shape[i] = srng_range(&r, 0, 9);
             want_off[i] = 0;
             want_size[i] = shape[i];
         }
         int ok = 1;
         for (int i = 0; i < nent; i++) {
-            int64_t n = shape[i], a = rng_range(&r, -12, 12);
-            int64_t b = rng_range(&r, -12, 12);
-            int form = (int)rng_range(&r, 0, 3);
+            int64_t n = shape[i], a = srng_range(&r, -12, 12);
+            int64_t b = srng_range(&r, -12, 12);
+            int form = (int)srng_range(&r, 0, 3);
             const char *sep = i ? "," : "";
             if (form == 0) {        /* index */
                 len += (size_t)snprintf(spec + len, sizeof spec - len,
@@ -844,9 +815,5 @@ static Suite *region_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(region_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return unit_run(region_suite());
 }

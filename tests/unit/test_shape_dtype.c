@@ -13,6 +13,7 @@
 #include "common/dtype.h"
 #include "common/error.h"
 #include "common/shape.h"
+#include "unit_util.h"
 
 #define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -472,9 +473,5 @@ static Suite *shape_dtype_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(shape_dtype_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return unit_run(shape_dtype_suite());
 }

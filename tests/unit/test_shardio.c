@@ -17,6 +17,7 @@
 #include <xxhash.h>
 
 #include "read/shardio.h"
+#include "unit_util.h"
 
 #define FILE_BYTES ((size_t)600 << 10)
 #define PIECE ((size_t)128 << 10)    /* shardio.c's piece size */
@@ -189,9 +190,5 @@ static Suite *shardio_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(shardio_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return unit_run(shardio_suite());
 }

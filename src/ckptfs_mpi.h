@@ -154,7 +154,9 @@ int ckpt_mpi_load(MPI_Comm comm, const char *dir,
  * dtype CKPT_BYTES, saved with ckpt_mpi_save like any piece: */
 /* Fills *p (with *len_storage) so that ckpt_mpi_save writes `data` as the
  * byte object `fqn`.  Every rank that passes the same object passes a
- * replica, written once. */
+ * replica, written once.  Does nothing when p or len_storage is NULL (it
+ * returns no status: ckpt_mpi_save then refuses the piece left as it
+ * was). */
 void ckpt_mpi_bytes_piece(ckpt_piece *p, const char *fqn, const void *data,
                           int64_t *len_storage, size_t len);
 

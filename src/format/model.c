@@ -27,7 +27,6 @@ int ckpt_array_reserve(void **arr, size_t *cap, size_t need, size_t elem)
     return 0;
 }
 
-/* Grows *arr (of elements of size `elem`) to hold at least `need`. */
 void ckpt_manifest_init(ckpt_manifest *m)
 {
     memset(m, 0, sizeof *m);

@@ -1207,10 +1207,15 @@ int ckpt_mpi_load_bytes(MPI_Comm comm, const char *dir, const char *fqn,
     coll c;
     unsigned char *buf = NULL;
     uint64_t n = 0;
-    *out = NULL;
-    *len = 0;
+    if (out)
+        *out = NULL;
+    if (len)
+        *len = 0;
     if (coll_init(&c, comm, &st))
         return coll_finish(&st, err);
+    if (!out || !len)
+        coll_failf(&c, &st, -EINVAL, "load of a byte object: no %s pointer "
+                   "(NULL)", !out ? "out" : "len");
     coll_same_dir(&c, dir, &st);
     if (c.rank == 0 && st.code == 0)
         read_bytes_root(&c, dir, fqn, &buf, &n, &st);

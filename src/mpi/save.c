@@ -678,6 +678,8 @@ int ckpt_mpi_save_wait(ckpt_mpi_async *h, ckpt_error *err)
 void ckpt_mpi_bytes_piece(ckpt_piece *p, const char *fqn, const void *data,
                           int64_t *len_storage, size_t len)
 {
+    if (!p || !len_storage)
+        return;
     *len_storage = (int64_t)len;
     *p = (ckpt_piece){ .fqn = fqn, .dtype = CKPT_BYTES, .ndim = 1,
                        .shape = len_storage, .data = data };

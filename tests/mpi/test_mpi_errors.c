@@ -439,6 +439,80 @@ static void load_errors(tctx *t, const char *root)
                        "rank 0: ckpt_mpi_load_opts.read");
 }
 
+/* NULL for each pointer parameter of each call of ckptfs_mpi.h (issue
+ * 17): -EINVAL naming what is missing, the same on every rank, nothing
+ * written, no crash; the void calls do nothing. */
+static void null_args(tctx *t, const char *root, model *m)
+{
+    char dir[4096];
+    path_of(dir, sizeof dir, root, "step-null");
+    ckpt_mpi_save_opts o = save_opts();
+    ckpt_error e;
+    int rc = save_model(t, NULL, m->p, 2, &o, &e);
+    expect_failed_save(t, "save: NULL dir", rc, &e, -EINVAL, "NULL", NULL,
+                       dir, 1);
+    rc = save_model(t, dir, NULL, 2, &o, &e);
+    expect_failed_save(t, "save: NULL pieces", rc, &e, -EINVAL,
+                       "no piece array (NULL)", NULL, dir, 1);
+    memset(&e, 0, sizeof e);
+    ckpt_mpi_async *h = (ckpt_mpi_async *)&e;   /* must be reset to NULL */
+    rc = ckpt_mpi_save_async(t->world, dir, m->p, 2, &o, NULL, &h, &e);
+    expect_failed_save(t, "save_async: NULL saver", rc, &e, -EINVAL,
+                       "NULL", NULL, dir, 1);
+    T_CHECK(t, h == NULL);
+    ckpt_saver *sv = NULL;
+    ckpt_error se = { 0 };
+    T_CHECKF(t, ckpt_saver_create(&sv, NULL, &se) == 0, "%s", se.msg);
+    memset(&e, 0, sizeof e);
+    rc = ckpt_mpi_save_async(t->world, dir, m->p, 2, &o, sv, NULL, &e);
+    expect_failed_save(t, "save_async: NULL handle pointer", rc, &e,
+                       -EINVAL, "NULL", NULL, dir, 1);
+    ckpt_saver_destroy(sv);
+    T_CHECK(t, ckpt_mpi_save_poll(NULL) == -EINVAL);
+    memset(&e, 0, sizeof e);
+    T_CHECK(t, ckpt_mpi_save_wait(NULL, &e) == -EINVAL &&
+               strstr(e.msg, "NULL"));
+    ckpt_mpi_save_opts_init(NULL);
+    ckpt_mpi_load_opts_init(NULL);
+    int64_t len_storage = -1;
+    ckpt_piece bp = { .fqn = "keep" };
+    ckpt_mpi_bytes_piece(NULL, "x", "y", &len_storage, 1);
+    ckpt_mpi_bytes_piece(&bp, "x", "y", NULL, 1);
+    T_CHECK(t, len_storage == -1 && strcmp(bp.fqn, "keep") == 0);
+
+    char good[4096];
+    path_of(good, sizeof good, root, "step-1");
+    memset(&e, 0, sizeof e);
+    rc = ckpt_mpi_load(t->world, NULL, NULL, 0, NULL, NULL, &e);
+    expect_failed_load(t, "load: NULL dir", rc, &e, -EINVAL, "NULL");
+    memset(&e, 0, sizeof e);
+    rc = ckpt_mpi_load(t->world, good, NULL, 1, NULL, NULL, &e);
+    expect_failed_load(t, "load: NULL regions", rc, &e, -EINVAL,
+                       "no region array (NULL)");
+    void *p = (void *)1;
+    size_t len = 7;
+    memset(&e, 0, sizeof e);
+    rc = ckpt_mpi_load_bytes(t->world, NULL, "rng", &p, &len, &e);
+    expect_failed_load(t, "load_bytes: NULL dir", rc, &e, -EINVAL, "NULL");
+    T_CHECK(t, p == NULL && len == 0);
+    memset(&e, 0, sizeof e);
+    rc = ckpt_mpi_load_bytes(t->world, good, NULL, &p, &len, &e);
+    expect_failed_load(t, "load_bytes: NULL name", rc, &e, -EINVAL,
+                       "no byte object name given (NULL)");
+    memset(&e, 0, sizeof e);
+    rc = ckpt_mpi_load_bytes(t->world, good, "rng", NULL, &len, &e);
+    expect_failed_load(t, "load_bytes: NULL out", rc, &e, -EINVAL,
+                       "no out pointer (NULL)");
+    memset(&e, 0, sizeof e);
+    rc = ckpt_mpi_load_bytes(t->world, good, "rng", &p, NULL, &e);
+    expect_failed_load(t, "load_bytes: NULL len", rc, &e, -EINVAL,
+                       "no len pointer (NULL)");
+    /* A NULL err is allowed everywhere: the code alone. */
+    T_CHECK(t, ckpt_mpi_save(t->world, NULL, m->p, 2, &o, NULL) == -EINVAL);
+    T_CHECK(t, ckpt_mpi_load(t->world, NULL, NULL, 0, NULL, NULL, NULL) ==
+               -EINVAL);
+}
+
 int main(int argc, char **argv)
 {
     tctx t;
@@ -472,6 +546,7 @@ int main(int argc, char **argv)
     other_dir(&t, root, &m);
     reserved_meta(&t, root, &m);
     opts_size(&t, root, &m);
+    null_args(&t, root, &m);
     if (argc > 2)
         enospc(&t, argv[2], &m);
     else if (t.rank == 0)

@@ -701,6 +701,10 @@ static int split_segments(seg_list *l, uint64_t share)
         segment s = l->v[k];
         while (s.n) {
             uint64_t take = s.n > share ? share : s.n;
+            /* no short tail: it would be read through the frame cache,
+             * its whole frame, where a long part is read in place */
+            if (s.n - take < PARTIAL_MIN)
+                take = s.n;
             /* seg_add would merge the pieces back: append directly */
             if (out.n == out.cap) {
                 size_t cap = out.cap ? out.cap * 2 : 64;
@@ -738,9 +742,12 @@ static size_t task_end(const seg_list *l, size_t k, uint64_t share)
 static int copy_parallel(ckpt_reader *r, seg_list *l, ckpt_error *err)
 {
     int nt = ckpt_pool_threads(r->pool);
+    /* Shares are whole frames (of the default size): a frame cut between
+     * two shares is decoded through the frame cache by both, a decode and
+     * a copy more, where a whole frame is decoded straight into place. */
+    const uint64_t fsz = CKPT_DEFAULT_FRAME_SIZE;
     uint64_t share = l->bytes / (uint64_t)(nt * 2);
-    if (share < CKPT_DEFAULT_FRAME_SIZE)
-        share = CKPT_DEFAULT_FRAME_SIZE;
+    share = share < fsz ? fsz : (share + fsz - 1) / fsz * fsz;
     if (split_segments(l, share))
         return ckpt_err(err, -ENOMEM, "out of memory");
     /* Group consecutive segments into tasks of about `share` bytes. */
@@ -834,8 +841,10 @@ static void prefetch_after(ckpt_reader *r, size_t t, const segment *last)
 static int run_segments(ckpt_reader *r, seg_list *l, ckpt_error *err)
 {
     int rc;
-    uint64_t big = 2 * (uint64_t)CKPT_DEFAULT_FRAME_SIZE;
-    if (l->bytes >= big && ckpt_pool_threads(r->pool) > 1)
+    /* More than one frame: a share each for the pool (a frame's decode,
+     * ~0.3 ms, outweighs handing it over). */
+    if (l->bytes > (uint64_t)CKPT_DEFAULT_FRAME_SIZE &&
+        ckpt_pool_threads(r->pool) > 1)
         rc = copy_parallel(r, l, err);
     else
         rc = copy_range(r, l->t, l->v, l->n, err);

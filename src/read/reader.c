@@ -521,6 +521,22 @@ typedef struct seg_list {
     unsigned char *dst_base;        /* destination of element 0 of d-box */
 } seg_list;
 
+/* Appends segment sg as it is (no merging with the previous one). */
+static int seg_push(seg_list *l, segment sg)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        segment *v = realloc(l->v, cap * sizeof *v);
+        if (!v)
+            return -ENOMEM;
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = sg;
+    l->bytes += sg.n;
+    return 0;
+}
+
 static int seg_add(seg_list *l, uint32_t c, uint64_t src, uint64_t n,
                    unsigned char *dst)
 {
@@ -528,19 +544,10 @@ static int seg_add(seg_list *l, uint32_t c, uint64_t src, uint64_t n,
         l->v[l->n - 1].src + l->v[l->n - 1].n == src &&
         l->v[l->n - 1].dst + l->v[l->n - 1].n == dst) {
         l->v[l->n - 1].n += n;      /* contiguous with the previous run */
-    } else {
-        if (l->n == l->cap) {
-            size_t cap = l->cap ? l->cap * 2 : 64;
-            segment *v = realloc(l->v, cap * sizeof *v);
-            if (!v)
-                return -ENOMEM;
-            l->v = v;
-            l->cap = cap;
-        }
-        l->v[l->n++] = (segment){ c, src, n, dst };
+        l->bytes += n;
+        return 0;
     }
-    l->bytes += n;
-    return 0;
+    return seg_push(l, (segment){ c, src, n, dst });
 }
 
 static int on_run(void *arg, uint64_t src, uint64_t dst, uint64_t n)
@@ -705,18 +712,11 @@ static int split_segments(seg_list *l, uint64_t share)
              * its whole frame, where a long part is read in place */
             if (s.n - take < PARTIAL_MIN)
                 take = s.n;
-            /* seg_add would merge the pieces back: append directly */
-            if (out.n == out.cap) {
-                size_t cap = out.cap ? out.cap * 2 : 64;
-                segment *v = realloc(out.v, cap * sizeof *v);
-                if (!v) {
-                    free(out.v);
-                    return -ENOMEM;
-                }
-                out.v = v;
-                out.cap = cap;
+            /* seg_add would merge the pieces back: append as they are */
+            if (seg_push(&out, (segment){ s.c, s.src, take, s.dst })) {
+                free(out.v);
+                return -ENOMEM;
             }
-            out.v[out.n++] = (segment){ s.c, s.src, take, s.dst };
             s.src += take;
             s.dst += take;
             s.n -= take;

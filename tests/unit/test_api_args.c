@@ -392,9 +392,5 @@ int main(void)
     tcase_add_test(tc, test_async_args);
     tcase_add_test(tc, test_opts_size);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return unit_run(s);
 }

@@ -15,6 +15,7 @@
 
 #include "ckptfs.h"
 #include "write/wopts.h"
+#include "unit_util.h"
 
 /* Parses name=value into a fresh default struct; returns the code. */
 static int parse(const char *name, const char *value, ckpt_write_opts *o,
@@ -137,9 +138,5 @@ int main(void)
     tcase_add_test(tc, test_codec_and_levels);
     tcase_add_test(tc, test_struct_check);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return unit_run(s);
 }

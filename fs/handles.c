@@ -1,10 +1,12 @@
 /*
  * handles.c - the session's context and its list of open handles, and
- * the xattr reply (see handles.h).
+ * the replies to reads of bytes a handle owns and to xattrs (see
+ * handles.h).
  */
 #include "handles.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 void fs_ctx_init(fs_ctx *c)
@@ -48,6 +50,18 @@ void fs_handle_remove(fs_ctx *c, fs_handle *h)
     if (h->next)
         h->next->prev = h->prev;
     pthread_mutex_unlock(&c->handles_mu);
+}
+
+void fs_reply_owned(fuse_req_t req, const char *data, size_t n)
+{
+    char *copy = malloc(n ? n : 1);
+    if (!copy) {
+        fuse_reply_err(req, ENOMEM);
+        return;
+    }
+    memcpy(copy, data, n);
+    fuse_reply_buf(req, copy, n);
+    free(copy);
 }
 
 void fs_reply_xattr(fuse_req_t req, const char *val, size_t len,

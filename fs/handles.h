@@ -56,6 +56,12 @@ void fs_handle_remove(fs_ctx *c, fs_handle *h);
 
 /* Replies to getxattr/listxattr with the len bytes at val, asked for with
  * a buffer of `size` bytes (0: only the length; too small: ERANGE). */
+/* Reply to a read with N bytes at DATA that a handle owns, from a copy:
+ * once the kernel has the data it may release the handle (on another
+ * thread) before the reply's writev has returned, and the bytes must not
+ * be read after that. Replies ENOMEM if no copy can be made. */
+void fs_reply_owned(fuse_req_t req, const char *data, size_t n);
+
 void fs_reply_xattr(fuse_req_t req, const char *val, size_t len,
                     size_t size);
 

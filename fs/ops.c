@@ -802,16 +802,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
     if (h->data) {             /* generated, or held in memory */
         size_t o = (uint64_t)off < h->len ? (size_t)off : h->len;
         size_t n = h->len - o < size ? h->len - o : size;
-        char text[sizeof h->text];
-        if (h->kind == TREE_STATS) {
-            /* Reply from a copy: the handle may be released (by another
-             * thread) as soon as the kernel has the data, even before
-             * the reply's writev returns, which sanitizers then flag. */
-            memcpy(text, h->data + o, n);
-            fuse_reply_buf(req, text, n);
-        } else {
+        if (h->kind == TREE_STATS)   /* text is the handle's own */
+            fs_reply_owned(req, h->data + o, n);
+        else
             fuse_reply_buf(req, h->data + o, n);   /* lives until unmount */
-        }
         return;
     }
     char *buf = malloc(size ? size : 1);

@@ -338,8 +338,7 @@ void wops_read(fuse_req_t req, fs_handle *hh, size_t size, off_t off)
     }
     size_t o = (size_t)off < h->len ? (size_t)off : h->len;
     size_t n = h->len - o < size ? h->len - o : size;
-    /* The kernel releases h only after this read is answered. */
-    fuse_reply_buf(req, h->text + o, n);
+    fs_reply_owned(req, h->text + o, n);
 }
 
 void wops_write(fuse_req_t req, fs_handle *hh, const char *buf, size_t size,

@@ -14,7 +14,9 @@
 #     the background;
 #   - writer names: rank<R>.shard for a rank declared with user.ckpt.rank
 #     or found in the writer's environment (RANK), rank<R>-2 for a second
-#     mount writing the same rank; the planner's messages name the ranks.
+#     mount writing the same rank; the planner's messages name the ranks;
+#   - many readers of .ckptfs/status and errors at once: every read
+#     succeeds, and the (sanitizer build's) daemon stays clean.
 . "$(dirname "$0")/lib.sh"
 
 R=$TMP/root
@@ -178,4 +180,33 @@ same_bytes "b reads back exact" "$IN/w.bin" "$OUT"
 umount_ck "$M"
 expect_daemon_clean "the second mount" "$MNT_LOG"
 fusermount3 -u "$M2" && ok "unmount the background daemon" || bad "fusermount3 -u $M2"
+
+echo "# ---- many readers of a save's status and errors at once"
+# Each read is answered from bytes its handle owns, and the kernel may
+# release the handle (on another daemon thread) before the reply's writev
+# returns: the sanitizer build's daemon log catches a reply read from
+# freed memory (it did, once in a few hundred reads, before the fix).
+S=step-000007
+mount_ck "$R" "$M" -o rw,world=2 || exit 1
+mkdir "$M/$S"
+RANK=0 "$PY" "$HELPERS/wput.py" put "$M/$S/a" "$IN/w.bin" --dtype f32 --shape 8,16 >"$TMP/put.out" 2>&1
+grep -qx ok "$TMP/put.out" && ok "rank 0 writes a" || bad "a: $(cat "$TMP/put.out")"
+want=$(cat "$M/$S/.ckptfs/status")
+pids=()
+for p in 1 2 3 4; do
+    (for i in $(seq 300); do
+        cat "$M/$S/.ckptfs/status" >/dev/null || exit 1
+        cat "$M/$S/.ckptfs/errors" >/dev/null || exit 1
+    done) &
+    pids+=($!)
+done
+fails=0
+for p in "${pids[@]}"; do wait "$p" || fails=$((fails + 1)); done
+[ $fails = 0 ] && ok "4 x 300 reads of status and errors all succeed" ||
+    bad "$fails of 4 readers saw a read fail"
+st=$(cat "$M/$S/.ckptfs/status")
+[ "$st" = "$want" ] && [ "$st" = "pending 0/2" ] &&
+    ok "status reads '$st' before and after" || bad "status: '$want', then '$st'"
+umount_ck "$M"
+expect_daemon_clean "the mount read by many readers" "$MNT_LOG"
 summary

@@ -335,6 +335,25 @@ int64_t ckpt_read(ckpt_reader *r, size_t idx, void *dst, uint64_t off,
 int ckpt_read_region(ckpt_reader *r, size_t idx, const int64_t *offsets,
                      const int64_t *sizes, void *dst, ckpt_error *err);
 
+/* One read of a batch: the region [offsets, offsets+sizes) of tensor idx
+ * (NULL offsets: zeros, NULL sizes: the shape), row-major to dst, as
+ * ckpt_read_region reads it. */
+typedef struct ckpt_read_item {
+    size_t idx;
+    const int64_t *offsets;
+    const int64_t *sizes;
+    void *dst;
+} ckpt_read_item;
+
+/* Reads the n items as ckpt_read_region reads each, sharing the work of
+ * all of them out among the reader's threads: loading a state of many
+ * small tensors keeps every thread busy, where reading them one call at a
+ * time leaves the threads little to share.  Every item is checked (tensor,
+ * region, dst) before any byte is read; a failure names the item ("item I
+ * of N: ...").  On failure some destinations may have been written. */
+int ckpt_read_batch(ckpt_reader *r, const ckpt_read_item *items, size_t n,
+                    ckpt_error *err);
+
 typedef struct ckpt_fault {
     const char *fqn;        /* "-" for a fault of a shard file as a whole */
     long chunk;             /* -1 when the fault is not in one chunk */

@@ -36,6 +36,7 @@
 #include "common/confine.h"
 #include "common/error.h"
 #include "common/fileio.h"
+#include "common/grow.h"
 #include "foreign/foreign.h"
 #include "format/index.h"
 #include "common/perm.h"
@@ -524,14 +525,10 @@ typedef struct seg_list {
 /* Appends segment sg as it is (no merging with the previous one). */
 static int seg_push(seg_list *l, segment sg)
 {
-    if (l->n == l->cap) {
-        size_t cap = l->cap ? l->cap * 2 : 64;
-        segment *v = realloc(l->v, cap * sizeof *v);
-        if (!v)
-            return -ENOMEM;
-        l->v = v;
-        l->cap = cap;
-    }
+    segment *v = ckpt_grow(l->v, l->n, &l->cap, sizeof *v, 64);
+    if (!v)
+        return -ENOMEM;
+    l->v = v;
     l->v[l->n++] = sg;
     l->bytes += sg.n;
     return 0;
@@ -739,42 +736,71 @@ static size_t task_end(const seg_list *l, size_t k, uint64_t share)
     return k;
 }
 
-static int copy_parallel(ckpt_reader *r, seg_list *l, ckpt_error *err)
+/* The tasks of a parallel copy, for one tensor's segments or many. */
+typedef struct task_vec {
+    copy_task *v;
+    size_t n, cap;
+    ckpt_taskgroup *tg;
+} task_vec;
+
+/* The share of a parallel copy of `bytes` on nt threads: whole frames (of
+ * the default size), two shares a thread.  A frame cut between two shares
+ * is decoded through the frame cache by both, a decode and a copy more,
+ * where a whole frame is decoded straight into place. */
+static uint64_t share_of(uint64_t bytes, int nt)
 {
-    int nt = ckpt_pool_threads(r->pool);
-    /* Shares are whole frames (of the default size): a frame cut between
-     * two shares is decoded through the frame cache by both, a decode and
-     * a copy more, where a whole frame is decoded straight into place. */
     const uint64_t fsz = CKPT_DEFAULT_FRAME_SIZE;
-    uint64_t share = l->bytes / (uint64_t)(nt * 2);
-    share = share < fsz ? fsz : (share + fsz - 1) / fsz * fsz;
+    uint64_t share = bytes / (uint64_t)(nt * 2);
+    return share < fsz ? fsz : (share + fsz - 1) / fsz * fsz;
+}
+
+/* Cuts l's segments into shares of about `share` bytes and appends a
+ * task for each run of consecutive segments of about that size. */
+static int plan_tasks(seg_list *l, uint64_t share, task_vec *tv)
+{
     if (split_segments(l, share))
-        return ckpt_err(err, -ENOMEM, "out of memory");
-    /* Group consecutive segments into tasks of about `share` bytes. */
-    size_t ntasks = 0;
-    for (size_t k = 0; k < l->n; k = task_end(l, k, share))
-        ntasks++;
-    copy_task *tasks = calloc(ntasks + 1, sizeof *tasks);
-    if (!tasks)
-        return ckpt_err(err, -ENOMEM, "out of memory");
-    ckpt_taskgroup tg;
-    ckpt_tg_init(&tg);
-    for (size_t i = 0, k = 0; i < ntasks; i++) {
+        return -ENOMEM;
+    for (size_t k = 0; k < l->n;) {
         size_t end = task_end(l, k, share);
-        tasks[i] = (copy_task){ r, l->t, &l->v[k], end - k, 0, { 0 }, &tg };
+        copy_task *v = ckpt_grow(tv->v, tv->n, &tv->cap, sizeof *v, 16);
+        if (!v)
+            return -ENOMEM;
+        tv->v = v;
+        tv->v[tv->n++] = (copy_task){ l->r, l->t, &l->v[k], end - k, 0,
+                                      { 0 }, tv->tg };
         k = end;
     }
-    ckpt_pool_run_tasks(r->pool, copy_task_run, tasks, ntasks, sizeof *tasks,
-                        &tg);
-    ckpt_tg_destroy(&tg);
-    int rc = 0;
-    for (size_t i = 0; i < ntasks && rc == 0; i++)
-        if (tasks[i].rc) {
-            rc = tasks[i].rc;
+    return 0;
+}
+
+/* Runs the tasks on the pool; the first failure (in task order) is
+ * returned. */
+static int run_tasks(ckpt_reader *r, task_vec *tv, ckpt_error *err)
+{
+    ckpt_pool_run_tasks(r->pool, copy_task_run, tv->v, tv->n, sizeof *tv->v,
+                        tv->tg);
+    for (size_t i = 0; i < tv->n; i++)
+        if (tv->v[i].rc) {
             if (err)
-                *err = tasks[i].err;
+                *err = tv->v[i].err;
+            return tv->v[i].rc;
         }
-    free(tasks);
+    return 0;
+}
+
+static int copy_parallel(ckpt_reader *r, seg_list *l, ckpt_error *err)
+{
+    ckpt_taskgroup tg;
+    task_vec tv = { .tg = &tg };
+    ckpt_tg_init(&tg);
+    int rc = plan_tasks(l, share_of(l->bytes, ckpt_pool_threads(r->pool)),
+                        &tv);
+    if (rc)
+        rc = ckpt_err(err, -ENOMEM, "out of memory");
+    else
+        rc = run_tasks(r, &tv, err);
+    ckpt_tg_destroy(&tg);
+    free(tv.v);
     return rc;
 }
 
@@ -974,11 +1000,13 @@ int64_t ckpt_read(ckpt_reader *r, size_t t, void *dst, uint64_t off,
     return rc ? rc : (int64_t)len;
 }
 
-int ckpt_read_region(ckpt_reader *r, size_t t, const int64_t *offsets,
-                     const int64_t *sizes, void *dst, ckpt_error *err)
+/* Checks the region [offsets, offsets+sizes) of tensor t (NULL: zeros,
+ * the shape) and lists the segments that read it to dst into l (left
+ * empty for an empty region).  `call` names the API call in messages. */
+static int region_segments(ckpt_reader *r, size_t t, const int64_t *offsets,
+                           const int64_t *sizes, void *dst, const char *call,
+                           seg_list *l, ckpt_error *err)
 {
-    if (!r)
-        return ckpt_err_null(err, "ckpt_read_region", "reader");
     int rc = check_tensor(r, t, err);
     if (rc)
         return rc;
@@ -989,7 +1017,7 @@ int ckpt_read_region(ckpt_reader *r, size_t t, const int64_t *offsets,
     if (!sizes)
         sizes = tt->shape;
     if (!dst && ckpt_box_numel(tt->ndim, sizes) != 0)
-        return ckpt_err_null(err, "ckpt_read_region", "dst");
+        return ckpt_err_null(err, call, "dst");
     for (int k = 0; k < tt->ndim; k++)
         if (offsets[k] < 0 || sizes[k] < 0 ||
             sizes[k] > tt->shape[k] - offsets[k] ||
@@ -998,16 +1026,87 @@ int ckpt_read_region(ckpt_reader *r, size_t t, const int64_t *offsets,
                             "[%lld, +%lld) is outside its size %lld",
                             tt->fqn, k, (long long)offsets[k],
                             (long long)sizes[k], (long long)tt->shape[k]);
+    *l = (seg_list){ .r = r, .t = t, .isz = ckpt_dtype_size(tt->dtype) };
     if (ckpt_box_numel(tt->ndim, sizes) == 0)
         return 0;
-    seg_list l = { .r = r, .t = t, .isz = ckpt_dtype_size(tt->dtype) };
-    l.dst_base = dst;
-    rc = add_region(&l, offsets, sizes, offsets, sizes);
+    l->dst_base = dst;
+    rc = add_region(l, offsets, sizes, offsets, sizes);
     if (rc)
-        rc = ckpt_err(err, rc, "out of memory planning a read");
-    if (rc == 0)
+        return ckpt_err(err, rc, "out of memory planning a read");
+    return 0;
+}
+
+int ckpt_read_region(ckpt_reader *r, size_t t, const int64_t *offsets,
+                     const int64_t *sizes, void *dst, ckpt_error *err)
+{
+    if (!r)
+        return ckpt_err_null(err, "ckpt_read_region", "reader");
+    seg_list l = { 0 };
+    int rc = region_segments(r, t, offsets, sizes, dst, "ckpt_read_region",
+                             &l, err);
+    if (rc == 0 && l.n)
         rc = run_segments(r, &l, err);
     free(l.v);
+    return rc;
+}
+
+/* Reads the segment lists of a batch: shared out among the pool's
+ * threads as one job, or one after the other on one thread. */
+static int run_batch(ckpt_reader *r, seg_list *ls, size_t n, uint64_t bytes,
+                     ckpt_error *err)
+{
+    int nt = ckpt_pool_threads(r->pool);
+    if (nt <= 1 || bytes <= (uint64_t)CKPT_DEFAULT_FRAME_SIZE) {
+        for (size_t i = 0; i < n; i++) {
+            int rc = copy_range(r, ls[i].t, ls[i].v, ls[i].n, err);
+            if (rc)
+                return rc;
+        }
+        return 0;
+    }
+    ckpt_taskgroup tg;
+    task_vec tv = { .tg = &tg };
+    ckpt_tg_init(&tg);
+    uint64_t share = share_of(bytes, nt);
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++)
+        if (plan_tasks(&ls[i], share, &tv))
+            rc = ckpt_err(err, -ENOMEM, "out of memory planning a read");
+    if (rc == 0)
+        rc = run_tasks(r, &tv, err);
+    ckpt_tg_destroy(&tg);
+    free(tv.v);
+    return rc;
+}
+
+int ckpt_read_batch(ckpt_reader *r, const ckpt_read_item *items, size_t n,
+                    ckpt_error *err)
+{
+    if (!r)
+        return ckpt_err_null(err, "ckpt_read_batch", "reader");
+    if (!items && n)
+        return ckpt_err_null(err, "ckpt_read_batch", "items");
+    seg_list *ls = calloc(n ? n : 1, sizeof *ls);
+    if (!ls)
+        return ckpt_err(err, -ENOMEM, "out of memory planning a read of %zu "
+                        "tensors", n);
+    uint64_t bytes = 0;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        rc = region_segments(r, items[i].idx, items[i].offsets,
+                             items[i].sizes, items[i].dst, "ckpt_read_batch",
+                             &ls[i], err);
+        if (rc)
+            rc = ckpt_err_wrap(err, rc, "item %zu of %zu", i, n);
+        bytes += ls[i].bytes;
+    }
+    if (rc == 0)
+        rc = run_batch(r, ls, n, bytes, err);
+    if (rc == 0)
+        atomic_fetch_add(&r->bytes_served, bytes);
+    for (size_t i = 0; i < n; i++)
+        free(ls[i].v);
+    free(ls);
     return rc;
 }
 

@@ -9,8 +9,9 @@
 # Environment: CKPT_BENCH_CORE (bench_core binary, required), CKPT (ckpt
 # binary, optional), CKPT_SRCDIR, CKPT_BENCH_MB (state size in MiB, default
 # 1024), CKPT_BENCH_REPS (default 3), CKPT_BENCH_DIR (scratch parent, default
-# the build directory), CKPT_BENCH_LOAD_THREADS (threads calling ckpt_read,
-# default 1), CKPT_BENCH_PYTHON (default /usr/bin/python3),
+# the build directory), CKPT_BENCH_LOAD_THREADS (application threads
+# calling ckpt_read tensor by tensor; default 0: one ckpt_read_batch of
+# every tensor, as ckptfs.load does), CKPT_BENCH_PYTHON (default /usr/bin/python3),
 # CKPT_BENCH_COLD=0 (never drop the page cache; warm loads only),
 # CKPT_BENCH_STRICT=1 (exit 1 when a target is missed).
 # Then, when CKPTFS, CKPT, CKPT_BENCH_PASSTHROUGH and CKPT_BENCH_LATENCY name
@@ -27,7 +28,7 @@ dcp_py=$srcdir/tests/bench/dcp_bench.py
 py=${CKPT_BENCH_PYTHON:-/usr/bin/python3}
 mb=${CKPT_BENCH_MB:-1024}
 reps=${CKPT_BENCH_REPS:-3}
-load_threads=${CKPT_BENCH_LOAD_THREADS:-1}
+load_threads=${CKPT_BENCH_LOAD_THREADS:-0}
 [[ -x $core ]] || die "bench_core not found at $core"
 [[ $mb =~ ^[0-9]+$ && $mb -ge 10 ]] || die "CKPT_BENCH_MB must be an integer >= 10"
 [[ $reps =~ ^[0-9]+$ && $reps -ge 1 ]] || die "CKPT_BENCH_REPS must be >= 1"
@@ -174,6 +175,11 @@ lib_round() {
         warm_up "$work/$1"
         run_result "$core" load "$state" "$work/$1" --threads "$load_threads" \
             --reader-threads 1 --name libckptfs_load_auto_warm_1thread
+        if [[ $load_threads == 0 ]]; then
+            warm_up "$work/$1"
+            run_result "$core" load "$state" "$work/$1" --threads 1 \
+                --name libckptfs_load_auto_warm_each
+        fi
     fi
 }
 
@@ -273,6 +279,7 @@ table() {
     row flat_read_warm "  cat of the raw bytes (limit: one copy)"
     row libckptfs_load_auto_warm "  libckptfs auto"
     row libckptfs_load_auto_warm_1thread "  libckptfs auto, 1 decoder thread"
+    row libckptfs_load_auto_warm_each "  libckptfs auto, one ckpt_read a tensor"
     row decode_auto_1core "  auto frames decoded in memory, 1 core"
     row libckptfs_load_raw_warm "  libckptfs raw"
     row copy_raw_allcores "  raw shards pread to memory, all cores"
@@ -402,6 +409,9 @@ targets() {
         -v n="$(nproc)" 'BEGIN { if (a > 0 && b > 0) printf "%.2f", a / b / n }')
     [[ -n $r ]] && printf "  %-56s %6sx  (information: the load's own scaling)\n" \
         "warm load auto vs its 1-thread speed x cores" "$r"
+    r=$(ratio libckptfs_load_auto_warm_each libckptfs_load_auto_warm)
+    [[ -n $r ]] && printf "  %-56s %6sx  (information: what the batch gains)\n" \
+        "warm load auto, one batch vs one ckpt_read a tensor" "$r"
     verdict "save auto >= 1.2x dd conv=fdatasync" \
         "$(ratio flat_write libckptfs_save_auto)" 1.2 \
         "bound: 1 / stored-raw ratio = $(stats_of libckptfs_save_auto | awk '{ printf "%.2f", $4 / $5 }')x"
@@ -439,7 +449,11 @@ echo "cache: $cache_note"
 if [[ ! -x $py ]]; then
     dcp_skip="SKIP dcp: $py not found"
 fi
-echo "libckptfs load threads calling ckpt_read: $load_threads"
+if [[ $load_threads == 0 ]]; then
+    echo "libckptfs loads: one ckpt_read_batch of every tensor (as ckptfs.load)"
+else
+    echo "libckptfs loads: $load_threads threads calling ckpt_read tensor by tensor"
+fi
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # Each contender runs as a block (save, cold load, warm load); the blocks

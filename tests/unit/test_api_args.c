@@ -193,6 +193,15 @@ START_TEST(test_reader_args)
     REFUSED(ckpt_read(NULL, 0, buf, 0, 8, &err), err, "ckpt_read", "reader");
     REFUSED(ckpt_read(r, 0, NULL, 0, 8, &err), err, "ckpt_read", "dst");
     ck_assert_int_eq(ckpt_read(r, 0, NULL, 0, 0, &err), 0);
+    ckpt_read_item item = { 0, NULL, NULL, buf };
+    REFUSED(ckpt_read_batch(NULL, &item, 1, &err), err, "ckpt_read_batch",
+            "reader");
+    REFUSED(ckpt_read_batch(r, NULL, 1, &err), err, "ckpt_read_batch",
+            "items");
+    ck_assert_int_eq(ckpt_read_batch(r, NULL, 0, &err), 0);
+    item.dst = NULL;
+    REFUSED(ckpt_read_batch(r, &item, 1, &err), err, "ckpt_read_batch",
+            "dst");
 
     ckpt_stats st;
     memset(&st, 0xff, sizeof st);

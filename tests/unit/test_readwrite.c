@@ -4,7 +4,8 @@
  * codecs and frame sizes, read back whole, by unaligned byte ranges and by
  * random regions, and compared with a naive element-by-element reference;
  * plus the error paths (planner refusals, corruption, uncommitted
- * directories, wrong byte counts) and concurrent readers.
+ * directories, wrong byte counts), concurrent readers, and batch reads
+ * of many tensors at once.
  */
 #include <check.h>
 #include <errno.h>
@@ -141,6 +142,18 @@ static ckpt_reader *open_ok(const char *dir)
     ckpt_reader *r;
     ckpt_error e;
     ck_assert_msg(ckpt_reader_open(&r, dir, NULL, &e) == 0, "%s", e.msg);
+    return r;
+}
+
+/* A reader of dir with n decoder threads. */
+static ckpt_reader *open_threads(const char *dir, int n)
+{
+    ckpt_read_opts ro;
+    ckpt_read_opts_init(&ro);
+    ro.threads = n;
+    ckpt_reader *r;
+    ckpt_error e;
+    ck_assert_msg(ckpt_reader_open(&r, dir, &ro, &e) == 0, "%s", e.msg);
     return r;
 }
 
@@ -336,11 +349,7 @@ START_TEST(test_parallel_uneven_segments)
     }
     ck_assert_int_eq(ckpt_writer_close(w, &e), 0);
     commit_ok(dir);
-    ckpt_read_opts ro;
-    ckpt_read_opts_init(&ro);
-    ro.threads = 8;
-    ckpt_reader *r;
-    ck_assert_int_eq(ckpt_reader_open(&r, dir, &ro, &e), 0);
+    ckpt_reader *r = open_threads(dir, 8);
     unsigned char *got = malloc(nb);
     memset(got, 0xA5, nb);
     ck_assert_int_eq(ckpt_read(r, 0, got, 0, nb, &e), (int64_t)nb);
@@ -348,6 +357,137 @@ START_TEST(test_parallel_uneven_segments)
     ckpt_reader_close(r);
     free(img);
     free(got);
+    remove_tmpdir(dir);
+}
+END_TEST
+
+/* ckpt_read_batch: many tensors, small (a frame or less) and large (many
+ * frames), auto-coded, bf16 and f32, read whole and by regions in one
+ * call on 4 decoder threads, byte for byte as the reference; its
+ * refusals name the item and leave every destination untouched; a
+ * corrupt frame in one item fails the batch with -EIO naming it. */
+START_TEST(test_batch_read)
+{
+    char *dir = make_tmpdir();
+    rng g = { 777 };
+    enum { NT = 24, NREG = 8 };
+    tensor_case tc[NT];
+    ckpt_writer *w;
+    ckpt_error e;
+    ck_assert_int_eq(ckpt_writer_open(&w, dir, "rank0", NULL, &e), 0);
+    for (int i = 0; i < NT; i++) {
+        tensor_case *t = &tc[i];
+        snprintf(t->fqn, sizeof t->fqn, "layers.%d.w", i);
+        t->dt = i % 2 ? CKPT_BF16 : CKPT_F32;
+        t->ndim = 2;
+        /* every fourth one 1.5-3 MiB (2-3 frames), the rest 4-150 KiB */
+        t->shape[0] = i % 4 == 0 ? rnd_in(&g, 384, 768) : rnd_in(&g, 1, 37);
+        t->shape[1] = 1024;
+        t->nbytes = numel_of(2, t->shape) * ckpt_dtype_size(t->dt);
+        t->img = malloc(t->nbytes);
+        fill_image(t->img, t->nbytes, i % 3 == 0, &g);
+        ckpt_piece p = { t->fqn, t->dt, 2, t->shape, NULL, NULL, t->img };
+        ck_assert_msg(ckpt_writer_put(w, &p, &e) == 0, "%s", e.msg);
+    }
+    ck_assert_int_eq(ckpt_writer_close(w, &e), 0);
+    commit_ok(dir);
+    ckpt_reader *r = open_threads(dir, 4);
+
+    /* NT whole tensors, then NREG regions of random tensors */
+    ckpt_read_item it[NT + NREG];
+    unsigned char *got[NT + NREG], *want[NT + NREG];
+    uint64_t len[NT + NREG], total = 0;
+    int64_t roff[NREG][2], rsz[NREG][2];
+    for (int k = 0; k < NT + NREG; k++) {
+        const tensor_case *t = &tc[k < NT ? k : (int)(rnd(&g) % NT)];
+        size_t isz = ckpt_dtype_size(t->dt);
+        it[k] = (ckpt_read_item){ (size_t)ckpt_reader_find(r, t->fqn), NULL,
+                                  NULL, NULL };
+        len[k] = t->nbytes;
+        want[k] = t->img;
+        if (k >= NT) {
+            int j = k - NT;
+            for (int d = 0; d < 2; d++) {
+                roff[j][d] = rnd_in(&g, 0, t->shape[d] - 1);
+                rsz[j][d] = rnd_in(&g, 1, t->shape[d] - roff[j][d]);
+            }
+            it[k].offsets = roff[j];
+            it[k].sizes = rsz[j];
+            len[k] = numel_of(2, rsz[j]) * isz;
+            want[k] = malloc(len[k]);
+            naive_extract(t->img, 2, t->shape, isz, roff[j], rsz[j], want[k]);
+        }
+        got[k] = malloc(len[k]);
+        memset(got[k], 0xA5, len[k]);
+        it[k].dst = got[k];
+        total += len[k];
+    }
+
+    /* refusals: nothing read, the item named */
+    ckpt_read_item bad[3] = { it[0], it[1], it[2] };
+    bad[2].idx = 9999;
+    ck_assert_int_eq(ckpt_read_batch(r, bad, 3, &e), -EINVAL);
+    ck_assert_msg(strstr(e.msg, "item 2 of 3") && strstr(e.msg, "9999"),
+                  "%s", e.msg);
+    bad[2] = it[NT];
+    int64_t past[2] = { tc[0].shape[0], 0 }, one[2] = { 1, 1 };
+    bad[1].offsets = past;
+    bad[1].sizes = one;
+    bad[1].idx = (size_t)ckpt_reader_find(r, tc[0].fqn);
+    ck_assert_int_eq(ckpt_read_batch(r, bad, 3, &e), -EINVAL);
+    ck_assert_msg(strstr(e.msg, "item 1 of 3") && strstr(e.msg, "outside"),
+                  "%s", e.msg);
+    bad[1] = it[1];
+    bad[1].dst = NULL;
+    ck_assert_int_eq(ckpt_read_batch(r, bad, 3, &e), -EINVAL);
+    ck_assert_msg(strstr(e.msg, "ckpt_read_batch: dst is NULL"), "%s", e.msg);
+    for (int k = 0; k < 3; k++)
+        for (uint64_t b = 0; b < len[k]; b++)
+            ck_assert_msg(got[k][b] == 0xA5, "a refused batch wrote item %d",
+                          k);
+    ck_assert_int_eq(ckpt_read_batch(r, it, 0, &e), 0);
+
+    ckpt_stats before, after;
+    ckpt_reader_stats(r, &before);
+    ck_assert_msg(ckpt_read_batch(r, it, NT + NREG, &e) == 0, "%s", e.msg);
+    for (int k = 0; k < NT + NREG; k++)
+        ck_assert_msg(memcmp(got[k], want[k], len[k]) == 0,
+                      "batch item %d differs", k);
+    ckpt_reader_stats(r, &after);
+    ck_assert_uint_eq(after.bytes_served - before.bytes_served, total);
+    ckpt_reader_close(r);
+
+    /* one flipped byte in the last tensor's first frame: the batch fails
+     * naming it, the others' bytes were read as they are */
+    ckpt_chunk_info ci;
+    ckpt_frame_info fi;
+    r = open_ok(dir);
+    size_t last = (size_t)ckpt_reader_find(r, tc[NT - 1].fqn);
+    ck_assert_int_eq(ckpt_reader_chunk(r, last, 0, &ci), 0);
+    ck_assert_int_eq(ckpt_reader_frame(r, last, 0, 0, &fi, &e), 0);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, ci.file);
+    ckpt_reader_close(r);
+    int fd = open(path, O_RDWR);
+    unsigned char c;
+    off_t at = (off_t)(fi.file_offset + fi.stored_size / 2);
+    ck_assert_int_eq(pread(fd, &c, 1, at), 1);
+    c ^= 0x40;
+    ck_assert_int_eq(pwrite(fd, &c, 1, at), 1);
+    close(fd);
+    r = open_threads(dir, 4);
+    ck_assert_int_eq(ckpt_read_batch(r, it, NT, &e), -EIO);
+    ck_assert_msg(strstr(e.msg, tc[NT - 1].fqn) && strstr(e.msg, "checksum"),
+                  "%s", e.msg);
+    ckpt_reader_close(r);
+
+    for (int k = 0; k < NT + NREG; k++) {
+        free(got[k]);
+        if (k >= NT)
+            free(want[k]);
+    }
+    for (int i = 0; i < NT; i++)
+        free(tc[i].img);
     remove_tmpdir(dir);
 }
 END_TEST
@@ -876,6 +1016,7 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, test_random_roundtrip, 0, 40);
     tcase_add_test(tc, test_large_resharded);
     tcase_add_test(tc, test_parallel_uneven_segments);
+    tcase_add_test(tc, test_batch_read);
     tcase_add_test(tc, test_planner_refusals);
     tcase_add_test(tc, test_replicas_kept_once);
     tcase_add_test(tc, test_scalar_and_empty);

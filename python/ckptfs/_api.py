@@ -71,14 +71,19 @@ def _node_at(root, path):
     return node
 
 
-def _pickles(node):
-    """The names of the pickled objects under a tree node."""
+def _items(node):
+    """(kind, fqn) of every item node under a tree node, in order."""
     kind, fqn = item_name(node)
-    if kind == "pickle":
-        return [fqn]
+    if kind is not None:
+        return [(kind, fqn)]
     kids = ([v for _, v in node["d"]] if "d" in node
             else node.get("l", node.get("t", [])))
-    return [n for kid in kids for n in _pickles(kid)]
+    return [n for kid in kids for n in _items(kid)]
+
+
+def _pickles(node):
+    """The names of the pickled objects under a tree node."""
+    return [fqn for kind, fqn in _items(node) if kind == "pickle"]
 
 
 class _Loader(object):
@@ -86,6 +91,7 @@ class _Loader(object):
         self.r, self.root = reader, root
         self.framework, self.allow_pickle, self.widen = (framework,
                                                          allow_pickle, widen)
+        self.fetched = {}      # fqn: its stored array, read in one batch
 
     def _refuse_pickles(self, node):
         names = _pickles(node) if node is not None else []
@@ -99,7 +105,9 @@ class _Loader(object):
     def _leaf(self, node):
         kind, fqn = item_name(node)
         i = self.r.index(fqn)
-        raw = self.r.read_array(i)
+        raw = self.fetched.pop(fqn, None)
+        if raw is None:
+            raw = self.r.read_array(i)
         code = self.r.raw_info(i)[1]
         if kind == "pickle":
             return pickle.loads(raw.tobytes())
@@ -114,13 +122,16 @@ class _Loader(object):
     def new(self):
         if self.root is not None:
             self._refuse_pickles(self.root)
+            fqns = [fqn for _, fqn in _items(self.root)]
+            arrays = self.r.read_arrays([self.r.index(f) for f in fqns])
+            self.fetched = dict(zip(fqns, arrays))
             return build(self.root, self._leaf)
         out = {}
-        for i in range(self.r.count()):
+        arrays = self.r.read_arrays(range(self.r.count()))
+        for i, raw in enumerate(arrays):
             name, code, _, _ = self.r.raw_info(i)
-            out[name] = convert(self.r.read_array(i), code,
-                                self.framework or "np", self.widen,
-                                "tensor '%s'" % name)
+            out[name] = convert(raw, code, self.framework or "np",
+                                self.widen, "tensor '%s'" % name)
         return out
 
     # -------------------------------------------------------- into a state
@@ -139,7 +150,15 @@ class _Loader(object):
                                       % (fqn, self.r.path))
             self._refuse_pickles(node)
             later.append((path, node, fqn))
+        batch, rest = [], []
         for i, code, dest in reads:
+            addr = _host_addr(code, dest)
+            if addr is None:
+                rest.append((i, code, dest))
+            elif addr:
+                batch.append((i, addr))
+        self.r.read_batch(batch)       # straight into place, all at once
+        for i, code, dest in rest:
             self._fill(i, code, dest)
         repl = {}
         for path, node, fqn in later:
@@ -169,30 +188,22 @@ class _Loader(object):
         return i, code, dest
 
     def _fill(self, i, code, dest):
+        """Reads tensor i into `dest`, one that _host_addr cannot take
+        as it is: converted (widened, another byte order, not contiguous)
+        or on a device."""
         if is_torch_tensor(dest):
             return self._fill_torch(i, code, dest)
-        storage = _dtypes.STORAGE[code]
-        same = (dest.dtype.kind == storage.kind
-                and dest.dtype.itemsize == storage.itemsize)
-        if (same and dest.flags.c_contiguous and dest.flags.writeable
-                and dest.dtype.byteorder != ">"):
-            if dest.nbytes:
-                self.r.read_into(i, dest.ctypes.data)
-            return
         raw = self.r.read_array(i)
-        if not same:
+        storage = _dtypes.STORAGE[code]
+        if not (dest.dtype.kind == storage.kind
+                and dest.dtype.itemsize == storage.itemsize):
             raw = _dtypes.widen(raw, code)
         np.copyto(dest, raw)
 
     def _fill_torch(self, i, code, t):
         import torch
-        if t.numel() == 0:
-            return
         tdt = _dtypes.torch_dtype(code, torch)
         if t.is_contiguous() and t.dtype == tdt:
-            if t.device.type == "cpu":
-                self.r.read_into(i, t.data_ptr())
-                return
             if t.device.type == "cuda":
                 torch.cuda.synchronize(t.device)   # torch's work on t first
                 try:
@@ -209,6 +220,30 @@ class _Loader(object):
                           "tensor '%s'" % self.r.raw_info(i)[0])
         with torch.no_grad():
             t.copy_(src)
+
+
+def _host_addr(code, dest):
+    """The address in host memory that tensor data of dtype `code` loads
+    to as it is stored, for `dest` (a NumPy array or a torch tensor); 0
+    when dest holds nothing; None when it must be converted or uploaded
+    (Loader._fill)."""
+    if is_torch_tensor(dest):
+        import torch
+        if dest.numel() == 0:
+            return 0
+        same = dest.dtype == _dtypes.torch_dtype(code, torch)
+        if same and dest.is_contiguous() and dest.device.type == "cpu":
+            return dest.data_ptr()
+        return None
+    if dest.nbytes == 0:
+        return 0
+    storage = _dtypes.STORAGE[code]
+    if (dest.dtype.kind == storage.kind
+            and dest.dtype.itemsize == storage.itemsize
+            and dest.flags.c_contiguous and dest.flags.writeable
+            and dest.dtype.byteorder != ">"):
+        return dest.ctypes.data
+    return None
 
 
 def _dtype_fits(dest, code):

@@ -108,12 +108,18 @@ class SaveOpts(Structure):
 
 
 # Every struct above, by its C name (for the layout test).
+class ReadItem(Structure):
+    _fields_ = [("idx", c_size_t), ("offsets", I64P), ("sizes", I64P),
+                ("dst", c_void_p)]
+
+
 STRUCTS = {
     "ckpt_error": Error, "ckpt_write_opts": WriteOpts, "ckpt_piece": Piece,
     "ckpt_commit_opts": CommitOpts, "ckpt_read_opts": ReadOpts,
     "ckpt_tensor_info": TensorInfo, "ckpt_chunk_info": ChunkInfo,
     "ckpt_frame_info": FrameInfo, "ckpt_stats": Stats,
     "ckpt_saver_opts": SaverOpts, "ckpt_save_opts": SaveOpts,
+    "ckpt_read_item": ReadItem,
 }
 
 _ERR = POINTER(Error)
@@ -161,6 +167,7 @@ _SIGNATURES = {
     "ckpt_read": (c_int64, [_P, c_size_t, c_void_p, c_uint64, c_uint64,
                             _ERR]),
     "ckpt_read_region": (c_int, [_P, c_size_t, I64P, I64P, c_void_p, _ERR]),
+    "ckpt_read_batch": (c_int, [_P, POINTER(ReadItem), c_size_t, _ERR]),
     "ckpt_load_region": (c_int, [_P, c_size_t, I64P, I64P, c_void_p, _ERR]),
     "ckpt_reader_stats": (None, [_P, POINTER(Stats)]),
     # asynchronous saves

@@ -196,6 +196,37 @@ class Reader(object):
         size = C.int64_array(sizes) if sizes is not None else None
         check(fn(self.handle(), i, offs, size, addr, ctypes.byref(err)), err)
 
+    def read_batch(self, items):
+        """Reads many tensors in one call, the work of all of them shared
+        out among the reader's threads: items are (i, addr) for the whole
+        of tensor i, or (i, addr, offsets, sizes) for a region of it."""
+        if not items:
+            return
+        arr = (C.ReadItem * len(items))()
+        keep = []                      # the region arrays, alive for the call
+        for slot, item in zip(arr, items):
+            slot.idx, slot.dst = item[0], item[1]
+            if len(item) > 2 and item[2] is not None:
+                keep.append(C.int64_array(item[2]))
+                slot.offsets = keep[-1]
+            if len(item) > 3 and item[3] is not None:
+                keep.append(C.int64_array(item[3]))
+                slot.sizes = keep[-1]
+        err = C.Error()
+        check(C.lib.ckpt_read_batch(self.handle(), arr, len(items),
+                                    ctypes.byref(err)), err)
+
+    def read_arrays(self, indices):
+        """New NumPy arrays (of their dtypes' storage types) holding the
+        tensors `indices`, read in one batch."""
+        out = []
+        for i in indices:
+            _, code, shape, _ = self.raw_info(i)
+            out.append(np.empty(shape, _dtypes.STORAGE[code]))
+        self.read_batch([(i, a.ctypes.data) for i, a in zip(indices, out)
+                         if a.nbytes])
+        return out
+
     def read_array(self, i, offsets=None, sizes=None):
         """A new NumPy array (of the dtype's storage type) holding tensor
         i, or its region."""

@@ -368,11 +368,15 @@ class StorageReader(_dcp.StorageReader):
         return plans
 
     def read_data(self, plan, planner):
-        """Reads every item of this rank's plan: each tensor item's region
-        straight into the destination tensor where it is contiguous host
-        memory of the same dtype, byte items into BytesIO."""
+        """Reads every item of this rank's plan: byte items into BytesIO;
+        tensor items in batches of about BATCH_BYTES, each region read
+        straight into its destination tensor where that is contiguous
+        host memory of the same dtype (one ckpt_read_batch for all of
+        those, the decoding of all shared among the reader's threads),
+        converted or uploaded otherwise."""
         r = self._open()
         try:
+            group, nbytes = [], 0
             for req in plan.items:
                 i = r.index(req.storage_index.fqn)
                 if req.type == _plan.LoadItemType.BYTE_IO:
@@ -380,16 +384,45 @@ class StorageReader(_dcp.StorageReader):
                     planner.load_bytes(req, io.BytesIO(data))
                     continue
                 target = planner.resolve_tensor(req).detach()
-                self._read_item(r, i, req, target)
-                planner.commit_tensor(req, target)
+                group.append((req, i, target))
+                nbytes += target.numel() * target.element_size()
+                if nbytes >= self.BATCH_BYTES:
+                    self._read_group(r, group, planner)
+                    group, nbytes = [], 0
+            self._read_group(r, group, planner)
         finally:
             self.close()
         fut = torch.futures.Future()
         fut.set_result(None)
         return fut
 
+    # Destinations resolved (and held) at once: a planner may hand out
+    # temporary tensors that it keeps until they are committed.
+    BATCH_BYTES = 1 << 30
+
+    @classmethod
+    def _read_group(cls, r, group, planner):
+        batch, rest = [], []
+        for req, i, target in group:
+            offsets, sizes = cls._region(req, target)
+            if target.numel() == 0:
+                continue
+            code = r.raw_info(i)[1]
+            if (target.device.type == "cpu" and target.is_contiguous()
+                    and target.dtype == _dtypes.torch_dtype(code, torch)):
+                batch.append((i, target.data_ptr(), offsets, sizes))
+            else:
+                rest.append((i, req, target, offsets, sizes, code))
+        r.read_batch(batch)
+        for item in rest:
+            cls._read_other(r, *item)
+        for req, _, target in group:
+            planner.commit_tensor(req, target)
+
     @staticmethod
-    def _read_item(r, i, req, target):
+    def _region(req, target):
+        """(offsets, sizes) in the stored tensor of a read item, checked
+        against the planner's destination."""
         base = req.storage_index.offset
         offsets = [int(s) + (int(base[d]) if base is not None else 0)
                    for d, s in enumerate(req.storage_offsets)]
@@ -398,21 +431,24 @@ class StorageReader(_dcp.StorageReader):
             raise ValueError("tensor '%s': the planner's destination is %s, "
                              "the item %s" % (req.storage_index.fqn,
                                               list(target.shape), sizes))
-        if target.numel() == 0:
-            return
-        code = r.raw_info(i)[1]
+        return offsets, sizes
+
+    @staticmethod
+    def _read_other(r, i, req, target, offsets, sizes, code):
+        """A region into a destination that is not host memory of the
+        stored dtype: uploaded to a CUDA tensor of that dtype, converted
+        (or widened) otherwise."""
         if target.device.type == "cuda":
             torch.cuda.synchronize(target.device)  # torch's work on it first
-        if (target.is_contiguous() and target.dtype ==
-                _dtypes.torch_dtype(code, torch)
-                and target.device.type in ("cpu", "cuda")):
-            try:
-                r.read_into(i, target.data_ptr(), offsets, sizes,
-                            device=target.device.type == "cuda")
-                return
-            except OSError as exc:
-                if target.device.type == "cpu" or exc.errno != errno.EFAULT:
-                    raise
+            if (target.is_contiguous()
+                    and target.dtype == _dtypes.torch_dtype(code, torch)):
+                try:
+                    r.read_into(i, target.data_ptr(), offsets, sizes,
+                                device=True)
+                    return
+                except OSError as exc:
+                    if exc.errno != errno.EFAULT:
+                        raise
         src = convert(r.read_array(i, offsets, sizes), code, "pt", True,
                       "tensor '%s'" % req.storage_index.fqn)
         with torch.no_grad():

@@ -53,6 +53,7 @@ int main(void)
         FIELD(queue_depth) FIELD(nice) END
     STRUCT(ckpt_save_opts) FIELD(size) FIELD(write) FIELD(meta_keys) FIELD(meta_values)
         FIELD(nmeta) END
+    STRUCT(ckpt_read_item) FIELD(idx) FIELD(offsets) FIELD(sizes) FIELD(dst) END
     printf("},\n \"enums\": {\"MAX_DIMS\": %d, \"ERRMSG_CAP\": %zu, "
            "\"enum_size\": %zu,\n", CKPT_MAX_DIMS,
            sizeof(((ckpt_error *)0)->msg), sizeof(ckpt_dtype));

@@ -234,6 +234,83 @@ class NumPy(Base):
         np.testing.assert_array_equal(bits_into["bf"], bf)
 
 
+class Batch(Base):
+    """Loads read every tensor of the state in one ckpt_read_batch, the
+    decoding shared among the reader's threads: many tensors, small and
+    of several frames, come back bit for bit, new and in place; regions
+    of a batch are NumPy's slices; a damaged frame fails the load."""
+
+    def state(self):
+        rng = self.rng
+        layers = [{"w": rand("<f4", (int(rng.integers(1, 300)), 1024), rng),
+                   "b": rand("<f2", (1024,), rng),
+                   "n": rand("<i8", (3,), rng)} for _ in range(16)]
+        return {"layers": layers, "emb": rand("<f4", (700, 1024), rng),
+                "empty": np.zeros((0, 4), np.float32)}
+
+    def test_many_tensors_new_and_in_place(self):
+        state = self.state()
+        ck = self.path("ck")
+        ckptfs.save(ck, state)
+        for threads in (1, 4):
+            self.assertTrue(same(ckptfs.load(ck, threads=threads), state))
+            into = {"layers": [{k: np.full_like(v, 7) for k, v in d.items()}
+                               for d in state["layers"]],
+                    "emb": np.zeros((700, 1024), np.float32),
+                    "empty": np.zeros((0, 4), np.float32)}
+            dest = into["emb"]
+            ckptfs.load(ck, into=into, threads=threads)
+            self.assertIs(into["emb"], dest)
+            self.assertTrue(same(into, state))
+
+    def test_regions_of_a_batch(self):
+        from ckptfs._reader import Reader
+        state = self.state()
+        ck = self.path("ck")
+        ckptfs.save(ck, state)
+        r = Reader(ck, 4)
+        try:
+            want, items = [], []
+            for k in range(12):
+                name = "layers.%d.w" % k if k % 3 else "emb"
+                a = state["emb"] if k % 3 == 0 else state["layers"][k]["w"]
+                lo = int(self.rng.integers(0, a.shape[0]))
+                hi = int(self.rng.integers(lo, a.shape[0])) + 1
+                c0 = int(self.rng.integers(0, 1000))
+                ref = a[lo:hi, c0:c0 + 24]
+                out = np.full(ref.shape, -1, ref.dtype)
+                want.append((ref, out))
+                items.append((r.index(name), out.ctypes.data, [lo, c0],
+                              list(ref.shape)))
+            r.read_batch(items)
+            for ref, out in want:
+                np.testing.assert_array_equal(out, ref)
+            bad = items[:2] + [(r.index("emb"), want[0][1].ctypes.data,
+                                [699, 0], [2, 1])]
+            with self.assertRaises(OSError) as cm:
+                r.read_batch(bad)
+            self.assertEqual(cm.exception.errno, errno.EINVAL)
+            self.assertIn("item 2 of 3", str(cm.exception))
+        finally:
+            r.close()
+
+    def test_damaged_frame_fails_the_load(self):
+        ck = self.path("ck")
+        emb = rand("<f4", (700, 1024), self.rng)
+        ckptfs.save(ck, {"emb": emb, "b": np.arange(5.0)}, codec="raw")
+        shard = os.path.join(ck, "data", os.listdir(os.path.join(ck, "data"))[0])
+        with open(shard, "r+b") as f:
+            f.seek(1 << 20)            # inside emb's second frame
+            byte = f.read(1)
+            f.seek(1 << 20)
+            f.write(bytes([byte[0] ^ 0x10]))
+        with self.assertRaises(OSError) as cm:
+            ckptfs.load(ck, threads=4)
+        self.assertEqual(cm.exception.errno, errno.EIO)
+        self.assertIn("emb", str(cm.exception))
+        self.assertIn("checksum", str(cm.exception))
+
+
 class Errors(Base):
     """Every error of the issue: a clear exception, nothing committed, the
     earlier checkpoint (checked in tearDown) unchanged."""

@@ -743,14 +743,25 @@ typedef struct task_vec {
     ckpt_taskgroup *tg;
 } task_vec;
 
+/* Shares of a parallel copy hold at most this many frames. */
+#define SHARE_MAX_FRAMES 4
+
 /* The share of a parallel copy of `bytes` on nt threads: whole frames (of
- * the default size), two shares a thread.  A frame cut between two shares
- * is decoded through the frame cache by both, a decode and a copy more,
- * where a whole frame is decoded straight into place. */
+ * the default size), two shares a thread, at most SHARE_MAX_FRAMES.  A
+ * frame cut between two shares is decoded through the frame cache by
+ * both, a decode and a copy more, where a whole frame is decoded straight
+ * into place.  Small shares keep the threads reading next to each other,
+ * in file order, where shares of a quarter of a large read (a whole
+ * state's batch) had each thread read its own distant part of the shard
+ * file through the one open file and its read-ahead: a cold 1 GiB auto
+ * load took 0.616 s with those, 0.587 s with 4-frame shares (medians of
+ * 5, interleaved; raw unchanged, warm 0.223 -> 0.201 s). */
 static uint64_t share_of(uint64_t bytes, int nt)
 {
     const uint64_t fsz = CKPT_DEFAULT_FRAME_SIZE;
     uint64_t share = bytes / (uint64_t)(nt * 2);
+    if (share > SHARE_MAX_FRAMES * fsz)
+        share = SHARE_MAX_FRAMES * fsz;
     return share < fsz ? fsz : (share + fsz - 1) / fsz * fsz;
 }
 

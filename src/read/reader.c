@@ -799,16 +799,31 @@ static int run_tasks(ckpt_reader *r, task_vec *tv, ckpt_error *err)
     return 0;
 }
 
-static int copy_parallel(ckpt_reader *r, seg_list *l, ckpt_error *err)
+/* Reads n segment lists (one read's, or a batch's) of `bytes` in all:
+ * shared out among the pool's threads as one job when they hold more
+ * than one frame (a frame's decode, ~0.3 ms, outweighs handing it over),
+ * otherwise one after the other on this thread. */
+static int run_batch(ckpt_reader *r, seg_list *ls, size_t n, uint64_t bytes,
+                     ckpt_error *err)
 {
+    int nt = ckpt_pool_threads(r->pool);
+    if (nt <= 1 || bytes <= (uint64_t)CKPT_DEFAULT_FRAME_SIZE) {
+        for (size_t i = 0; i < n; i++) {
+            int rc = copy_range(r, ls[i].t, ls[i].v, ls[i].n, err);
+            if (rc)
+                return rc;
+        }
+        return 0;
+    }
     ckpt_taskgroup tg;
     task_vec tv = { .tg = &tg };
     ckpt_tg_init(&tg);
-    int rc = plan_tasks(l, share_of(l->bytes, ckpt_pool_threads(r->pool)),
-                        &tv);
-    if (rc)
-        rc = ckpt_err(err, -ENOMEM, "out of memory");
-    else
+    uint64_t share = share_of(bytes, nt);
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++)
+        if (plan_tasks(&ls[i], share, &tv))
+            rc = ckpt_err(err, -ENOMEM, "out of memory planning a read");
+    if (rc == 0)
         rc = run_tasks(r, &tv, err);
     ckpt_tg_destroy(&tg);
     free(tv.v);
@@ -877,14 +892,7 @@ static void prefetch_after(ckpt_reader *r, size_t t, const segment *last)
 
 static int run_segments(ckpt_reader *r, seg_list *l, ckpt_error *err)
 {
-    int rc;
-    /* More than one frame: a share each for the pool (a frame's decode,
-     * ~0.3 ms, outweighs handing it over). */
-    if (l->bytes > (uint64_t)CKPT_DEFAULT_FRAME_SIZE &&
-        ckpt_pool_threads(r->pool) > 1)
-        rc = copy_parallel(r, l, err);
-    else
-        rc = copy_range(r, l->t, l->v, l->n, err);
+    int rc = run_batch(r, l, 1, l->bytes, err);
     if (rc == 0)
         atomic_fetch_add(&r->bytes_served, l->bytes);
     return rc;
@@ -1058,35 +1066,6 @@ int ckpt_read_region(ckpt_reader *r, size_t t, const int64_t *offsets,
     if (rc == 0 && l.n)
         rc = run_segments(r, &l, err);
     free(l.v);
-    return rc;
-}
-
-/* Reads the segment lists of a batch: shared out among the pool's
- * threads as one job, or one after the other on one thread. */
-static int run_batch(ckpt_reader *r, seg_list *ls, size_t n, uint64_t bytes,
-                     ckpt_error *err)
-{
-    int nt = ckpt_pool_threads(r->pool);
-    if (nt <= 1 || bytes <= (uint64_t)CKPT_DEFAULT_FRAME_SIZE) {
-        for (size_t i = 0; i < n; i++) {
-            int rc = copy_range(r, ls[i].t, ls[i].v, ls[i].n, err);
-            if (rc)
-                return rc;
-        }
-        return 0;
-    }
-    ckpt_taskgroup tg;
-    task_vec tv = { .tg = &tg };
-    ckpt_tg_init(&tg);
-    uint64_t share = share_of(bytes, nt);
-    int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++)
-        if (plan_tasks(&ls[i], share, &tv))
-            rc = ckpt_err(err, -ENOMEM, "out of memory planning a read");
-    if (rc == 0)
-        rc = run_tasks(r, &tv, err);
-    ckpt_tg_destroy(&tg);
-    free(tv.v);
     return rc;
 }
 

@@ -226,7 +226,7 @@ def _host_addr(code, dest):
     """The address in host memory that tensor data of dtype `code` loads
     to as it is stored, for `dest` (a NumPy array or a torch tensor); 0
     when dest holds nothing; None when it must be converted or uploaded
-    (Loader._fill)."""
+    (_Loader._fill)."""
     if is_torch_tensor(dest):
         import torch
         if dest.numel() == 0:

@@ -1,0 +1,34 @@
+#!/bin/bash
+# Runs a command inside the torch 2.x root of SUITE (scripts/torch-root.sh
+# makes it once), with this source tree and /tmp bind-mounted at the same
+# paths as on the host, so that a checkpoint written inside is at the same
+# path outside (the host mounts what the root's torch wrote):
+#   scripts/in-torch-root.sh sid bash -c 'cd $PWD && ...'
+#   scripts/in-torch-root.sh sid --build     # builds BUILD=build-SUITE inside
+# --build configures (without FUSE and MPI) and makes build-SUITE in this tree.
+# The binds live in a private mount namespace and end with the command.
+set -euo pipefail
+top=$(cd "$(dirname "$0")/.." && pwd)
+suite=${1:?usage: in-torch-root.sh SUITE (--build | CMD...)}
+shift
+root=$(bash "$top/scripts/torch-root.sh" "$suite")
+if [ "${1:-}" = "--build" ]; then
+    set -- bash -c "cd '$top' && mkdir -p build-$suite && cd build-$suite &&
+        { [ -f Makefile ] || ../configure --without-fuse --without-mpi --without-cuda \
+              PYTHON=/usr/bin/python3 CFLAGS='-O2 -g' >configure.out; } &&
+        make -j\$(nproc) >make.out"
+fi
+[ -x "$top/configure" ] || (cd "$top" && autoreconf -fi)
+exec unshare --mount --propagation private bash -c '
+    set -e
+    root=$1 top=$2; shift 2
+    mkdir -p "$root$top" "$root/tmp"
+    mount --bind "$top" "$root$top"
+    mount --bind /tmp "$root/tmp"
+    mount -t proc proc "$root/proc"
+    mount --rbind /dev "$root/dev"
+    mount -t tmpfs shm "$root/dev/shm" 2>/dev/null || true
+    exec chroot "$root" env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root \
+        LANG=C.UTF-8 USE_LIBUV=0 TMPDIR=/tmp "PWD=$top" \
+        ${CKPT_TEST_ENV:-} sh -c "cd \"$top\" && exec \"\$@\"" sh "$@"
+' sh "$root" "$top" "$@"

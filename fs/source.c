@@ -20,6 +20,7 @@
 
 #include <fuse3/fuse_log.h>
 
+#include "access.h"
 #include "common/error.h"
 #include "write/gc.h"
 #include "views.h"
@@ -111,8 +112,10 @@ static int probe(const fs_source *s, const char *name, const char *path,
     return 0;
 }
 
-static fs_ckpt *ckpt_new(const char *name, const char *path,
-                         const struct stat *idx, int has_step, int64_t step)
+/* root: ROOT's path in root mode (NULL: path is SOURCE). */
+static fs_ckpt *ckpt_new(const char *root, const char *name,
+                         const char *path, const struct stat *idx,
+                         int has_step, int64_t step)
 {
     fs_ckpt *c = calloc(1, sizeof *c);
     if (!c)
@@ -126,6 +129,7 @@ static fs_ckpt *ckpt_new(const char *name, const char *path,
         return NULL;
     }
     c->st = *idx;
+    access_ckpt_dir(root, path, idx, &c->dir);
     c->has_step = has_step;
     c->step = step;
     atomic_init(&c->ready, 0);
@@ -255,7 +259,7 @@ static int scan_committed(fs_source *s, scan_result *r, const char *name,
                  err.msg);
         return scan_push(r, &e);
     }
-    if (!(e.ck = ckpt_new(name, path, idx, has_step, step)))
+    if (!(e.ck = ckpt_new(s->path, name, path, idx, has_step, step)))
         return -ENOMEM;
     e.state = ENTRY_SHOWN;
     int rc = scan_push(r, &e);
@@ -438,8 +442,8 @@ static int open_single(fs_source *s, const char *stamp, ckpt_error *err)
     if (rc)
         return rc;
     s->slots = malloc(sizeof *s->slots);
-    if (!s->slots || !(s->slots[0] = ckpt_new("", s->path, &idx, has_step,
-                                              step)))
+    if (!s->slots || !(s->slots[0] = ckpt_new(NULL, "", s->path, &idx,
+                                              has_step, step)))
         return ckpt_err(err, -ENOMEM, "out of memory");
     s->nslots = 1;
     return 0;

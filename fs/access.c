@@ -38,8 +38,7 @@ void access_fold_listing(ckpt_perm *p, const ckpt_perm *listing)
 
 /* Folds the search bits of every directory of real (an absolute path
  * without links) that the mount skips to reach it: those strictly between
- * root and real when real is inside root, else every ancestor of real.  A
- * directory searched gives the same reach as one read and searched. */
+ * root and real when real is inside root, else every ancestor of real. */
 static void fold_reach(ckpt_perm *p, const char *root, const char *real)
 {
     size_t rl = strlen(root);
@@ -60,14 +59,15 @@ static void fold_reach(ckpt_perm *p, const char *root, const char *real)
             ckpt_perm_add_none(p);
             return;
         }
-        mode_t x = st.st_mode & 0111;
-        fold(p, &st, x | x << 2);
+        ckpt_perm_add_search(p, &st);
     }
 }
 
 void access_ckpt_dir(const char *root, const char *dir,
-                     const struct stat *index, ckpt_perm *out)
+                     const struct stat *index, ckpt_perm *out,
+                     struct stat *seen)
 {
+    memset(seen, 0, sizeof *seen);
     ckpt_perm_init(out, index);
     out->mode = (uint32_t)access_read_search(index->st_mode);
     char *real = realpath(dir, NULL);
@@ -81,8 +81,15 @@ void access_ckpt_dir(const char *root, const char *dir,
         fold(out, index, access_read_search(index->st_mode));
         if (root)
             fold_reach(out, root, real);
+        *seen = st;
     }                                   /* a file SOURCE: the index's */
     free(real);
+}
+
+int access_same_dir(const struct stat *seen, const struct stat *st)
+{
+    return !S_ISDIR(seen->st_mode) ||
+           (st->st_dev == seen->st_dev && st->st_ino == seen->st_ino);
 }
 
 int access_give_dir(const char *path, const access_owner *o,

@@ -36,9 +36,17 @@ typedef struct access_owner {
  * directory `dir` of a checkpoint shows.  root: ROOT's absolute path, or
  * NULL when dir is SOURCE itself (its ancestors are the mount's choice);
  * index: the status of the file that lists its tensors.  A directory
- * that cannot be looked at grants nothing. */
+ * that cannot be looked at grants nothing.  *seen receives the status of
+ * the directory these bits are for (zeros when dir is a file, or cannot
+ * be looked at): what a reader opened later must be (access_same_dir). */
 void access_ckpt_dir(const char *root, const char *dir,
-                     const struct stat *index, ckpt_perm *out);
+                     const struct stat *index, ckpt_perm *out,
+                     struct stat *seen);
+
+/* Whether the directory a reader opened (st) is the one seen (see
+ * access_ckpt_dir): 1, or 0 when a link or directory on its path was
+ * replaced since, and its bits may not be its own. */
+int access_same_dir(const struct stat *seen, const struct stat *st);
 
 /* Folds into p (a directory's) what `listing` grants (the files that
  * list a checkpoint's tensors: read bits, as read and search). */

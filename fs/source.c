@@ -129,7 +129,7 @@ static fs_ckpt *ckpt_new(const char *root, const char *name,
         return NULL;
     }
     c->st = *idx;
-    access_ckpt_dir(root, path, idx, &c->dir);
+    access_ckpt_dir(root, path, idx, &c->dir, &c->dir_seen);
     c->has_step = has_step;
     c->step = step;
     atomic_init(&c->ready, 0);
@@ -626,6 +626,17 @@ static int ckpt_open_locked(fs_source *s, fs_ckpt *c)
     int rc = ckpt_reader_open(&r, c->path, &s->ro, &err);
     if (rc) {
         fuse_log(FUSE_LOG_ERR, "ckptfs: %s\n", err.msg);
+        return -EIO;
+    }
+    /* Its directories show the bits of the directory scanned: a link or
+     * directory on its path replaced since must not lend them to another
+     * (the next scan sees the new one, with its own). */
+    struct stat dst;
+    if (ckpt_reader_file_stat(r, ".", &dst, NULL) != 0 ||
+        !access_same_dir(&c->dir_seen, &dst)) {
+        fuse_log(FUSE_LOG_ERR, "ckptfs: %s: not opened: it is no longer "
+                 "the directory the root scan found\n", c->path);
+        ckpt_reader_close(r);
         return -EIO;
     }
     views_blob *blobs = NULL;

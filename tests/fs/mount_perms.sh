@@ -4,10 +4,12 @@
 # 3 and 7):
 #   - directory modes count: a checkpoint directory chmod 700 (its files
 #     0644) of root's is not read by nobody through a read-only or a
-#     writable mount, nor through `latest`;
+#     writable mount, nor through `latest`; nor is a tensor whose shard
+#     lies in a 0700 data/ (its listing is, as on the disk);
 #   - links in ROOT are followed only as far as the disk would let the
 #     caller: ROOT/peek -> a checkpoint inside a 0700 directory (out of
-#     ROOT), ROOT/hop -> one inside a 0700 subdirectory of ROOT;
+#     ROOT), ROOT/hop -> one inside a 0700 subdirectory of ROOT, and a
+#     checkpoint directory replaced by such a link after the root scan;
 #   - a shared ROOT (1777) shows as 1777, and a save belongs to its maker:
 #     another user may not add pieces to it, set its metadata or commit
 #     it, unless its maker opened its modes (chmod through the mount); its
@@ -98,6 +100,8 @@ ln -s "$TMP/vault/step-3" "$ROOT/peek"
 cp -a "$TMP/ck" "$ROOT/sub/step-4"
 chmod 700 "$ROOT/sub"
 ln -s sub/step-4 "$ROOT/hop"
+cp -a "$TMP/ck" "$ROOT/step-0"
+chmod 700 "$ROOT/step-0/data"
 # the reference: what the disk lets nobody do
 if as_nobody cat "$ROOT/step-2/index.db" >/dev/null 2>&1 ||
     as_nobody cat "$ROOT/peek/index.db" >/dev/null 2>&1 ||
@@ -107,6 +111,12 @@ else
     ok "on the disk, nobody reads none of step-2, peek, hop"
 fi
 reads as_nobody "on the disk, nobody reads step-1's index.db" "$ROOT/step-1/index.db" "$ROOT/step-1/index.db"
+reads as_nobody "on the disk, nobody reads step-0's index.db" "$ROOT/step-0/index.db" "$ROOT/step-0/index.db"
+if as_nobody cat "$ROOT/step-0/data/rank0.shard" >/dev/null 2>&1; then
+    bad "the disk lets nobody read step-0's shard: the test's setup is wrong"
+else
+    ok "on the disk, nobody cannot read step-0's shard (data/ is 0700)"
+fi
 
 for opts in allow_other rw,world=1,allow_other; do
     MNT=$TMP/m.${opts%%,*}
@@ -119,6 +129,14 @@ for opts in allow_other rw,world=1,allow_other; do
         denied as_nobody "($opts) nobody: cat peek/model/a (the reported link)" cat "$MNT/peek/model/a"
         denied as_nobody "($opts) nobody: numpy.load of peek's .npy view" /usr/bin/python3 -c 'import numpy, sys; numpy.load(sys.argv[1])' "$MNT/peek/.npy/model/a.npy"
         denied as_nobody "($opts) nobody: cat hop/model/a" cat "$MNT/hop/model/a"
+        if as_nobody ls "$MNT/step-0/model" >"$TMP/u.out" 2>&1 && [ "$(cat "$TMP/u.out")" = a ]; then
+            ok "($opts) nobody lists step-0/model (its index.db is 0644)"
+        else
+            bad "($opts) nobody cannot list step-0/model: $(head -c 200 "$TMP/u.out")"
+        fi
+        mode_is "($opts) step-0/model/a, its shard under a 0700 data/" "$MNT/step-0/model/a" 400 root
+        denied as_nobody "($opts) nobody: cat step-0/model/a" cat "$MNT/step-0/model/a"
+        same_bytes "($opts) root reads step-0/model/a" "$TMP/a.raw" "$MNT/step-0/model/a"
         same_bytes "($opts) root reads step-2/model/a" "$TMP/a.raw" "$MNT/step-2/model/a"
         same_bytes "($opts) root reads peek/model/a" "$TMP/a.raw" "$MNT/peek/model/a"
         same_bytes "($opts) root reads hop/model/a" "$TMP/a.raw" "$MNT/hop/model/a"
@@ -126,6 +144,29 @@ for opts in allow_other rw,world=1,allow_other; do
         expect_daemon_clean "($opts) mount of ROOT" "$MNT_LOG"
     fi
 done
+
+echo "# ---- a checkpoint of ROOT replaced by a link (to a checkpoint in a 0700 directory) between the scan and its first read"
+cp -a "$TMP/ck" "$ROOT/swap"
+if mount_ck "$ROOT" "$TMP/m.swap" -o allow_other; then
+    ls "$TMP/m.swap" >/dev/null   # the scan: swap is a 0755 directory
+    rm -rf "$ROOT/swap"
+    ln -s "$TMP/vault/step-3" "$ROOT/swap"
+    # Read at once: the daemon may still hold the scan's view of swap
+    # (rescans come at most once a second); either way nobody must not
+    # get the bytes behind the 0700 directory.
+    if as_nobody cat "$TMP/m.swap/swap/model/a" >"$TMP/u.out" 2>"$TMP/u.err"; then
+        bad "nobody read swap/model/a through the link put in place after the scan"
+    elif grep -q 'Permission denied\|Input/output error' "$TMP/u.err"; then
+        ok "nobody cannot read swap/model/a ($(sed 's/.*: //' "$TMP/u.err" | head -1))"
+    else
+        bad "nobody's cat of swap/model/a failed, but not with EACCES or EIO: $(head -c 300 "$TMP/u.err")"
+    fi
+    sleep 1.1   # the next scan finds the link, with the target's bits
+    denied as_nobody "after a rescan, nobody: cat swap/model/a" cat "$TMP/m.swap/swap/model/a"
+    same_bytes "after a rescan, root reads swap/model/a" "$TMP/a.raw" "$TMP/m.swap/swap/model/a"
+    umount_ck "$TMP/m.swap"
+    expect_daemon_clean "mount of ROOT with swap" "$MNT_LOG"
+fi
 
 # ------------------------------------------------------------ a shared ROOT: saves are their maker's
 echo "# ---- a 1777 ROOT, mounted rw by root with allow_other: A (nobody) and B (uid $B_ID)"

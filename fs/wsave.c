@@ -124,6 +124,9 @@ struct ws_file {
     int started, done;
     int rc;                    /* the piece's error, sticky */
     ckpt_error err;
+    pthread_mutex_t mu;        /* the above: descriptors of the open file
+                                  in several processes write and close at
+                                  once */
 };
 
 /* ------------------------------------------------------------ nodes */
@@ -1162,6 +1165,7 @@ int ws_open(ws_save *w, uint32_t node, pid_t pid, ws_file **out,
     f->w = w;
     f->node = node;
     f->opener = pid;
+    pthread_mutex_init(&f->mu, NULL);
     pthread_mutex_lock(&w->mu);
     int rc = node < w->n && w->nodes[node].kind == WS_FILE ? 0 : -EISDIR;
     if (rc)
@@ -1173,8 +1177,7 @@ int ws_open(ws_save *w, uint32_t node, pid_t pid, ws_file **out,
         rc = fqn_locked(w, node, &f->fqn, err);
     pthread_mutex_unlock(&w->mu);
     if (rc) {
-        free(f->fqn);
-        free(f);
+        ws_release(f);
         return rc;
     }
     *out = f;
@@ -1255,18 +1258,33 @@ static int start_piece(ws_file *f, pid_t pid, ckpt_error *err)
     return rc;
 }
 
-int ws_write(ws_file *f, pid_t pid, const void *buf, size_t len,
-             uint64_t off, ckpt_error *err)
+/* Records the piece, every byte of it received: its frames are flushed
+ * to the shard and it goes into the writer's plan. */
+static int end_piece(ws_file *f, ckpt_error *err)
 {
-    if (f->done)
-        return ckpt_err(err, -EBADF, "tensor '%s': the piece was recorded "
-                        "when a descriptor of it was closed; write a new "
-                        "piece through a new open", f->fqn);
+    f->done = 1;
+    ckpt_piece p;
+    pattr_to_piece(&f->piece, f->fqn, &p);
+    int rc = ckpt_stream_end_as(f->stream, &p, err);
+    f->stream = NULL;          /* freed either way */
+    if (rc == 0)
+        rc = ckpt_writer_flush(f->writer, err);
+    finish_stream(f, rc == 0);
+    return rc ? fail(f, rc, err) : 0;
+}
+
+static int write_locked(ws_file *f, pid_t pid, const void *buf, size_t len,
+                        uint64_t off, ckpt_error *err)
+{
     if (f->rc) {
         if (err)
             *err = f->err;
         return f->rc;
     }
+    if (f->done)
+        return ckpt_err(err, -EBADF, "tensor '%s': the piece was recorded "
+                        "when its last byte was written; write a new piece "
+                        "through a new open", f->fqn);
     int rc = 0;
     if (off != f->received)
         rc = ckpt_err(err, -EINVAL, "tensor '%s': write at offset %" PRIu64
@@ -1292,7 +1310,17 @@ int ws_write(ws_file *f, pid_t pid, const void *buf, size_t len,
         x->size = f->received;
     clock_gettime(CLOCK_REALTIME, &x->mtime);
     pthread_mutex_unlock(&f->w->mu);
-    return 0;
+    /* Complete: the piece ends here, whoever holds its descriptors. */
+    return f->received == f->bound ? end_piece(f, err) : 0;
+}
+
+int ws_write(ws_file *f, pid_t pid, const void *buf, size_t len,
+             uint64_t off, ckpt_error *err)
+{
+    pthread_mutex_lock(&f->mu);
+    int rc = write_locked(f, pid, buf, len, off, err);
+    pthread_mutex_unlock(&f->mu);
+    return rc;
 }
 
 /* 1 when the attributes pid would use describe a piece of no bytes. */
@@ -1302,12 +1330,11 @@ static int empty_piece_declared(ws_file *f, pid_t pid)
     uint64_t n = 1;
     pthread_mutex_lock(&f->w->mu);
     const pattr *a = attrs_for(&f->w->nodes[f->node], pid, f->opener);
-    int rc = a && (a->set & PATTR_DTYPE) ?
-             pattr_resolve(a, f->fqn, &p, NULL) : -1;
+    int rc = a ? pattr_resolve(a, f->fqn, &p, NULL) : -1;
     pthread_mutex_unlock(&f->w->mu);
-    if (rc == 0 && p.infer == PATTR_EXACT)
+    if (rc == 0)
         (void)ckpt_shape_nbytes(p.dtype, p.ndim, p.sizes, &n, f->fqn, NULL);
-    return rc == 0 && p.infer == PATTR_EXACT && n == 0;
+    return rc == 0 && n == 0;
 }
 
 /* 1 when the attributes the opener would use say user.ckpt.replica=1. */
@@ -1331,12 +1358,12 @@ static int close_replica(ws_file *f, ckpt_error *err)
     ws_node *x = &w->nodes[f->node];
     const pattr *a = attrs_for(x, f->opener, f->opener);
     int rc = pattr_resolve(a, f->fqn, &f->piece, err);
-    if (rc == 0 && (!(a->set & PATTR_DTYPE) || f->piece.infer != PATTR_EXACT))
+    if (rc == 0 && !(a->set & PATTR_DTYPE))
         rc = ckpt_err(err, -EINVAL, "tensor '%s': user.ckpt.replica=1 "
                       "without bytes refers to a piece another writer "
                       "writes: its region must be set in full "
-                      "(user.ckpt.dtype, .shape and .sizes, and .offsets "
-                      "unless all 0)", f->fqn);
+                      "(user.ckpt.dtype and .shape, and .offsets and .sizes "
+                      "for a part)", f->fqn);
     if (rc == 0 && a != &x->shared)
         drop_own(x, a);
     pthread_mutex_unlock(&w->mu);
@@ -1354,48 +1381,58 @@ static int close_replica(ws_file *f, ckpt_error *err)
     return rc ? fail(f, rc, err) : 0;
 }
 
-int ws_close(ws_file *f, ckpt_error *err)
+static int close_locked(ws_file *f, ckpt_error *err)
 {
-    if (f->done)
-        return 0;
-    /* A replica's reference: no bytes, by design. */
-    if (!f->started && !f->rc && replica_declared(f)) {
-        f->done = 1;
-        return close_replica(f, err);
-    }
-    /* Nothing written yet: not the end of the piece (a shell closes its
-     * copy of a redirected descriptor before the command writes). */
-    if (!f->started && !f->rc && !empty_piece_declared(f, f->opener))
-        return 0;
-    f->done = 1;
     if (f->rc) {
         if (err)
             *err = f->err;
         return f->rc;
     }
-    int rc = 0;
-    if (!f->started)
-        rc = start_piece(f, f->opener, err);
-    if (rc == 0)
-        rc = pattr_finish(&f->piece, f->received, f->fqn, err);
-    ckpt_piece p;
-    pattr_to_piece(&f->piece, f->fqn, &p);
-    if (rc == 0) {
-        rc = ckpt_stream_end_as(f->stream, &p, err);
-        f->stream = NULL;      /* freed either way */
+    /* Recorded, or more bytes may come through another descriptor of the
+     * open file (a child's, a dup): a flush is not the piece's end. */
+    if (f->done || f->started)
+        return 0;
+    /* A replica's reference: no bytes, by design. */
+    if (replica_declared(f)) {
+        f->done = 1;
+        return close_replica(f, err);
     }
-    if (rc == 0)
-        rc = ckpt_writer_flush(f->writer, err);
-    finish_stream(f, rc == 0);
-    return rc ? fail(f, rc, err) : 0;
+    /* Nothing written and nothing to write: not the end of the piece (a
+     * shell closes its copy of a redirected descriptor before the command
+     * writes). */
+    if (!empty_piece_declared(f, f->opener))
+        return 0;
+    int rc = start_piece(f, f->opener, err);
+    return rc ? fail(f, rc, err) : end_piece(f, err);
+}
+
+int ws_close(ws_file *f, ckpt_error *err)
+{
+    pthread_mutex_lock(&f->mu);
+    int rc = close_locked(f, err);
+    pthread_mutex_unlock(&f->mu);
+    return rc;
 }
 
 void ws_release(ws_file *f)
 {
     if (!f)
         return;
+    if (f->started && !f->done && !f->rc) {
+        /* Its last descriptor closed short: a writer killed, or a
+         * program that wrote less than it declared. */
+        ckpt_error e = { 0 };
+        finish_stream(f, 0);
+        fail(f, ckpt_err(&e, -EIO, "tensor '%s': its descriptors were all "
+                         "closed after %" PRIu64 " of the piece's %" PRIu64
+                         " bytes (its writer was killed, or wrote less than "
+                         "its attributes declare): nothing is recorded; "
+                         "write the piece again", f->fqn, f->received,
+                         f->bound), &e);
+    }
     if (f->stream || f->writer)
         finish_stream(f, 0);
+    pthread_mutex_destroy(&f->mu);
     free(f->fqn);
     free(f);
 }

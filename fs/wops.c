@@ -134,6 +134,10 @@ int wops_lookup_root(fs_ctx *c, fuse_req_t req, const char *name)
         return -ENOENT;
     if (ws_save_committed(w))
         return -EAGAIN;
+    ckpt_error err = { 0 };
+    if (ws_join(w, caller(req), &err) != 0)
+        fuse_log(FUSE_LOG_ERR, "ckptfs: %s: cannot hold the lease of the "
+                 "save this mount joins: %s\n", name, err.msg);
     reply_node(req, w, WS_ROOT);
     return 0;
 }

@@ -407,6 +407,15 @@ ws_save *ws_set_find(ws_set *s, const char *name)
     return w;
 }
 
+static int hold_lease(ws_save *w, ckpt_error *err);
+
+int ws_join(ws_save *w, pid_t pid, ckpt_error *err)
+{
+    if (wrank_of(w->set->ranks, pid, w->set->world) < 0)
+        return 0;       /* a reader, `ls`: not one of the save's writers */
+    return hold_lease(w, err);
+}
+
 /* Makes root/name with its data/ and .pending/ in one step, so that
  * another mount never sees the directory without .pending/ (it would not
  * know it for a save): built aside under a hidden name, then renamed into
@@ -476,6 +485,13 @@ int ws_set_create(ws_set *s, const char *name, const access_owner *owner,
     }
     pthread_mutex_unlock(&s->mu);
     ckpt_lease_drop(lease);
+    /* mkdir answered EEXIST: this mount joins the save and holds its lease
+     * from now on, as its maker does, so that gc keeps the save while
+     * this mount's ranks have yet to write. */
+    ckpt_error le = { 0 };
+    if (rc == -EEXIST && *out && hold_lease(*out, &le) != 0)
+        fuse_log(FUSE_LOG_ERR, "ckptfs: %s: cannot hold the lease of the "
+                 "save this mount joins: %s\n", path, le.msg);
     return rc;
 }
 
@@ -823,9 +839,10 @@ static int set_rank(ws_save *w, pid_t pid, const char *value, size_t len,
         return ckpt_err(err, -EINVAL, RANK_ATTR " '%.*s': a rank from 0 to "
                         "%d (the mount's world=%d)", (int)(len < 40 ? len
                         : 40), value, world - 1, world);
-    return wrank_set(w->set->ranks, pid, rank) ? ckpt_err(err, -ENOMEM,
-                                                          "out of memory")
-                                               : 0;
+    if (wrank_set(w->set->ranks, pid, rank))
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    /* A rank set on a save joins it: its lease is held from now on. */
+    return hold_lease(w, err);
 }
 
 /* Keeps why an attribute or piece of file node was refused (its

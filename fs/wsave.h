@@ -64,6 +64,12 @@ int ws_set_world(const ws_set *s);
 /* The save named `name`: one of this mount's, or a save in progress on
  * disk (joined now).  NULL when there is none. */
 ws_save *ws_set_find(ws_set *s, const char *name);
+/* A lookup of save w by process pid: when pid has a rank (user.ckpt.rank,
+ * or RANK in its environment), this mount joins the save as one of its
+ * writers and holds its lease from now on (a `mkdir -p` of a save another
+ * mount started), as it does from its mkdir of a save or its first write;
+ * until the save commits, its commit is refused, or the mount goes. */
+int ws_join(ws_save *w, pid_t pid, ckpt_error *err);
 /* Starts save `name` (mkdir), its directory given to owner (NULL: the
  * daemon's own; access_give_dir).  -EEXIST when the name exists in the
  * root (a save in progress is joined, so *out is set then too); -EINVAL

@@ -71,8 +71,19 @@ int rdv_mark(const char *dir, int rank, int world, int *complete,
     int again = fd < 0 && errno == EEXIST;
     if (fd < 0 && !again)
         return ckpt_err_sys(err, -errno, "cannot create %s", path);
-    if (fd >= 0)
-        close(fd);
+    /* The world in the marker: gc leaves a save whose every rank is in
+     * (its commit was cut short), src/write/gc.c. */
+    if (fd >= 0) {
+        char text[32];
+        int n = snprintf(text, sizeof text, "world %d\n", world);
+        rc = ckpt_write_full(fd, text, (size_t)n, path, err);
+        if (close(fd) != 0 && rc == 0)
+            rc = ckpt_err_sys(err, -errno, "cannot write %s", path);
+        if (rc) {
+            unlink(path);
+            return rc;
+        }
+    }
     int count;
     rc = count_marks(dir, world, &count, err);
     if (rc == 0)

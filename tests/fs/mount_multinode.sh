@@ -57,4 +57,27 @@ umount_ck "$B"
 run_ckpt gc --min-age 0 "$R"
 check "once every node unmounted, gc removes the unfinished $S" test ! -e "$R/$S"
 expect_daemon_clean "node B" "$MNT_LOG"
+
+echo "# ---- gc leaves a save whose every rank is in"
+S=step-000003
+mount_ck "$R" "$A" -o rw,world=2 || exit 1
+mkdir "$A/$S"
+put_rows "$A/$S" 0 >/dev/null 2>&1
+put_rows "$A/$S" 1 >"$TMP/put.out" 2>&1
+grep -qx ok "$TMP/put.out" && ok "both ranks' rows written" || bad "put: $(cat "$TMP/put.out")"
+echo 0 >"$A/$S/.ckptfs/commit" && ok "rank 0 commits"
+umount_ck "$A"
+# What a daemon killed during the last rank's commit leaves (kill_mount.sh
+# makes it for real, at random points): every rank's marker, no index.db.
+cp -p "$R/$S/.pending/rank-0" "$R/$S/.pending/rank-1"
+run_ckpt gc --min-age 0 "$R"
+expect_out_re "kept $S: all 2 ranks are in but its commit was cut short; read its .ckptfs/status" \
+    "gc leaves it, saying how it is finished"
+check "$S is still there" test -d "$R/$S/.pending"
+mount_ck "$R" "$A" -o rw,world=2 || exit 1
+st=$(cat "$A/$S/.ckptfs/status")
+[ "$st" = committed ] && ok "a status read through a mount commits it" || bad "status: $st"
+cmp -s "$IN/w.bin" "$A/$S/w" && ok "w reads back whole" || bad "w differs"
+umount_ck "$A"
+expect_daemon_clean "node A" "$MNT_LOG"
 summary

@@ -93,6 +93,8 @@ struct ws_save {
     int committed;
     int gone;                  /* its directory vanished (gc removed it) */
     int failed;                /* its last commit was refused: not held */
+    struct stat refusal;       /* .pending/failed when the lease was taken
+                                  (st_ino 0: there was none) */
     ckpt_lease *lease;         /* from this mount's first write to the commit */
     kv *meta;                  /* user.ckpt.meta.* set through this mount */
     size_t nmeta;
@@ -108,6 +110,12 @@ struct ws_set {
     pthread_mutex_t mu;
     ws_save **v;               /* by id - 1 */
     size_t n, cap;
+    /* The watch: a thread that drops this mount's lease of a save whose
+     * commit another mount's rank saw refused (started with the first
+     * lease, stopped by ws_set_free). */
+    pthread_t watch;
+    int watching, stop;
+    pthread_cond_t wake;       /* CLOCK_MONOTONIC, with mu */
 };
 
 struct ws_file {
@@ -351,6 +359,11 @@ int ws_set_new(ws_set **out, const char *root, int world,
         return ckpt_err(err, -ENOMEM, "out of memory");
     }
     pthread_mutex_init(&s->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->wake, &ca);
+    pthread_condattr_destroy(&ca);
     s->world = world;
     s->wo = *wo;
     /* Unique among mounts sharing the root: host, process, start time. */
@@ -375,6 +388,14 @@ void ws_set_free(ws_set *s)
 {
     if (!s)
         return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->wake);
+    int watching = s->watching;
+    pthread_mutex_unlock(&s->mu);
+    if (watching)
+        pthread_join(s->watch, NULL);
+    pthread_cond_destroy(&s->wake);
     for (size_t i = 0; i < s->n; i++)
         save_free(s->v[i]);
     free(s->v);
@@ -408,6 +429,7 @@ ws_save *ws_set_find(ws_set *s, const char *name)
 }
 
 static int hold_lease(ws_save *w, ckpt_error *err);
+static void start_watch(ws_set *s);
 
 int ws_join(ws_save *w, pid_t pid, ckpt_error *err)
 {
@@ -485,6 +507,8 @@ int ws_set_create(ws_set *s, const char *name, const access_owner *owner,
     }
     pthread_mutex_unlock(&s->mu);
     ckpt_lease_drop(lease);
+    if (rc == 0)
+        start_watch(s);
     /* mkdir answered EEXIST: this mount joins the save and holds its lease
      * from now on, as its maker does, so that gc keeps the save while
      * this mount's ranks have yet to write. */
@@ -976,10 +1000,73 @@ int ws_listxattr(ws_save *w, uint32_t node, pid_t pid, char *buf,
 
 /* ------------------------------------------------------------ writers */
 
+static void release_failed(ws_save *w);
+
+/* stat of the save's .pending/failed (the last refusal's message). */
+static int refusal_stat(const ws_save *w, struct stat *st)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/.pending/failed", w->path);
+    return lstat(path, st);
+}
+
+/* A refusal this mount did not see when it took the save's lease: some
+ * mount's rank completed the save and its commit was refused. */
+static int refused_since(ws_save *w)
+{
+    struct stat now;
+    if (refusal_stat(w, &now) != 0)
+        return 0;
+    pthread_mutex_lock(&w->mu);
+    int held = w->lease != NULL;
+    const struct stat *then = &w->refusal;
+    int news = then->st_ino == 0 || then->st_ino != now.st_ino ||
+               then->st_mtim.tv_sec != now.st_mtim.tv_sec ||
+               then->st_mtim.tv_nsec != now.st_mtim.tv_nsec;
+    pthread_mutex_unlock(&w->mu);
+    return held && news;
+}
+
+#define WATCH_MS 1000
+
+/* Every WATCH_MS: drops the lease of each save another mount saw refused
+ * (a refused commit releases every mount's lease of it, so that gc may
+ * remove the save at once). */
+static void *watch_main(void *arg)
+{
+    ws_set *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        t.tv_sec += WATCH_MS / 1000;
+        pthread_cond_timedwait(&s->wake, &s->mu, &t);
+        for (size_t i = 0; !s->stop && i < s->n; i++) {
+            ws_save *w = s->v[i];
+            pthread_mutex_unlock(&s->mu);     /* saves are never freed */
+            if (refused_since(w))
+                release_failed(w);
+            pthread_mutex_lock(&s->mu);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static void start_watch(ws_set *s)
+{
+    pthread_mutex_lock(&s->mu);
+    if (!s->watching && !s->stop &&
+        pthread_create(&s->watch, NULL, watch_main, s) == 0)
+        s->watching = 1;
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* This mount is one of the save's writers from its first write on: it
  * holds the save's lease until the save commits or the mount goes. */
 static int hold_lease(ws_save *w, ckpt_error *err)
 {
+    start_watch(w->set);
     pthread_mutex_lock(&w->mu);
     int have = w->lease || w->committed;
     pthread_mutex_unlock(&w->mu);
@@ -989,10 +1076,14 @@ static int hold_lease(ws_save *w, ckpt_error *err)
     int rc = ckpt_lease_take(&l, w->path, CKPT_LEASE_BEAT_MS, err);
     if (rc)
         return rc;
+    struct stat seen;
+    if (refusal_stat(w, &seen) != 0)
+        seen.st_ino = 0;
     pthread_mutex_lock(&w->mu);
     if (!w->lease && !w->committed) {
         w->lease = l;
         w->failed = 0;  /* written or committed again: held again */
+        w->refusal = seen;
         l = NULL;
     }
     pthread_mutex_unlock(&w->mu);

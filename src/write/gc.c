@@ -179,6 +179,11 @@ static int all_ranks_in(const char *dir)
     if (ckpt_path_join(pending, sizeof pending, dir, ".pending", NULL))
         return 0;
     int pfd = open(pending, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (pfd >= 0 && fstatat(pfd, "failed", &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        close(pfd);     /* refused, not cut short: nothing will finish it */
+        return 0;
+    }
     DIR *d = pfd >= 0 ? fdopendir(pfd) : NULL;
     if (!d) {
         if (pfd >= 0)

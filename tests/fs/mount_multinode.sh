@@ -5,6 +5,8 @@
 #     set user.ckpt.rank) holds the save's lease before it writes, so that
 #     `ckpt gc --min-age 0` keeps the save after the maker's node finished
 #     and unmounted, and the joiner's rank then commits it;
+#   - a refused commit releases every mount's lease of the save (the
+#     others notice .pending/failed), so gc removes it at once;
 #   - a save whose every rank is in but whose commit was cut short (the
 #     daemon killed during it) is left by gc, with a message saying how it
 #     is finished, and a status read through a mount commits it.
@@ -56,6 +58,33 @@ expect_out_re "kept $S" "gc keeps the save whose rank node B set"
 umount_ck "$B"
 run_ckpt gc --min-age 0 "$R"
 check "once every node unmounted, gc removes the unfinished $S" test ! -e "$R/$S"
+expect_daemon_clean "node B" "$MNT_LOG"
+
+echo "# ---- a refused commit releases every mount's lease"
+S=step-000004
+mount_ck "$R" "$A" -o rw,world=2 || exit 1
+mount_ck "$R" "$B" -o rw,world=2 || exit 1
+mkdir "$A/$S"
+put_rows "$A/$S" 0 >"$TMP/put.out" 2>&1
+grep -qx ok "$TMP/put.out" && ok "node A writes rank 0's rows" || bad "node A: $(cat "$TMP/put.out")"
+echo 0 >"$A/$S/.ckptfs/commit" && ok "node A commits rank 0"
+# rank 1 disagrees on the shape: the planner refuses the save
+RANK=1 "$PY" "$WPUT" put "$B/$S/w" "$IN/w.bin" --dtype f32 --shape 65,32 \
+    --offsets 32,0 --sizes 32,32 --from 4096 --to 8192 >"$TMP/put.out" 2>&1
+"$PY" "$WPUT" commit "$B/$S" 1 >"$TMP/put.out" 2>&1
+grep -qx "ERR commit EIO" "$TMP/put.out" && ok "node B's commit is refused" || bad "node B's commit: $(cat "$TMP/put.out")"
+# node A notices the refusal by itself (its watch, every second): gc
+# removes the save without either node unmounting
+for ((i = 0; i < 100; i++)); do
+    "$CKPT" gc --min-age 0 "$R" >"$TMP/gc.out" 2>&1
+    [ -e "$R/$S" ] || break
+    sleep 0.1
+done
+if [ ! -e "$R/$S" ]; then ok "gc --min-age 0 removes the refused save while both nodes are mounted"
+else bad "gc kept the refused save: $(tr '\n' '~' <"$TMP/gc.out")"; fi
+umount_ck "$A"
+expect_daemon_clean "node A" "$MNT_LOG"
+umount_ck "$B"
 expect_daemon_clean "node B" "$MNT_LOG"
 
 echo "# ---- gc leaves a save whose every rank is in"

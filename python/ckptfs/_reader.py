@@ -64,8 +64,8 @@ class Reader(object):
         check(C.lib.ckpt_reader_open(ctypes.byref(self._h),
                                      C.fsencode(path), ctypes.byref(o),
                                      ctypes.byref(err)), err)
-        self.format = FORMATS.get(C.lib.ckpt_format_probe(
-            C.fsencode(path), None, 0), "ckptfs")
+        self.format = FORMATS.get(C.lib.ckpt_reader_format(self._h),
+                                  "ckptfs")
         self._infos = {}
 
     def close(self):

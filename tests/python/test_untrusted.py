@@ -11,10 +11,13 @@ Each test replays an attack on the stored `python.tree` (issue #22):
   size past the bounds, not JSON) are refused with ckptfs.TreeError
   naming the problem and where it is in the tree;
 - one item named many times (a 52 KB checkpoint naming one 64 MiB tensor
-  100 times once made load use 12.7 GiB) is refused before any read.
+  100 times once made load use 12.7 GiB) is refused before any read;
+- the DCP StorageReader refuses a byte item (which DCP would torch.load)
+  where the state to load into holds a tensor.
 The pickle, if it ever ran, would make a marker directory: each test
 asserts it does not exist.
 """
+import io
 import json
 import os
 import pickle
@@ -250,6 +253,56 @@ class PickleOptIn(Base):
         ckptfs.load(ck, allow_pickle=True)
         self.assertTrue(os.path.isdir(self.marker))    # the caller's choice
         os.rmdir(self.marker)
+
+
+def dcp_load(torch):
+    """DCP's load of this torch, in one process: (state, reader)."""
+    import ckptfs.torch as ct
+    if ct.DCP_MODULE == "torch.distributed.checkpoint":
+        import torch.distributed.checkpoint as dcp
+        return lambda state, reader: dcp.load(state, storage_reader=reader)
+    from torch.distributed._shard.checkpoint import load_state_dict
+    return lambda state, reader: load_state_dict(state, reader, no_dist=True)
+
+
+class DcpBytes(Base):
+    """DCP's load torch.loads (unpickles) every byte item the plan reads:
+    where the caller's state holds a tensor, the checkpoint's byte object
+    of that name is refused before anything is read."""
+
+    def test_byte_item_for_a_tensor(self):
+        torch = util.optional_torch()
+        if torch is None:
+            self.skipTest("no torch here")
+        import ckptfs.torch as ct
+        buf = io.BytesIO()
+        torch.save(Mkdir(self.marker), buf)
+        ck = self.path("ck")
+        ckptfs.save(ck, {"x": buf.getvalue(), "w": np.arange(3.0)})
+        state = {"w": torch.zeros(3, dtype=torch.float64),
+                 "x": torch.zeros(3)}
+        # DCP's CheckpointException is a BaseException
+        with self.assertRaises(BaseException) as cm:
+            dcp_load(torch)(state, ct.StorageReader(ck))
+        self.assertFalse(os.path.exists(self.marker),
+                         "DCP torch.loaded the byte item")
+        msg = str(cm.exception)    # DCP's, with each rank's exception
+        self.assertIn("'x'", msg)
+        self.assertIn("torch.load", msg)
+        f64 = torch.float64
+        self.assertTrue(torch.equal(state["x"], torch.zeros(3)))
+        self.assertTrue(torch.equal(state["w"], torch.zeros(3, dtype=f64)))
+        # a byte item where the state holds no tensor is DCP's way of
+        # storing other values: it loads (DCP torch.loads it)
+        buf = io.BytesIO()
+        torch.save({"lr": 0.5}, buf)
+        ok = self.path("ok")
+        ckptfs.save(ok, {"x": buf.getvalue(), "w": np.arange(3.0)})
+        state = {"w": torch.zeros(3, dtype=f64), "x": None}
+        dcp_load(torch)(state, ct.StorageReader(ok))
+        self.assertEqual(state["x"], {"lr": 0.5})
+        self.assertTrue(torch.equal(state["w"], torch.arange(3.0,
+                                                            dtype=f64)))
 
 
 if __name__ == "__main__":

@@ -105,12 +105,19 @@ class _Loader(object):
         code = self.r.raw_info(i)[1]
         if item.kind == "pickle":
             self._refuse_pickles(item)
-            return pickle.loads(raw.tobytes())
+            try:
+                return pickle.loads(raw.tobytes())
+            except Exception as exc:     # whatever the pickle's code raised
+                raise UnsupportedError(
+                    "pickled object '%s' of %s does not load: %s: %s"
+                    % (item.fqn, self.r.path, type(exc).__name__,
+                       exc)) from exc
         if item.kind == "bytes":
             data = raw.tobytes()
             return bytearray(data) if item.tag == "Y" else data
         if item.flavour == "sc":
-            return convert(raw, code, "np", self.widen)[()]
+            value = convert(raw, code, "np", self.widen)
+            return value[()] if isinstance(value, np.ndarray) else value
         fw = self.framework or ("pt" if item.flavour == "pt" else "np")
         return convert(raw, code, fw, self.widen, "tensor '%s'" % item.fqn)
 

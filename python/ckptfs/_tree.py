@@ -212,7 +212,8 @@ class Container(object):
 
     def __init__(self, kind, entries, keys=None):
         self.kind, self.entries, self._keys = kind, entries, keys
-        self.pickle = next((n.pickle for _, n in entries if n.pickle), None)
+        self.pickle = next((n.pickle for _, n in entries
+                            if n.pickle is not None), None)
 
     def build(self, leaf):
         values = [(k, n.build(leaf)) for k, n in self.entries]

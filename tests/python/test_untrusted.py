@@ -255,6 +255,22 @@ class PickleOptIn(Base):
         os.rmdir(self.marker)
 
 
+class Retargeted(Base):
+    """Well-formed trees whose item nodes name items of another kind
+    (cases tests/fuzz/fuzz_tree.py found): a clear outcome, never a bare
+    TypeError or UnpicklingError."""
+
+    def test_kinds(self):
+        ck = self.ckptfs_with_tree({"v": None})
+        set_tree(ck, tree({"d": [["q", {"T": "b", "f": "sc"}]]}))
+        self.assertEqual(ckptfs.load(ck), {"q": self.payload})
+        set_tree(ck, tree({"d": [["q", {"P": "a"}]]}))
+        with self.assertRaises(ckptfs.UnsupportedError) as cm:
+            ckptfs.load(ck, allow_pickle=True)
+        self.assertIn("pickled object 'a'", str(cm.exception))
+        self.assertIn("does not load", str(cm.exception))
+
+
 def dcp_load(torch):
     """DCP's load of this torch, in one process: (state, reader)."""
     import ckptfs.torch as ct

@@ -7,6 +7,9 @@
 #     and unmounted, and the joiner's rank then commits it;
 #   - a refused commit releases every mount's lease of the save (the
 #     others notice .pending/failed), so gc removes it at once;
+#   - a rank that writes its piece again with other bytes (it ran again
+#     over an attempt it had begun): the refusal names the writer once and
+#     says what to do, never "writer rank0 ... vs writer rank0";
 #   - a save whose every rank is in but whose commit was cut short (the
 #     daemon killed during it) is left by gc, with a message saying how it
 #     is finished, and a status read through a mount commits it.
@@ -86,6 +89,22 @@ umount_ck "$A"
 expect_daemon_clean "node A" "$MNT_LOG"
 umount_ck "$B"
 expect_daemon_clean "node B" "$MNT_LOG"
+
+echo "# ---- a rank that ran again over its attempt: never 'writer X vs writer X'"
+S=step-000005
+mount_ck "$R" "$A" -o rw,world=1 || exit 1
+mkdir "$A/$S"
+RANK=0 "$PY" "$WPUT" put "$A/$S/w" "$IN/w.bin" --dtype f32 --shape 64,32 >/dev/null 2>&1
+"$PY" -c 'import sys; d = open(sys.argv[1], "rb").read(); open(sys.argv[2], "wb").write(d[::-1])' "$IN/w.bin" "$IN/w2.bin"
+RANK=0 "$PY" "$WPUT" put "$A/$S/w" "$IN/w2.bin" --dtype f32 --shape 64,32 >"$TMP/put.out" 2>&1
+grep -qx ok "$TMP/put.out" && ok "rank 0 writes w again, other bytes" || bad "put: $(cat "$TMP/put.out")"
+echo 0 >"$A/$S/.ckptfs/commit" 2>/dev/null
+st=$(cat "$A/$S/.ckptfs/status")
+case "$st" in
+    *"writer rank0 wrote piece"*twice*"save the step under a new name"*) ok "the refusal names the writer once and says what to do (${st:0:120})" ;;
+    *) bad "status: $st" ;;
+esac
+umount_ck "$A"
 
 echo "# ---- gc leaves a save whose every rank is in"
 S=step-000003

@@ -12,10 +12,13 @@
  * save's directory; nodes are never removed, so their numbers can be
  * part of inode numbers.  Everything here is thread-safe.
  *
- * Pieces: every open for writing is one piece, begun by its first write
- * and recorded by ws_close (frames in the writer's shard, the piece in its
- * plan: it survives the daemon); the shards and plans are synced at each
- * close with sync=1, else when a rank commits through this mount, and in
+ * Pieces: every open for writing is one piece, its extent known before
+ * its first byte (pattr.h), begun by its first write and recorded by the
+ * write of its last byte (frames in the writer's shard, the piece in its
+ * plan: it survives the daemon), whichever process or descriptor of the
+ * open file writes it; a piece whose open file is released short records
+ * nothing (ws_release).  The shards and plans are synced as each piece
+ * ends with sync=1, else when a rank commits through this mount, and in
  * any case by the commit before index.db is written.  The
  * attributes a piece takes are those its writing process set on the file
  * (several ranks may write pieces of one file at once), or else the last
@@ -134,17 +137,20 @@ int ws_listxattr(ws_save *w, uint32_t node, pid_t pid, char *buf,
 int ws_open(ws_save *w, uint32_t node, pid_t pid, ws_file **out,
             ckpt_error *err);
 /* Writes at off, which must be where the previous write ended (-EINVAL
- * otherwise); past the piece's end is -EFBIG.  Any error fails the piece
- * for good. */
+ * otherwise); past the piece's end is -EFBIG; the write of the piece's
+ * last byte records it (and reports that).  Any error fails the piece for
+ * good. */
 int ws_write(ws_file *f, pid_t pid, const void *buf, size_t len,
              uint64_t off, ckpt_error *err);
-/* A close (of any descriptor of the open file): once bytes were written,
- * ends the piece and records it durably, reporting the piece's error; a
- * close before any byte is written changes nothing (unless the attributes
- * describe an empty piece, which is then recorded).  Later calls return
- * 0, and later writes fail. */
+/* A close (a flush: of any descriptor of the open file, by any process):
+ * reports the piece's error, if it failed; otherwise never ends a piece
+ * that has begun (another descriptor may write on).  Before any byte, a
+ * replica reference or an empty piece the attributes describe is
+ * recorded here; otherwise nothing changes. */
 int ws_close(ws_file *f, ckpt_error *err);
-/* Frees f, abandoning a piece that was not closed. */
+/* Frees f once the kernel releases the open file (its last descriptor is
+ * gone): a piece begun and not complete fails there, recording why
+ * (user.ckpt.error, .ckptfs/errors, the writer's plan) and nothing else. */
 void ws_release(ws_file *f);
 /* Why the last failed piece of file `node` failed (like snprintf), or
  * -ENODATA.  A file created or described in a save is declared (in a

@@ -1390,9 +1390,10 @@ static int write_locked(ws_file *f, pid_t pid, const void *buf, size_t len,
         return f->rc;
     }
     if (f->done)
-        return ckpt_err(err, -EBADF, "tensor '%s': the piece was recorded "
-                        "when its last byte was written; write a new piece "
-                        "through a new open", f->fqn);
+        return ckpt_err(err, -EFBIG, "tensor '%s': the piece holds %" PRIu64
+                        " bytes, all written (it was recorded); writing %zu "
+                        "more at %" PRIu64 " goes past its end (a new piece "
+                        "takes a new open)", f->fqn, f->bound, len, off);
     int rc = 0;
     if (off != f->received)
         rc = ckpt_err(err, -EINVAL, "tensor '%s': write at offset %" PRIu64

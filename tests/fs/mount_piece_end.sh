@@ -189,6 +189,28 @@ py_says "a child writes the rest through an inherited descriptor" '^child 0$'
 commit_says "the inherited descriptor's piece commits" "$M/$S" "committed"
 cmp -s "$IN/rng.bin" "$M/$S/rng_state" && ok "rng_state reads back whole" || bad "rng_state differs"
 
+echo "# ---- a write after the piece's last byte"
+S=step-000015
+mkdir "$M/$S"
+"$PY" - "$M/$S" "$IN/w.bin" >"$TMP/py.out" 2>&1 <<'EOF'
+import errno, os, sys
+ck, src = sys.argv[1], sys.argv[2]
+fd = os.open(ck + "/w", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+os.setxattr(fd, "user.ckpt.dtype", b"float32")
+os.setxattr(fd, "user.ckpt.shape", b"64,32")
+os.write(fd, open(src, "rb").read())
+try:
+    os.write(fd, b"more")
+    print("extra write ok")
+except OSError as e:
+    print("extra write", errno.errorcode[e.errno])
+os.close(fd)
+print("closed")
+EOF
+py_says "a write past the recorded piece's end fails with EFBIG" '^extra write EFBIG$'
+commit_says "the piece recorded before it commits" "$M/$S" "committed"
+cmp -s "$IN/w.bin" "$M/$S/w" && ok "w reads back" || bad "w differs"
+
 echo "# ---- setfattr; cat piece > file"
 S=step-000014
 mkdir "$M/$S"

@@ -203,7 +203,9 @@ static int node_perm(const fs_ckpt *ck, uint32_t node, const tree_node *n,
     ckpt_perm p;
     size_t idx = n->kind == TREE_TENSOR || n->kind == TREE_NPY
                      ? n->tensor : (size_t)-1;
-    int rc = ckpt_reader_perm(ck->reader, idx, &p, NULL);
+    int rc = n->kind == TREE_ST
+                 ? views_st_perm(ck->reader, tree_st(ck->tree), n->tensor, &p)
+                 : ckpt_reader_perm(ck->reader, idx, &p, NULL);
     if (rc)
         return rc;
     st->st_uid = p.uid;
@@ -676,6 +678,7 @@ typedef struct open_file {
     ckpt_reader *reader;
     uint32_t tensor;
     views_npy npy;            /* TREE_NPY */
+    const views_st *st;       /* TREE_ST (its shard: tensor) */
     const char *data;         /* METADATA, STATS, STATUS, a blob: content */
     size_t len;
     char text[256];           /* TREE_STATS: the counters when opened */
@@ -703,6 +706,10 @@ static int handle_fill(fs_ckpt *ck, const tree_node *n, open_file *h)
     }
     if (n->kind == TREE_METADATA)
         return source_ckpt_json(ck, &h->data, &h->len);
+    if (n->kind == TREE_ST)
+        h->st = tree_st(ck->tree);
+    if (n->kind == TREE_ST_INDEX)
+        h->data = views_st_index(tree_st(ck->tree), &h->len);
     if (n->kind == TREE_STATUS) {
         h->data = STATUS_COMMITTED;
         h->len = strlen(STATUS_COMMITTED);
@@ -778,6 +785,9 @@ static int64_t read_tensor(fs_ctx *c, const open_file *h, char *buf,
     if (h->kind == TREE_TENSOR)
         return ckpt_read(h->reader, h->tensor, buf, (uint64_t)off, size,
                          err);
+    if (h->kind == TREE_ST)
+        return views_st_read(h->reader, h->st, h->tensor,
+                             (unsigned char *)buf, (uint64_t)off, size, err);
     ckpt_tensor_info ti;
     int rc = ckpt_reader_info(h->reader, h->tensor, &ti);
     if (rc)

@@ -2,7 +2,8 @@
 # Runs a command inside the torch 2.x root of SUITE (scripts/torch-root.sh
 # makes it once), with this source tree and /tmp bind-mounted at the same
 # paths as on the host, so that a checkpoint written inside is at the same
-# path outside (the host mounts what the root's torch wrote):
+# path outside (the host mounts what the root's torch wrote, and the root
+# reads a ckptfs mount the host made under /tmp):
 #   scripts/in-torch-root.sh sid bash -c 'cd $PWD && ...'
 #   scripts/in-torch-root.sh sid --build     # builds BUILD=build-SUITE inside
 # --build configures (without FUSE and MPI) and makes build-SUITE in this tree.
@@ -24,7 +25,7 @@ exec unshare --mount --propagation private bash -c '
     root=$1 top=$2; shift 2
     mkdir -p "$root$top" "$root/tmp"
     mount --bind "$top" "$root$top"
-    mount --bind /tmp "$root/tmp"
+    mount --rbind /tmp "$root/tmp"   # with the mounts under it (ckptfs)
     mount -t proc proc "$root/proc"
     mount --rbind /dev "$root/dev"
     mount -t tmpfs shm "$root/dev/shm" 2>/dev/null || true

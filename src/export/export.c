@@ -20,6 +20,7 @@
 #include "common/fileio.h"
 #include "common/optsize.h"
 #include "export/crc32.h"
+#include "export/stlayout.h"
 
 #define DEFAULT_BLOCK ((size_t)8 << 20)
 #define MIN_BLOCK ((size_t)64 << 10)
@@ -40,34 +41,29 @@ void ckpt_export_opts_init(ckpt_export_opts *o)
 /* ------------------------------------------------------------ dtype names */
 
 typedef struct dtype_names {
-    const char *st, *torch, *storage;
+    const char *torch, *storage;
 } dtype_names;
 
 static const dtype_names *names_of(ckpt_dtype dt)
 {
     static const dtype_names t[CKPT_DTYPE_COUNT] = {
-        [CKPT_F64] = { "F64", "float64", "DoubleStorage" },
-        [CKPT_F32] = { "F32", "float32", "FloatStorage" },
-        [CKPT_F16] = { "F16", "float16", "HalfStorage" },
-        [CKPT_BF16] = { "BF16", "bfloat16", "BFloat16Storage" },
-        [CKPT_F8E4M3] = { "F8_E4M3", "float8_e4m3fn", NULL },
-        [CKPT_F8E5M2] = { "F8_E5M2", "float8_e5m2", NULL },
-        [CKPT_I64] = { "I64", "int64", "LongStorage" },
-        [CKPT_I32] = { "I32", "int32", "IntStorage" },
-        [CKPT_I16] = { "I16", "int16", "ShortStorage" },
-        [CKPT_I8] = { "I8", "int8", "CharStorage" },
-        [CKPT_U64] = { "U64", "uint64", NULL },
-        [CKPT_U32] = { "U32", "uint32", NULL },
-        [CKPT_U16] = { "U16", "uint16", NULL },
-        [CKPT_U8] = { "U8", "uint8", "ByteStorage" },
-        [CKPT_BOOL] = { "BOOL", "bool", "BoolStorage" },
+        [CKPT_F64] = { "float64", "DoubleStorage" },
+        [CKPT_F32] = { "float32", "FloatStorage" },
+        [CKPT_F16] = { "float16", "HalfStorage" },
+        [CKPT_BF16] = { "bfloat16", "BFloat16Storage" },
+        [CKPT_F8E4M3] = { "float8_e4m3fn", NULL },
+        [CKPT_F8E5M2] = { "float8_e5m2", NULL },
+        [CKPT_I64] = { "int64", "LongStorage" },
+        [CKPT_I32] = { "int32", "IntStorage" },
+        [CKPT_I16] = { "int16", "ShortStorage" },
+        [CKPT_I8] = { "int8", "CharStorage" },
+        [CKPT_U64] = { "uint64", NULL },
+        [CKPT_U32] = { "uint32", NULL },
+        [CKPT_U16] = { "uint16", NULL },
+        [CKPT_U8] = { "uint8", "ByteStorage" },
+        [CKPT_BOOL] = { "bool", "BoolStorage" },
     };
     return dt > CKPT_DTYPE_INVALID && dt < CKPT_BYTES ? &t[dt] : NULL;
-}
-
-const char *exp_st_dtype(ckpt_dtype dt)
-{
-    return names_of(dt) ? names_of(dt)->st : NULL;
 }
 
 const char *exp_torch_dtype(ckpt_dtype dt)

@@ -39,10 +39,10 @@ typedef struct exp_job {
     uint64_t done, total;   /* bytes written of tensor data */
 } exp_job;
 
-/* Names of a dtype: safetensors' ("F32"), torch's ("float32"), and the
- * legacy storage class torch.save names it by ("FloatStorage"; NULL for
- * dtypes torch saves as an UntypedStorage with _rebuild_tensor_v3). */
-const char *exp_st_dtype(ckpt_dtype dt);
+/* Names of a dtype: torch's ("float32"), and the legacy storage class
+ * torch.save names it by ("FloatStorage"; NULL for dtypes torch saves as
+ * an UntypedStorage with _rebuild_tensor_v3).  safetensors' names are
+ * st_dtype_name's (stlayout.h). */
 const char *exp_torch_dtype(ckpt_dtype dt);
 const char *exp_torch_storage(ckpt_dtype dt);
 

@@ -29,7 +29,13 @@ exec unshare --mount --propagation private bash -c '
     mount -t proc proc "$root/proc"
     mount --rbind /dev "$root/dev"
     mount -t tmpfs shm "$root/dev/shm" 2>/dev/null || true
-    exec chroot "$root" env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root \
+    rc=0
+    chroot "$root" env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root \
         LANG=C.UTF-8 USE_LIBUV=0 TMPDIR=/tmp "PWD=$top" \
-        ${CKPT_TEST_ENV:-} sh -c "cd \"$top\" && exec \"\$@\"" sh "$@"
+        ${CKPT_TEST_ENV:-} sh -c "cd \"$top\" && exec \"\$@\"" sh "$@" || rc=$?
+    # Drop this namespace'"'"'s copies of the mounts under /tmp now: a ckptfs
+    # mount the host unmounts next must not live on here (its daemon
+    # would wait for this copy to go before it exits).
+    umount -R -l "$root/tmp" 2>/dev/null || true
+    exit $rc
 ' sh "$root" "$top" "$@"

@@ -14,7 +14,14 @@ need_python
 REF=$TMP/ref
 CK=$TMP/ck
 mkdir -p "$REF"
-PYTHONPATH=$CKPT_BUILDDIR/python "$PY" - "$CK" "$REF" <<'EOF' || exit 99
+# The build's ckptfs package (in a sanitizer build, with the sanitizer
+# runtimes preloaded, as tests/python/run.sh does).
+PYENV=(env "PYTHONPATH=$CKPT_BUILDDIR/python")
+if [[ $(ldd "$CKPT" 2>/dev/null) == *libasan* ]]; then
+    PYENV+=("LD_PRELOAD=$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libubsan.so)"
+            ASAN_OPTIONS=detect_leaks=0)
+fi
+"${PYENV[@]}" "$PY" - "$CK" "$REF" <<'EOF' || exit 99
 import json, os, sys
 import numpy as np
 import ckptfs

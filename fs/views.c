@@ -485,7 +485,7 @@ int views_st_build(const ckpt_reader *r, uint64_t max_shard,
     }
     for (size_t i = 0; i < n; i++) {
         ckpt_tensor_info ti;
-        if (ckpt_reader_info(r, i, &ti) == 0 && ti.dtype != CKPT_BYTES)
+        if (ckpt_reader_info(r, i, &ti) == 0 && st_dtype_name(ti.dtype))
             in[k++] = (st_input){ i, ti.dtype };
     }
     int rc = st_layout_build(&v->l, r, in, k, max_shard, NULL);

@@ -38,9 +38,10 @@ exec unshare --mount --propagation private bash -c '
     chroot "$root" env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/root \
         LANG=C.UTF-8 USE_LIBUV=0 TMPDIR=/tmp "PWD=$top" \
         ${CKPT_TEST_ENV:-} sh -c "cd \"$top\" && exec \"\$@\"" sh "$@" || rc=$?
-    # Drop this namespace'"'"'s copies of the mounts under /tmp now: a ckptfs
-    # mount the host unmounts next must not live on here (its daemon
-    # would wait for this copy to go before it exits).
-    umount -R -l "$root/tmp" 2>/dev/null || true
+    # Drop this namespace'"'"'s copies of FUSE mounts (a ckptfs mount the
+    # host made, under $root/tmp and at its own path): one the host
+    # unmounts next must not live on here, or its daemon would wait.
+    awk '"'"'$3 ~ /^fuse/ { print $2 }'"'"' /proc/self/mounts | sort -r |
+        while read -r m; do umount -l "$m" 2>/dev/null || true; done
     exit $rc
 ' sh "$root" "$top" "$@"

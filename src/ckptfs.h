@@ -612,14 +612,16 @@ typedef struct ckpt_export_opts {
     int format;             /* a ckpt_export_format (default safetensors) */
     int torch_major;        /* pt and dcp: the torch that loads it, 1 (1.13:
                                torch.distributed._shard.checkpoint, no
-                               float8 or uint16-64) or 2 (default) */
+                               float8, uint16-64 or complex32) or 2
+                               (default) */
     uint64_t max_shard_size;/* safetensors folder: bytes per shard at most
                                (default 5,000,000,000, as HF's "5GB") */
     int flat;               /* pt: keys are the FQNs (default 0: a name's
                                dots make nested dicts) */
-    int convert;            /* 1 converts, exactly, the dtypes the target
-                               lacks (float8 to float32, uint16 to int32,
-                               uint32 to int64); 0 refuses them (default) */
+    int convert;            /* 1 converts, exactly, the dtypes torch 1
+                               lacks (float8 to float32, complex32 to
+                               complex64, uint16 to int32, uint32 to
+                               int64); 0 refuses them (default) */
     int bytes_as_u8;        /* safetensors, pt: byte objects become 1-D
                                uint8 tensors (default 0: left out, and
                                each reported through `note`) */

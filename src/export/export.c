@@ -62,8 +62,15 @@ static const dtype_names *names_of(ckpt_dtype dt)
         [CKPT_U16] = { "uint16", NULL },
         [CKPT_U8] = { "uint8", "ByteStorage" },
         [CKPT_BOOL] = { "bool", "BoolStorage" },
+        [CKPT_C64] = { "complex64", "ComplexFloatStorage" },
+        [CKPT_C128] = { "complex128", "ComplexDoubleStorage" },
+        [CKPT_C32] = { "complex32", NULL },
+        [CKPT_F8E4M3FNUZ] = { "float8_e4m3fnuz", NULL },
+        [CKPT_F8E5M2FNUZ] = { "float8_e5m2fnuz", NULL },
+        [CKPT_F8E8M0] = { "float8_e8m0fnu", NULL },
     };
-    return dt > CKPT_DTYPE_INVALID && dt < CKPT_BYTES ? &t[dt] : NULL;
+    return dt > CKPT_DTYPE_INVALID && dt < CKPT_DTYPE_COUNT &&
+           dt != CKPT_BYTES ? &t[dt] : NULL;
 }
 
 const char *exp_torch_dtype(ckpt_dtype dt)
@@ -82,21 +89,40 @@ static const char *format_name(int f)
            "safetensors";
 }
 
-/* What dtype `dt` is written as in the job's format: itself, a wider one
- * when o.convert allows, or CKPT_DTYPE_INVALID with err naming the
- * object. */
+/* Whether torch 1.x lacks dt (it has no float8 of any kind, no uint16 to
+ * uint64, and complex32 only in name). */
+static int torch1_lacks(ckpt_dtype dt)
+{
+    switch (dt) {
+    case CKPT_F8E4M3: case CKPT_F8E5M2: case CKPT_F8E4M3FNUZ:
+    case CKPT_F8E5M2FNUZ: case CKPT_F8E8M0: case CKPT_U16: case CKPT_U32:
+    case CKPT_U64: case CKPT_C32:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* What dtype an item is written as in the job's format: its own, a wider
+ * one when o.convert allows, or a refusal naming the object. */
 static int target_dtype(const exp_job *j, const exp_item *it, ckpt_error *err)
 {
     ckpt_dtype dt = it->dtype;
-    if (j->o.format == CKPT_EXPORT_SAFETENSORS || j->o.torch_major >= 2)
+    if (j->o.format == CKPT_EXPORT_SAFETENSORS) {
+        if (st_dtype_name(dt))
+            return dt;
+        return ckpt_err(err, -ENOTSUP, "tensor '%s': %s has no safetensors "
+                        "dtype: refused (export it as pt or dcp)", it->fqn,
+                        ckpt_dtype_name(dt));
+    }
+    if (j->o.torch_major >= 2 || !torch1_lacks(dt))
         return dt;
-    /* torch 1.13 has no float8 and no uint16..uint64. */
-    ckpt_dtype wide = dt == CKPT_F8E4M3 || dt == CKPT_F8E5M2 ? CKPT_F32 :
-                      dt == CKPT_U16 ? CKPT_I32 :
-                      dt == CKPT_U32 ? CKPT_I64 : CKPT_DTYPE_INVALID;
-    if (dt != CKPT_F8E4M3 && dt != CKPT_F8E5M2 && dt != CKPT_U16 &&
-        dt != CKPT_U32 && dt != CKPT_U64)
-        return dt;
+    /* Exact widenings: every float8 to float32, complex32 to complex64
+     * (common/npy.c's, as the .npy view's), uint16/32 to int32/64. */
+    ckpt_dtype wide = dt == CKPT_U16 ? CKPT_I32 :
+                      dt == CKPT_U32 ? CKPT_I64 :
+                      dt == CKPT_C32 ? CKPT_C64 :
+                      dt == CKPT_U64 ? CKPT_DTYPE_INVALID : CKPT_F32;
     if (j->o.convert && wide != CKPT_DTYPE_INVALID)
         return wide;
     return ckpt_err(err, -ENOTSUP, "tensor '%s': %s is a dtype torch 1.x "
@@ -112,8 +138,8 @@ static int target_dtype(const exp_job *j, const exp_item *it, ckpt_error *err)
 static void convert(const exp_job *j, ckpt_dtype from, ckpt_dtype to,
                     const void *src, size_t n, void *dst)
 {
-    if (to == CKPT_F32) {
-        npy_widen_f32(&j->tables, from, src, n, dst);
+    if (to == CKPT_F32 || to == CKPT_C64) {
+        npy_widen(&j->tables, from, src, n, dst);
     } else if (from == CKPT_U16) {
         const uint16_t *s = src;
         int32_t *d = dst;

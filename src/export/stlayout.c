@@ -20,9 +20,10 @@ const char *st_dtype_name(ckpt_dtype dt)
         [CKPT_F8E5M2] = "F8_E5M2", [CKPT_I64] = "I64", [CKPT_I32] = "I32",
         [CKPT_I16] = "I16", [CKPT_I8] = "I8", [CKPT_U64] = "U64",
         [CKPT_U32] = "U32", [CKPT_U16] = "U16", [CKPT_U8] = "U8",
-        [CKPT_BOOL] = "BOOL",
+        [CKPT_BOOL] = "BOOL", [CKPT_C64] = "C64", [CKPT_F8E8M0] = "F8_E8M0",
     };
-    return dt > CKPT_DTYPE_INVALID && dt < CKPT_BYTES ? names[dt] : NULL;
+    return dt > CKPT_DTYPE_INVALID && dt < CKPT_DTYPE_COUNT ? names[dt]
+                                                            : NULL;
 }
 
 /* ------------------------------------------------------------ JSON text */

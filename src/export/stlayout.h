@@ -58,7 +58,9 @@ int st_layout_build(st_layout *out, const ckpt_reader *r,
                     ckpt_error *err);
 void st_layout_free(st_layout *l);
 
-/* The safetensors dtype name ("F32", "BF16", "F8_E4M3", ...), or NULL. */
+/* The safetensors dtype name ("F32", "BF16", "F8_E4M3", "C64", ...), or
+ * NULL for a dtype safetensors lacks (complex128, complex32, the fnuz
+ * float8s) and for byte objects. */
 const char *st_dtype_name(ckpt_dtype dt);
 
 /* The entry of shard s that holds byte off (>= the header), or NULL. */

@@ -21,6 +21,7 @@
 #include "common/optsize.h"
 #include "export/crc32.h"
 #include "export/stlayout.h"
+#include "export/wthread.h"
 
 #define DEFAULT_BLOCK ((size_t)8 << 20)
 #define MIN_BLOCK ((size_t)64 << 10)
@@ -153,39 +154,74 @@ static void convert(const exp_job *j, ckpt_dtype from, ckpt_dtype to,
     }
 }
 
+/* Reads [off, off + want) of the item into dst. */
+static int read_block(exp_job *j, const exp_item *it, unsigned char *dst,
+                      uint64_t off, uint64_t want, ckpt_error *err)
+{
+    int64_t got = ckpt_read(j->r, it->idx, dst, off, want, err);
+    if (got < 0)
+        return (int)got;
+    if ((uint64_t)got != want)
+        return ckpt_err(err, -EIO, "%s: tensor '%s': short read at byte "
+                        "%llu", j->src, it->fqn,
+                        (unsigned long long)(off + (uint64_t)got));
+    return 0;
+}
+
+static void advance(exp_job *j, size_t n)
+{
+    j->done += n;
+    if (j->o.progress)
+        j->o.progress(j->o.arg, j->done, j->total);
+}
+
+/* A widened item: read into blk[0], widen into blk[1], write, in turn. */
+static int copy_widened(exp_job *j, const exp_item *it, exp_sink *s,
+                        uint32_t *crc, ckpt_error *err)
+{
+    size_t isz = ckpt_dtype_size(it->dtype), osz = ckpt_dtype_size(it->out);
+    size_t step = j->o.buffer_bytes / osz * isz;
+    for (uint64_t off = 0; off < it->nbytes; off += step) {
+        uint64_t want = it->nbytes - off < step ? it->nbytes - off : step;
+        int rc = read_block(j, it, j->blk[0], off, want, err);
+        if (rc)
+            return rc;
+        size_t n = (size_t)want / isz * osz;
+        convert(j, it->dtype, it->out, j->blk[0], (size_t)want / isz,
+                j->blk[1]);
+        if (crc)
+            *crc = exp_crc32(*crc, j->blk[1], n);
+        rc = exp_sink_write(s, j->blk[1], n, err);
+        if (rc)
+            return rc;
+        advance(j, n);
+    }
+    return 0;
+}
+
 int exp_copy(exp_job *j, const exp_item *it, exp_sink *s, uint32_t *crc,
              ckpt_error *err)
 {
-    size_t isz = it->dtype == CKPT_BYTES ? 1 : ckpt_dtype_size(it->dtype);
-    size_t osz = it->out == CKPT_BYTES ? 1 : ckpt_dtype_size(it->out);
-    size_t step = j->o.buffer_bytes / osz * isz;
-    step -= step % isz;
-    for (uint64_t off = 0; off < it->nbytes; off += step) {
+    if (it->widen)
+        return copy_widened(j, it, s, crc, err);
+    /* Block k is read into blk[k % 2] while the writer thread writes
+     * block k - 1 from the other. */
+    size_t step = j->o.buffer_bytes;
+    int cur = 0, rc = 0;
+    for (uint64_t off = 0; off < it->nbytes && rc == 0; off += step) {
         uint64_t want = it->nbytes - off < step ? it->nbytes - off : step;
-        int64_t got = ckpt_read(j->r, it->idx, j->blk[0], off, want, err);
-        if (got < 0)
-            return (int)got;
-        if ((uint64_t)got != want)
-            return ckpt_err(err, -EIO, "%s: tensor '%s': short read at "
-                            "byte %llu", j->src, it->fqn,
-                            (unsigned long long)(off + (uint64_t)got));
-        const unsigned char *p = j->blk[0];
-        size_t n = (size_t)want;
-        if (it->widen) {
-            convert(j, it->dtype, it->out, j->blk[0], n / isz, j->blk[1]);
-            p = j->blk[1];
-            n = n / isz * osz;
-        }
-        if (crc)
-            *crc = exp_crc32(*crc, p, n);
-        int rc = exp_sink_write(s, p, n, err);
+        rc = read_block(j, it, j->blk[cur], off, want, err);
         if (rc)
-            return rc;
-        j->done += n;
-        if (j->o.progress)
-            j->o.progress(j->o.arg, j->done, j->total);
+            break;
+        if (crc)
+            *crc = exp_crc32(*crc, j->blk[cur], (size_t)want);
+        rc = exp_wthread_put(j->writer, s, j->blk[cur], (size_t)want, err);
+        cur ^= 1;
+        if (rc == 0)
+            advance(j, (size_t)want);
     }
-    return 0;
+    int wrc = exp_wthread_wait(j->writer, rc ? NULL : err);
+    return rc ? rc : wrc;
 }
 
 /* ------------------------------------------------------------ choosing */
@@ -432,7 +468,7 @@ static int open_source(exp_job *j, const char *src, ckpt_error *err)
         if (!(j->blk[i] = malloc(j->o.buffer_bytes)))
             return ckpt_err(err, -ENOMEM, "out of memory for the export's "
                             "buffers (%zu bytes)", j->o.buffer_bytes);
-    return 0;
+    return exp_wthread_start(&j->writer, err);
 }
 
 int ckpt_export(const char *src, const char *out,
@@ -461,6 +497,7 @@ int ckpt_export(const char *src, const char *out,
         rc = select_items(&j, err);
     if (rc == 0)
         rc = export_to(&j, out, err);
+    exp_wthread_stop(j.writer);
     ckpt_reader_close(j.r);
     free(j.items);
     free(j.blk[0]);

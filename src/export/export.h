@@ -34,7 +34,9 @@ typedef struct exp_job {
     const char *src;
     exp_item *items;        /* in FQN order */
     size_t n;
-    unsigned char *blk[2];  /* read blocks, o.buffer_bytes each */
+    unsigned char *blk[2];  /* read blocks, o.buffer_bytes each: one read
+                               while the writer thread writes the other */
+    struct exp_wthread *writer;
     npy_tables tables;      /* float8 -> float32 */
     uint64_t done, total;   /* bytes written of tensor data */
 } exp_job;

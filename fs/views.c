@@ -18,6 +18,7 @@
 #include "export/stlayout.h"
 #include "foreign/torchsave.h"
 #include "common/npy.h"
+#include "common/perm.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "ckptfs's .npy view assumes a little-endian host"
@@ -562,15 +563,6 @@ int64_t views_st_read(ckpt_reader *r, const views_st *v, size_t shard,
     return (int64_t)len;
 }
 
-/* Narrows p to what q also allows (see views_st_perm). */
-static void perm_and(ckpt_perm *p, const ckpt_perm *q)
-{
-    uint32_t other = q->mode & 07;
-    uint32_t owner = q->uid == p->uid ? (q->mode >> 6) & 07 : other;
-    uint32_t group = q->gid == p->gid ? (q->mode >> 3) & 07 : other;
-    p->mode &= (owner << 6) | (group << 3) | other;
-}
-
 int views_st_perm(ckpt_reader *r, const views_st *v, size_t shard,
                   ckpt_perm *out)
 {
@@ -579,8 +571,10 @@ int views_st_perm(ckpt_reader *r, const views_st *v, size_t shard,
     for (size_t i = s->first; i < s->first + s->count && rc == 0; i++) {
         ckpt_perm q;
         rc = ckpt_reader_perm(r, v->l.e[i].idx, &q, NULL);
+        struct stat st = { .st_uid = q.uid, .st_gid = q.gid,
+                           .st_mode = (mode_t)q.mode };
         if (rc == 0)
-            perm_and(out, &q);
+            ckpt_perm_add(out, &st);   /* what every tensor's files allow */
     }
     return rc;
 }

@@ -96,8 +96,8 @@ const char *views_st_index(const views_st *v, size_t *len);
 int64_t views_st_read(ckpt_reader *r, const views_st *v, size_t shard,
                       unsigned char *dst, uint64_t off, uint64_t len,
                       ckpt_error *err);
-/* Who may read the shard: the permissions of its tensors combined (an
- * owner or group that differs keeps only what the others may do).
+/* Who may read the shard: the listing's permissions with each of its
+ * tensors' folded in (common/perm.h's ckpt_perm_add).
  * Returns 0 or a negative errno. */
 int views_st_perm(ckpt_reader *r, const views_st *v, size_t shard,
                   ckpt_perm *out);

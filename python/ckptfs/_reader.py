@@ -36,7 +36,7 @@ TensorInfo.__doc__ = ("A tensor (or byte object) of a checkpoint: ckptfs "
                       "and its chunks.")
 
 FORMATS = {C.FORMAT_CKPTFS: "ckptfs", C.FORMAT_DCP: "dcp",
-           C.FORMAT_SAFETENSORS: "safetensors"}
+           C.FORMAT_SAFETENSORS: "safetensors", C.FORMAT_TORCH: "torch"}
 
 
 def _dims(ptr, n):

@@ -180,6 +180,23 @@ int ckpt_foreign_refuse(ckpt_foreign *f, size_t t, const char *why,
         }
     }
     f->npend = k;
+    /* Listed with its dtype and shape where they are sound, else as one
+     * byte: either way a tensor of some bytes, whose every read fails. */
+    ckpt_index_tensor *ti = &f->d.tensors[t];
+    uint64_t numel = 1;
+    int sound = ckpt_dtype_size(ti->dtype) > 0;
+    for (int d = 0; sound && d < ti->ndim; d++)
+        sound = ti->shape[d] > 0 &&
+                !__builtin_mul_overflow(numel, (uint64_t)ti->shape[d], &numel);
+    if (sound && numel > (uint64_t)INT64_MAX / ckpt_dtype_size(ti->dtype))
+        sound = 0;
+    if (!sound) {
+        ti->dtype = CKPT_BYTES;
+        ti->ndim = 1;
+        ti->shape[0] = 1;
+        numel = 1;
+    }
+    ti->nbytes = numel * ckpt_dtype_size(ti->dtype);
     free(f->d.tensors[t].refused);
     if (!(f->d.tensors[t].refused = strdup(why)))
         return ckpt_err(err, -ENOMEM, "out of memory");
@@ -428,7 +445,8 @@ int ckpt_foreign_finish(ckpt_foreign *f, ckpt_error *err)
     /* the refused ones after them, merged in by merge_refused */
     for (size_t i = 0, k = plan.ntensors; i < f->d.ntensors; i++)
         if (f->d.tensors[i].refused) {
-            sorted[k++] = f->d.tensors[i];
+            sorted[k] = f->d.tensors[i];
+            sorted[k++].chunks_loaded = 1;   /* it has none */
             f->d.tensors[i].fqn = NULL;
             f->d.tensors[i].refused = NULL;
         }

@@ -80,8 +80,11 @@ int ckpt_foreign_add_chunk(ckpt_foreign *f, size_t t, const int64_t *offsets,
                            uint64_t span, ckpt_error *err);
 /* Keeps tensor `t` listed but unreadable: drops the chunks added for it
  * and records `why` (a message naming it), which every read of it
- * returns; the rest of the checkpoint serves.  A tensor whose dtype
- * ckptfs lacks is added as CKPT_BYTES of shape [0] and refused so. */
+ * returns; the rest of the checkpoint serves.  It keeps the dtype and
+ * shape it was added with when they are sound (a known dtype, a size
+ * that does not overflow, not empty), else it is listed as one byte
+ * (CKPT_BYTES of shape [1]), so that every read of it reaches the
+ * refusal. */
 int ckpt_foreign_refuse(ckpt_foreign *f, size_t t, const char *why,
                         ckpt_error *err);
 int ckpt_foreign_set_meta(ckpt_foreign *f, const char *key,

@@ -65,11 +65,10 @@ static int add_tensor(walker *w, const char *fqn, const pk_val *call)
     ckpt_error terr = { 0 };
     int rc = ckpt_torch_describe(call, &w->a->z, w->a->prefix, what, &tt,
                                  &terr);
-    int64_t none = 0, zero[CKPT_MAX_DIMS] = { 0 };
-    long t = rc ? ckpt_foreign_add_tensor(w->f, fqn, CKPT_BYTES, 1, &none,
-                                          w->err)
-                : ckpt_foreign_add_tensor(w->f, fqn, tt.dtype, tt.ndim,
-                                          tt.size, w->err);
+    int64_t zero[CKPT_MAX_DIMS] = { 0 };
+    /* refused, it keeps what describe found of its dtype and sizes */
+    long t = ckpt_foreign_add_tensor(w->f, fqn, tt.dtype, tt.ndim, tt.size,
+                                     w->err);
     if (t < 0)
         return (int)t;
     if (rc == -ENOMEM)

@@ -101,6 +101,46 @@ def write(d):
                os.path.join(d, "expand.pt"))
 
 
+def dcp_stride0(p, n=2 ** 30):
+    """A DCP checkpoint whose one item is torch.save of a stride-0 view of
+    n elements (issue 22 item 5: DCP itself materializes such a view, so
+    the item is put in by hand: a small checkpoint saved, its .metadata
+    unpickled by Python, sizes and item location changed, pickled back)."""
+    import pickle
+    try:
+        import torch.distributed.checkpoint as dcp
+        if not hasattr(dcp, "save"):
+            raise ImportError
+
+        def save(sd):
+            dcp.save(sd, checkpoint_id=p)
+    except ImportError:
+        here = os.path.dirname(os.path.abspath(__file__))
+        sys.path.insert(0, os.path.join(here, "..", "helpers"))
+        import torch_compat
+        torch_compat.allow_unhashable_dataclass_defaults()
+        import torch.distributed._shard.checkpoint as dcp
+
+        def save(sd):
+            dcp.save_state_dict(sd, dcp.FileSystemWriter(p), no_dist=True)
+    save({"e": torch.zeros(16)})
+    with open(os.path.join(p, ".metadata"), "rb") as f:
+        meta = pickle.load(f)
+    md = meta.state_dict_metadata["e"]
+    md.size = torch.Size([n])
+    md.chunks[0].sizes = torch.Size([n])
+    buf = io.BytesIO()
+    torch.save(torch.zeros(1).expand(n), buf)
+    data = buf.getvalue()
+    for k, v in meta.storage_data.items():
+        if k.fqn == "e":
+            with open(os.path.join(p, v.relative_path), "wb") as f:
+                f.write(data)
+            v.offset, v.length = 0, len(data)
+    with open(os.path.join(p, ".metadata"), "wb") as f:
+        pickle.dump(meta, f)
+
+
 # ------------------------------------------------------------ hand-made
 
 def _s(text):

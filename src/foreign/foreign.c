@@ -58,6 +58,25 @@ static int has_file(const char *dir, int (*want)(const char *))
     return found;
 }
 
+/* 1 when dir holds a directory that is not hidden. */
+static int has_subdir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    struct dirent *e;
+    int found = 0;
+    while (!found && (e = readdir(d))) {
+        struct stat st;
+        char path[4096];
+        int n = snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        found = e->d_name[0] != '.' && n > 0 && (size_t)n < sizeof path &&
+                stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    }
+    closedir(d);
+    return found;
+}
+
 ckpt_foreign_kind ckpt_foreign_probe(const char *path, char *stamp,
                                      size_t cap)
 {
@@ -72,10 +91,12 @@ ckpt_foreign_kind ckpt_foreign_probe(const char *path, char *stamp,
     if (S_ISREG(st.st_mode)) {
         const char *base = strrchr(path, '/');
         base = base ? base + 1 : path;
-        snprintf(stamp, cap, "%s", path);
-        return safetensors_name(base) ? CKPT_FOREIGN_SAFETENSORS
-               : ckpt_torchfile_name(base) ? CKPT_FOREIGN_TORCH
-               : CKPT_FOREIGN_NONE;
+        ckpt_foreign_kind k = safetensors_name(base) ? CKPT_FOREIGN_SAFETENSORS
+                              : ckpt_torchfile_name(base) ? CKPT_FOREIGN_TORCH
+                              : CKPT_FOREIGN_NONE;
+        if (k != CKPT_FOREIGN_NONE)
+            snprintf(stamp, cap, "%s", path);
+        return k;
     }
     if (!S_ISDIR(st.st_mode))
         return CKPT_FOREIGN_NONE;
@@ -91,7 +112,9 @@ ckpt_foreign_kind ckpt_foreign_probe(const char *path, char *stamp,
         return CKPT_FOREIGN_TORCH;
     if (is_file(path, "pytorch_model.bin", stamp, cap))
         return CKPT_FOREIGN_TORCH;
-    if (has_file(path, ckpt_torchfile_name)) {
+    /* Other archives make a checkpoint of a folder with no folders in it:
+     * a root of checkpoints with a stray optimizer.pt stays a root. */
+    if (has_file(path, ckpt_torchfile_name) && !has_subdir(path)) {
         snprintf(stamp, cap, "%s", path);
         return CKPT_FOREIGN_TORCH;
     }

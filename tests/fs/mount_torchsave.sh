@@ -33,6 +33,12 @@ sys.exit(open(sys.argv[3], "rb").read() != r.raw(t))' \
     "$CKPT_SRCDIR/tests/python" "$TMP/ts/model.pt" "$OUT" &&
     ok "ckpt cat: the transposed weight in row-major order, as torch.load" ||
     bad "ckpt cat of the transposed weight differs from torch.load's"
+# a root of step folders with a stray archive beside them stays a root
+mkdir -p "$TMP/root/step-1"
+cp "$TMP/ts/model.pt" "$TMP/root/optimizer.pt"
+cp "$TMP/ts/model.pt" "$TMP/root/step-1/model.pt"
+run_ckpt ls "$TMP/root"
+expect_out_re "^step-1 torch-save [0-9]+ 18$" "a root with a stray optimizer.pt lists its torch.save step"
 run_ckpt verify "$TMP/ts/hf"
 expect_ok "ckpt verify of the HF sharded folder"
 run_ckpt import "$TMP/ts/model.pt" "$TMP/imported"

@@ -435,6 +435,8 @@ class CheckpointFile(object):
 def open_checkpoint(path, framework="np", *, threads=None, cache_bytes=None,
                     widen=True, follow_links=False):
     """Opens a checkpoint (a ckptfs checkpoint, a PyTorch DCP directory, a
-    safetensors file or directory) for lazy reads; see CheckpointFile."""
+    safetensors file or directory, a torch.save archive such as model.pt or
+    pytorch_model.bin, or a folder of them) for lazy reads; see
+    CheckpointFile."""
     return CheckpointFile(path, framework, threads, cache_bytes, widen,
                           follow_links)

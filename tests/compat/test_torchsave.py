@@ -9,7 +9,8 @@ on the host, 2.x in the roots):
   transposed weight, 0-d, stride 0), non-tensor values in the metadata;
 - with torch 2.x, a DCP checkpoint of dcp.save holding every dtype (uint16,
   float8, ...: items whose storage is torch.storage.UntypedStorage) opens
-  and equals dcp.load's tensors;
+  and equals dcp.load's tensors, through ckptfs.open and through
+  ckptfs.torch.StorageReader;
 - a 4-element slice of a 2^30-element expanded tensor (a 1 KB archive,
   and a DCP item of one) costs little memory: peak RSS of a child
   process, not time (4 GiB before);
@@ -237,6 +238,17 @@ def test_dcp_dtypes(d):
     dcp.load(back, checkpoint_id=p)
     same_as_torch(p, back, "DCP of every dtype (torch %s)"
                   % torch.__version__)
+    import ckptfs.torch as ct
+    via = {k: torch.empty_like(v) for k, v in sd.items()}
+    dcp.load(via, storage_reader=ct.StorageReader(p))
+    bad = [k for k in sd if ref.raw(via[k]) != ref.raw(back[k])]
+    check(not bad, "DCP of every dtype through ckptfs.torch.StorageReader "
+          "equals dcp.load's (bad: %s)" % bad)
+    # the same tensors torch.save'd: every dtype of this torch in an archive
+    torch.save(sd, os.path.join(d, "dtypes.pt"))
+    same_as_torch(os.path.join(d, "dtypes.pt"),
+                  torch.load(os.path.join(d, "dtypes.pt")),
+                  "torch.save of every dtype (torch %s)" % torch.__version__)
 
 
 def main():

@@ -31,6 +31,12 @@ ckpt_dtype ckpt_torch_dtype(int id)
     case PKG_DT_BF16: case PKG_ST_BF16: return CKPT_BF16;
     case PKG_DT_F8E4M3: return CKPT_F8E4M3;
     case PKG_DT_F8E5M2: return CKPT_F8E5M2;
+    case PKG_DT_F8E4M3FNUZ: return CKPT_F8E4M3FNUZ;
+    case PKG_DT_F8E5M2FNUZ: return CKPT_F8E5M2FNUZ;
+    case PKG_DT_F8E8M0: return CKPT_F8E8M0;
+    case PKG_DT_C32: case PKG_ST_C32: return CKPT_C32;
+    case PKG_DT_C64: case PKG_ST_C64: return CKPT_C64;
+    case PKG_DT_C128: case PKG_ST_C128: return CKPT_C128;
     case PKG_DT_I64: case PKG_ST_I64: return CKPT_I64;
     case PKG_DT_I32: case PKG_ST_I32: return CKPT_I32;
     case PKG_DT_I16: case PKG_ST_I16: return CKPT_I16;

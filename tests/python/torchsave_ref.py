@@ -26,13 +26,31 @@ def dtypes():
     """Every dtype of this torch that ckptfs reads."""
     names = ["float64", "float32", "float16", "bfloat16", "int64", "int32",
              "int16", "int8", "uint8", "bool", "uint16", "uint32", "uint64",
-             "float8_e4m3fn", "float8_e5m2"]
-    return [getattr(torch, n) for n in names if hasattr(torch, n)]
+             "float8_e4m3fn", "float8_e5m2", "float8_e4m3fnuz",
+             "float8_e5m2fnuz", "float8_e8m0fnu", "complex32", "complex64",
+             "complex128"]
+    return [getattr(torch, n) for n in names
+            if hasattr(torch, n) and _saves(getattr(torch, n))]
+
+
+def _saves(dt):
+    """torch.save of this dtype works here (torch 1.13 refuses complex32)."""
+    try:
+        torch.save(torch.zeros(1, dtype=dt), io.BytesIO())
+        return True
+    except (KeyError, RuntimeError, TypeError):
+        return False
 
 
 def sample(dt, shape, gen):
     if dt == torch.bool:
         return torch.rand(shape, generator=gen) > 0.5
+    if dt.is_complex:
+        return torch.complex(torch.randn(shape, generator=gen, dtype=torch.float64),
+                             torch.randn(shape, generator=gen, dtype=torch.float64)).to(dt)
+    if "e8m0" in str(dt):     # powers of two only
+        return torch.full(shape, 2.0).pow(
+            torch.randint(-8, 8, shape, generator=gen)).to(dt)
     if dt.is_floating_point:
         return torch.randn(shape, generator=gen).to(dt)
     if dt in (torch.uint8,) or str(dt).startswith("torch.uint"):

@@ -19,7 +19,8 @@ on the host, 2.x in the roots):
   storage smaller than declared, a view past its storage, overflowing
   sizes, a compressed (zip bomb) entry, an entry whose size lies,
   duplicated entries, a pickle whose shared lists multiply; a bad tensor
-  beside a good one is refused alone.
+  beside a good one is refused alone, in an archive and in a DCP
+  checkpoint (an item asking for os.system).
 Exit 0 pass, 1 fail, 77 skip."""
 import json
 import os
@@ -219,6 +220,29 @@ def test_hostile(d):
           + msg)
 
 
+def test_dcp_bad_item(d):
+    """issue 23 item 1: one DCP item that cannot be read (its pickle asks
+    for os.system) refuses its tensor alone, by name; the others serve."""
+    p = os.path.join(d, "dcp-bad")
+    ref.dcp_save(p, {"a": torch.arange(4.0), "b": torch.ones(4)})
+    evil = os.path.join(d, "evil.zip")
+    ref.archive(evil, b"\x80\x02cos\nsystem\nX\x04\0\0\0trueR.",
+                {"0": b"\0" * 16})
+    ref.dcp_put_item(p, "b", open(evil, "rb").read())
+    ck = ckptfs.open(p, widen=False)
+    check(ck.get_tensor("a").tobytes() == ref.raw(torch.arange(4.0)),
+          "DCP: the good tensor beside a refused item reads")
+    try:
+        ck.get_tensor("b")
+        msg = "read"
+    except Exception as e:  # noqa: BLE001
+        msg = str(e)
+    check("'b'" in msg and "os.system" in msg,
+          "DCP: the item asking for os.system refuses tensor 'b' alone: "
+          + msg)
+    ck.close()
+
+
 def test_dcp_dtypes(d):
     """torch 2.x dcp.save of every dtype: items of UntypedStorage."""
     try:
@@ -256,6 +280,7 @@ def main():
         test_archives(d)
         test_amplification(d)
         test_hostile(d)
+        test_dcp_bad_item(d)
         test_dcp_dtypes(d)
     if FAILED:
         print("%d FAILED" % len(FAILED))

@@ -119,44 +119,51 @@ def write(d):
                os.path.join(d, "expand.pt"))
 
 
-def dcp_stride0(p, n=2 ** 30):
-    """A DCP checkpoint whose one item is torch.save of a stride-0 view of
-    n elements (issue 22 item 5: DCP itself materializes such a view, so
-    the item is put in by hand: a small checkpoint saved, its .metadata
-    unpickled by Python, sizes and item location changed, pickled back)."""
-    import pickle
+def dcp_save(p, sd):
+    """DCP's own save of sd into p (torch 2.x, or 1.13's _shard)."""
     try:
         import torch.distributed.checkpoint as dcp
         if not hasattr(dcp, "save"):
             raise ImportError
-
-        def save(sd):
-            dcp.save(sd, checkpoint_id=p)
+        dcp.save(sd, checkpoint_id=p)
     except ImportError:
         here = os.path.dirname(os.path.abspath(__file__))
         sys.path.insert(0, os.path.join(here, "..", "helpers"))
         import torch_compat
         torch_compat.allow_unhashable_dataclass_defaults()
         import torch.distributed._shard.checkpoint as dcp
+        dcp.save_state_dict(sd, dcp.FileSystemWriter(p), no_dist=True)
 
-        def save(sd):
-            dcp.save_state_dict(sd, dcp.FileSystemWriter(p), no_dist=True)
-    save({"e": torch.zeros(16)})
+
+def dcp_put_item(p, fqn, data, size=None):
+    """Replaces the item of tensor `fqn` (one chunk) of DCP checkpoint p by
+    `data` in a file of its own, and its size by `size` when given: the
+    .metadata unpickled by Python, changed, pickled back."""
+    import pickle
     with open(os.path.join(p, ".metadata"), "rb") as f:
         meta = pickle.load(f)
-    md = meta.state_dict_metadata["e"]
-    md.size = torch.Size([n])
-    md.chunks[0].sizes = torch.Size([n])
-    buf = io.BytesIO()
-    torch.save(torch.zeros(1).expand(n), buf)
-    data = buf.getvalue()
+    if size is not None:
+        md = meta.state_dict_metadata[fqn]
+        md.size = torch.Size(size)
+        md.chunks[0].sizes = torch.Size(size)
     for k, v in meta.storage_data.items():
-        if k.fqn == "e":
+        if k.fqn == fqn:
+            v.relative_path = "item-" + fqn
             with open(os.path.join(p, v.relative_path), "wb") as f:
                 f.write(data)
             v.offset, v.length = 0, len(data)
     with open(os.path.join(p, ".metadata"), "wb") as f:
         pickle.dump(meta, f)
+
+
+def dcp_stride0(p, n=2 ** 30):
+    """A DCP checkpoint whose one item is torch.save of a stride-0 view of
+    n elements (issue 22 item 5: DCP itself materializes such a view, so
+    the item is put in by hand)."""
+    dcp_save(p, {"e": torch.zeros(16)})
+    buf = io.BytesIO()
+    torch.save(torch.zeros(1).expand(n), buf)
+    dcp_put_item(p, "e", buf.getvalue(), [n])
 
 
 # ------------------------------------------------------------ hand-made

@@ -443,7 +443,10 @@ static int call(pk_ctx *c, pk_val *cls, pk_val *args)
             return fail(c, -EINVAL, "OrderedDict with arguments%s", NULL);
         return push(c, new_val(c, PK_DICT));
     }
-    if (id == PKG_POSIX_PATH || id == PKG_PURE_POSIX_PATH || id == PKG_PATH) {
+    /* Python 3.13 moved the classes to pathlib._local */
+    if (id == PKG_POSIX_PATH || id == PKG_PURE_POSIX_PATH || id == PKG_PATH ||
+        id == PKG_POSIX_PATH313 || id == PKG_PURE_POSIX_PATH313 ||
+        id == PKG_PATH313) {
         size_t total = 0;
         for (size_t i = 0; i < args->n; i++) {
             if (args->items[i]->type != PK_STR)

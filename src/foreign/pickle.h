@@ -43,6 +43,9 @@
     X(PKG_POSIX_PATH, "pathlib", "PosixPath") \
     X(PKG_PURE_POSIX_PATH, "pathlib", "PurePosixPath") \
     X(PKG_PATH, "pathlib", "Path") \
+    X(PKG_POSIX_PATH313, "pathlib._local", "PosixPath") \
+    X(PKG_PURE_POSIX_PATH313, "pathlib._local", "PurePosixPath") \
+    X(PKG_PATH313, "pathlib._local", "Path") \
     X(PKG_STRIDED, "torch", "strided") \
     X(PKG_CONTIGUOUS, "torch", "contiguous_format") \
     X(PKG_CHANNELS_LAST, "torch", "channels_last") \

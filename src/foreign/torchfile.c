@@ -287,6 +287,27 @@ static int open_all(ckpt_foreign *f, ckpt_error *err)
     return rc;
 }
 
+/* Refuses a name given to two tensors: a key with a dot ("a.b") beside
+ * the same path through nested dicts ({"a": {"b": ...}}), or a tensor in
+ * two shards. */
+static int check_unique(const ckpt_foreign *f, ckpt_error *err)
+{
+    const char **v = calloc(f->d.ntensors + 1, sizeof *v);
+    if (!v)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; i < f->d.ntensors; i++)
+        v[i] = f->d.tensors[i].fqn;
+    qsort(v, f->d.ntensors, sizeof *v, cmp_cstr);
+    int rc = 0;
+    for (size_t i = 1; rc == 0 && i < f->d.ntensors; i++)
+        if (strcmp(v[i - 1], v[i]) == 0)
+            rc = ckpt_err(err, -EINVAL, "%s: two tensors are named '%s' (a "
+                          "key holding a dot beside nested keys, or a tensor "
+                          "in two files)", f->dir, v[i]);
+    free(v);
+    return rc;
+}
+
 int ckpt_torchfile_open(const char *path, ckpt_foreign *f, ckpt_error *err)
 {
     struct stat st;
@@ -309,6 +330,8 @@ int ckpt_torchfile_open(const char *path, ckpt_foreign *f, ckpt_error *err)
         rc = n > 0 && (size_t)n < sizeof idx && access(idx, F_OK) == 0
                  ? open_indexed(f, err) : open_all(f, err);
     }
+    if (rc == 0)
+        rc = check_unique(f, err);
     if (rc == 0)
         rc = ckpt_foreign_set_meta(f, "source_format", "torch-save", err);
     return rc;

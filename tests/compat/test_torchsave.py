@@ -173,6 +173,11 @@ def test_hostile(d):
         check(needle in msg and name in msg,
               "tensor '%s' refused alone, by name: %s" % (name, msg))
     ck.close()
+    # one name for two tensors
+    torch.save({"a.b": torch.ones(2), "a": {"b": torch.zeros(2)}},
+               path("twice"))
+    ok, msg = refused(path("twice"), "two tensors are named 'a.b'")
+    check(ok, "a key with a dot beside the same nested path refused: " + msg)
     # zip: a compressed entry (a bomb: small stored, huge inflated)
     with zipfile.ZipFile(path("bomb"), "w", zipfile.ZIP_DEFLATED) as z:
         z.writestr("archive/data.pkl", tensor_pkl([("w", good)]))

@@ -275,6 +275,11 @@ typedef struct ckpt_reader ckpt_reader;
  * threads. */
 int ckpt_reader_open(ckpt_reader **out, const char *dir,
                      const ckpt_read_opts *opts, ckpt_error *err);
+/* Frees the reader.  The caller must not close a reader while another
+ * thread is in, or may still enter, any call on it (every ckpt_reader_*,
+ * ckpt_read*, ckpt_load_region): nothing inside waits for them, and the
+ * memory they use is freed (the Python package's Reader counts the calls
+ * in flight and closes after the last returns). */
 void ckpt_reader_close(ckpt_reader *r);
 
 typedef struct ckpt_tensor_info {

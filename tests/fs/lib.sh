@@ -18,7 +18,9 @@
 #                                  -n; -u falls back to -uz), waits up to
 #                                  15 s for the daemon
 #                                  to end; $DAEMON_RC is its exit status, or
-#                                  'hung' (then it was killed)
+#                                  'hung' (then it was killed, after naming
+#                                  any other mount namespace still holding
+#                                  a copy of MNT: docs/MOUNT.md, Unmounting)
 #   expect_daemon_clean DESC LOG   after umount_ck: exit status 0 and no
 #                                  sanitizer/crash report in LOG
 #   refuse_mount DESC ERE SRC [WANT_RC [OPTS...]]
@@ -149,6 +151,23 @@ _fs_index() {
     echo "$found"
 }
 
+# _fs_holders MNT: "PID (COMMAND)" of a process in each other mount
+# namespace that holds a copy of MNT; such a copy keeps the daemon serving
+# after fusermount3 -u (docs/MOUNT.md, "Unmounting").  Needs root.
+_fs_holders() {
+    local q n seen
+    seen=" $(readlink /proc/self/ns/mnt) "
+    command -v nsenter >/dev/null 2>&1 || return 0
+    for q in /proc/[0-9]*; do
+        n=$(readlink "$q/ns/mnt" 2>/dev/null) || continue
+        case $seen in *" $n "*) continue ;; esac
+        seen="$seen$n "
+        if nsenter -t "${q#/proc/}" -m cat /proc/self/mountinfo 2>/dev/null | grep -q -F " $1 "; then
+            echo "${q#/proc/} ($(tr '\0' ' ' <"$q/cmdline" 2>/dev/null | head -c 100))"
+        fi
+    done
+}
+
 # umount_ck MNT [-z|-n]
 umount_ck() {
     local mnt=$1 how=${2:-} i pid
@@ -174,6 +193,9 @@ umount_ck() {
         DAEMON_RC=$?
     else
         DAEMON_RC=hung
+        local held
+        held=$(_fs_holders "$mnt")
+        [ -z "$held" ] || echo "     the daemon still serves copies of $mnt in other mount namespaces, of: $(echo "$held" | tr '\n' ' ')"
         kill -TERM "$pid" 2>/dev/null
         _fs_wait_gone "$pid" 2 || kill -KILL "$pid" 2>/dev/null
         wait "$pid" 2>/dev/null

@@ -33,6 +33,8 @@
 #   xattr_get FILE NAME            an extended attribute's value
 #   xattr_set FILE NAME [VALUE]    setfattr -n NAME -v VALUE (-x without)
 #   fscheck ARGS...                tests/helpers/fscheck.py
+# As root the script runs in a mount namespace of its own (its mounts are
+# not seen from outside it; see below).
 # Every mount still there on exit (normal end, failure, INT/TERM, watchdog)
 # is unmounted (fusermount3 -u, else -uz) and its daemon killed before the
 # temp dir is removed.
@@ -56,6 +58,17 @@ fi
 CKPT_BUILDDIR=${CKPT_BUILDDIR:-$CKPT_SRCDIR}
 CKPTFS=${CKPTFS:-$CKPT_BUILDDIR/fs/ckptfs}
 [ -x "$CKPTFS" ] || _fs_skip "the daemon is not built: $CKPTFS"
+
+# As root, the script runs in a private mount namespace of its own
+# (scripts/private-ns.sh): a namespace another program makes while a mount
+# is up copies it, and that copy keeps the daemon serving after
+# fusermount3 -u ('hung'); the script's mounts are not in the host's
+# namespace, so none can copy them.
+if [ "$(id -u)" = 0 ] && [ -z "${CKPT_FS_OWN_NS:-}" ] &&
+    unshare --mount --propagation private true 2>/dev/null; then
+    export CKPT_FS_OWN_NS=1
+    exec /bin/bash "$CKPT_SRCDIR/scripts/private-ns.sh" /bin/bash "$0" "$@"
+fi
 
 CKPT_TEST_TIMEOUT=${CKPT_TEST_TIMEOUT:-300}
 . "$CKPT_SRCDIR/tests/cli/lib.sh"

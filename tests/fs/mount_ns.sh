@@ -5,8 +5,10 @@
 # daemon while that namespace lives on.  A plain `unshare --mount` copies
 # the FUSE mount and keeps its connection alive: the daemon then waits for
 # the namespace to end (the "hung" daemon of mount_perms.sh under a
-# concurrent torch-root test).  Checks: the new namespace lists no copy of
-# the mount point, the host's mount still reads, `fusermount3 -u` ends the
+# concurrent torch-root test); so tests/fs/lib.sh also runs each mount
+# test in a namespace of its own.  Checks: the namespace that started this
+# script does not see its mount; the new namespace lists no copy of the
+# mount point, the host's mount still reads, `fusermount3 -u` ends the
 # daemon (status 0, not hung) while the namespace's command still runs.
 . "$(dirname "$0")/lib.sh"
 
@@ -31,6 +33,15 @@ trap 'kill "$HOLDER" 2>/dev/null; _fs_cleanup; kill "$_WATCHDOG" 2>/dev/null; rm
 MNT=$TMP/mnt
 if mount_ck "$TMP/ck" "$MNT"; then
     same_bytes "the mount reads model/a" "$TMP/a.raw" "$MNT/model/a"
+    # lib.sh runs the script in a namespace of its own: the one that
+    # started it (make's) must not see, and so cannot copy, the mount
+    if [ "$(readlink /proc/$PPID/ns/mnt)" = "$(readlink /proc/self/ns/mnt)" ]; then
+        bad "the script runs in the namespace that started it (lib.sh made none of its own)"
+    elif nsenter -t "$PPID" -m cat /proc/self/mountinfo | grep -q -F " $MNT "; then
+        bad "the namespace that started the script sees its mount"
+    else
+        ok "the namespace that started the script does not see its mount"
+    fi
     # the holder: sleep, in a namespace made while the mount is up
     bash "$CKPT_SRCDIR/scripts/private-ns.sh" sleep 600 </dev/null >"$TMP/ns.log" 2>&1 &
     HOLDER=$!

@@ -24,6 +24,7 @@
 #include "common/error.h"
 #include "common/fileio.h"
 #include "format/lease.h"
+#include "format/pending.h"
 #include "names.h"
 #include "pattr.h"
 #include "rendezvous.h"
@@ -278,16 +279,23 @@ static int check_save_name(const char *name, ckpt_error *err)
     return 0;
 }
 
-/* 1 when root/name is a save in progress (has .pending/, no index.db). */
+/* 1 when root/name is a save in progress (has .pending/, no index.db)
+ * that this mount may join: a directory, not a link, whose .pending/
+ * belongs to the user the daemon runs as (docs/TRUST.md, "A shared
+ * root": another user's save is not served for writing). */
 static int on_disk_pending(const char *path)
 {
     char p[4096];
     struct stat st;
-    if (ckpt_path_join(p, sizeof p, path, "index.db", NULL) != 0 ||
-        stat(p, &st) == 0)
+    if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) ||
+        ckpt_path_join(p, sizeof p, path, "index.db", NULL) != 0 ||
+        lstat(p, &st) == 0)
         return 0;
-    return ckpt_path_join(p, sizeof p, path, ".pending", NULL) == 0 &&
-           stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+    int pfd = ckpt_pending_open(path, 1, NULL);
+    if (pfd < 0)
+        return 0;
+    close(pfd);
+    return 1;
 }
 
 /* Adds a save object for root/name (under s->mu). */

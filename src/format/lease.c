@@ -16,8 +16,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/confine.h"
 #include "common/error.h"
 #include "common/fileio.h"
+#include "format/pending.h"
 
 struct ckpt_lease {
     int fd;
@@ -167,12 +169,18 @@ int ckpt_lease_take(ckpt_lease **out, const char *dir, int beat_ms,
         return ckpt_err(err, -ENOMEM, "out of memory");
     }
     l->beat_ms = beat_ms;
-    l->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (l->fd < 0) {
-        rc = errno == ENOENT
-            ? ckpt_err(err, -ENOENT, "%s is not a save in progress (it has "
-                       "no .pending/; a gc may have removed it)", dir)
-            : ckpt_err_sys(err, -errno, "cannot open the lease %s", path);
+    l->fd = -1;
+    int pfd = ckpt_pending_open(dir, 1, err);
+    if (pfd == -ENOENT)
+        rc = ckpt_err(err, -ENOENT, "%s is not a save in progress (it has "
+                      "no .pending/; a gc may have removed it)", dir);
+    else if (pfd < 0)
+        rc = pfd;
+    if (rc == 0) {
+        l->fd = ckpt_pending_file(pfd, dir, "lease", O_RDWR | O_CREAT, err);
+        close(pfd);
+        if (l->fd < 0)
+            rc = l->fd;
     }
     if (rc == 0) {
         rc = lock_whole(l->fd, F_RDLCK, 1);
@@ -302,24 +310,24 @@ int ckpt_lease_lock_exclusive(const char *dir, int create, int *fd,
     int rc = lease_path(path, sizeof path, dir, err);
     if (rc)
         return rc;
-    int f = create ? open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644)
-                   : -1;
+    /* gc may retire another user's save (it only removes): any owner,
+     * but never through a link or into a FIFO. */
+    int pfd = ckpt_pending_open(dir, 0, err);
+    if (pfd < 0)
+        return pfd;
+    int f = create ? ckpt_confine_at(pfd, "lease", O_RDWR | O_CREAT | O_EXCL,
+                                     0644, CKPT_ANY_OWNER)
+                   : -EEXIST;
     if (f >= 0)
         *created = 1;
-    else if (!create || errno == EEXIST)
-        f = open(path, O_RDWR | O_CLOEXEC);
-    if (f < 0 && errno == ENOENT && !create) {
-        char pending[4096];
-        struct stat st;
-        if (ckpt_path_join(pending, sizeof pending, dir, ".pending", NULL) ||
-            stat(pending, &st) == 0)
-            return 0;
-        errno = ENOENT;
-    }
-    if (f < 0 && errno == ENOENT)
-        return ckpt_err(err, -ENOENT, "%s has no .pending/", dir);
+    else if (f == -EEXIST)
+        f = ckpt_confine_at(pfd, "lease", O_RDWR, 0, CKPT_ANY_OWNER);
+    close(pfd);
+    if (f == -ENOENT && !create)
+        return 0;
     if (f < 0)
-        return ckpt_err_sys(err, -errno, "cannot open the lease %s", path);
+        return ckpt_err_sys(err, f, "cannot open the lease %s (it must be a "
+                            "regular file, not a link)", path);
     rc = lock_whole(f, F_WRLCK, 0);
     if (rc == -EAGAIN) {
         close(f);
@@ -402,30 +410,35 @@ int ckpt_new_maker_gone(const char *name)
 
 void ckpt_save_mark_unsynced(const char *dir, const char *msg)
 {
-    char path[4096];
-    if (ckpt_path_join(path, sizeof path, dir, CKPT_UNSYNCED_PATH, NULL))
+    int pfd = ckpt_pending_open(dir, 1, NULL);
+    if (pfd < 0)
         return;
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    int fd = ckpt_confine_at(pfd, "unsynced", O_WRONLY | O_CREAT | O_EXCL,
+                             0644, CKPT_ANY_OWNER);
+    close(pfd);
     if (fd < 0)
         return;                 /* marked already, or cannot be */
-    (void)ckpt_write_full(fd, msg, strlen(msg), path, NULL);
+    size_t n = strlen(msg);
+    (void)ckpt_write_full(fd, msg, n < CKPT_CONTROL_MAX ? n
+                          : CKPT_CONTROL_MAX, CKPT_UNSYNCED_PATH, NULL);
     (void)fsync(fd);
     close(fd);
 }
 
 int ckpt_save_unsynced(const char *dir, char *buf, size_t cap)
 {
-    char path[4096];
     if (cap)
         buf[0] = '\0';
-    if (ckpt_path_join(path, sizeof path, dir, CKPT_UNSYNCED_PATH, NULL))
+    int pfd = ckpt_pending_open(dir, 0, NULL);
+    if (pfd < 0)
         return 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = cap ? read(fd, buf, cap - 1) : 0;
-    if (n > 0)
-        buf[n] = '\0';
-    close(fd);
-    return 1;
+    /* A mark that is a link, a FIFO or another user's file is no mark of
+     * ours; but a save that has one anyway is not committed. */
+    struct stat st;
+    int there = fstatat(pfd, "unsynced", &st, AT_SYMLINK_NOFOLLOW) == 0;
+    if (there && !ckpt_pending_read(pfd, "unsynced", buf, cap) && cap)
+        snprintf(buf, cap, "%s/" CKPT_UNSYNCED_PATH " is not a regular file "
+                 "of this user", dir);
+    close(pfd);
+    return there;
 }

@@ -133,7 +133,7 @@ void wops_mkdir_root(fs_ctx *c, fuse_req_t req, const char *name)
 {
     ws_save *w;
     ckpt_error err = { 0 };
-    int rc = ws_set_create(c->ws, name, &w, &err);
+    int rc = ws_set_create(c->ws, name, fuse_req_ctx(req)->uid, &w, &err);
     if (rc == -EEXIST) {
         fuse_reply_err(req, EEXIST);    /* expected: every rank mkdirs */
         return;
@@ -280,7 +280,8 @@ static void open_node(fs_ctx *c, fuse_req_t req, ws_save *w, uint32_t node,
         h->kind = ws.kind;
         h->writable = writing;
         if (ws.kind == WS_FILE)
-            rc = ws_open(w, node, caller(req), &h->piece, &err);
+            rc = ws_open(w, node, caller(req), fuse_req_ctx(req)->uid,
+                         &h->piece, &err);
         else if (ws.kind == WS_STATUS)
             rc = status_text(w, h);
         else if (ws.kind == WS_ERRORS)

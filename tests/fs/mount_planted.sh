@@ -19,15 +19,7 @@
 # Every command that could hang runs under timeout.
 . "$(dirname "$0")/lib.sh"
 
-command -v setpriv >/dev/null 2>&1 || { echo "SKIP: mount_planted: no setpriv"; exit 77; }
-id nobody >/dev/null 2>&1 || { echo "SKIP: mount_planted: no user nobody"; exit 77; }
-[ "$(id -u)" = 0 ] || { echo "SKIP: mount_planted: needs root (to mount for another user)"; exit 77; }
-NOGROUP=$(id -gn nobody)
-as_nobody() {
-    setpriv --reuid=nobody --regid="$NOGROUP" --clear-groups "$@"
-}
-chmod 755 "$TMP"
-as_nobody test -x "$TMP" || { echo "SKIP: mount_planted: user nobody cannot reach $TMP (set TMPDIR)"; exit 77; }
+need_nobody
 
 R=$TMP/shared
 M=$TMP/mnt

@@ -25,7 +25,7 @@ typedef struct ws_limits {
  * rank; one more is closed when its piece ends (its pieces are on disk
  * already), so that pieces a user once held open do not keep their
  * descriptors and threads. */
-#define WL_IDLE_WRITERS 64
+#define WL_IDLE_WRITERS 16
 
 /* The defaults above. */
 void wl_limits_default(ws_limits *l);

@@ -10,6 +10,8 @@
 #     value past -o max_meta_bytes, is ENOSPC;
 #   - threads: the daemon's thread count (/proc/PID/status) does not grow
 #     with the saves started (one heartbeat for all their leases);
+#   - descriptors: once 150 pieces held open at once are closed, the
+#     daemon keeps at most 16 idle writers' descriptors (of 3 or 4 each);
 #   - a bad value of each option is refused before mounting.
 . "$(dirname "$0")/lib.sh"
 
@@ -115,6 +117,15 @@ if mount_ck "$R" "$M" -o rw,world=1; then
         ok "60 more saves in progress: the daemon's threads $t0 -> $t1"
     else
         bad "60 more saves made the daemon's threads grow: $t0 -> $t1"
+    fi
+    fds() { ls "/proc/$MNT_PID/fd" | wc -l; }
+    f0=$(fds)
+    /usr/bin/python3 "$TMP/hold.py" "$M/t-0" 150 "$TMP/w.raw" >"$TMP/hold.out" 2>&1
+    f1=$(fds)
+    if [ "$(grep -c ' ok$' "$TMP/hold.out")" = 150 ] && [ "$f1" -le $((f0 + 16 * 4)) ]; then
+        ok "150 pieces held open, then closed: the daemon's descriptors $f0 -> $f1"
+    else
+        bad "150 pieces held open, then closed: descriptors $f0 -> $f1 (at most +64), $(grep -vc ' ok$' "$TMP/hold.out") opens failed"
     fi
     umount_ck "$M"
     expect_daemon_clean "the mount of 61 saves" "$MNT_LOG"

@@ -435,9 +435,19 @@ int ckpt_lease_lock_exclusive(const char *dir, int create, int *fd,
     int f = create ? ckpt_confine_at(pfd, "lease", O_RDWR | O_CREAT | O_EXCL,
                                      0644, CKPT_ANY_OWNER)
                    : -EEXIST;
-    if (f >= 0)
+    struct stat pst;
+    if (f >= 0) {
         *created = 1;
-    else if (f == -EEXIST)
+        /* The lease is the save owner's, whoever runs gc (a root gc over
+         * a user's young save leaves it for that user's writers, who
+         * refuse a lease of another user's). */
+        if (fstat(pfd, &pst) == 0 && pst.st_uid != geteuid() &&
+            fchown(f, pst.st_uid, pst.st_gid) != 0) {
+            (void)unlinkat(pfd, "lease", 0);
+            close(f);
+            f = -EPERM;
+        }
+    } else if (f == -EEXIST)
         f = ckpt_confine_at(pfd, "lease", O_RDWR, 0, CKPT_ANY_OWNER);
     close(pfd);
     if (f == -ENOENT && !create)

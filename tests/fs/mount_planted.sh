@@ -11,7 +11,8 @@
 #     writes and commits through the mount leave the targets' bytes and
 #     modification times as they were, and create nothing;
 #   - `ckpt commit` run by root over such a save refuses it without
-#     touching or printing a target;
+#     touching or printing a target, and `ckpt gc` leaves the targets too;
+#     a lease gc makes in nobody's save is nobody's;
 #   - a FIFO as .pending/errors.f never blocks the daemon (ls and cat of
 #     the control files return), and a sparse 256 MiB .pending/errors.z is
 #     not read whole (.ckptfs/errors stays within its documented bound),
@@ -136,6 +137,25 @@ if [ -z "$(find "$R" -user root -mindepth 1 2>/dev/null)" ]; then
     ok "ckpt commit created no root-owned file in nobody's saves"
 else
     bad "root-owned files after ckpt commit: $(find "$R" -mindepth 1 -user root | tr '\n' ' ')"
+fi
+
+echo "# ---- root's gc over nobody's young save leaves it nobody's"
+as_nobody mkdir -p "$R/young/.pending" "$R/young/data" || exit 99
+"$CKPT" gc "$R" >"$TMP/out" 2>&1
+echo "     ckpt gc $R (exit $?): $(tr '\n' ' ' <"$TMP/out" | head -c 600)"
+for t in lease commit.lock rank-0; do
+    target_same "after ckpt gc" "$TMP/target.$t"
+done
+if [ "$(stat -c %U "$R/young/.pending/lease" 2>/dev/null)" = nobody ]; then
+    ok "the lease gc made in nobody's save is nobody's"
+else
+    bad "the lease gc made in nobody's save: $(stat -c '%U' "$R/young/.pending/lease" 2>&1)"
+fi
+as_nobody "$CKPT" commit "$R/young" >"$TMP/out" 2>&1
+if grep -q 'no writer plans' "$TMP/out"; then
+    ok "nobody's commit of it gets past the lease ($(head -c 120 "$TMP/out"))"
+else
+    bad "nobody's commit of its save after root's gc: $(head -c 300 "$TMP/out")"
 fi
 
 echo "# ---- a FIFO and a sparse file in a save of the daemon's own user"

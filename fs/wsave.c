@@ -445,7 +445,8 @@ ws_save *ws_set_find(ws_set *s, const char *name)
  * know it for a save): built aside under a hidden name, then renamed into
  * place.  -EEXIST when root/name exists. */
 static int make_save_dir(ws_set *s, const char *name, const char *path,
-                         ckpt_lease **lease, ckpt_error *err)
+                         const access_owner *owner, ckpt_lease **lease,
+                         ckpt_error *err)
 {
     char tmp[4096], sub[4200];
     ckpt_error le = { 0 };
@@ -462,6 +463,9 @@ static int make_save_dir(ws_set *s, const char *name, const char *path,
     snprintf(sub, sizeof sub, "%s/data", tmp);
     if (rc == 0 && mkdir(sub, 0755) != 0)
         rc = -errno;
+    /* The save is its maker's, as the directory they made would be. */
+    if (rc == 0 && owner && access_give_dir(tmp, owner, &le) != 0)
+        rc = le.code;
     /* Leased before it appears: no gc takes it in between. */
     if (rc == 0 && ckpt_lease_take_on(lease, tmp, s->beats, &le))
         rc = le.code;
@@ -472,7 +476,8 @@ static int make_save_dir(ws_set *s, const char *name, const char *path,
     ckpt_lease_drop(*lease);
     *lease = NULL;
     ckpt_remove_tree(tmp, NULL);
-    return ckpt_err(err, rc, "cannot create %s: %s", path, strerror(-rc));
+    return ckpt_err(err, rc, "cannot create %s: %s", path,
+                    le.msg[0] ? le.msg : strerror(-rc));
 }
 
 /* The saves in progress that uid started through this mount (under
@@ -487,8 +492,8 @@ static size_t saves_of(ws_set *s, uid_t uid)
     return n;
 }
 
-int ws_set_create(ws_set *s, const char *name, uid_t uid, ws_save **out,
-                  ckpt_error *err)
+int ws_set_create(ws_set *s, const char *name, const access_owner *owner,
+                  ws_save **out, ckpt_error *err)
 {
     *out = NULL;
     char path[4096];
@@ -498,6 +503,7 @@ int ws_set_create(ws_set *s, const char *name, uid_t uid, ws_save **out,
     if (rc)
         return rc;
     ckpt_lease *lease = NULL;
+    uid_t uid = owner ? owner->uid : geteuid();
     pthread_mutex_lock(&s->mu);
     ws_save *w = set_find_locked(s, name, 0);
     if (w) {
@@ -509,7 +515,7 @@ int ws_set_create(ws_set *s, const char *name, uid_t uid, ws_save **out,
                       "commit or remove one first", path, (long)uid,
                       s->lim.max_saves, s->lim.max_saves);
     } else {
-        rc = make_save_dir(s, name, path, &lease, err);
+        rc = make_save_dir(s, name, path, owner, &lease, err);
         if (rc == 0 || (rc == -EEXIST && on_disk_pending(path)))
             *out = set_add(s, name, path);
         if (rc == 0 && !*out)

@@ -337,3 +337,18 @@ stat_val() {
 py_says() {
     if grep -E -q -- "$2" "$TMP/py.out"; then ok "$1 ($(tr '\n' ' ' <"$TMP/py.out" | head -c 300))"; else bad "$1: want /$2/, got: $(tr '\n' '~' <"$TMP/py.out" | head -c 600)"; fi
 }
+
+# need_nobody: for tests run as root that act as a second user: defines
+# NOGROUP and as_nobody CMD... (setpriv as user nobody, no groups), makes
+# $TMP reachable, and skips (exit 77) where any of that cannot be.
+need_nobody() {
+    command -v setpriv >/dev/null 2>&1 || _fs_skip "no setpriv (util-linux)"
+    id nobody >/dev/null 2>&1 || _fs_skip "no user nobody"
+    [ "$(id -u)" = 0 ] || _fs_skip "needs root (to mount for another user)"
+    NOGROUP=$(id -gn nobody)
+    chmod 755 "$TMP"
+    as_nobody test -x "$TMP" || _fs_skip "user nobody cannot reach $TMP (set TMPDIR)"
+}
+as_nobody() {
+    setpriv --reuid=nobody --regid="$NOGROUP" --clear-groups "$@"
+}

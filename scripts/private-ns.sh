@@ -10,7 +10,9 @@
 # `fusermount3 -u` while a torch-root test ran in such a namespace;
 # tests/fs/mount_ns.sh).  So the copies are detached (lazily; propagation
 # is private, nothing reaches the host) before CMD runs.  CMD sees the
-# other mounts as they were.
+# other mounts as they were.  CKPT_NS_KEEP=MNT[:MNT...] keeps the copies of
+# those FUSE mounts (a test's own mount that CMD is to read: the test ends
+# CMD before it unmounts).
 set -euo pipefail
 [ $# -gt 0 ] || { echo "usage: private-ns.sh CMD..." >&2; exit 2; }
 if [ "$1" != --inside ]; then
@@ -32,10 +34,19 @@ fuse_list() {
         esac
     done
 }
+kept() {   # MNT: whether CKPT_NS_KEEP names it
+    local k
+    local IFS=:
+    for k in ${CKPT_NS_KEEP:-}; do
+        [ -n "$k" ] && [ "$(realpath -m "$k")" = "$1" ] && return 0
+    done
+    return 1
+}
 fuse_list | while IFS= read -r m; do
+    kept "$m" && continue
     umount -l "$m" 2>/dev/null || true   # gone with a parent already
 done
-left=$(fuse_list)
+left=$(fuse_list | while IFS= read -r m; do kept "$m" || echo "$m"; done)
 if [ -n "$left" ]; then
     echo "private-ns.sh: could not detach the copies of: $left" >&2
 fi

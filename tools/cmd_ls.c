@@ -253,8 +253,10 @@ static int list_root(const char *root)
     size_t listed = 0;
     for (int i = 0; i < n; i++) {
         const char *name = ents[i]->d_name;
-        if (strcmp(name, ".") != 0 && strcmp(name, "..") != 0 &&
-            is_subdir(root, name))
+        /* Hidden entries are no checkpoints of the root: a save being
+         * made or retired (.ckpt-new.*, gc's), or a mount's views
+         * (.npy/, .safetensors/, .ckptfs/). */
+        if (name[0] != '.' && is_subdir(root, name))
             list_entry(root, name, &failed, &listed);
         free(ents[i]);
     }

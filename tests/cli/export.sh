@@ -61,10 +61,10 @@ fi
 same_tensors "$SRC" "$TMP/hf" enc.w enc.b dec.u
 
 # (uint64 goes to DCP as torch 2 saves it, _rebuild_tensor_v3 of an
-# UntypedStorage, which ckpt's DCP reader does not read yet: left out.)
-run_ckpt export --format dcp --prefix enc. "$SRC" "$TMP/d"
+# UntypedStorage, which ckpt's DCP reader reads back too.)
+run_ckpt export --format dcp "$SRC" "$TMP/d"
 expect_ok "DCP folder"
-same_tensors "$SRC" "$TMP/d" enc.w enc.b
+same_tensors "$SRC" "$TMP/d" enc.w enc.b dec.u
 
 run_ckpt export --format safetensors --bytes-as-u8 --tensors blob,enc.b "$SRC" "$TMP/part.safetensors"
 expect_ok "--tensors with --bytes-as-u8"

@@ -5,8 +5,11 @@ load_file (where the safetensors package exists; elsewhere the file is
 read by the published layout: 8-byte header size, JSON, data).
 
 Sources: a ckptfs checkpoint holding every dtype (random bits, so that
-every bit pattern must come back), and a DCP checkpoint torch itself
-writes.  The reference of every tensor is the bytes the test generated
+every bit pattern must come back), a DCP checkpoint torch itself
+writes, and a torch.save archive torch writes (tests/python/
+torchsave_ref.py: nested dicts and lists, a tied and a transposed
+weight, every dtype this torch saves; the reference is torch.load of
+the archive).  The reference of every tensor is the bytes the test generated
 (or torch's own tensor), compared bit-exact.  Runs under torch 2.x (every
 dtype; exports for torch 2) and torch 1.13 (exports for torch 1: float8
 and uint16-64 refused by name, or widened with convert).  Also: sharded
@@ -397,6 +400,82 @@ class FromDcp(util.TempDir):
         back = {k: torch.zeros_like(v) for k, v in sd.items()}
         Export.dcp_load(self, out, back)
         self.assertEqual({k: tensor_bytes(v) for k, v in back.items()}, ref)
+
+
+class FromTorchSave(util.TempDir):
+    """A torch.save archive written here (torchsave_ref.state: nested dicts
+    and lists, a tied weight, a transposed and a strided view, a 0-d and
+    an expanded tensor, every dtype this torch saves) exported to the
+    three formats; each read back by torch equals torch.load of the
+    original archive, bit for bit."""
+
+    def setUp(self):
+        super().setUp()
+        import torchsave_ref
+        self.src = self.path("model.pt")
+        torch.save(torchsave_ref.state(), self.src)
+        # (torch 1.13's weights_only unpickler refuses the float "lr";
+        # the archive is the test's own, the exports load weights_only)
+        self.ref = torchsave_ref.flat(torch.load(self.src,
+                                                 weights_only=False))
+        self.assertGreater(len(self.ref), 10)
+        self.assertEqual(self.ref["model.layers.0.w"].data_ptr(),
+                         self.ref["model.layers.1.w"].data_ptr(),
+                         "the archive ties the two weights")
+        self.assertFalse(self.ref["model.wt"].is_contiguous())
+
+    def same(self, got, names, what):
+        self.assertEqual(sorted(got), sorted(names), what)
+        for k in names:
+            want = self.ref[k]
+            self.assertEqual(got[k].dtype, want.dtype, "%s: %s" % (what, k))
+            self.assertEqual(got[k].shape, want.shape, "%s: %s" % (what, k))
+            self.assertEqual(tensor_bytes(got[k]), tensor_bytes(want),
+                             "%s: %s" % (what, k))
+
+    def test_pt(self):
+        out = self.path("flat.pt")
+        self.assertEqual(ckptfs.export(self.src, out, "pt",
+                                       torch=TORCH_MAJOR, flat=True), [])
+        self.same(torch.load(out, weights_only=True), self.ref, "flat pt")
+        out = self.path("nested.pt")
+        ckptfs.export(self.src, out, "pt", torch=TORCH_MAJOR)
+        nested = torch.load(out, weights_only=True)
+        got = {}
+        for fqn in self.ref:
+            node = nested
+            for p in fqn.split("."):
+                node = node[p]
+            got[fqn] = node
+        self.same(got, self.ref, "nested pt")
+
+    def test_dcp(self):
+        out = self.path("o.dcp")
+        self.assertEqual(ckptfs.export(self.src, out, "dcp",
+                                       torch=TORCH_MAJOR), [])
+        back = {k: torch.zeros(v.shape, dtype=v.dtype)
+                for k, v in self.ref.items()}
+        Export.dcp_load(self, out, back)
+        self.same(back, self.ref, "dcp.load")
+
+    def test_safetensors(self):
+        names = [k for k, v in self.ref.items()
+                 if str(v.dtype)[len("torch."):] not in
+                 ("complex128", "complex32", "float8_e4m3fnuz",
+                  "float8_e5m2fnuz")]
+        self.assertLess(len(names), len(self.ref))  # complex128 at least
+        out = self.path("o.safetensors")
+        self.assertEqual(ckptfs.export(self.src, out, tensors=names), [])
+        _, parsed = parse_safetensors(out)
+        self.assertEqual(sorted(parsed), sorted(names))
+        for k in names:
+            self.assertEqual(parsed[k][1:], (tuple(self.ref[k].shape),
+                                             tensor_bytes(self.ref[k])), k)
+        if safetensors is None:
+            return
+        with safetensors.safe_open(out, framework="pt") as f:
+            self.same({k: f.get_tensor(k) for k in f.keys()}, names,
+                      "safe_open")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 # mount_torchsave.sh - torch.save archives mounted and read by the CLI
 # (issue 23 item 4, issue 22 item 5): model.pt, a folder with
 # pytorch_model.bin and an HF sharded folder, written here by the host's
-# torch: every tensor file of the mount equals torch.load's bytes; `ckpt
+# torch: every tensor file of the mount, and every tensor of a
+# safetensors dtype in its .safetensors/model.safetensors view, equals
+# torch.load's bytes; `ckpt
 # cat` of a transposed weight equals them too; `ckpt verify` passes and
 # `ckpt import` makes a ckptfs checkpoint that mounts the same; a 4 KiB
 # read of a 2^30-element expanded tensor (a 744-byte archive) leaves the
@@ -18,6 +20,9 @@ for src in model.pt folder hf; do
     "$PY" "$REF" mcheck "$TMP/ts" "$mnt" >"$TMP/check.out" 2>&1
     [ $? -eq 0 ] && ok "$src: every tensor file equals torch.load's bytes" ||
         bad "$src: $(tail -n 3 "$TMP/check.out" | tr '\n' '~')"
+    "$PY" "$REF" stcheck "$TMP/ts" "$mnt/.safetensors" >"$TMP/check.out" 2>&1
+    [ $? -eq 0 ] && ok "$src: .safetensors/model.safetensors equals torch.load's bytes" ||
+        bad "$src: .safetensors/: $(tail -n 3 "$TMP/check.out" | tr '\n' '~')"
     umount_ck "$mnt"
     expect_daemon_clean "$src" "$MNT_LOG"
 done

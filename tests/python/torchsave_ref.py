@@ -9,6 +9,9 @@ reference bytes of each tensor as torch.load gives them.
     python3 torchsave_ref.py mcheck DIR MNT   every tensor file of the
                                               mount of DIR/model.pt equals
                                               torch.load's bytes
+    python3 torchsave_ref.py stcheck DIR VIEW  VIEW/model.safetensors (the
+                                              mount's .safetensors/ of
+                                              DIR/model.pt) equals them
 """
 import io
 import json
@@ -225,11 +228,42 @@ def mcheck(d, mnt):
     return 1 if bad else 0
 
 
+def stcheck(d, view):
+    """VIEW/model.safetensors (the mount's .safetensors/ view of
+    DIR/model.pt), parsed by the published layout, holds every tensor of
+    a dtype safetensors has, each equal to torch.load's bytes."""
+    names = {"float64": "F64", "float32": "F32", "float16": "F16",
+             "bfloat16": "BF16", "int64": "I64", "int32": "I32",
+             "int16": "I16", "int8": "I8", "uint8": "U8", "bool": "BOOL",
+             "uint16": "U16", "uint32": "U32", "uint64": "U64",
+             "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2",
+             "float8_e8m0fnu": "F8_E8M0", "complex64": "C64"}
+    ref = flat(torch.load(os.path.join(d, "model.pt")))
+    with open(os.path.join(view, "model.safetensors"), "rb") as f:
+        blob = f.read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    head = json.loads(blob[8:8 + n])
+    head.pop("__metadata__", None)
+    want = {k for k, t in ref.items() if str(t.dtype)[6:] in names}
+    bad = sorted(set(head) ^ want)
+    for k in sorted(want & set(head)):
+        e, t = head[k], ref[k]
+        a, b = e["data_offsets"]
+        if (e["dtype"] != names[str(t.dtype)[6:]] or
+                e["shape"] != list(t.shape) or
+                blob[8 + n + a:8 + n + b] != raw(t)):
+            bad.append(k)
+    print("checked", len(want), "tensors; bad:", bad)
+    return 1 if bad or not want else 0
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1]
     if cmd == "write":
         write(sys.argv[2])
     elif cmd == "mcheck":
         sys.exit(mcheck(sys.argv[2], sys.argv[3]))
+    elif cmd == "stcheck":
+        sys.exit(stcheck(sys.argv[2], sys.argv[3]))
     else:
         sys.exit("unknown command " + cmd)

@@ -84,7 +84,10 @@ static void build_pending(const char *dir, const uint8_t *in, size_t n)
         size_t len = in[2] < n - 3 ? in[2] : n - 3;
         snprintf(p, sizeof p, "%s/.pending/%s", dir, name);
         if (kind == 0) {
-            int fd = open(p, O_WRONLY | O_CREAT | O_APPEND, 0644);
+            /* Never through a FIFO or link an earlier record made: the
+             * harness itself would block or write outside. */
+            int fd = open(p, O_WRONLY | O_CREAT | O_APPEND | O_NONBLOCK |
+                             O_NOFOLLOW, 0644);
             if (fd >= 0) {
                 (void)ckpt_write_full(fd, in + 3, len, p, NULL);
                 close(fd);
@@ -110,7 +113,9 @@ static void no_secret(const char *s, size_t n)
 static void control(const uint8_t *in, size_t n)
 {
     make_base();
-    if (n < 1)
+    /* The secret may show up only through a link out of the save: an
+     * input that writes it into .pending/ itself proves nothing. */
+    if (n < 1 || memmem(in, n, "OUTSIDE-SECRET", 14))
         return;
     int world = 1 + in[0] % 3;
     char dir[4200];

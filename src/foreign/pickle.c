@@ -443,7 +443,10 @@ static int call(pk_ctx *c, pk_val *cls, pk_val *args)
             return fail(c, -EINVAL, "OrderedDict with arguments%s", NULL);
         return push(c, new_val(c, PK_DICT));
     }
-    if (id == PKG_POSIX_PATH || id == PKG_PURE_POSIX_PATH || id == PKG_PATH) {
+    /* Python >= 3.13 pickles a PosixPath as pathlib._local.PosixPath
+     * (torch 2.6's StorageMeta.checkpoint_id). */
+    if (id == PKG_POSIX_PATH || id == PKG_PURE_POSIX_PATH || id == PKG_PATH ||
+        id == PKG_LOCAL_POSIX_PATH) {
         size_t total = 0;
         for (size_t i = 0; i < args->n; i++) {
             if (args->items[i]->type != PK_STR)

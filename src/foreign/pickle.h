@@ -42,6 +42,7 @@
     X(PKG_POSIX_PATH, "pathlib", "PosixPath") \
     X(PKG_PURE_POSIX_PATH, "pathlib", "PurePosixPath") \
     X(PKG_PATH, "pathlib", "Path") \
+    X(PKG_LOCAL_POSIX_PATH, "pathlib._local", "PosixPath") \
     X(PKG_STRIDED, "torch", "strided") \
     X(PKG_CONTIGUOUS, "torch", "contiguous_format") \
     X(PKG_CHANNELS_LAST, "torch", "channels_last") \

@@ -11,7 +11,8 @@ scripts/test-torch2.sh; 1.13 on the host, make check):
      DefaultSavePlanner(enable_plan_caching=True) a second save through
      StorageWriter keeps it, and _load_state_dict_from_keys({"model"})
      through StorageReader returns {'model': ...} as FileSystemReader does
-     on torch's own checkpoint (2.x)
+     (2.x), on a ckptfs checkpoint, on torch's own DCP checkpoint and on
+     its `ckpt import`
   9  a folder holding a FileSystemWriter checkpoint is refused, unchanged;
      a committed checkpoint is never overwritten (the refusal says what to
      do, the old checkpoint still loads); overwrite=True is refused saying
@@ -131,8 +132,10 @@ class Dtypes(util.TempDir):
 
 def nested_state():
     g = torch.Generator().manual_seed(3)
+    # a key with '"' and '\\' (escaped in the JSON ckptfs keeps)
     return {"model": {"layers": {"0": {"w": torch.randn(4, 3, generator=g)}},
-                      "head": torch.randn(5, generator=g)},
+                      "head": torch.randn(5, generator=g),
+                      'odd"\\key': torch.arange(3)},
             "optim": {"step": torch.tensor(7)}}
 
 
@@ -154,7 +157,8 @@ class PlannerData(util.TempDir):
         self.assertEqual(sorted(got), ["model"])
         self.assertEqual(raw(got["model"]["layers"]["0"]["w"]),
                          raw(sd["model"]["layers"]["0"]["w"]))
-        self.assertEqual(raw(got["model"]["head"]), raw(sd["model"]["head"]))
+        for k in ("head", 'odd"\\key'):
+            self.assertEqual(raw(got["model"][k]), raw(sd["model"][k]), k)
 
     def test_plan_caching_keeps_planner_data(self):
         try:
@@ -165,9 +169,17 @@ class PlannerData(util.TempDir):
         for name in ("ck1", "ck2", "ck3"):
             save(sd, ct.StorageWriter(self.path(name)), planner=planner)
             self.check_model(ct.StorageReader(self.path(name)), sd)
-        # the same with torch's own writer and reader, as the reference
-        save(sd, FileSystemWriter(self.path("fs")))
-        self.check_model(dcp.FileSystemReader(self.path("fs")), sd)
+
+    def test_torch_written_and_imported(self):
+        """torch's own checkpoint: FileSystemReader (the reference), the
+        StorageReader on it, and on its `ckpt import`."""
+        sd = nested_state()
+        fs = self.path("fs")
+        save(sd, FileSystemWriter(fs))
+        self.check_model(dcp.FileSystemReader(fs), sd)
+        self.check_model(ct.StorageReader(fs), sd)
+        util.ckpt("import", fs, self.path("imported"), check=True)
+        self.check_model(ct.StorageReader(self.path("imported")), sd)
 
 
 class Occupied(util.TempDir):

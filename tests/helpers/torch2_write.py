@@ -1,20 +1,25 @@
 """torch2_write.py - run inside a torch 2.x root by tests/fs/mount_torch2.sh
-(through scripts/in-torch-root.sh): writes, with that root's torch, two
-DCP checkpoints of one state and the reference the host compares a mount
-of them with.
+(through scripts/in-torch-root.sh): writes, with that root's torch and
+safetensors, checkpoints of one state and the reference the host compares
+mounts of them with.
 
     torch2_write.py OUT
         OUT/plain   dcp.save(state, checkpoint_id=OUT/plain)
         OUT/ck      dcp.save(state, storage_writer=ckptfs.torch.StorageWriter)
+        OUT/st.safetensors, OUT/hf/   safetensors.torch.save_file of its
+                    tensors: one file, and an HF sharded folder (two files
+                    and model.safetensors.index.json)
         OUT/ref/    per tensor FQN: FQN.bin (its bytes in row-major order,
-                    as torch holds them; a BytesIO's value); plain.txt and
-                    ck.txt list what each checkpoint holds, one line per
-                    tensor 'FQN DTYPE DIM0,DIM1,...' (ckptfs dtype names,
-                    '-' for no dims) and per byte object 'FQN bytes -'
-Both checkpoints are loaded back with dcp.load first and compared with the
-state (bit-exact), so that the reference is what torch reads too.
+                    as torch holds them; a BytesIO's value); plain.txt,
+                    ck.txt, st.txt, hf.txt list what each checkpoint
+                    holds, one line per tensor 'FQN DTYPE DIM0,DIM1,...'
+                    (ckptfs dtype names, '-' for no dims) and per byte
+                    object 'FQN bytes -'
+Each checkpoint is loaded back first (dcp.load, safe_open) and compared
+with the state (bit-exact), so that the reference is what torch reads too.
 """
 import io
+import json
 import os
 import sys
 
@@ -82,6 +87,37 @@ def check_same(sd, back, what):
             sys.exit("torch2_write: %s: %s loads back different" % (what, k))
 
 
+def write_safetensors(sd, out):
+    """OUT/st.safetensors (one file) and OUT/hf/ (two shards and
+    model.safetensors.index.json, as HF writes a sharded model), written
+    by the safetensors package and read back with safe_open; the tensors
+    of sd (contiguous copies: safetensors refuses views and shared
+    storage)."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    st = {k: v.contiguous().clone() for k, v in sd.items()
+          if not isinstance(v, io.BytesIO)}
+    save_file(st, os.path.join(out, "st.safetensors"),
+              metadata={"format": "pt"})
+    hf = os.path.join(out, "hf")
+    os.makedirs(hf)
+    names = sorted(st)
+    shards = {"model-00001-of-00002.safetensors": names[:len(names) // 2],
+              "model-00002-of-00002.safetensors": names[len(names) // 2:]}
+    weight_map = {}
+    for fname, keys in shards.items():
+        save_file({k: st[k] for k in keys}, os.path.join(hf, fname),
+                  metadata={"format": "pt"})
+        weight_map.update({k: fname for k in keys})
+    with open(os.path.join(hf, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": sum(
+            t.numel() * t.element_size() for t in st.values())},
+            "weight_map": weight_map}, f)
+    with safe_open(os.path.join(out, "st.safetensors"), "pt") as f:
+        check_same(st, {k: f.get_tensor(k) for k in f.keys()}, "st")
+    return st
+
+
 def main(out):
     plain, ck, ref = (os.path.join(out, d) for d in ("plain", "ck", "ref"))
     os.makedirs(ref)
@@ -92,10 +128,12 @@ def main(out):
     check_same(sd_plain, loaded(sd_plain, plain, None), "plain")
     dcp.save(sd, storage_writer=ckptfs.torch.StorageWriter(ck))
     check_same(sd, loaded(sd, ck, ckptfs.torch.StorageReader(ck)), "ck")
+    st = write_safetensors(sd, out)
     for k, v in sd.items():
         with open(os.path.join(ref, k + ".bin"), "wb") as f:
             f.write(v.getvalue() if isinstance(v, io.BytesIO) else raw(v))
-    for name, part in (("plain", sd_plain), ("ck", sd)):
+    for name, part in (("plain", sd_plain), ("ck", sd), ("st", st),
+                       ("hf", st)):
         with open(os.path.join(ref, name + ".txt"), "w") as lines:
             for k, v in part.items():
                 lines.write("%s bytes -\n" % k if isinstance(v, io.BytesIO)

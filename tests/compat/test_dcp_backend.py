@@ -17,6 +17,8 @@ scripts/test-torch2.sh; 1.13 on the host, make check):
      a committed checkpoint is never overwritten (the refusal says what to
      do, the old checkpoint still loads); overwrite=True is refused saying
      what to do
+and, for docs/COMPAT.md, StorageReader and ckptfs.open on torch's own DCP
+folder, a safetensors file and an HF sharded safetensors folder.
 Exit status: 0 pass, 1 fail, 77 skip (no torch).
 """
 import io
@@ -180,6 +182,90 @@ class PlannerData(util.TempDir):
         self.check_model(ct.StorageReader(fs), sd)
         util.ckpt("import", fs, self.path("imported"), check=True)
         self.check_model(ct.StorageReader(self.path("imported")), sd)
+
+
+ST_DTYPES = {torch.float32: "F32", torch.float16: "F16",
+             torch.bfloat16: "BF16", torch.int64: "I64", torch.int8: "I8",
+             torch.uint8: "U8", torch.bool: "BOOL"}
+
+
+def write_safetensors(path, tensors):
+    """A safetensors file: safetensors.torch.save_file where the package is
+    installed, else written here per the published format (8-byte header
+    length, JSON header, data)."""
+    try:
+        from safetensors.torch import save_file
+    except ImportError:
+        save_file = None
+    if save_file is not None:
+        save_file(tensors, path, metadata={"format": "pt"})
+        return
+    import json
+    header, data = {"__metadata__": {"format": "pt"}}, b""
+    for k, t in sorted(tensors.items()):
+        b = raw(t)
+        header[k] = {"dtype": ST_DTYPES[t.dtype], "shape": list(t.shape),
+                     "data_offsets": [len(data), len(data) + len(b)]}
+        data += b
+    text = json.dumps(header).encode()
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text + data)
+
+
+def foreign_state():
+    g = torch.Generator().manual_seed(11)
+    return {"emb.weight": torch.randn(9, 4, generator=g),
+            "h.0.w": torch.randn(4, 4, generator=g).bfloat16(),
+            "h.0.b": torch.randn(4, generator=g).half(),
+            "pos": torch.arange(6, dtype=torch.int64),
+            "mask": torch.randn(5, generator=g) > 0,
+            "q": torch.randint(-100, 100, (3, 2), generator=g,
+                               dtype=torch.int8)}
+
+
+class Foreign(util.TempDir):
+    """Checkpoints of other tools through StorageReader (DCP's load with
+    torch's default planner) and ckptfs.open(framework="pt"), bit-exact
+    against what torch (FileSystemReader) or safetensors holds."""
+
+    def check_reads(self, path, sd):
+        back = {k: torch.zeros_like(v) for k, v in sd.items()}
+        load(back, ct.StorageReader(path))
+        with ckptfs.open(path, framework="pt") as f:
+            for k, v in sd.items():
+                self.assertEqual(back[k].dtype, v.dtype, k)
+                self.assertEqual(raw(back[k]), raw(v), k)
+                self.assertEqual(raw(f.get_tensor(k)), raw(v), k)
+
+    def test_torch_dcp_folder(self):
+        sd = foreign_state()
+        p = self.path("dcp")
+        save(sd, FileSystemWriter(p))
+        ref = {k: torch.zeros_like(v) for k, v in sd.items()}
+        load(ref, dcp.FileSystemReader(p))          # torch's own load
+        for k, v in sd.items():
+            self.assertEqual(raw(ref[k]), raw(v), k)
+        self.check_reads(p, sd)
+
+    def test_safetensors_file_and_hf_folder(self):
+        sd = foreign_state()
+        write_safetensors(self.path("model.safetensors"), sd)
+        self.check_reads(self.path("model.safetensors"), sd)
+        hf = self.path("hf")
+        os.makedirs(hf)
+        names = sorted(sd)
+        shards = {"model-00001-of-00002.safetensors": names[:3],
+                  "model-00002-of-00002.safetensors": names[3:]}
+        for fname, keys in shards.items():
+            write_safetensors(os.path.join(hf, fname),
+                              {k: sd[k] for k in keys})
+        import json
+        with open(os.path.join(hf, "model.safetensors.index.json"),
+                  "w") as f:
+            json.dump({"metadata": {}, "weight_map": {
+                k: fname for fname, keys in shards.items() for k in keys}},
+                f)
+        self.check_reads(hf, sd)
 
 
 class Occupied(util.TempDir):

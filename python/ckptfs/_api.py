@@ -248,8 +248,9 @@ def _host_addr(code, dest):
 
 def _dtype_fits(dest, code):
     """Whether a tensor of dtype `code` loads into `dest`: same dtype; for
-    bf16 and fp8 where the framework lacks them, float32 (widened) or an
-    unsigned type of their size (raw bits)."""
+    bf16, fp8 and complex32 where the framework lacks them, the dtype they
+    widen to (float32, complex64) or an unsigned type of their size (raw
+    bits)."""
     if is_torch_tensor(dest):
         import torch
         tdt = _dtypes.torch_dtype(code, torch)
@@ -263,7 +264,7 @@ def _dtype_fits(dest, code):
     except UnsupportedError:
         return False
     return code in _dtypes.WIDENED and (
-        dest.dtype == np.float32 or (dest.dtype.kind == "u" and
-                                     dest.dtype.itemsize ==
-                                     _dtypes.STORAGE[code].itemsize))
+        dest.dtype == _dtypes.WIDENED[code] or (
+            dest.dtype.kind == "u" and
+            dest.dtype.itemsize == _dtypes.STORAGE[code].itemsize))
 

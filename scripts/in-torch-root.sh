@@ -7,7 +7,9 @@
 #   scripts/in-torch-root.sh sid bash -c 'cd $PWD && ...'
 #   scripts/in-torch-root.sh sid --build     # builds BUILD=build-SUITE inside
 # --build configures (without FUSE and MPI) and makes build-SUITE in this tree.
-# The binds live in a private mount namespace and end with the command.
+# The binds live in a private mount namespace and end with the command;
+# it holds no copy of the host's FUSE mounts (scripts/private-ns.sh), so
+# mount tests running beside it unmount at once.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 suite=${1:?usage: in-torch-root.sh SUITE (--build | CMD...)}
@@ -25,7 +27,7 @@ if [ ! -x "$top/configure" ] || [ "$top/configure.ac" -nt "$top/configure" ] ||
    [ "$top/Makefile.am" -nt "$top/Makefile.in" ]; then
     (cd "$top" && autoreconf -fi >&2)
 fi
-exec unshare --mount --propagation private bash -c '
+exec bash "$top/scripts/private-ns.sh" bash -c '
     set -e
     root=$1 top=$2; shift 2
     mkdir -p "$root$top" "$root/tmp"

@@ -44,7 +44,7 @@ sources_of() {
     case $1 in
     fuzz_parsers)
         for s in foreign/pickle foreign/zipread foreign/torchsave common/json \
-                 common/error common/dtype; do echo "$SRC/src/$s.c"; done ;;
+                 common/error common/dtype read/strided; do echo "$SRC/src/$s.c"; done ;;
     fuzz_frames)
         for s in codec/codec codec/bytegroup codec/huff common/error common/dtype; do
             echo "$SRC/src/$s.c"; done ;;
@@ -85,7 +85,7 @@ for t in $TARGETS; do
 done
 
 # Seed corpora.  fuzz_parsers: selector byte (0 pickle, 1 zip item, 2
-# JSON) + input.
+# JSON, 3 torch.save archive) + input.
 seed_parsers() {
     local CORPUS=$1
     seed() {   # seed SELECTOR FILE
@@ -104,6 +104,11 @@ seed_parsers() {
         for f in "$WORK"/st/*.safetensors; do
             "$PY" -c 'import sys, struct; d = open(sys.argv[1], "rb").read(); n = struct.unpack("<Q", d[:8])[0]; sys.stdout.buffer.write(d[8:8 + n])' \
                 "$f" >"$WORK/hdr.json" && seed 02 "$WORK/hdr.json"
+        done
+    fi
+    if "$PY" "$SRC/tests/python/torchsave_ref.py" write "$WORK/ts" >/dev/null 2>&1; then
+        for f in "$WORK"/ts/model.pt "$WORK"/ts/expand.pt "$WORK"/ts/hf/*.bin; do
+            seed 03 "$f"
         done
     fi
     printf '\x00\x80\x02}q\x00.' >"$CORPUS/min-pickle"

@@ -19,7 +19,7 @@ if [ "${1:-}" = "--build" ]; then
     set -- bash -c "cd '$top' && mkdir -p build-$suite && cd build-$suite &&
         { [ -f Makefile ] || ../configure --without-fuse --without-mpi --without-cuda \
               PYTHON=/usr/bin/python3 CFLAGS='-O2 -g' >configure.out; } &&
-        make -j\$(nproc) >make.out"
+        make -j\$(nproc) >make.out && make -j\$(nproc) tests/python/abi_layout >>make.out"
 fi
 # autotools run on the host (the root's automake is another version): a
 # Makefile.in older than Makefile.am would make the root's make run it.

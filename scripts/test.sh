@@ -3,7 +3,7 @@
 # installs the packages (scripts/setup-deps.sh), builds out of tree and runs
 # `make check`.  With --sanitize, the build uses AddressSanitizer and
 # UndefinedBehaviorSanitizer (configure --enable-sanitizers).
-# Prints a closing line "tests: N passed, N failed".
+# Prints a closing line "tests: N passed, N failed, N skipped".
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -30,14 +30,15 @@ status=0
 make -j"$(nproc)" check || status=$?
 
 # One closing line over everything automake ran (Check suites and shell tests).
-pass=0 fail=0
+pass=0 fail=0 skip=0
 for log in $(find tests -name '*.log' ! -name 'test-suite.log'); do
     trs=${log%.log}.trs
     [ -f "$trs" ] || continue
     case $(sed -n 's/^:test-result: //p' "$trs" | head -n1) in
-        PASS|XFAIL|SKIP) pass=$((pass + 1)) ;;
+        PASS|XFAIL) pass=$((pass + 1)) ;;
+        SKIP) skip=$((skip + 1)); echo "skipped: ${log%.log}" ;;
         *) fail=$((fail + 1)); echo "---- $log"; tail -n 40 "$log" ;;
     esac
 done
-echo "tests: $pass passed, $fail failed"
+echo "tests: $pass passed, $fail failed, $skip skipped"
 [ "$status" -eq 0 ] && [ "$fail" -eq 0 ]

@@ -33,7 +33,7 @@ import torch.distributed as dist
 
 from . import _capi as C
 from . import _dtypes
-from ._errors import MismatchError, check, error_class
+from ._errors import MismatchError, UnsupportedError, check, error_class
 from ._opts import write_opts
 from ._pieces import Pieces, byte_tensor, host_tensor
 from ._reader import Reader, convert
@@ -84,15 +84,15 @@ def _rank_of(rank):
     return 0
 
 
-def _planner_data_json(plans):
-    """DCP's planner data of all ranks' plans (2.x: the flattening
-    mappings, fqn -> key path), merged, as JSON; None when absent or not
-    made of plain keys."""
+def _planner_data_json(datas):
+    """DCP's planner data (2.x: the flattening mappings, fqn -> key path)
+    of all ranks' plans, or of the global Metadata, merged, as JSON; None
+    when absent or not made of plain keys."""
     merged = {}
-    for p in plans:
-        if not isinstance(p.planner_data, dict):
+    for d in datas:
+        if not isinstance(d, dict):
             return None
-        merged.update(p.planner_data)
+        merged.update(d)
     if not merged:
         return None
     try:
@@ -102,19 +102,83 @@ def _planner_data_json(plans):
         return None
 
 
+def _refuse_unstorable_dtypes(plan):
+    """UnsupportedError naming every tensor of this rank's plan whose dtype
+    has no ckptfs equivalent (e.g. a complex freqs_cis buffer where ckptfs
+    lacks complex): raised from prepare_local_plan, so DCP aborts the save
+    on every rank before any rank has created the checkpoint's files."""
+    bad = []
+    for item in plan.items:
+        if item.type == _plan.WriteItemType.BYTE_IO or item.tensor_data is None:
+            continue
+        dtype = item.tensor_data.properties.dtype
+        try:
+            _dtypes.from_torch(dtype, item.index.fqn)
+        except UnsupportedError:
+            bad.append("'%s' (%s)" % (item.index.fqn, dtype))
+    if bad:
+        bad = sorted(set(bad))
+        raise UnsupportedError(
+            "tensor %s: torch dtype has no ckptfs equivalent (ckptfs stores "
+            "%s); nothing was written: convert the tensor (e.g. "
+            "torch.view_as_real for a complex one) or leave it out of the "
+            "state" % (", ".join(bad), ", ".join(
+                sorted(set(_dtypes.TORCH_NAMES.values())))))
+
+
 def _fail(code, message):
     return error_class(code)(code, message)
 
 
+OVERWRITE_HOW = (
+    "ckptfs does not overwrite a checkpoint: save into a new path (e.g. "
+    "one per step) and remove the old checkpoint once the new one has "
+    "committed (`rm -r`, or `ckpt gc` for saves that never committed); "
+    "docs/PYTHON.md, \"Overwriting\"")
+
+
+def _refuse_occupied(path):
+    """Refuses (before anything is written) a target that already holds a
+    checkpoint: a committed ckptfs checkpoint (immutable; no overwrite,
+    OVERWRITE_HOW), an unfinished save, or another format's checkpoint (a
+    FileSystemWriter's .metadata and .distcp files, safetensors, ...),
+    which a ckptfs save beside it would leave ambiguous."""
+    p = C.fsencode(path)
+    state = C.lib.ckpt_dir_probe(p)
+    if state == C.DIR_COMMITTED:
+        raise _fail(errno.EEXIST, "%s is already a committed checkpoint "
+                    "(it has index.db); committed checkpoints are "
+                    "immutable: %s" % (path, OVERWRITE_HOW))
+    if state == C.DIR_PENDING:
+        raise _fail(errno.EBUSY, "%s holds an unfinished save (data/ or "
+                    ".pending/ without index.db): remove it first (ckpt "
+                    "gc removes saves that never committed)" % path)
+    fmt = C.lib.ckpt_format_probe(p, None, 0)
+    if fmt not in (C.FORMAT_NONE, C.FORMAT_CKPTFS):
+        what = {C.FORMAT_DCP: "a PyTorch DCP checkpoint (.metadata, "
+                "FileSystemWriter)", C.FORMAT_SAFETENSORS:
+                "a safetensors checkpoint"}.get(fmt, "another format's "
+                                                 "checkpoint")
+        raise _fail(errno.EEXIST, "%s already holds %s: ckptfs does not "
+                    "write beside or over it; save into another path (`ckpt "
+                    "import` converts it into a ckptfs checkpoint)"
+                    % (path, what))
+
+
 class StorageWriter(_dcp.StorageWriter):
     """Writes a DCP save as a ckptfs checkpoint at `path` (a directory
-    that must not be a checkpoint yet).  codec, level, frame_size, threads
-    and sync are those of ckptfs.save; meta is checkpoint metadata
-    (str -> str) set by the coordinator."""
+    that must not be a checkpoint yet, of ckptfs or another format).
+    codec, level, frame_size, threads and sync are those of ckptfs.save;
+    meta is checkpoint metadata (str -> str) set by the coordinator.
+    overwrite=True (FileSystemWriter's) is refused: see OVERWRITE_HOW."""
 
     def __init__(self, path=None, codec="auto", *, level=None,
-                 frame_size=None, threads=None, sync=True, meta=None):
+                 frame_size=None, threads=None, sync=True, meta=None,
+                 overwrite=False):
         super().__init__()
+        if overwrite:
+            raise ValueError("ckptfs.torch.StorageWriter(overwrite=True): "
+                             + OVERWRITE_HOW)
         self.path = os.fspath(path) if path is not None else None
         self._write = dict(codec=codec, level=level, frame_size=frame_size,
                            threads=threads, sync=sync)
@@ -177,21 +241,17 @@ class StorageWriter(_dcp.StorageWriter):
         self._reset_state()
         self.is_coordinator = bool(is_coordinator)
         self.rank = _rank_of(rank)
-        state = C.lib.ckpt_dir_probe(C.fsencode(self.path))
-        if state == C.DIR_COMMITTED:
-            raise _fail(errno.EEXIST, "%s is already a committed checkpoint "
-                        "(it has index.db); committed checkpoints are "
-                        "immutable" % self.path)
-        if state == C.DIR_PENDING:
-            raise _fail(errno.EBUSY, "%s holds an unfinished save (data/ or "
-                        ".pending/ without index.db): remove it first (ckpt "
-                        "gc removes saves that never committed)" % self.path)
+        _refuse_occupied(self.path)
 
     def prepare_local_plan(self, plan):
+        """Refuses, before anything is written, a tensor of a dtype
+        ckptfs cannot store."""
+        _refuse_unstorable_dtypes(plan)
         return plan
 
     def prepare_global_plan(self, plans):
-        self._planner_data = _planner_data_json(plans)
+        self._planner_data = _planner_data_json(p.planner_data
+                                                for p in plans)
         return plans
 
     def write_data(self, plan, planner):
@@ -214,16 +274,10 @@ class StorageWriter(_dcp.StorageWriter):
         fut.set_result(results)
         return fut
 
-    def _meta(self):
-        meta = dict(self.meta)
-        if self._planner_data is not None:
-            meta[PLANNER_DATA_KEY] = self._planner_data
-        return meta
-
     def _write_items(self, w, plan, planner, name):
         err = C.Error()
         if self.is_coordinator:
-            for k, v in self._meta().items():
+            for k, v in self.meta.items():
                 check(C.lib.ckpt_writer_set_meta(w, str(k).encode(),
                                                  str(v).encode(),
                                                  ctypes.byref(err)), err)
@@ -259,14 +313,46 @@ class StorageWriter(_dcp.StorageWriter):
     def finish(self, metadata, results):
         """The coordinator commits: the planner checks every rank's pieces
         and index.db appears atomically, or nothing is committed."""
+        extra = self._write_planner_data(metadata)
         o = C.CommitOpts()
         C.lib.ckpt_commit_opts_init(ctypes.byref(o))
-        o.expect_writers = len(results)
+        o.expect_writers = len(results) + extra
         o.world_size = len(results)
         o.sync = 1 if self._write["sync"] else 0
         err = C.Error()
         check(C.lib.ckpt_commit(C.fsencode(self.path), ctypes.byref(o),
                                 ctypes.byref(err)), err)
+
+
+    META_WRITER = "dcp-metadata"
+
+    def _write_planner_data(self, metadata):
+        """Records DCP's planner data (the flattened name -> nested keys
+        mapping) as checkpoint metadata PLANNER_DATA_KEY, taken from the
+        Metadata DCP hands finish() (with plan caching, later saves plan
+        nothing anew, so only that Metadata holds it), else from the
+        plans; through a writer of its own (META_WRITER, no pieces), since
+        the ranks' writers are closed by now.  Returns the number of
+        writers it added (0 or 1)."""
+        pdata = _planner_data_json([getattr(metadata, "planner_data", None)])
+        if pdata is None:
+            pdata = self._planner_data
+        if pdata is None:
+            return 0
+        w = ctypes.c_void_p()
+        err = C.Error()
+        opts = write_opts(**self._write)
+        check(C.lib.ckpt_writer_open(ctypes.byref(w), C.fsencode(self.path),
+                                     self.META_WRITER.encode(),
+                                     ctypes.byref(opts), ctypes.byref(err)),
+              err)
+        rc = C.lib.ckpt_writer_set_meta(w, PLANNER_DATA_KEY.encode(),
+                                        pdata.encode(), ctypes.byref(err))
+        if rc < 0:
+            C.lib.ckpt_writer_abort(w)
+            check(rc, err)
+        check(C.lib.ckpt_writer_close(w, ctypes.byref(err)), err)
+        return 1
 
 
 class StorageReader(_dcp.StorageReader):

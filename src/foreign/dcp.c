@@ -13,6 +13,7 @@
  * DCP saved, those of torch.save of it).
  */
 #include "foreign/dcp.h"
+#include "foreign/dcp_planner.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -352,6 +353,19 @@ static int add_entries(dcp *x, const pk_val *sdm)
     return 0;
 }
 
+/* Keeps DCP's planner data (the flattening mapping) as metadata, so that
+ * nested loads and `ckpt import` keep it (dcp_planner.h). */
+static int set_planner_data(ckpt_foreign *f, const pk_val *pd,
+                            ckpt_error *err)
+{
+    char *json = NULL;
+    int rc = ckpt_dcp_planner_json(pd, &json, err);
+    if (rc == 0 && json)
+        rc = ckpt_foreign_set_meta(f, CKPT_DCP_PLANNER_DATA_KEY, json, err);
+    free(json);
+    return rc;
+}
+
 int ckpt_dcp_open(const char *dir, ckpt_foreign *f, ckpt_error *err)
 {
     unsigned char *buf = NULL;
@@ -378,6 +392,8 @@ int ckpt_dcp_open(const char *dir, ckpt_foreign *f, ckpt_error *err)
         rc = add_entries(&x, pk_attr(root, "state_dict_metadata"));
     if (rc == 0)
         rc = ckpt_foreign_set_meta(f, "source_format", "pytorch-dcp", err);
+    if (rc == 0)
+        rc = set_planner_data(f, pk_attr(root, "planner_data"), err);
     if (x.cur_fd >= 0)
         close(x.cur_fd);
     free(x.cur_path);

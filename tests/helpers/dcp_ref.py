@@ -57,10 +57,18 @@ allow_unhashable_dataclass_defaults()
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-from torch.distributed._shard.checkpoint import (  # noqa: E402
-    FileSystemReader, FileSystemWriter, load_state_dict, save_state_dict)
-from torch.distributed._shard.checkpoint.metadata import (  # noqa: E402
-    BytesStorageMetadata)
+try:  # torch 2.x; its _shard.checkpoint alias loads metadata.py twice
+    from torch.distributed.checkpoint import (  # noqa: E402
+        FileSystemReader, FileSystemWriter)
+    from torch.distributed.checkpoint.metadata import (  # noqa: E402
+        BytesStorageMetadata)
+    from torch.distributed.checkpoint import (  # noqa: E402
+        load_state_dict, save_state_dict)
+except ImportError:  # torch 1.13
+    from torch.distributed._shard.checkpoint import (  # noqa: E402
+        FileSystemReader, FileSystemWriter, load_state_dict, save_state_dict)
+    from torch.distributed._shard.checkpoint.metadata import (  # noqa: E402
+        BytesStorageMetadata)
 
 # ---------------------------------------------------------------- saving
 
@@ -250,13 +258,15 @@ def check(dcp, tree, mount=False):
         path = os.path.join(tree, *fqn.split("."))
         if mount:
             archive = os.path.join(tree, ".pt", *fqn.split(".")) + ".pt"
-            ck.expect(same_object(torch.load(archive), v), "%s: torch.load "
+            ck.expect(same_object(torch.load(archive, weights_only=False),
+                                  v), "%s: torch.load "
                       "of .pt/%s.pt equals what torch loads (%s)" % (
                           fqn, fqn.replace(".", "/"), type(v).__name__))
             if isinstance(v, io.BytesIO):
                 check_bytesio_value(ck, tree, fqn, v)
                 continue
-        got = torch.load(io.BytesIO(open(path, "rb").read()))
+        got = torch.load(io.BytesIO(open(path, "rb").read()),
+                         weights_only=False)
         ck.expect(same_object(got, v), "%s: torch.load of the byte object "
                   "equals what torch loads (%s)" % (fqn, type(v).__name__))
     print("checked %d entries" % len(sd))

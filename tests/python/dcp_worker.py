@@ -165,9 +165,9 @@ def expect_refused(root, name, planner, words, good_snap):
         say(False, "%s: the save was refused" % name)
     except BaseException as exc:   # 1.13's CheckpointException is one
         text = str(exc)
-        say(all(w in text for w in words),
-            "%s: refused with a message naming %s" % (name, words))
-        if not all(w in text for w in words):
+        named = all(any(a in text for a in w.split("|")) for w in words)
+        say(named, "%s: refused with a message naming %s" % (name, words))
+        if not named:
             print("     message: %s" % text[-600:])
     dist.barrier()
     if name != "good":
@@ -177,19 +177,42 @@ def expect_refused(root, name, planner, words, good_snap):
         "%s: ROOT/good unchanged" % name)
 
 
+def exceptions_travel():
+    """Whether DCP can send a rank's exception to the others: it pickles
+    the exception with traceback.extract_tb(), whose frames hold code
+    objects on Python 3.13 (torch 2.6 on Debian trixie), so a refused
+    save there fails with "cannot pickle code objects" and the other
+    ranks wait forever (torch's bug, not ckptfs's)."""
+    import pickle
+    import traceback
+    try:
+        raise ValueError("probe")
+    except ValueError as exc:
+        try:
+            pickle.dumps(traceback.extract_tb(exc.__traceback__))
+            return True
+        except TypeError:
+            return False
+
+
 def cmd_save(root, rank, world):
     good = os.path.join(root, "good")
     save_state_dict(save_state(rank, world),
                     ct.StorageWriter(good, meta={"step": 42}))
     dist.barrier()
     say(ckptfs.probe(good) == "ckptfs", "rank %d: good is committed" % rank)
+    if not exceptions_travel():
+        print("SKIP refusals: this torch's DCP cannot send an exception "
+              "between ranks on this Python (traceback frames do not pickle)")
+        return
     snap = util.snapshot(good)
     expect_refused(root, "good", None, ["already a committed checkpoint"],
                    snap)
     expect_refused(root, "overlap", BadPlanner("overlap", rank),
                    ["layer.rows", "overlap"], snap)
+    # torch 2.x's own planner finds the hole first ("invalid fill")
     expect_refused(root, "gap", BadPlanner("gap", rank),
-                   ["layer.rows", "cover"], snap)
+                   ["layer.rows", "cover|invalid fill"], snap)
     expect_refused(root, "dtype", BadPlanner("dtype", rank),
                    ["layer.rows", "f64"], snap)
 

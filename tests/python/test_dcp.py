@@ -60,9 +60,17 @@ class Dcp(util.TempDir):
 
     def test_save_on_2_ranks_and_refusals(self):
         self.report(self.saved, "save")
+        if "SKIP refusals" in self.saved[0][1]:
+            self.skipTest(self.saved[0][1].split("SKIP refusals: ")[1]
+                          .splitlines()[0])
+        # refused by ckptfs's commit: the save's pieces stay pending;
+        # torch 2.x's own planner refuses overlaps and holes before
+        # anything is written
         for name in ("overlap", "gap", "dtype"):
-            self.assertEqual(ckptfs.probe(os.path.join(self.root, name)),
-                             "pending", name)
+            self.assertIn(ckptfs.probe(os.path.join(self.root, name)),
+                          ("pending", None) if name != "dtype"
+                          and int(torch.__version__.split(".")[0]) >= 2
+                          else ("pending",), name)
 
     def test_verify_info_cat(self):
         p = util.ckpt("verify", self.good)
@@ -74,8 +82,8 @@ class Dcp(util.TempDir):
                                        check=True).stdout, raw(t), name)
         # DCP stores a byte item as torch.save of the object
         blob = util.ckpt("cat", self.good, "rng", check=True).stdout
-        self.assertEqual(torch.load(io.BytesIO(blob)).getvalue(),
-                         dcp_worker.BYTES)
+        self.assertEqual(torch.load(io.BytesIO(blob), weights_only=False)
+                         .getvalue(), dcp_worker.BYTES)
         info = util.ckpt("info", self.good, "layer.cols", check=True).stdout
         self.assertIn(b"chunks: 2", info)
         self.assertIn(b"data/rank0.shard", info)
@@ -101,7 +109,8 @@ class Dcp(util.TempDir):
             self.assertEqual(os.getxattr(os.path.join(mnt, "layer", "cols"),
                                          "user.ckpt.dtype"), b"bf16")
             with open(os.path.join(mnt, "rng"), "rb") as f:
-                self.assertEqual(torch.load(io.BytesIO(f.read())).getvalue(),
+                self.assertEqual(torch.load(io.BytesIO(f.read()),
+                                            weights_only=False).getvalue(),
                                  dcp_worker.BYTES)
             npy = np.load(os.path.join(mnt, ".npy", "big.npy"))
             np.testing.assert_array_equal(npy, ref["big"].numpy())

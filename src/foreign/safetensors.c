@@ -107,10 +107,9 @@ static int check_tiling(span *v, size_t n, uint64_t data_len,
     return 0;
 }
 
-/* One tensor entry of the header. */
-static int add_entry(ckpt_foreign *f, const char *path, const char *file,
-                     const char *name, const json_val *e, uint64_t data_start,
-                     uint64_t data_len, span *sp, ckpt_error *err)
+int ckpt_st_entry_parse(const ckpt_st_header *h, const char *path,
+                        const char *name, const json_val *e,
+                        ckpt_st_entry *out, ckpt_error *err)
 {
     const json_val *dt = json_get(e, "dtype"), *sh = json_get(e, "shape");
     const json_val *off = json_get(e, "data_offsets");
@@ -127,7 +126,6 @@ static int add_entry(ckpt_foreign *f, const char *path, const char *file,
     if (sh->n > CKPT_MAX_DIMS)
         return ckpt_err(err, -EINVAL, "%s: tensor '%s': %zu dims (at most "
                         "%d)", path, name, sh->n, CKPT_MAX_DIMS);
-    int64_t shape[CKPT_MAX_DIMS], zero[CKPT_MAX_DIMS] = { 0 };
     uint64_t numel = 1;
     for (size_t k = 0; k < sh->n; k++) {
         const json_val *x = &sh->items[k];
@@ -135,7 +133,7 @@ static int add_entry(ckpt_foreign *f, const char *path, const char *file,
             __builtin_mul_overflow(numel, (uint64_t)x->i, &numel))
             return ckpt_err(err, -EINVAL, "%s: tensor '%s': bad shape", path,
                             name);
-        shape[k] = x->i;
+        out->shape[k] = x->i;
     }
     const json_val *b = &off->items[0], *en = &off->items[1];
     uint64_t nbytes;
@@ -143,24 +141,42 @@ static int add_entry(ckpt_foreign *f, const char *path, const char *file,
         en->type != JSON_NUMBER || !en->is_int || en->i < b->i)
         return ckpt_err(err, -EINVAL, "%s: tensor '%s': bad data_offsets",
                         path, name);
-    if ((uint64_t)en->i > data_len)
+    if ((uint64_t)en->i > h->data_len)
         return ckpt_err(err, -EINVAL, "%s: tensor '%s': data_offsets "
                         "[%lld, %lld] run past the end of the data (%llu "
                         "bytes)", path, name, (long long)b->i,
-                        (long long)en->i, (unsigned long long)data_len);
+                        (long long)en->i, (unsigned long long)h->data_len);
     if (__builtin_mul_overflow(numel, ckpt_dtype_size(d), &nbytes) ||
         nbytes != (uint64_t)(en->i - b->i))
         return ckpt_err(err, -EINVAL, "%s: tensor '%s': data_offsets span "
                         "%lld bytes, but its dtype and shape need %llu", path,
                         name, (long long)(en->i - b->i),
                         (unsigned long long)nbytes);
-    *sp = (span){ name, (uint64_t)b->i, (uint64_t)en->i };
-    long t = ckpt_foreign_add_tensor(f, name, d, (int)sh->n, shape, err);
+    out->dtype = d;
+    out->ndim = (int)sh->n;
+    out->begin = (uint64_t)b->i;
+    out->end = (uint64_t)en->i;
+    return 0;
+}
+
+/* One tensor entry of the header, added to f. */
+static int add_entry(ckpt_foreign *f, const ckpt_st_header *h,
+                     const char *path, const char *file, const char *name,
+                     const json_val *e, span *sp, ckpt_error *err)
+{
+    ckpt_st_entry en;
+    int64_t zero[CKPT_MAX_DIMS] = { 0 };
+    int rc = ckpt_st_entry_parse(h, path, name, e, &en, err);
+    if (rc)
+        return rc;
+    *sp = (span){ name, en.begin, en.end };
+    long t = ckpt_foreign_add_tensor(f, name, en.dtype, en.ndim, en.shape,
+                                     err);
     if (t < 0)
         return (int)t;
-    return ckpt_foreign_add_chunk(f, (size_t)t, zero, shape, file,
-                                  data_start + (uint64_t)b->i, NULL,
-                                  nbytes, err);
+    return ckpt_foreign_add_chunk(f, (size_t)t, zero, en.shape, file,
+                                  h->data_start + en.begin, NULL,
+                                  en.end - en.begin, err);
 }
 
 static int add_metadata(ckpt_foreign *f, const char *path,
@@ -180,6 +196,61 @@ static int add_metadata(ckpt_foreign *f, const char *path,
     return 0;
 }
 
+int ckpt_st_header_read(int fd, const char *path, uint64_t base,
+                        ckpt_st_header *h, ckpt_error *err)
+{
+    memset(h, 0, sizeof *h);
+    struct stat st;
+    unsigned char lenbuf[8];
+    char *hdr = NULL;
+    uint64_t n = 0, size = 0;
+    int rc = 0;
+    if (fstat(fd, &st) != 0)
+        rc = ckpt_err_sys(err, -errno, "%s", path);
+    else if ((size = (uint64_t)st.st_size) < base || size - base < 8)
+        rc = ckpt_err(err, -EINVAL, "%s: %llu bytes from byte %llu: too "
+                      "short for a safetensors header", path,
+                      (unsigned long long)(size > base ? size - base : 0),
+                      (unsigned long long)base);
+    if (rc == 0)
+        rc = ckpt_pread_full(fd, lenbuf, 8, base, path, err);
+    for (int i = 7; rc == 0 && i >= 0; i--)
+        n = n << 8 | lenbuf[i];
+    if (rc == 0 && n > ST_MAX_HEADER)
+        rc = ckpt_err(err, -EINVAL, "%s: header of %llu bytes is over the "
+                      "format's limit of %llu", path, (unsigned long long)n,
+                      (unsigned long long)ST_MAX_HEADER);
+    else if (rc == 0 && n > size - base - 8)
+        rc = ckpt_err(err, -EINVAL, "%s: header of %llu bytes is longer than "
+                      "the file (%llu bytes)", path, (unsigned long long)n,
+                      (unsigned long long)size);
+    if (rc == 0 && !(hdr = malloc(n + 1)))
+        rc = ckpt_err(err, -ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = ckpt_pread_full(fd, hdr, n, base + 8, path, err);
+    if (rc == 0 && (n == 0 || hdr[0] != '{'))
+        rc = ckpt_err(err, -EINVAL, "%s: the header is not a JSON object",
+                      path);
+    if (rc == 0)
+        rc = json_parse(hdr, n, path, &h->j, err);
+    if (rc == 0 && h->j.type != JSON_OBJECT)
+        rc = ckpt_err(err, -EINVAL, "%s: the header is not a JSON object",
+                      path);
+    free(hdr);
+    if (rc) {
+        json_free(&h->j);
+        return rc;
+    }
+    h->data_start = base + 8 + n;
+    h->data_len = size - h->data_start;
+    return 0;
+}
+
+void ckpt_st_header_free(ckpt_st_header *h)
+{
+    json_free(&h->j);
+}
+
 /* Reads the header of file `file` (in f->dir) and adds its tensors. */
 static int add_file(ckpt_foreign *f, const char *file, ckpt_error *err)
 {
@@ -190,57 +261,26 @@ static int add_file(ckpt_foreign *f, const char *file, ckpt_error *err)
     int fd = ckpt_foreign_openat(f, file, err);
     if (fd < 0)
         return fd;
-    struct stat st;
-    unsigned char lenbuf[8];
-    char *hdr = NULL;
-    json_val j = { 0 };
+    ckpt_st_header h;
     span *spans = NULL;
     size_t nspans = 0;
-    uint64_t n = 0, size = 0;
-    if (fstat(fd, &st) != 0)
-        rc = ckpt_err_sys(err, -errno, "%s", path);
-    else if ((size = (uint64_t)st.st_size) < 8)
-        rc = ckpt_err(err, -EINVAL, "%s: %llu bytes: too short for a "
-                      "safetensors file", path, (unsigned long long)size);
-    if (rc == 0)
-        rc = ckpt_pread_full(fd, lenbuf, 8, 0, path, err);
-    for (int i = 7; rc == 0 && i >= 0; i--)
-        n = n << 8 | lenbuf[i];
-    if (rc == 0 && n > ST_MAX_HEADER)
-        rc = ckpt_err(err, -EINVAL, "%s: header of %llu bytes is over the "
-                      "format's limit of %llu", path, (unsigned long long)n,
-                      (unsigned long long)ST_MAX_HEADER);
-    else if (rc == 0 && n > size - 8)
-        rc = ckpt_err(err, -EINVAL, "%s: header of %llu bytes is longer than "
-                      "the file (%llu bytes)", path, (unsigned long long)n,
-                      (unsigned long long)size);
-    if (rc == 0 && !(hdr = malloc(n + 1)))
-        rc = ckpt_err(err, -ENOMEM, "out of memory");
-    if (rc == 0)
-        rc = ckpt_pread_full(fd, hdr, n, 8, path, err);
+    rc = ckpt_st_header_read(fd, path, 0, &h, err);
     close(fd);
-    if (rc == 0 && (n == 0 || hdr[0] != '{'))
-        rc = ckpt_err(err, -EINVAL, "%s: the header is not a JSON object",
-                      path);
-    if (rc == 0)
-        rc = json_parse(hdr, n, path, &j, err);
-    if (rc == 0 && j.type != JSON_OBJECT)
-        rc = ckpt_err(err, -EINVAL, "%s: the header is not a JSON object",
-                      path);
-    if (rc == 0 && !(spans = calloc(j.n + 1, sizeof *spans)))
+    if (rc)
+        return rc;
+    if (!(spans = calloc(h.j.n + 1, sizeof *spans)))
         rc = ckpt_err(err, -ENOMEM, "out of memory");
-    for (size_t i = 0; rc == 0 && i < j.n; i++) {
-        if (strcmp(j.keys[i], "__metadata__") == 0)
-            rc = add_metadata(f, path, &j.items[i], err);
+    for (size_t i = 0; rc == 0 && i < h.j.n; i++) {
+        if (strcmp(h.j.keys[i], "__metadata__") == 0)
+            rc = add_metadata(f, path, &h.j.items[i], err);
         else
-            rc = add_entry(f, path, file, j.keys[i], &j.items[i], 8 + n,
-                           size - 8 - n, &spans[nspans++], err);
+            rc = add_entry(f, &h, path, file, h.j.keys[i], &h.j.items[i],
+                           &spans[nspans++], err);
     }
     if (rc == 0)
-        rc = check_tiling(spans, nspans, size - 8 - n, path, err);
+        rc = check_tiling(spans, nspans, h.data_len, path, err);
     free(spans);
-    json_free(&j);
-    free(hdr);
+    ckpt_st_header_free(&h);
     return rc;
 }
 

@@ -33,6 +33,7 @@
 
 #include "read/cache.h"
 #include "codec/codec.h"
+#include "codec/zstream.h"
 #include "common/confine.h"
 #include "common/error.h"
 #include "common/fileio.h"
@@ -370,18 +371,68 @@ static void gather(unsigned char *dst, const unsigned char *src, int ndim,
     }
 }
 
-/* Reads a strided chunk's bytes (its one frame) and gathers them. */
+/* The stored bytes of a zstd-stream frame, read as the stream asks. */
+typedef struct zs_in {
+    int fd;
+    uint64_t base;
+    const char *file;
+} zs_in;
+
+static int zs_pread(void *arg, void *buf, size_t n, uint64_t off,
+                    ckpt_error *err)
+{
+    const zs_in *in = arg;
+    return ckpt_pread_full(in->fd, buf, n, in->base + off, in->file, err);
+}
+
+/* Decodes the zstd stream of frame fr (DCP's ZStandard extension: one
+ * stream per item) and keeps its decoded bytes [sd->skip, + sd->span) in
+ * out: the whole stream is decoded, and must decode to the size it had
+ * when the checkpoint was opened. */
+static int decode_stream(const frame_ref *fr, int fd, const ckpt_strided *sd,
+                         unsigned char *out, ckpt_error *err)
+{
+    const ckpt_frame_rec *f = fr->f;
+    zs_in in = { fd, f->file_offset, file_of(fr->r, fr->t, fr->c) };
+    ckpt_zs_window w = { sd->skip, sd->span, out };
+    uint64_t total;
+    int rc = ckpt_zstream_decode(zs_pread, &in, f->stored_size,
+                                 ckpt_zs_window_out, &w, sd->decoded, &total,
+                                 in.file, err);
+    if (rc == 0 && total != sd->decoded)
+        rc = ckpt_err(err, -EIO, "%s: the item's zstd stream decodes to "
+                      "%llu bytes, not the %llu it did when the checkpoint "
+                      "was opened", in.file, (unsigned long long)total,
+                      (unsigned long long)sd->decoded);
+    return rc;
+}
+
+/* Reads a strided chunk's bytes (its one frame: a span of the file, or of
+ * what its zstd stream decodes to) and gathers them. */
 static int read_strided(const frame_ref *fr, int fd, const ckpt_strided *sd,
                         void *dst, scratch *s, ckpt_error *err)
 {
     const ckpt_frame_rec *f = fr->f;
     const ckpt_index_tensor *t = tensor_at(fr->r, fr->t);
+    const int64_t *sizes = chunk_at(fr->r, fr->t, fr->c)->sizes;
+    size_t isz = ckpt_dtype_size(t->dtype);
+    if (sd->zstd && sd->row_major)
+        return decode_stream(fr, fd, sd, dst, err);
+    if (sd->zstd) {
+        unsigned char *tmp = malloc(sd->span ? sd->span : 1);
+        if (!tmp)
+            return ckpt_err(err, -ENOMEM, "out of memory");
+        int rc = decode_stream(fr, fd, sd, tmp, err);
+        if (rc == 0)
+            gather(dst, tmp, t->ndim, sizes, sd->stride, isz);
+        free(tmp);
+        return rc;
+    }
     const unsigned char *src;
     int rc = ckpt_sio_stored(s->io, fd, f->stored_size, f->file_offset, &src,
                              file_of(fr->r, fr->t, fr->c), err);
     if (rc == 0)
-        gather(dst, src, t->ndim, chunk_at(fr->r, fr->t, fr->c)->sizes,
-               sd->stride, ckpt_dtype_size(t->dtype));
+        gather(dst, src, t->ndim, sizes, sd->stride, isz);
     return rc;
 }
 

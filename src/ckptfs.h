@@ -275,6 +275,11 @@ typedef struct ckpt_reader ckpt_reader;
  * threads. */
 int ckpt_reader_open(ckpt_reader **out, const char *dir,
                      const ckpt_read_opts *opts, ckpt_error *err);
+/* Frees the reader.  The caller must not close a reader while another
+ * thread is in, or may still enter, any call on it (every ckpt_reader_*,
+ * ckpt_read*, ckpt_load_region): nothing inside waits for them, and the
+ * memory they use is freed (the Python package's Reader counts the calls
+ * in flight and closes after the last returns). */
 void ckpt_reader_close(ckpt_reader *r);
 
 typedef struct ckpt_tensor_info {
@@ -399,7 +404,8 @@ struct stat;
 /* stat(2) of the checkpoint's file `file` (a path relative to the
  * checkpoint, as ckpt_chunk_info.file gives it), found the way the reader
  * opens its files: inside the checkpoint's directory, through no symbolic
- * link unless follow_links (docs/TRUST.md).  Returns 0, or a negative
+ * link unless follow_links (docs/TRUST.md); "." is the directory the
+ * reader opened (whatever its path leads to now).  Returns 0, or a negative
  * errno with err naming the file (-ENOENT when it is missing, -ELOOP for
  * a link that is not followed). */
 int ckpt_reader_file_stat(const ckpt_reader *r, const char *file,
@@ -417,7 +423,8 @@ typedef struct ckpt_perm {
  * .metadata, model.safetensors.index.json, or for safetensors every
  * file's header), combined so that whoever they let read could read each
  * of those files (the first one's owner and group; for files of one owner
- * and group, the AND of their modes).  idx (size_t)-1 stands for the
+ * and group, the AND of their modes), and could search the directories
+ * between the checkpoint's directory and its chunks' files (data/).  idx (size_t)-1 stands for the
  * listing of the tensors (names, dtypes, shapes) alone.  A file that
  * cannot be looked at grants nothing.  Each file is looked at once, when
  * first needed (later changes are not seen).  Returns 0 or a negative

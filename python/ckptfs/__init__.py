@@ -22,10 +22,10 @@ from . import _capi
 from ._api import load, save
 from ._async import SaveHandle, Saver
 from ._errors import (CheckpointError, Error, MismatchError, MissingKeyError,
-                      UnsupportedError)
+                      TreeError, UnsupportedError)
 from ._reader import (CheckpointFile, ChunkInfo, FrameInfo, TensorInfo,
                       TensorSlice, open_checkpoint as open)
-from ._tree import Raw
+from ._tree import TREE_MAX_DEPTH, TREE_MAX_NODES, Raw
 
 __version__ = _capi.lib.ckpt_version().decode()
 LIBRARY = _capi.LIBRARY_PATH
@@ -35,7 +35,8 @@ __all__ = [
     "save", "load", "open", "Saver", "SaveHandle", "Raw",
     "CheckpointFile", "TensorSlice", "TensorInfo", "ChunkInfo", "FrameInfo",
     "Error", "CheckpointError", "UnsupportedError", "MismatchError",
-    "MissingKeyError", "probe", "LIBRARY",
+    "MissingKeyError", "TreeError", "TREE_MAX_DEPTH", "TREE_MAX_NODES",
+    "probe", "LIBRARY",
 ]
 
 

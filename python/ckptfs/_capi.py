@@ -155,6 +155,7 @@ _SIGNATURES = {
     "ckpt_read_opts_init": (None, [POINTER(ReadOpts)]),
     "ckpt_reader_open": (c_int, [_PP, c_char_p, POINTER(ReadOpts), _ERR]),
     "ckpt_reader_close": (None, [_P]),
+    "ckpt_reader_format": (c_int, [_P]),
     "ckpt_reader_count": (c_size_t, [_P]),
     "ckpt_reader_info": (c_int, [_P, c_size_t, POINTER(TensorInfo)]),
     "ckpt_reader_find": (c_long, [_P, c_char_p]),

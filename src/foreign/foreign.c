@@ -58,11 +58,9 @@ static int has_safetensors(const char *dir)
  * when several ranks saved, the consolidated files to p itself.  A p that
  * holds no checkpoint of its own but such a sharded/ is that checkpoint:
  * *sub receives "p/sharded". */
-#define HF_SHARDED "sharded"
-
 static int hf_sharded(const char *path, char *sub, size_t cap)
 {
-    int n = snprintf(sub, cap, "%s/" HF_SHARDED, path);
+    int n = snprintf(sub, cap, "%s/" CKPT_HF_SHARDED, path);
     return n > 0 && (size_t)n < cap &&
            is_file(sub, "model.safetensors.index.json", NULL, 0) &&
            !is_file(sub, ".metadata", NULL, 0);
@@ -126,12 +124,12 @@ int ckpt_foreign_open(const char *path, int follow, ckpt_foreign *f,
     char *real = stat(path, &st) == 0 && S_ISREG(st.st_mode)
                      ? realpath(path, NULL) : NULL;
     char sub[4096];
-    if (!real && probe_dir(path, stamp, sizeof stamp) == CKPT_FOREIGN_NONE &&
-        hf_sharded(path, sub, sizeof sub))
-        path = sub;     /* HuggingFaceStorageWriter's p: its p/sharded */
-    int rc = f->kind == CKPT_FOREIGN_DCP
-                 ? ckpt_dcp_open(path, f, err)
-                 : ckpt_safetensors_open(real ? real : path, f, err);
+    int hf = !real && probe_dir(path, stamp, sizeof stamp) ==
+                          CKPT_FOREIGN_NONE &&
+             hf_sharded(path, sub, sizeof sub);
+    int rc = f->kind == CKPT_FOREIGN_DCP ? ckpt_dcp_open(path, f, err)
+             : hf ? ckpt_safetensors_open_hf(path, f, err)
+                  : ckpt_safetensors_open(real ? real : path, f, err);
     free(real);
     if (rc == 0)
         rc = ckpt_foreign_finish(f, err);

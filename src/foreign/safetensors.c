@@ -317,10 +317,13 @@ static int index_files(const json_val *wm, const char *path, char ***out,
     return 0;
 }
 
-/* Every weight_map entry must be a tensor of the file it names. */
+/* Every weight_map entry must be a tensor of the file it names (under
+ * `sub`/, when not NULL). */
 static int check_weight_map(const ckpt_foreign *f, const json_val *wm,
-                            const char *path, ckpt_error *err)
+                            const char *sub, const char *path,
+                            ckpt_error *err)
 {
+    size_t skip = sub ? strlen(sub) + 1 : 0;
     span *v = calloc(f->npend + 1, sizeof *v);
     if (!v)
         return ckpt_err(err, -ENOMEM, "out of memory");
@@ -335,7 +338,7 @@ static int check_weight_map(const ckpt_foreign *f, const json_val *wm,
             rc = ckpt_err(err, -EINVAL, "%s: tensor '%s' is not in %s, the "
                           "file its weight_map names", path, wm->keys[i],
                           wm->items[i].s);
-        else if (strcmp(f->pend[s->b].file, wm->items[i].s) != 0)
+        else if (strcmp(f->pend[s->b].file + skip, wm->items[i].s) != 0)
             rc = ckpt_err(err, -EINVAL, "%s: tensor '%s' is in %s, not in %s "
                           "as its weight_map says", path, wm->keys[i],
                           f->pend[s->b].file, wm->items[i].s);
@@ -367,15 +370,18 @@ static int add_index_meta(ckpt_foreign *f, const json_val *m,
     return 0;
 }
 
-static int open_indexed(ckpt_foreign *f, const char *dir, ckpt_error *err)
+/* The checkpoint that dir's (or, with `sub`, dir/sub's) index names; its
+ * files are named relative to dir either way. */
+static int open_indexed(ckpt_foreign *f, const char *dir, const char *sub,
+                        ckpt_error *err)
 {
-    char path[4096], *text = NULL, **files = NULL;
+    char path[4096], rel[4096], *text = NULL, **files = NULL;
     size_t len = 0, nfiles = 0;
     json_val j = { 0 };
-    int rc = ckpt_path_join(path, sizeof path, dir, INDEX_JSON, err);
-    f->index_file = INDEX_JSON;
+    f->index_file = sub ? CKPT_HF_SHARDED "/" INDEX_JSON : INDEX_JSON;
+    int rc = ckpt_path_join(path, sizeof path, dir, f->index_file, err);
     if (rc == 0)
-        rc = ckpt_foreign_slurp(f, INDEX_JSON, ST_MAX_INDEX, &text, &len,
+        rc = ckpt_foreign_slurp(f, f->index_file, ST_MAX_INDEX, &text, &len,
                                 err);
     if (rc == 0)
         rc = json_parse(text, len, path, &j, err);
@@ -388,11 +394,13 @@ static int open_indexed(ckpt_foreign *f, const char *dir, ckpt_error *err)
         rc = index_files(wm, path, &files, &nfiles, err);
     for (size_t i = 0; rc == 0 && i < nfiles; i++) {
         rc = ckpt_foreign_check_relpath(files[i], path, err);
+        if (rc == 0 && sub)
+            rc = ckpt_path_join(rel, sizeof rel, sub, files[i], err);
         if (rc == 0)
-            rc = add_file(f, files[i], err);
+            rc = add_file(f, sub ? rel : files[i], err);
     }
     if (rc == 0)
-        rc = check_weight_map(f, wm, path, err);
+        rc = check_weight_map(f, wm, sub, path, err);
     free(files);
     json_free(&j);
     free(text);
@@ -416,8 +424,19 @@ static int open_all(ckpt_foreign *f, const char *dir, ckpt_error *err)
     }
     free(ents);
     if (rc == 0)
-        rc = check_weight_map(f, &(json_val){ .type = JSON_OBJECT }, dir,
-                              err);
+        rc = check_weight_map(f, &(json_val){ .type = JSON_OBJECT }, NULL,
+                              dir, err);
+    return rc;
+}
+
+int ckpt_safetensors_open_hf(const char *dir, ckpt_foreign *f,
+                             ckpt_error *err)
+{
+    if (!(f->dir = strdup(dir)))
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    int rc = open_indexed(f, dir, CKPT_HF_SHARDED, err);
+    if (rc == 0)
+        rc = ckpt_foreign_set_meta(f, "source_format", "safetensors", err);
     return rc;
 }
 
@@ -440,7 +459,7 @@ int ckpt_safetensors_open(const char *path, ckpt_foreign *f, ckpt_error *err)
         char idx[4096];
         int n = snprintf(idx, sizeof idx, "%s/%s", path, INDEX_JSON);
         rc = n > 0 && (size_t)n < sizeof idx && access(idx, F_OK) == 0
-                 ? open_indexed(f, path, err) : open_all(f, path, err);
+                 ? open_indexed(f, path, NULL, err) : open_all(f, path, err);
     }
     if (rc == 0)
         rc = ckpt_foreign_set_meta(f, "source_format", "safetensors", err);

@@ -44,4 +44,13 @@ int ckpt_st_entry_parse(const ckpt_st_header *h, const char *path,
 int ckpt_safetensors_open(const char *path, ckpt_foreign *f,
                           ckpt_error *err);
 
+/* DCP's HuggingFaceStorageWriter(p, enable_consolidation=True) writes the
+ * ranks' files and their model.safetensors.index.json to p/sharded. */
+#define CKPT_HF_SHARDED "sharded"
+
+/* Describes the checkpoint in dir/sharded (CKPT_HF_SHARDED) as the
+ * checkpoint dir: its files are named "sharded/..." relative to dir. */
+int ckpt_safetensors_open_hf(const char *dir, ckpt_foreign *f,
+                             ckpt_error *err);
+
 #endif

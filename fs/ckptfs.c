@@ -44,11 +44,12 @@ typedef struct cli {
     char write_opt[64];    /* the first option of writing given, for the
                               message when -o rw is missing */
     char log[4096];        /* -o log=FILE: messages appended there */
+    size_t st_shard;       /* -o st_shard_size=N: .safetensors/ files */
 } cli;
 
 enum { KEY_CACHE, KEY_PREFETCH, KEY_THREADS, KEY_HELP, KEY_VERSION, KEY_RW,
        KEY_RO, KEY_WORLD, KEY_CODEC, KEY_FRAME, KEY_SYNC, KEY_FOLLOW,
-       KEY_LOG };
+       KEY_LOG, KEY_ST_SHARD };
 
 static const struct fuse_opt cli_opts[] = {
     FUSE_OPT_KEY("cache_size=", KEY_CACHE),
@@ -62,6 +63,7 @@ static const struct fuse_opt cli_opts[] = {
     FUSE_OPT_KEY("sync=", KEY_SYNC),
     FUSE_OPT_KEY("follow_links", KEY_FOLLOW),
     FUSE_OPT_KEY("log=", KEY_LOG),
+    FUSE_OPT_KEY("st_shard_size=", KEY_ST_SHARD),
     FUSE_OPT_KEY("-h", KEY_HELP),
     FUSE_OPT_KEY("--help", KEY_HELP),
     FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -125,6 +127,9 @@ static int cli_option(cli *c, const char *arg, int key)
     case KEY_CACHE:
         return parse_size(v, &c->ro.cache_bytes) == 0
                    ? 0 : bad_value(c, arg, "cache_size=N[K|M|G]");
+    case KEY_ST_SHARD:
+        return parse_size(v, &c->st_shard) == 0 && c->st_shard > 0
+                   ? 0 : bad_value(c, arg, "st_shard_size=N[K|M|G] above 0");
     case KEY_PREFETCH:
         if (parse_count(v, 1024, &n) != 0)
             return bad_value(c, arg, "prefetch=N with N from 0 to 1024");
@@ -171,7 +176,7 @@ static int cli_proc(void *data, const char *arg, int key,
         if (!c->write_opt[0])
             snprintf(c->write_opt, sizeof c->write_opt, "%s", arg);
         return cli_option(c, arg, key);
-    case KEY_CACHE: case KEY_PREFETCH: case KEY_THREADS:
+    case KEY_CACHE: case KEY_PREFETCH: case KEY_THREADS: case KEY_ST_SHARD:
         return cli_option(c, arg, key);
     case KEY_RW:
         c->rw = 1;
@@ -232,6 +237,9 @@ static void print_help(void)
            "checkpoint (256M)\n"
            "    -o prefetch=N          frames decoded ahead of a sequential "
            "reader (4; 0: off)\n"
+           "    -o st_shard_size=N[K|M|G] tensor bytes per file of the "
+           ".safetensors/ view\n"
+           "                           (5000000000, as HF's \"5GB\")\n"
            "    -o threads=N           decoder (and encoder) threads per "
            "checkpoint (0: one per CPU)\n"
            "    -o rw,world=N          also write new checkpoints in the root "
@@ -542,6 +550,8 @@ int main(int argc, char **argv)
         status = EXIT_FAILURE;
         goto out;
     }
+    if (c.st_shard)
+        source_set_st_shard(ctx.src, c.st_shard);
     if (add_mount_defaults(&args, source_path(ctx.src), c.rw) != 0) {
         fprintf(stderr, "ckptfs: out of memory\n");
         status = EXIT_FAILURE;

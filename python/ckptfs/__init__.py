@@ -14,6 +14,7 @@ commits, region reads), and tensor memory is handed to it by address.
     saver = ckptfs.Saver()
     h = saver.save_async("ck/step-200", state)          # returns once staged
     h.wait()
+    ckptfs.export("ck/step-100", "hf-model", format="safetensors")
 
 The DCP storage backend is ckptfs.torch (StorageWriter, StorageReader).
 docs/PYTHON.md is the reference.
@@ -21,6 +22,7 @@ docs/PYTHON.md is the reference.
 from . import _capi
 from ._api import load, save
 from ._async import SaveHandle, Saver
+from ._export import export
 from ._errors import (CheckpointError, Error, MismatchError, MissingKeyError,
                       TreeError, UnsupportedError)
 from ._reader import (CheckpointFile, ChunkInfo, FrameInfo, TensorInfo,
@@ -32,7 +34,7 @@ LIBRARY = _capi.LIBRARY_PATH
 """The path of the libckptfs that was loaded."""
 
 __all__ = [
-    "save", "load", "open", "Saver", "SaveHandle", "Raw",
+    "save", "load", "open", "export", "Saver", "SaveHandle", "Raw",
     "CheckpointFile", "TensorSlice", "TensorInfo", "ChunkInfo", "FrameInfo",
     "Error", "CheckpointError", "UnsupportedError", "MismatchError",
     "MissingKeyError", "TreeError", "TREE_MAX_DEPTH", "TREE_MAX_NODES",

@@ -11,7 +11,7 @@ what the C compiler gives (tests/python/abi_layout.c) and fails on any
 drift.
 """
 import os
-from ctypes import (POINTER, Structure, c_char, c_char_p, c_int, c_int64,
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_int, c_int64,
                     c_long, c_size_t, c_uint64, c_void_p)
 
 from . import _library
@@ -108,19 +108,37 @@ class SaveOpts(Structure):
                 ("meta_values", POINTER(c_char_p)), ("nmeta", c_size_t)]
 
 
-# Every struct above, by its C name (for the layout test).
 class ReadItem(Structure):
     _fields_ = [("idx", c_size_t), ("offsets", I64P), ("sizes", I64P),
                 ("dst", c_void_p)]
 
 
+# enum ckpt_export_format
+EXPORT_SAFETENSORS, EXPORT_PT, EXPORT_DCP = 1, 2, 3
+
+PROGRESS_FN = CFUNCTYPE(None, c_void_p, c_uint64, c_uint64)
+NOTE_FN = CFUNCTYPE(None, c_void_p, c_char_p, c_char_p)
+
+
+class ExportOpts(Structure):
+    _fields_ = [("size", c_size_t), ("format", c_int),
+                ("torch_major", c_int), ("max_shard_size", c_uint64),
+                ("flat", c_int), ("convert", c_int), ("bytes_as_u8", c_int),
+                ("sync", c_int), ("follow_links", c_int), ("threads", c_int),
+                ("tensors", POINTER(c_char_p)), ("ntensors", c_size_t),
+                ("prefix", c_char_p), ("buffer_bytes", c_size_t),
+                ("progress", PROGRESS_FN), ("note", NOTE_FN),
+                ("arg", c_void_p)]
+
+
+# Every struct above, by its C name (for the layout test).
 STRUCTS = {
     "ckpt_error": Error, "ckpt_write_opts": WriteOpts, "ckpt_piece": Piece,
     "ckpt_commit_opts": CommitOpts, "ckpt_read_opts": ReadOpts,
     "ckpt_tensor_info": TensorInfo, "ckpt_chunk_info": ChunkInfo,
     "ckpt_frame_info": FrameInfo, "ckpt_stats": Stats,
     "ckpt_saver_opts": SaverOpts, "ckpt_save_opts": SaveOpts,
-    "ckpt_read_item": ReadItem,
+    "ckpt_read_item": ReadItem, "ckpt_export_opts": ExportOpts,
 }
 
 _ERR = POINTER(Error)
@@ -181,6 +199,9 @@ _SIGNATURES = {
                                 POINTER(SaveOpts), _PP, _ERR]),
     "ckpt_save_poll": (c_int, [_P]),
     "ckpt_save_wait": (c_int, [_P, _ERR]),
+    # export
+    "ckpt_export_opts_init": (None, [POINTER(ExportOpts)]),
+    "ckpt_export": (c_int, [c_char_p, c_char_p, POINTER(ExportOpts), _ERR]),
 }
 
 

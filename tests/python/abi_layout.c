@@ -54,6 +54,11 @@ int main(void)
     STRUCT(ckpt_save_opts) FIELD(size) FIELD(write) FIELD(meta_keys) FIELD(meta_values)
         FIELD(nmeta) END
     STRUCT(ckpt_read_item) FIELD(idx) FIELD(offsets) FIELD(sizes) FIELD(dst) END
+    STRUCT(ckpt_export_opts) FIELD(size) FIELD(format) FIELD(torch_major)
+        FIELD(max_shard_size) FIELD(flat) FIELD(convert) FIELD(bytes_as_u8)
+        FIELD(sync) FIELD(follow_links) FIELD(threads) FIELD(tensors)
+        FIELD(ntensors) FIELD(prefix) FIELD(buffer_bytes) FIELD(progress)
+        FIELD(note) FIELD(arg) END
     printf("},\n \"enums\": {\"MAX_DIMS\": %d, \"ERRMSG_CAP\": %zu, "
            "\"enum_size\": %zu,\n", CKPT_MAX_DIMS,
            sizeof(((ckpt_error *)0)->msg), sizeof(ckpt_dtype));
@@ -74,7 +79,10 @@ int main(void)
     printf("  \"DIR_NONE\": %d, \"DIR_COMMITTED\": %d, \"DIR_PENDING\": %d,\n",
            CKPT_DIR_NONE, CKPT_DIR_COMMITTED, CKPT_DIR_PENDING);
     printf("  \"FORMAT_NONE\": %d, \"FORMAT_CKPTFS\": %d, \"FORMAT_DCP\": %d, "
-           "\"FORMAT_SAFETENSORS\": %d}}\n", CKPT_FORMAT_NONE,
+           "\"FORMAT_SAFETENSORS\": %d,\n", CKPT_FORMAT_NONE,
            CKPT_FORMAT_CKPTFS, CKPT_FORMAT_DCP, CKPT_FORMAT_SAFETENSORS);
+    printf("  \"EXPORT_SAFETENSORS\": %d, \"EXPORT_PT\": %d, "
+           "\"EXPORT_DCP\": %d}}\n", CKPT_EXPORT_SAFETENSORS, CKPT_EXPORT_PT,
+           CKPT_EXPORT_DCP);
     return 0;
 }

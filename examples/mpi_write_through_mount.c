@@ -17,9 +17,9 @@
  *
  * Save: every rank creates its pieces of the tensors below (files named
  * after the FQN, modules as directories), tags each with its dtype, global
- * shape and position (user.ckpt.dtype/shape/offsets, and sizes where the
- * piece does not run to the end of every dimension but the first), writes
- * its bytes in order and closes it.  Then it writes its rank number to
+ * shape and extent (user.ckpt.dtype/shape/offsets/sizes; a byte object
+ * its length as user.ckpt.shape), writes its bytes in order (the write of
+ * the last byte records the piece) and closes it.  Then it writes its rank number to
  * DIR/.ckptfs/commit; the write of the last rank returns once the
  * checkpoint is committed.  After a barrier, every rank reads
  * DIR/.ckptfs/status ("committed") and the ranks check the whole
@@ -233,10 +233,11 @@ static int write_all(int fd, const char *path, const unsigned char *p,
     return 0;
 }
 
-/* Writes one piece as one file: create, tag, write, close.  The close
- * reports a piece whose byte count does not match its attributes. */
+/* Writes one piece as one file: create, tag, write, close.  Its extent is
+ * known before its first byte, so a writer killed midway records nothing
+ * (docs/MOUNT.md, "When a piece ends"). */
 static int write_piece(const char *dir, const tensor *tn, int t,
-                       const int64_t *off, const int64_t *sz, int with_sizes)
+                       const int64_t *off, const int64_t *sz)
 {
     char path[4096], val[64];
     fqn_path(path, sizeof path, dir, tn->fqn);
@@ -251,12 +252,15 @@ static int write_piece(const char *dir, const tensor *tn, int t,
         free(data);
         return fail("create %s: %s", path, strerror(errno));
     }
-    if (tn->kind != BYTES) {      /* no dtype: a byte object */
+    if (tn->kind == BYTES) {      /* no dtype: a byte object of its length */
+        snprintf(val, sizeof val, "%zu", len);
+        bad = set_attr(fd, path, "user.ckpt.shape", val);
+    } else {
         const int64_t *dims[3] = { tn->shape, off, sz };
         const char *names[3] = { "user.ckpt.shape", "user.ckpt.offsets",
                                  "user.ckpt.sizes" };
         bad = set_attr(fd, path, "user.ckpt.dtype", DTYPE[tn->kind]);
-        for (int a = 0; a < (with_sizes ? 3 : 2) && !bad; a++) {
+        for (int a = 0; a < 3 && !bad; a++) {
             val[0] = '\0';        /* "" for a scalar */
             for (int d = 0; d < tn->ndim; d++)
                 snprintf(val + strlen(val), sizeof val - strlen(val), "%s%lld",
@@ -279,18 +283,13 @@ static int write_pieces(const char *dir, int r, int k)
     for (size_t t = 0; t < NTENSORS; t++) {
         const tensor *tn = &TENSORS[t];
         int64_t off[2] = { 0, 0 }, sz[2] = { tn->shape[0], tn->shape[1] };
-        int with_sizes = 0;
         switch (tn->split) {
         case DIM0:
-            split_range(tn->shape[0], r, k, &off[0], &sz[0]);
-            break;
         case DIM0_SIZES:
             split_range(tn->shape[0], r, k, &off[0], &sz[0]);
-            with_sizes = 1;
             break;
         case DIM1:
             split_range(tn->shape[1], r, k, &off[1], &sz[1]);
-            with_sizes = 1;
             break;
         case REPLICATED:
             break;
@@ -301,7 +300,7 @@ static int write_pieces(const char *dir, int r, int k)
         }
         if (tn->ndim == 2 && (sz[0] == 0 || sz[1] == 0))
             continue;             /* more ranks than rows: nothing here */
-        if (write_piece(dir, tn, (int)t + 1, off, sz, with_sizes))
+        if (write_piece(dir, tn, (int)t + 1, off, sz))
             return 1;
     }
     return 0;

@@ -10,13 +10,14 @@ back with NumPy.
     /usr/bin/python3 write_through_mount.py --check /mnt/ro/step-200
 
 Save: each process (rank 0 and 1 of 2) writes its pieces: its rows of a
-dim-0 split tensor, its columns of a dim-1 split one (these need
-user.ckpt.sizes), the whole of the replicated ones (every rank writes them;
-identical replicas are kept once), and rank 1 the byte object (a file
-without user.ckpt.dtype).  A piece is one file, FQN a.b.c at a/b/c:
+dim-0 split tensor, its columns of a dim-1 split one (a part needs
+user.ckpt.sizes unless it runs to the shape's end), the whole of the
+replicated ones (every rank writes them; identical replicas are kept
+once), and rank 1 the byte object (a file with user.ckpt.shape, its
+length, and no user.ckpt.dtype).  A piece is one file, FQN a.b.c at a/b/c:
 create it, set user.ckpt.dtype/shape/offsets[/sizes] on the open file,
-write its bytes in order, close it (close raises if the byte count is
-wrong).  Then each rank writes its number to .ckptfs/commit; the last one's
+write its bytes in order (the write of its last byte records it), close
+it.  Then each rank writes its number to .ckptfs/commit; the last one's
 write returns once the checkpoint is committed.
 
 Check: every tensor read with np.fromfile from its file and np.load from
@@ -56,8 +57,8 @@ SPLIT = {"model.embed.weight": 0, "model.layers.0.proj.weight": 1,
 
 def my_pieces(sd, rank):
     """Yields (fqn, data, offsets, sizes) for the pieces this rank writes;
-    offsets None for a byte object, sizes None when the mount may infer
-    them (a piece that runs to the end of every dimension but the first)."""
+    offsets None for a byte object; sizes always (a part's extent is known
+    before its first byte, docs/MOUNT.md "When a piece ends")."""
     for fqn, v in sd.items():
         if isinstance(v, bytes):
             if rank == WORLD - 1:
@@ -76,7 +77,7 @@ def my_pieces(sd, rank):
         cut = [slice(None)] * v.ndim
         cut[dim] = slice(lo, lo + n)
         piece = v[tuple(cut)]
-        yield fqn, piece, offsets, (list(piece.shape) if dim != 0 else None)
+        yield fqn, piece, offsets, list(piece.shape)
 
 
 def dims(seq):
@@ -95,6 +96,8 @@ def write_piece(ckdir, fqn, data, shape, offsets, sizes):
             if sizes is not None:
                 os.setxattr(fd, "user.ckpt.sizes", dims(sizes))
             data = np.ascontiguousarray(data).tobytes()   # row-major, little-endian
+        else:                              # a byte object: its length
+            os.setxattr(fd, "user.ckpt.shape", b"%d" % len(data))
         buf = memoryview(data)
         while buf:                         # os.write may write less
             buf = buf[os.write(fd, buf[:1 << 20]):]

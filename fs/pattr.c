@@ -15,7 +15,6 @@
 
 /* The upper bound of a stream whose length only its bytes will tell:
  * far beyond any file, far below int64 overflow. */
-#define LENGTH_BOUND ((int64_t)1 << 48)
 /* The longest attribute value accepted (CKPT_MAX_DIMS numbers). */
 #define VALUE_MAX 1024
 
@@ -154,15 +153,16 @@ int pattr_resolve(const pattr *a, const char *fqn, pattr_piece *p,
             return ckpt_err(err, -EINVAL, "tensor '%s': user.ckpt.%s is set "
                             "but user.ckpt.shape is not", fqn,
                             (a->set & PATTR_OFFSETS) ? "offsets" : "sizes");
-        p->ndim = 1;
-        p->shape[0] = p->sizes[0] =
-            LENGTH_BOUND / (int64_t)ckpt_dtype_size(p->dtype);
-        p->infer = PATTR_LENGTH;
-        return 0;
+        return ckpt_err(err, -EINVAL, "tensor '%s': the piece's extent is "
+                        "unknown: set user.ckpt.shape before writing (with "
+                        "user.ckpt.dtype for a tensor; alone, the length in "
+                        "bytes of a byte object): a piece is recorded only "
+                        "once all its bytes are written", fqn);
     }
-    if (!(a->set & PATTR_DTYPE))
-        return ckpt_err(err, -EINVAL, "tensor '%s': user.ckpt.shape is set "
-                        "but user.ckpt.dtype is not", fqn);
+    if (!(a->set & PATTR_DTYPE) && a->ndim != 1)
+        return ckpt_err(err, -EINVAL, "tensor '%s': user.ckpt.shape without "
+                        "user.ckpt.dtype is a byte object's length, one "
+                        "number, but it has %d dimensions", fqn, a->ndim);
     int rc = check_fit(a, err);
     if (rc)
         return rc;
@@ -173,34 +173,6 @@ int pattr_resolve(const pattr *a, const char *fqn, pattr_piece *p,
         p->sizes[i] = (a->set & PATTR_SIZES) ? a->sizes[i]
                                              : a->shape[i] - p->offsets[i];
     }
-    p->infer = (a->set & PATTR_SIZES) || a->ndim == 0 ? PATTR_EXACT
-                                                      : PATTR_ROWS;
-    return 0;
-}
-
-int pattr_finish(pattr_piece *p, uint64_t bytes, const char *fqn,
-                 ckpt_error *err)
-{
-    if (p->infer == PATTR_EXACT)
-        return 0;
-    uint64_t unit = ckpt_dtype_size(p->dtype);
-    for (int i = 1; p->infer == PATTR_ROWS && i < p->ndim; i++)
-        unit *= (uint64_t)p->sizes[i];
-    if (unit == 0)            /* rows of no bytes: the bound stands */
-        return bytes == 0 ? 0 : ckpt_err(err, -EINVAL, "tensor '%s': %llu "
-                                         "bytes written to a piece of none",
-                                         fqn, (unsigned long long)bytes);
-    if (bytes % unit != 0 || bytes / unit > (uint64_t)p->sizes[0])
-        return ckpt_err(err, -EINVAL, "tensor '%s': %llu bytes written is "
-                        "not a whole number of %s of %llu bytes%s", fqn,
-                        (unsigned long long)bytes,
-                        p->infer == PATTR_ROWS ? "rows" : "elements",
-                        (unsigned long long)unit,
-                        p->infer == PATTR_ROWS ? " within the shape" : "");
-    p->sizes[0] = (int64_t)(bytes / unit);
-    if (p->infer == PATTR_LENGTH)
-        p->shape[0] = p->sizes[0];
-    p->infer = PATTR_EXACT;
     return 0;
 }
 

@@ -5,8 +5,8 @@
  * piece is a replica another writer holds; closed without bytes, it is
  * recorded as a reference to that piece).  Parsing and checking each value
  * as it is set, and turning a set of them into the piece a write stream
- * records, with the extent inferred from the bytes written where the
- * attributes leave it open.  Pure functions on plain structs.
+ * records, whose extent the attributes must give in full.  Pure
+ * functions on plain structs.
  */
 #ifndef CKPTFS_FS_PATTR_H
 #define CKPTFS_FS_PATTR_H
@@ -54,35 +54,23 @@ int pattr_set(pattr *a, unsigned key, const char *value, size_t len,
 /* Writes attribute key's value (like snprintf); -ENODATA when not set. */
 int pattr_get(const pattr *a, unsigned key, char *buf, size_t cap);
 
-/* How a piece's extent is found. */
-typedef enum pattr_infer {
-    PATTR_EXACT,        /* the attributes give it */
-    PATTR_ROWS,         /* dimension 0 from the bytes written */
-    PATTR_LENGTH        /* a 1-D tensor (or byte object) of all the bytes */
-} pattr_infer;
-
-/* A piece to stream: an upper bound of it until pattr_finish. */
+/* A piece to stream: its extent is known before its first byte. */
 typedef struct pattr_piece {
     ckpt_dtype dtype;
     int ndim;
     int64_t shape[CKPT_MAX_DIMS];
     int64_t offsets[CKPT_MAX_DIMS];
     int64_t sizes[CKPT_MAX_DIMS];
-    pattr_infer infer;
 } pattr_piece;
 
-/* The piece that attributes a (NULL: none) describe for tensor fqn.  No
- * dtype and nothing else: a byte object.  A dtype without a shape: a 1-D
- * tensor of all the bytes written.  A shape without sizes: dimensions 1..
- * run from their offset to the end, dimension 0 as far as the bytes go.
- * Returns 0 or -EINVAL (offsets without a shape, a shape without dtype). */
+/* The piece that attributes a (NULL: none) describe for tensor fqn.  A
+ * dtype and a shape: a tensor; without user.ckpt.sizes, dimensions run
+ * from their offset to the shape's end.  A 1-D shape without dtype: a byte
+ * object of that many bytes.  Returns 0 or -EINVAL with a message: no
+ * shape (the piece's extent would be unknown, so no close could tell a
+ * whole piece from a truncated one), offsets or sizes without a shape. */
 int pattr_resolve(const pattr *a, const char *fqn, pattr_piece *p,
                   ckpt_error *err);
-
-/* Fixes an inferred extent from the number of bytes written: -EINVAL when
- * they are not a whole number of rows (elements) or exceed the bound. */
-int pattr_finish(pattr_piece *p, uint64_t bytes, const char *fqn,
-                 ckpt_error *err);
 
 /* The ckpt_piece (pointing into p) for the library's stream calls. */
 void pattr_to_piece(const pattr_piece *p, const char *fqn, ckpt_piece *out);

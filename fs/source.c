@@ -81,7 +81,8 @@ static int stat_index(const char *dir, struct stat *st)
 static int is_foreign(const char *path, char *stamp, size_t cap)
 {
     ckpt_format f = ckpt_format_probe(path, stamp, cap);
-    return f == CKPT_FORMAT_DCP || f == CKPT_FORMAT_SAFETENSORS;
+    return f == CKPT_FORMAT_DCP || f == CKPT_FORMAT_SAFETENSORS ||
+           f == CKPT_FORMAT_TORCH;
 }
 
 static int same_file(const struct stat *a, const struct stat *b)

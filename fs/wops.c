@@ -134,6 +134,10 @@ int wops_lookup_root(fs_ctx *c, fuse_req_t req, const char *name)
         return -ENOENT;
     if (ws_save_committed(w))
         return -EAGAIN;
+    ckpt_error err = { 0 };
+    if (ws_join(w, caller(req), &err) != 0)
+        fuse_log(FUSE_LOG_ERR, "ckptfs: %s: cannot hold the lease of the "
+                 "save this mount joins: %s\n", name, err.msg);
     reply_node(req, w, WS_ROOT);
     return 0;
 }
@@ -301,7 +305,8 @@ static void open_node(fs_ctx *c, fuse_req_t req, ws_save *w, uint32_t node,
         h->kind = ws.kind;
         h->writable = writing;
         if (ws.kind == WS_FILE)
-            rc = ws_open(w, node, caller(req), &h->piece, &err);
+            rc = ws_open(w, node, caller(req), fuse_req_ctx(req)->uid,
+                         &h->piece, &err);
         else if (ws.kind == WS_STATUS)
             rc = status_text(w, h);
         else if (ws.kind == WS_ERRORS)

@@ -24,11 +24,13 @@
 #include "common/error.h"
 #include "common/fileio.h"
 #include "format/lease.h"
+#include "format/pending.h"
 #include "names.h"
 #include "pattr.h"
 #include "rendezvous.h"
 #include "common/shape.h"
 #include "write/writer.h"
+#include "wlimits.h"
 #include "wrank.h"
 
 #define META_PREFIX "user.ckpt.meta."
@@ -93,9 +95,14 @@ struct ws_save {
     int committed;
     int gone;                  /* its directory vanished (gc removed it) */
     int failed;                /* its last commit was refused: not held */
+    struct stat refusal;       /* .pending/failed when the lease was taken
+                                  (st_ino 0: there was none) */
     ckpt_lease *lease;         /* from this mount's first write to the commit */
     kv *meta;                  /* user.ckpt.meta.* set through this mount */
     size_t nmeta;
+    size_t meta_bytes;         /* of their keys and values */
+    uid_t creator;             /* who started it through this mount
+                                  (-1: joined from the disk) */
 };
 
 struct ws_set {
@@ -105,15 +112,26 @@ struct ws_set {
     char prefix[96];           /* writer names of unknown ranks:
                                   <prefix>-<k>; errors.<prefix> notes */
     wrank_table *ranks;        /* the rank of each writing process */
+    ws_limits lim;
+    wl_counts *open_pieces;    /* per user */
+    ckpt_heartbeat *beats;     /* of every lease this mount holds */
     pthread_mutex_t mu;
     ws_save **v;               /* by id - 1 */
     size_t n, cap;
+    /* The watch: a thread that drops this mount's lease of a save whose
+     * commit another mount's rank saw refused (started with the first
+     * lease, stopped by ws_set_free). */
+    pthread_t watch;
+    int watching, stop;
+    pthread_cond_t wake;       /* CLOCK_MONOTONIC, with mu */
 };
 
 struct ws_file {
     ws_save *w;
     uint32_t node;
     pid_t opener;
+    uid_t uid;                 /* the opener's user, counted in
+                                  open_pieces */
     char *fqn;
     pattr_piece piece;
     uint64_t bound;            /* bytes the piece may hold at most */
@@ -124,6 +142,9 @@ struct ws_file {
     int started, done;
     int rc;                    /* the piece's error, sticky */
     ckpt_error err;
+    pthread_mutex_t mu;        /* the above: descriptors of the open file
+                                  in several processes write and close at
+                                  once */
 };
 
 /* ------------------------------------------------------------ nodes */
@@ -252,6 +273,7 @@ static ws_save *save_new(ws_set *s, const char *name, const char *path)
         return NULL;
     pthread_mutex_init(&w->mu, NULL);
     w->set = s;
+    w->creator = (uid_t)-1;
     w->name = strdup(name);
     w->path = strdup(path);
     int ok = w->name && w->path && rehash(w, 64) == 0;
@@ -278,16 +300,23 @@ static int check_save_name(const char *name, ckpt_error *err)
     return 0;
 }
 
-/* 1 when root/name is a save in progress (has .pending/, no index.db). */
+/* 1 when root/name is a save in progress (has .pending/, no index.db)
+ * that this mount may join: a directory, not a link, whose .pending/
+ * belongs to the user the daemon runs as (docs/TRUST.md, "A shared
+ * root": another user's save is not served for writing). */
 static int on_disk_pending(const char *path)
 {
     char p[4096];
     struct stat st;
-    if (ckpt_path_join(p, sizeof p, path, "index.db", NULL) != 0 ||
-        stat(p, &st) == 0)
+    if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) ||
+        ckpt_path_join(p, sizeof p, path, "index.db", NULL) != 0 ||
+        lstat(p, &st) == 0)
         return 0;
-    return ckpt_path_join(p, sizeof p, path, ".pending", NULL) == 0 &&
-           stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+    int pfd = ckpt_pending_open(path, 1, NULL);
+    if (pfd < 0)
+        return 0;
+    close(pfd);
+    return 1;
 }
 
 /* Adds a save object for root/name (under s->mu). */
@@ -337,17 +366,38 @@ static ws_save *set_find_locked(ws_set *s, const char *name, int committed)
 }
 
 int ws_set_new(ws_set **out, const char *root, int world,
-               const ckpt_write_opts *wo, ckpt_error *err)
+               const ckpt_write_opts *wo, const ws_limits *lim,
+               ckpt_error *err)
 {
     *out = NULL;
     ws_set *s = calloc(1, sizeof *s);
-    if (!s || !(s->root = strdup(root)) || wrank_new(&s->ranks) != 0) {
-        if (s)
+    if (!s || !(s->root = strdup(root)) || wrank_new(&s->ranks) != 0 ||
+        wl_counts_new(&s->open_pieces) != 0) {
+        if (s) {
             free(s->root);
+            wrank_free(s->ranks);
+        }
         free(s);
         return ckpt_err(err, -ENOMEM, "out of memory");
     }
+    int rc = ckpt_heartbeat_new(&s->beats, CKPT_LEASE_BEAT_MS, err);
+    if (rc) {
+        wl_counts_free(s->open_pieces);
+        wrank_free(s->ranks);
+        free(s->root);
+        free(s);
+        return rc;
+    }
+    if (lim)
+        s->lim = *lim;
+    else
+        wl_limits_default(&s->lim);
     pthread_mutex_init(&s->mu, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&s->wake, &ca);
+    pthread_condattr_destroy(&ca);
     s->world = world;
     s->wo = *wo;
     /* Unique among mounts sharing the root: host, process, start time. */
@@ -372,9 +422,19 @@ void ws_set_free(ws_set *s)
 {
     if (!s)
         return;
+    pthread_mutex_lock(&s->mu);
+    s->stop = 1;
+    pthread_cond_broadcast(&s->wake);
+    int watching = s->watching;
+    pthread_mutex_unlock(&s->mu);
+    if (watching)
+        pthread_join(s->watch, NULL);
+    pthread_cond_destroy(&s->wake);
     for (size_t i = 0; i < s->n; i++)
         save_free(s->v[i]);
     free(s->v);
+    ckpt_heartbeat_free(s->beats);   /* every lease is dropped now */
+    wl_counts_free(s->open_pieces);
     pthread_mutex_destroy(&s->mu);
     wrank_free(s->ranks);
     free(s->root);
@@ -404,6 +464,16 @@ ws_save *ws_set_find(ws_set *s, const char *name)
     return w;
 }
 
+static int hold_lease(ws_save *w, ckpt_error *err);
+static void start_watch(ws_set *s);
+
+int ws_join(ws_save *w, pid_t pid, ckpt_error *err)
+{
+    if (wrank_of(w->set->ranks, pid, w->set->world) < 0)
+        return 0;       /* a reader, `ls`: not one of the save's writers */
+    return hold_lease(w, err);
+}
+
 /* Makes root/name with its data/ and .pending/ in one step, so that
  * another mount never sees the directory without .pending/ (it would not
  * know it for a save): built aside under a hidden name, then renamed into
@@ -431,7 +501,7 @@ static int make_save_dir(ws_set *s, const char *name, const char *path,
     if (rc == 0 && owner && access_give_dir(tmp, owner, &le) != 0)
         rc = le.code;
     /* Leased before it appears: no gc takes it in between. */
-    if (rc == 0 && ckpt_lease_take(lease, tmp, CKPT_LEASE_BEAT_MS, &le))
+    if (rc == 0 && ckpt_lease_take_on(lease, tmp, s->beats, &le))
         rc = le.code;
     if (rc == 0 && rename(tmp, path) != 0)
         rc = errno == ENOTEMPTY ? -EEXIST : -errno;
@@ -442,6 +512,18 @@ static int make_save_dir(ws_set *s, const char *name, const char *path,
     ckpt_remove_tree(tmp, NULL);
     return ckpt_err(err, rc, "cannot create %s: %s", path,
                     le.msg[0] ? le.msg : strerror(-rc));
+}
+
+/* The saves in progress that uid started through this mount (under
+ * s->mu). */
+static size_t saves_of(ws_set *s, uid_t uid)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->n; i++)
+        if (s->v[i]->creator == uid && !save_gone(s->v[i]) &&
+            !ws_save_committed(s->v[i]))
+            n++;
+    return n;
 }
 
 int ws_set_create(ws_set *s, const char *name, const access_owner *owner,
@@ -455,11 +537,17 @@ int ws_set_create(ws_set *s, const char *name, const access_owner *owner,
     if (rc)
         return rc;
     ckpt_lease *lease = NULL;
+    uid_t uid = owner ? owner->uid : geteuid();
     pthread_mutex_lock(&s->mu);
     ws_save *w = set_find_locked(s, name, 0);
     if (w) {
         *out = w;
         rc = -EEXIST;
+    } else if (saves_of(s, uid) >= s->lim.max_saves) {
+        rc = ckpt_err(err, -EDQUOT, "%s: user %ld has %zu saves in progress "
+                      "through this mount already (-o max_saves=%zu): "
+                      "commit or remove one first", path, (long)uid,
+                      s->lim.max_saves, s->lim.max_saves);
     } else {
         rc = make_save_dir(s, name, path, owner, &lease, err);
         if (rc == 0 || (rc == -EEXIST && on_disk_pending(path)))
@@ -468,11 +556,21 @@ int ws_set_create(ws_set *s, const char *name, const access_owner *owner,
             rc = ckpt_err(err, -ENOMEM, "out of memory");
         if (rc == 0) {
             (*out)->lease = lease;
+            (*out)->creator = uid;
             lease = NULL;
         }
     }
     pthread_mutex_unlock(&s->mu);
     ckpt_lease_drop(lease);
+    if (rc == 0)
+        start_watch(s);
+    /* mkdir answered EEXIST: this mount joins the save and holds its lease
+     * from now on, as its maker does, so that gc keeps the save while
+     * this mount's ranks have yet to write. */
+    ckpt_error le = { 0 };
+    if (rc == -EEXIST && *out && hold_lease(*out, &le) != 0)
+        fuse_log(FUSE_LOG_ERR, "ckptfs: %s: cannot hold the lease of the "
+                 "save this mount joins: %s\n", path, le.msg);
     return rc;
 }
 
@@ -779,10 +877,31 @@ static int remember_meta(ws_save *w, const char *key, const char *value,
         } else {
             v[i] = (kv){ k, val };
             w->nmeta++;
+            w->meta_bytes += strlen(k) + strlen(val);
         }
     }
     pthread_mutex_unlock(&w->mu);
     return rc ? ckpt_err(err, rc, "out of memory") : 0;
+}
+
+/* -ENOSPC when one more key of len bytes would pass the save's bounds
+ * (-o max_meta_keys, max_meta_bytes). */
+static int meta_room(ws_save *w, const char *key, size_t len,
+                     ckpt_error *err)
+{
+    pthread_mutex_lock(&w->mu);
+    size_t keys = w->nmeta, bytes = w->meta_bytes;
+    pthread_mutex_unlock(&w->mu);
+    const ws_limits *l = &w->set->lim;
+    if (keys >= l->max_meta_keys)
+        return ckpt_err(err, -ENOSPC, "user.ckpt.meta.%s: the save has %zu "
+                        "metadata keys, the most it may have (-o "
+                        "max_meta_keys=%zu)", key, keys, l->max_meta_keys);
+    if (bytes + strlen(key) + len > l->max_meta_bytes)
+        return ckpt_err(err, -ENOSPC, "user.ckpt.meta.%s: the save's "
+                        "metadata would pass %zu bytes (-o max_meta_bytes)",
+                        key, l->max_meta_bytes);
+    return 0;
 }
 
 static int set_meta(ws_save *w, pid_t pid, const char *key,
@@ -800,8 +919,11 @@ static int set_meta(ws_save *w, pid_t pid, const char *key,
         return strcmp(have, v) == 0 ? 0 :
             ckpt_err(err, -EINVAL, "user.ckpt.meta.%s is '%s' already; a "
                      "key keeps its first value", key, have);
+    int rc = meta_room(w, key, len, err);
+    if (rc)
+        return rc;
     ckpt_writer *wr;
-    int rc = take_writer(w, pid, &wr, NULL, 0, err);
+    rc = take_writer(w, pid, &wr, NULL, 0, err);
     if (rc)
         return rc;
     rc = ckpt_writer_set_meta(wr, key, v, err);
@@ -820,9 +942,10 @@ static int set_rank(ws_save *w, pid_t pid, const char *value, size_t len,
         return ckpt_err(err, -EINVAL, RANK_ATTR " '%.*s': a rank from 0 to "
                         "%d (the mount's world=%d)", (int)(len < 40 ? len
                         : 40), value, world - 1, world);
-    return wrank_set(w->set->ranks, pid, rank) ? ckpt_err(err, -ENOMEM,
-                                                          "out of memory")
-                                               : 0;
+    if (wrank_set(w->set->ranks, pid, rank))
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    /* A rank set on a save joins it: its lease is held from now on. */
+    return hold_lease(w, err);
 }
 
 /* Keeps why an attribute or piece of file node was refused (its
@@ -956,23 +1079,90 @@ int ws_listxattr(ws_save *w, uint32_t node, pid_t pid, char *buf,
 
 /* ------------------------------------------------------------ writers */
 
+static void release_failed(ws_save *w);
+
+/* stat of the save's .pending/failed (the last refusal's message). */
+static int refusal_stat(const ws_save *w, struct stat *st)
+{
+    char path[4200];
+    snprintf(path, sizeof path, "%s/.pending/failed", w->path);
+    return lstat(path, st);
+}
+
+/* A refusal this mount did not see when it took the save's lease: some
+ * mount's rank completed the save and its commit was refused. */
+static int refused_since(ws_save *w)
+{
+    struct stat now;
+    if (refusal_stat(w, &now) != 0)
+        return 0;
+    pthread_mutex_lock(&w->mu);
+    int held = w->lease != NULL;
+    const struct stat *then = &w->refusal;
+    int news = then->st_ino == 0 || then->st_ino != now.st_ino ||
+               then->st_mtim.tv_sec != now.st_mtim.tv_sec ||
+               then->st_mtim.tv_nsec != now.st_mtim.tv_nsec;
+    pthread_mutex_unlock(&w->mu);
+    return held && news;
+}
+
+#define WATCH_MS 1000
+
+/* Every WATCH_MS: drops the lease of each save another mount saw refused
+ * (a refused commit releases every mount's lease of it, so that gc may
+ * remove the save at once). */
+static void *watch_main(void *arg)
+{
+    ws_set *s = arg;
+    pthread_mutex_lock(&s->mu);
+    while (!s->stop) {
+        struct timespec t;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        t.tv_sec += WATCH_MS / 1000;
+        pthread_cond_timedwait(&s->wake, &s->mu, &t);
+        for (size_t i = 0; !s->stop && i < s->n; i++) {
+            ws_save *w = s->v[i];
+            pthread_mutex_unlock(&s->mu);     /* saves are never freed */
+            if (refused_since(w))
+                release_failed(w);
+            pthread_mutex_lock(&s->mu);
+        }
+    }
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+static void start_watch(ws_set *s)
+{
+    pthread_mutex_lock(&s->mu);
+    if (!s->watching && !s->stop &&
+        pthread_create(&s->watch, NULL, watch_main, s) == 0)
+        s->watching = 1;
+    pthread_mutex_unlock(&s->mu);
+}
+
 /* This mount is one of the save's writers from its first write on: it
  * holds the save's lease until the save commits or the mount goes. */
 static int hold_lease(ws_save *w, ckpt_error *err)
 {
+    start_watch(w->set);
     pthread_mutex_lock(&w->mu);
     int have = w->lease || w->committed;
     pthread_mutex_unlock(&w->mu);
     if (have)
         return 0;
     ckpt_lease *l;
-    int rc = ckpt_lease_take(&l, w->path, CKPT_LEASE_BEAT_MS, err);
+    int rc = ckpt_lease_take_on(&l, w->path, w->set->beats, err);
     if (rc)
         return rc;
+    struct stat seen;
+    if (refusal_stat(w, &seen) != 0)
+        seen.st_ino = 0;
     pthread_mutex_lock(&w->mu);
     if (!w->lease && !w->committed) {
         w->lease = l;
         w->failed = 0;  /* written or committed again: held again */
+        w->refusal = seen;
         l = NULL;
     }
     pthread_mutex_unlock(&w->mu);
@@ -1002,12 +1192,14 @@ static int open_writer(ws_save *w, int rank, pooled *p, ckpt_error *err)
             snprintf(p->name, sizeof p->name, "rank%d", rank);
         else
             snprintf(p->name, sizeof p->name, "rank%d-%d", rank, k);
-        rc = ckpt_writer_open(&p->wr, w->path, p->name, &w->set->wo, err);
+        rc = ckpt_writer_open_on(&p->wr, w->path, p->name, &w->set->wo,
+                                 w->set->beats, err);
     }
     if (rc == -EEXIST) {
         snprintf(p->name, sizeof p->name, "%s-%u", w->set->prefix,
                  w->next_writer++);
-        rc = ckpt_writer_open(&p->wr, w->path, p->name, &w->set->wo, err);
+        rc = ckpt_writer_open_on(&p->wr, w->path, p->name, &w->set->wo,
+                                 w->set->beats, err);
     }
     p->rank = rank;
     return rc;
@@ -1083,6 +1275,8 @@ static void give_writer(ws_save *w, ckpt_writer *wr, int ok)
     pthread_mutex_lock(&w->mu);
     if (w->failed)
         ok = 0;         /* a refused save keeps no writer (release_failed) */
+    if (w->nidle >= WL_IDLE_WRITERS)
+        ok = 0;         /* closed: its pieces are recorded already */
     if (ok && !w->committed && w->nidle == w->capidle) {
         size_t cap = w->capidle ? w->capidle * 2 : 8;
         ckpt_writer **v = realloc(w->idle, cap * sizeof *v);
@@ -1152,16 +1346,26 @@ int ws_piece_error(ws_save *w, uint32_t node, char *buf, size_t cap)
 
 /* ------------------------------------------------------------ pieces */
 
-int ws_open(ws_save *w, uint32_t node, pid_t pid, ws_file **out,
+int ws_open(ws_save *w, uint32_t node, pid_t pid, uid_t uid, ws_file **out,
             ckpt_error *err)
 {
     *out = NULL;
+    size_t max = w->set->lim.max_open_pieces;
+    if (wl_take(w->set->open_pieces, uid, max) != 0)
+        return ckpt_err(err, -EMFILE, "user %ld holds %zu pieces open for "
+                        "writing through this mount, the most it may (-o "
+                        "max_open_pieces=%zu): close some first", (long)uid,
+                        max, max);
     ws_file *f = calloc(1, sizeof *f);
-    if (!f)
+    if (!f) {
+        wl_give(w->set->open_pieces, uid);
         return ckpt_err(err, -ENOMEM, "out of memory");
+    }
+    f->uid = uid;
     f->w = w;
     f->node = node;
     f->opener = pid;
+    pthread_mutex_init(&f->mu, NULL);
     pthread_mutex_lock(&w->mu);
     int rc = node < w->n && w->nodes[node].kind == WS_FILE ? 0 : -EISDIR;
     if (rc)
@@ -1173,8 +1377,7 @@ int ws_open(ws_save *w, uint32_t node, pid_t pid, ws_file **out,
         rc = fqn_locked(w, node, &f->fqn, err);
     pthread_mutex_unlock(&w->mu);
     if (rc) {
-        free(f->fqn);
-        free(f);
+        ws_release(f);
         return rc;
     }
     *out = f;
@@ -1255,18 +1458,34 @@ static int start_piece(ws_file *f, pid_t pid, ckpt_error *err)
     return rc;
 }
 
-int ws_write(ws_file *f, pid_t pid, const void *buf, size_t len,
-             uint64_t off, ckpt_error *err)
+/* Records the piece, every byte of it received: its frames are flushed
+ * to the shard and it goes into the writer's plan. */
+static int end_piece(ws_file *f, ckpt_error *err)
 {
-    if (f->done)
-        return ckpt_err(err, -EBADF, "tensor '%s': the piece was recorded "
-                        "when a descriptor of it was closed; write a new "
-                        "piece through a new open", f->fqn);
+    f->done = 1;
+    ckpt_piece p;
+    pattr_to_piece(&f->piece, f->fqn, &p);
+    int rc = ckpt_stream_end_as(f->stream, &p, err);
+    f->stream = NULL;          /* freed either way */
+    if (rc == 0)
+        rc = ckpt_writer_flush(f->writer, err);
+    finish_stream(f, rc == 0);
+    return rc ? fail(f, rc, err) : 0;
+}
+
+static int write_locked(ws_file *f, pid_t pid, const void *buf, size_t len,
+                        uint64_t off, ckpt_error *err)
+{
     if (f->rc) {
         if (err)
             *err = f->err;
         return f->rc;
     }
+    if (f->done)
+        return ckpt_err(err, -EFBIG, "tensor '%s': the piece holds %" PRIu64
+                        " bytes, all written (it was recorded); writing %zu "
+                        "more at %" PRIu64 " goes past its end (a new piece "
+                        "takes a new open)", f->fqn, f->bound, len, off);
     int rc = 0;
     if (off != f->received)
         rc = ckpt_err(err, -EINVAL, "tensor '%s': write at offset %" PRIu64
@@ -1292,7 +1511,17 @@ int ws_write(ws_file *f, pid_t pid, const void *buf, size_t len,
         x->size = f->received;
     clock_gettime(CLOCK_REALTIME, &x->mtime);
     pthread_mutex_unlock(&f->w->mu);
-    return 0;
+    /* Complete: the piece ends here, whoever holds its descriptors. */
+    return f->received == f->bound ? end_piece(f, err) : 0;
+}
+
+int ws_write(ws_file *f, pid_t pid, const void *buf, size_t len,
+             uint64_t off, ckpt_error *err)
+{
+    pthread_mutex_lock(&f->mu);
+    int rc = write_locked(f, pid, buf, len, off, err);
+    pthread_mutex_unlock(&f->mu);
+    return rc;
 }
 
 /* 1 when the attributes pid would use describe a piece of no bytes. */
@@ -1302,12 +1531,11 @@ static int empty_piece_declared(ws_file *f, pid_t pid)
     uint64_t n = 1;
     pthread_mutex_lock(&f->w->mu);
     const pattr *a = attrs_for(&f->w->nodes[f->node], pid, f->opener);
-    int rc = a && (a->set & PATTR_DTYPE) ?
-             pattr_resolve(a, f->fqn, &p, NULL) : -1;
+    int rc = a ? pattr_resolve(a, f->fqn, &p, NULL) : -1;
     pthread_mutex_unlock(&f->w->mu);
-    if (rc == 0 && p.infer == PATTR_EXACT)
+    if (rc == 0)
         (void)ckpt_shape_nbytes(p.dtype, p.ndim, p.sizes, &n, f->fqn, NULL);
-    return rc == 0 && p.infer == PATTR_EXACT && n == 0;
+    return rc == 0 && n == 0;
 }
 
 /* 1 when the attributes the opener would use say user.ckpt.replica=1. */
@@ -1331,12 +1559,12 @@ static int close_replica(ws_file *f, ckpt_error *err)
     ws_node *x = &w->nodes[f->node];
     const pattr *a = attrs_for(x, f->opener, f->opener);
     int rc = pattr_resolve(a, f->fqn, &f->piece, err);
-    if (rc == 0 && (!(a->set & PATTR_DTYPE) || f->piece.infer != PATTR_EXACT))
+    if (rc == 0 && !(a->set & PATTR_DTYPE))
         rc = ckpt_err(err, -EINVAL, "tensor '%s': user.ckpt.replica=1 "
                       "without bytes refers to a piece another writer "
                       "writes: its region must be set in full "
-                      "(user.ckpt.dtype, .shape and .sizes, and .offsets "
-                      "unless all 0)", f->fqn);
+                      "(user.ckpt.dtype and .shape, and .offsets and .sizes "
+                      "for a part)", f->fqn);
     if (rc == 0 && a != &x->shared)
         drop_own(x, a);
     pthread_mutex_unlock(&w->mu);
@@ -1354,48 +1582,59 @@ static int close_replica(ws_file *f, ckpt_error *err)
     return rc ? fail(f, rc, err) : 0;
 }
 
-int ws_close(ws_file *f, ckpt_error *err)
+static int close_locked(ws_file *f, ckpt_error *err)
 {
-    if (f->done)
-        return 0;
-    /* A replica's reference: no bytes, by design. */
-    if (!f->started && !f->rc && replica_declared(f)) {
-        f->done = 1;
-        return close_replica(f, err);
-    }
-    /* Nothing written yet: not the end of the piece (a shell closes its
-     * copy of a redirected descriptor before the command writes). */
-    if (!f->started && !f->rc && !empty_piece_declared(f, f->opener))
-        return 0;
-    f->done = 1;
     if (f->rc) {
         if (err)
             *err = f->err;
         return f->rc;
     }
-    int rc = 0;
-    if (!f->started)
-        rc = start_piece(f, f->opener, err);
-    if (rc == 0)
-        rc = pattr_finish(&f->piece, f->received, f->fqn, err);
-    ckpt_piece p;
-    pattr_to_piece(&f->piece, f->fqn, &p);
-    if (rc == 0) {
-        rc = ckpt_stream_end_as(f->stream, &p, err);
-        f->stream = NULL;      /* freed either way */
+    /* Recorded, or more bytes may come through another descriptor of the
+     * open file (a child's, a dup): a flush is not the piece's end. */
+    if (f->done || f->started)
+        return 0;
+    /* A replica's reference: no bytes, by design. */
+    if (replica_declared(f)) {
+        f->done = 1;
+        return close_replica(f, err);
     }
-    if (rc == 0)
-        rc = ckpt_writer_flush(f->writer, err);
-    finish_stream(f, rc == 0);
-    return rc ? fail(f, rc, err) : 0;
+    /* Nothing written and nothing to write: not the end of the piece (a
+     * shell closes its copy of a redirected descriptor before the command
+     * writes). */
+    if (!empty_piece_declared(f, f->opener))
+        return 0;
+    int rc = start_piece(f, f->opener, err);
+    return rc ? fail(f, rc, err) : end_piece(f, err);
+}
+
+int ws_close(ws_file *f, ckpt_error *err)
+{
+    pthread_mutex_lock(&f->mu);
+    int rc = close_locked(f, err);
+    pthread_mutex_unlock(&f->mu);
+    return rc;
 }
 
 void ws_release(ws_file *f)
 {
     if (!f)
         return;
+    if (f->started && !f->done && !f->rc) {
+        /* Its last descriptor closed short: a writer killed, or a
+         * program that wrote less than it declared. */
+        ckpt_error e = { 0 };
+        finish_stream(f, 0);
+        fail(f, ckpt_err(&e, -EIO, "tensor '%s': its descriptors were all "
+                         "closed after %" PRIu64 " of the piece's %" PRIu64
+                         " bytes (its writer was killed, or wrote less than "
+                         "its attributes declare): nothing is recorded; "
+                         "write the piece again", f->fqn, f->received,
+                         f->bound), &e);
+    }
     if (f->stream || f->writer)
         finish_stream(f, 0);
+    pthread_mutex_destroy(&f->mu);
+    wl_give(f->w->set->open_pieces, f->uid);
     free(f->fqn);
     free(f);
 }

@@ -12,10 +12,13 @@
  * save's directory; nodes are never removed, so their numbers can be
  * part of inode numbers.  Everything here is thread-safe.
  *
- * Pieces: every open for writing is one piece, begun by its first write
- * and recorded by ws_close (frames in the writer's shard, the piece in its
- * plan: it survives the daemon); the shards and plans are synced at each
- * close with sync=1, else when a rank commits through this mount, and in
+ * Pieces: every open for writing is one piece, its extent known before
+ * its first byte (pattr.h), begun by its first write and recorded by the
+ * write of its last byte (frames in the writer's shard, the piece in its
+ * plan: it survives the daemon), whichever process or descriptor of the
+ * open file writes it; a piece whose open file is released short records
+ * nothing (ws_release).  The shards and plans are synced as each piece
+ * ends with sync=1, else when a rank commits through this mount, and in
  * any case by the commit before index.db is written.  The
  * attributes a piece takes are those its writing process set on the file
  * (several ranks may write pieces of one file at once), or else the last
@@ -31,6 +34,7 @@
 
 #include "access.h"
 #include "ckptfs.h"
+#include "wlimits.h"
 
 typedef struct ws_set ws_set;
 typedef struct ws_save ws_save;
@@ -54,9 +58,11 @@ typedef struct ws_stat {
 } ws_stat;
 
 /* Starts serving saves under root: world ranks commit each; writers
- * stream with wo. */
+ * stream with wo; lim bounds what users make it hold (NULL: the
+ * defaults).  All the leases of the set are beaten by one thread. */
 int ws_set_new(ws_set **out, const char *root, int world,
-               const ckpt_write_opts *wo, ckpt_error *err);
+               const ckpt_write_opts *wo, const ws_limits *lim,
+               ckpt_error *err);
 /* Aborts every writer still open (their durable pieces stay on disk). */
 void ws_set_free(ws_set *s);
 int ws_set_world(const ws_set *s);
@@ -64,10 +70,17 @@ int ws_set_world(const ws_set *s);
 /* The save named `name`: one of this mount's, or a save in progress on
  * disk (joined now).  NULL when there is none. */
 ws_save *ws_set_find(ws_set *s, const char *name);
+/* A lookup of save w by process pid: when pid has a rank (user.ckpt.rank,
+ * or RANK in its environment), this mount joins the save as one of its
+ * writers and holds its lease from now on (a `mkdir -p` of a save another
+ * mount started), as it does from its mkdir of a save or its first write;
+ * until the save commits, its commit is refused, or the mount goes. */
+int ws_join(ws_save *w, pid_t pid, ckpt_error *err);
 /* Starts save `name` (mkdir), its directory given to owner (NULL: the
  * daemon's own; access_give_dir).  -EEXIST when the name exists in the
  * root (a save in progress is joined, so *out is set then too); -EINVAL
- * for a name that cannot be a checkpoint's. */
+ * for a name that cannot be a checkpoint's; -EDQUOT when the owner has
+ * lim.max_saves saves in progress started here. */
 int ws_set_create(ws_set *s, const char *name, const access_owner *owner,
                   ws_save **out, ckpt_error *err);
 /* The save with id `id`, or NULL. */
@@ -124,21 +137,26 @@ int ws_listxattr(ws_save *w, uint32_t node, pid_t pid, char *buf,
 
 /* ------------------------------------------------------------ pieces */
 
-/* Opens file `node` for writing one piece. */
-int ws_open(ws_save *w, uint32_t node, pid_t pid, ws_file **out,
+/* Opens file `node` for writing one piece, for process pid of user uid:
+ * -EMFILE when uid holds lim.max_open_pieces open already (until
+ * ws_release). */
+int ws_open(ws_save *w, uint32_t node, pid_t pid, uid_t uid, ws_file **out,
             ckpt_error *err);
 /* Writes at off, which must be where the previous write ended (-EINVAL
- * otherwise); past the piece's end is -EFBIG.  Any error fails the piece
- * for good. */
+ * otherwise); past the piece's end is -EFBIG; the write of the piece's
+ * last byte records it (and reports that).  Any error fails the piece for
+ * good. */
 int ws_write(ws_file *f, pid_t pid, const void *buf, size_t len,
              uint64_t off, ckpt_error *err);
-/* A close (of any descriptor of the open file): once bytes were written,
- * ends the piece and records it durably, reporting the piece's error; a
- * close before any byte is written changes nothing (unless the attributes
- * describe an empty piece, which is then recorded).  Later calls return
- * 0, and later writes fail. */
+/* A close (a flush: of any descriptor of the open file, by any process):
+ * reports the piece's error, if it failed; otherwise never ends a piece
+ * that has begun (another descriptor may write on).  Before any byte, a
+ * replica reference or an empty piece the attributes describe is
+ * recorded here; otherwise nothing changes. */
 int ws_close(ws_file *f, ckpt_error *err);
-/* Frees f, abandoning a piece that was not closed. */
+/* Frees f once the kernel releases the open file (its last descriptor is
+ * gone): a piece begun and not complete fails there, recording why
+ * (user.ckpt.error, .ckptfs/errors, the writer's plan) and nothing else. */
 void ws_release(ws_file *f);
 /* Why the last failed piece of file `node` failed (like snprintf), or
  * -ENODATA.  A file created or described in a save is declared (in a

@@ -3,11 +3,13 @@
 # makes it once), with this source tree and /tmp bind-mounted at the same
 # paths as on the host, so that a checkpoint written inside is at the same
 # path outside (the host mounts what the root's torch wrote; with
-# CKPT_ROOT_FUSE=1 the root also sees the ckptfs mounts under /tmp):
+# CKPT_ROOT_FUSE=MNT the root also sees the ckptfs mount MNT under /tmp):
 #   scripts/in-torch-root.sh sid bash -c 'cd $PWD && ...'
 #   scripts/in-torch-root.sh sid --build     # builds BUILD=build-SUITE inside
 # --build configures (without FUSE and MPI) and makes build-SUITE in this tree.
-# The binds live in a private mount namespace and end with the command.
+# The binds live in a private mount namespace and end with the command;
+# it holds no copy of the host's FUSE mounts (scripts/private-ns.sh), so
+# mount tests running beside it unmount at once.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 suite=${1:?usage: in-torch-root.sh SUITE (--build | CMD...)}
@@ -25,13 +27,14 @@ if [ ! -x "$top/configure" ] || [ "$top/configure.ac" -nt "$top/configure" ] ||
    [ "$top/Makefile.am" -nt "$top/Makefile.in" ]; then
     (cd "$top" && autoreconf -fi >&2)
 fi
-exec unshare --mount --propagation private bash -c '
+[ -n "${CKPT_ROOT_FUSE:-}" ] && export CKPT_NS_KEEP=$CKPT_ROOT_FUSE
+exec bash "$top/scripts/private-ns.sh" bash -c '
     set -e
     root=$1 top=$2; shift 2
     mkdir -p "$root$top" "$root/tmp"
     mount --bind "$top" "$root$top"
-    # CKPT_ROOT_FUSE=1: with the mounts under /tmp (a ckptfs mount the
-    # host made, for the root to read); otherwise /tmp alone.
+    # CKPT_ROOT_FUSE=MNT: with the mounts under /tmp (the ckptfs mount MNT
+    # the host made, for the root to read); otherwise /tmp alone.
     if [ -n "${CKPT_ROOT_FUSE:-}" ]; then
         mount --rbind /tmp "$root/tmp"
     else

@@ -452,19 +452,24 @@ typedef enum ckpt_format {
     CKPT_FORMAT_CKPTFS = 1,      /* a directory with index.db */
     CKPT_FORMAT_DCP = 2,         /* PyTorch distributed checkpoint: a
                                     directory with .metadata */
-    CKPT_FORMAT_SAFETENSORS = 3  /* a .safetensors file, or a directory
+    CKPT_FORMAT_SAFETENSORS = 3, /* a .safetensors file, or a directory
                                     with model.safetensors.index.json or
                                     *.safetensors files */
+    CKPT_FORMAT_TORCH = 4        /* torch.save archives (zip format): a
+                                    .pt/.pth/.bin file, or a directory with
+                                    pytorch_model.bin.index.json or such
+                                    files */
 } ckpt_format;
 
 /* What `path` is, without reading its contents.  When `stamp` is not NULL
  * it receives (cap bytes at most) the file whose status stands for the
- * checkpoint's: index.db, .metadata, the .safetensors file or index json
- * (for a directory of .safetensors without index, the directory). */
+ * checkpoint's: index.db, .metadata, the .safetensors or torch.save file
+ * or index json (for a directory of such files without index, the
+ * directory). */
 ckpt_format ckpt_format_probe(const char *path, char *stamp, size_t cap);
 
 /* What an open reader reads: CKPT_FORMAT_CKPTFS, or the foreign format it
- * was opened on (CKPT_FORMAT_DCP, CKPT_FORMAT_SAFETENSORS), whose bytes
+ * was opened on (CKPT_FORMAT_DCP, _SAFETENSORS, _TORCH), whose bytes
  * carry no checksums: any byte range is read as it is, without the frame
  * around it. */
 ckpt_format ckpt_reader_format(const ckpt_reader *r);

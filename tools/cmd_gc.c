@@ -233,6 +233,12 @@ static void report_unfinished(const gc_opts *o, const char *shown,
     case CKPT_GC_COMMITTED:
         printf("kept %s: it was committed meanwhile\n", shown);
         break;
+    case CKPT_GC_ALL_IN:
+        printf("kept %s: all %d ranks are in but its commit was cut short; "
+               "read its .ckptfs/status through a writable mount, or run "
+               "`ckpt commit --world %d %s`, to finish it\n", shown,
+               r->world, r->world, shown);
+        break;
     }
 }
 

@@ -51,4 +51,5 @@ def probe(path):
         return "pending"
     fmt = _capi.lib.ckpt_format_probe(p, None, 0)
     return {_capi.FORMAT_CKPTFS: "ckptfs", _capi.FORMAT_DCP: "dcp",
-            _capi.FORMAT_SAFETENSORS: "safetensors"}.get(fmt)
+            _capi.FORMAT_SAFETENSORS: "safetensors",
+            _capi.FORMAT_TORCH: "torch"}.get(fmt)

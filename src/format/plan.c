@@ -642,6 +642,17 @@ static int check_replicas(const planner *pl, const box_set *s)
             continue;
         char box[2 * DIMS_TEXT_CAP + 32];
         fmt_box(box, sizeof box, a.ndim, a.offsets, a.sizes);
+        /* Never "writer X vs writer X": one writer wrote it twice. */
+        if (strcmp(writer_of(&a), writer_of(&b)) == 0)
+            return ckpt_err(pl->err, -EINVAL, "tensor '%s': writer %s wrote "
+                            "piece %s twice with different bytes (hash "
+                            "%016llx and %016llx): its rank ran again over "
+                            "an attempt of this save it had begun; save the "
+                            "step under a new name, or remove this attempt "
+                            "first (once no mount holds it, `ckpt gc "
+                            "--min-age 0`)", a.fqn, writer_of(&a), box,
+                            (unsigned long long)a.data_hash,
+                            (unsigned long long)b.data_hash);
         return ckpt_err(pl->err, -EINVAL, "tensor '%s': replicas of piece %s "
                         "have different bytes: writer %s (hash %016llx) vs "
                         "writer %s (hash %016llx)", a.fqn, box,

@@ -28,6 +28,7 @@
 #include "format/lease.h"
 
 #define NAME_MAX_LEN 255
+#define CKPT_GC_MAX_WORLD (1 << 20)   /* ranks a marker may name */
 #define PATH_CAP 4096
 
 /* ------------------------------------------------------------ activity */
@@ -170,6 +171,56 @@ static int has_index(const char *dir)
            lstat(path, &st) == 0;
 }
 
+/* The world of a writable mount's save whose every rank is in (each
+ * .pending/rank-R marker holds "world N", fs/rendezvous.c), else 0. */
+static int all_ranks_in(const char *dir)
+{
+    char pending[PATH_CAP];
+    if (ckpt_path_join(pending, sizeof pending, dir, ".pending", NULL))
+        return 0;
+    int pfd = open(pending, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    struct stat st;
+    if (pfd >= 0 && fstatat(pfd, "failed", &st, AT_SYMLINK_NOFOLLOW) == 0) {
+        close(pfd);     /* refused, not cut short: nothing will finish it */
+        return 0;
+    }
+    DIR *d = pfd >= 0 ? fdopendir(pfd) : NULL;
+    if (!d) {
+        if (pfd >= 0)
+            close(pfd);
+        return 0;
+    }
+    int world = 0, bad = 0;
+    unsigned char seen[CKPT_GC_MAX_WORLD / 8] = { 0 };
+    long count = 0;
+    struct dirent *e;
+    while (!bad && (e = readdir(d))) {
+        char *end, text[32] = { 0 };
+        if (strncmp(e->d_name, "rank-", 5) != 0)
+            continue;
+        long r = strtol(e->d_name + 5, &end, 10);
+        int fd = openat(pfd, e->d_name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK |
+                        O_CLOEXEC);
+        ssize_t n = fd >= 0 ? read(fd, text, sizeof text - 1) : -1;
+        if (fd >= 0)
+            close(fd);
+        int w = 0;
+        if (*end || r < 0 || n <= 0 || sscanf(text, "world %d", &w) != 1 ||
+            w <= 0 || w > CKPT_GC_MAX_WORLD || r >= w ||
+            (world && w != world)) {
+            bad = 1;        /* not a marker of ours: decide nothing */
+            break;
+        }
+        world = w;
+        if (!(seen[r / 8] & (1u << (r % 8)))) {
+            seen[r / 8] |= (unsigned char)(1u << (r % 8));
+            count++;
+        }
+    }
+    closedir(d);
+    return !bad && world && count == world ? world : 0;
+}
+
 int ckpt_gc_unfinished(const char *root, const char *name, int64_t min_age_ns,
                        int dry_run, ckpt_gc_result *res, ckpt_error *err)
 {
@@ -207,6 +258,8 @@ int ckpt_gc_unfinished(const char *root, const char *name, int64_t min_age_ns,
             res->why = CKPT_GC_YOUNG;
         else if (has_index(path))
             res->why = CKPT_GC_COMMITTED;
+        else if ((res->world = all_ranks_in(path)) > 0)
+            res->why = CKPT_GC_ALL_IN;
         else if (!dry_run)
             rc = retire_and_remove(root, name, err);
     }

@@ -35,7 +35,9 @@ typedef enum ckpt_gc_why {
     CKPT_GC_REMOVED = 0,     /* removed (or, in a dry run, removable) */
     CKPT_GC_LIVE,            /* a writer or committer holds its lease */
     CKPT_GC_YOUNG,           /* active more recently than min_age */
-    CKPT_GC_COMMITTED        /* it was committed meanwhile */
+    CKPT_GC_COMMITTED,       /* it was committed meanwhile */
+    CKPT_GC_ALL_IN           /* every rank of a mount's save is in: its
+                                commit was cut short, not abandoned */
 } ckpt_gc_why;
 
 typedef struct ckpt_gc_result {
@@ -43,13 +45,17 @@ typedef struct ckpt_gc_result {
     int64_t idle_ns;         /* since its last activity */
     int locks;               /* 0: its file system keeps no locks, so only
                                 the heartbeat could show it live */
+    int world;               /* CKPT_GC_ALL_IN: the ranks it waited for */
 } ckpt_gc_result;
 
 /* Removes the unfinished save root/name unless it is live: takes its
  * lease exclusively without waiting (held: CKPT_GC_LIVE), then, holding
  * it, measures how long the save has been idle (less than min_age_ns:
  * CKPT_GC_YOUNG) and checks that it is still not committed
- * (CKPT_GC_COMMITTED); then retires it and removes it.  A dry run stops
+ * (CKPT_GC_COMMITTED) and that not every rank of a writable mount's save
+ * is in (.pending/rank-R markers naming their world: CKPT_GC_ALL_IN, its
+ * commit was interrupted and a status read finishes it); then retires it
+ * and removes it.  A dry run stops
  * before retiring.  Returns 0 with *res filled in, or a negative errno
  * (the save is then left as it was, or retired but not wholly removed). */
 int ckpt_gc_unfinished(const char *root, const char *name, int64_t min_age_ns,

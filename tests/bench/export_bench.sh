@@ -100,7 +100,7 @@ view_load() {
     daemon=$!
     for _ in $(seq 100); do mountpoint -q "$mnt" && break; sleep 0.1; done
     [ -n "${1:-}" ] && echo "$daemon" >"$1/cgroup.procs"
-    CKPT_ROOT_FUSE=1 inroot python3 "$srcdir/tests/bench/export_bench.py" load "$mnt/.safetensors/model.safetensors" | cut -d' ' -f1
+    CKPT_ROOT_FUSE="$mnt" inroot python3 "$srcdir/tests/bench/export_bench.py" load "$mnt/.safetensors/model.safetensors" | cut -d' ' -f1
     fusermount3 -u "$mnt"
     # (a torch root of another process, started meanwhile, may hold a
     # copy of the mount: the daemon is then told to end)

@@ -206,29 +206,39 @@ static int put_attr(int fd, const char *path, const char *name,
     return 0;
 }
 
+/* Sets a dims attribute of t's rank: "d0" or "d0,d1". */
+static int put_dims(int fd, const char *path, const char *name,
+                    const tdesc *t, int64_t d0, int64_t d1)
+{
+    char v[64];
+    if (t->ndim == 1)
+        snprintf(v, sizeof v, "%lld", (long long)d0);
+    else
+        snprintf(v, sizeof v, "%lld,%lld", (long long)d0, (long long)d1);
+    return put_attr(fd, path, name, v);
+}
+
 /* One piece through the mount: describe, write in 4 KiB pieces, close. */
 static int mount_piece(const char *save, const part *pt, int k)
 {
     const tdesc *t = &T[k];
-    char path[4096], v[64];
+    char path[4096];
     snprintf(path, sizeof path, "%s/%s", save, t->file);
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0)
         return die("open %s: %s", path, strerror(errno));
+    /* shape, offsets and sizes: the piece's extent is known before its
+     * first byte (docs/MOUNT.md, "When a piece ends"), so a writer killed
+     * mid-piece records nothing. */
     int rc = put_attr(fd, path, "user.ckpt.dtype", "f32");
-    if (t->ndim == 1)
-        snprintf(v, sizeof v, "%lld", (long long)t->shape[0]);
-    else
-        snprintf(v, sizeof v, "%lld,%lld", (long long)t->shape[0],
-                 (long long)t->shape[1]);
     if (rc == 0)
-        rc = put_attr(fd, path, "user.ckpt.shape", v);
-    if (t->ndim == 1)
-        snprintf(v, sizeof v, "%lld", (long long)pt->off[0]);
-    else
-        snprintf(v, sizeof v, "%lld,0", (long long)pt->off[0]);
+        rc = put_dims(fd, path, "user.ckpt.shape", t, t->shape[0],
+                      t->shape[1]);
     if (rc == 0)
-        rc = put_attr(fd, path, "user.ckpt.offsets", v);
+        rc = put_dims(fd, path, "user.ckpt.offsets", t, pt->off[0], 0);
+    if (rc == 0)
+        rc = put_dims(fd, path, "user.ckpt.sizes", t, pt->size[0],
+                      t->shape[1]);
     const char *b = (const char *)pt->p.data;
     size_t n = (size_t)(pt->size[0] * row_elems(t)) * sizeof(float);
     for (size_t at = 0; rc == 0 && at < n;) {

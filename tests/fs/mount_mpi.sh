@@ -59,13 +59,13 @@ while read -r fqn dtype shape raw _rest; do
     "$CKPT" cat "$CK" "$fqn" >"$TMP/t.bin"
     rows=${shape%%,*}
     if [ "$dtype" = bytes ]; then
-        "$PY" "$HELPERS/wput.py" put "$path" "$TMP/t.bin" >"$TMP/put.out"
+        "$PY" "$HELPERS/wput.py" put "$path" "$TMP/t.bin" --shape "$(stat -c %s "$TMP/t.bin")" >"$TMP/put.out"
     elif [ "$shape" = "()" ]; then
         "$PY" "$HELPERS/wput.py" put "$path" "$TMP/t.bin" --dtype "$dtype" --shape '' >"$TMP/put.out"
     else
         half=$((rows / 2)) rowbytes=$((raw / rows))
         "$PY" "$HELPERS/wput.py" put "$path" "$TMP/t.bin" --dtype "$dtype" --shape "$shape" \
-            --to $((half * rowbytes)) >"$TMP/put.out" &&
+            --sizes "$half${shape#"$rows"}" --to $((half * rowbytes)) >"$TMP/put.out" &&
         "$PY" "$HELPERS/wput.py" put "$path" "$TMP/t.bin" --dtype "$dtype" --shape "$shape" \
             --offsets "$half$(echo "${shape#"$rows"}" | sed 's/[0-9][0-9]*/0/g')" --from $((half * rowbytes)) >>"$TMP/put.out"
     fi

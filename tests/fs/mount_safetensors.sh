@@ -101,7 +101,7 @@ in_sid_root() {
         echo "      not run; scripts/torch-root.sh sid makes it)"
         return
     fi
-    CKPT_ROOT_FUSE=1 "$CKPT_SRCDIR/scripts/in-torch-root.sh" sid python3 \
+    CKPT_ROOT_FUSE="$MNT" "$CKPT_SRCDIR/scripts/in-torch-root.sh" sid python3 \
         "$CKPT_SRCDIR/tests/compat/st_view_check.py" "$MNT" "$REF" >"$TMP/sid.out" 2>&1
     local rc=$?
     report "$TMP/sid.out" "safetensors, $1 (torch 2.x root): "

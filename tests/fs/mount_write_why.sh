@@ -47,6 +47,7 @@ ck, src = sys.argv[1], sys.argv[2]
 fd = os.open(ck + "/w", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
 os.setxattr(fd, "user.ckpt.dtype", b"float32")
 os.setxattr(fd, "user.ckpt.shape", b"8,16")
+os.setxattr(fd, "user.ckpt.sizes", b"4,16")
 os.write(fd, open(src, "rb").read()[:4 * 16 * 4])
 os.close(fd)
 try:
@@ -119,6 +120,7 @@ except OSError as e:
 print("error attr 1:", os.getxattr(ck + "/w", "user.ckpt.error").decode())
 os.setxattr(fd, "user.ckpt.dtype", b"float32")
 os.setxattr(fd, "user.ckpt.shape", b"8,16")
+os.setxattr(fd, "user.ckpt.sizes", b"4,16")
 os.write(fd, data[:4 * 64])
 os.close(fd)
 print("rank 0 ok")
@@ -134,7 +136,10 @@ fd = os.open(ck + "/w", os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
 os.setxattr(fd, "user.ckpt.dtype", b"float32")
 os.setxattr(fd, "user.ckpt.shape", b"8,16")
 os.setxattr(fd, "user.ckpt.offsets", b"4,0")
-os.write(fd, b"x" * 200)
+try:
+    os.write(fd, b"x" * 300)
+except OSError as e:
+    print("write", errno.errorcode[e.errno])
 try:
     os.close(fd)
     print("close ok")
@@ -143,24 +148,25 @@ except OSError as e:
 print("error attr 2:", os.getxattr(ck + "/w", "user.ckpt.error").decode())
 print("listed:", "user.ckpt.error" in os.listxattr(ck + "/w"))
 PY
-py_says "200 bytes of rows of 64: close fails with EINVAL" '^close EINVAL$'
-py_says "user.ckpt.error says why" "^error attr 2: tensor 'w': 200 bytes written is not a whole number of rows of 64 bytes"
+py_says "300 bytes into a piece of 256: the write fails with EFBIG" '^write EFBIG$'
+py_says "and so does the close" '^close EFBIG$'
+py_says "user.ckpt.error says why" "^error attr 2: tensor 'w': the piece holds 256 bytes; writing 300 at 0 goes past its end"
 py_says "listxattr lists user.ckpt.error" '^listed: True$'
 cat "$M2/$S/.ckptfs/errors" >"$TMP/errors" 2>&1
 grep -q "^w: user.ckpt.dtype: unknown dtype 'float33'.*(rank 0, process [0-9]*)$" "$TMP/errors" &&
     ok "errors lists the refused attribute, by rank 0" || bad "errors: $(tr '\n' '~' <"$TMP/errors")"
-grep -q "^w: tensor 'w': 200 bytes written is not a whole number of rows of 64 bytes.*(writer rank1)$" "$TMP/errors" &&
+grep -q "^w: tensor 'w': the piece holds 256 bytes; writing 300 at 0 goes past its end.*(writer rank1)$" "$TMP/errors" &&
     ok "errors lists the refused piece, by writer rank1" || bad "errors: $(tr '\n' '~' <"$TMP/errors")"
 "$PY" "$HELPERS/wput.py" commit "$M2/$S" 0 >"$TMP/put.out" 2>&1
 "$PY" "$HELPERS/wput.py" commit "$M2/$S" 1 >"$TMP/put.out" 2>&1
 grep -qx "ERR commit EIO" "$TMP/put.out" && ok "the commit is refused (EIO)" || bad "commit: $(cat "$TMP/put.out")"
 cat "$M2/$S/.ckptfs/errors" >"$TMP/errors" 2>&1
-grep -q "^commit refused: tensor 'w': pieces cover 64 of 128 elements.*(pieces from writers rank0); a piece of it failed: .*200 bytes.*(writer rank1)$" "$TMP/errors" &&
+grep -q "^commit refused: tensor 'w': pieces cover 64 of 128 elements.*(pieces from writers rank0); a piece of it failed: .*writing 300.*(writer rank1)$" "$TMP/errors" &&
     ok "errors ends with the planner's message, naming the ranks" || bad "errors after the commit: $(tr '\n' '~' <"$TMP/errors")"
 for f in rank0.shard rank1.shard; do
     check "a writer's shard is data/$f" test -f "$R/$S/data/$f"
 done
-grep -q "unknown dtype 'float33'" "$LOG" && grep -q "200 bytes written" "$LOG" &&
+grep -q "unknown dtype 'float33'" "$LOG" && grep -q "writing 300 at 0 goes past its end" "$LOG" &&
     ok "the background daemon's messages are in the log file" || bad "log file: $(tail -c 500 "$LOG" 2>&1 | tr '\n' '~')"
 
 echo "# ---- two mounts writing the same rank: unique shard names"

@@ -16,9 +16,13 @@
 #   fuzz_frames   every codec's frame decoder on arbitrary frame bytes, and
 #                 encode/decode round trips; seeded with real frames of
 #                 every codec (CKPT_FUZZ_SECONDS, default 8)
+#   fuzz_control  a writable mount's control files: a save's .pending/ made
+#                 of the input (files, links out, FIFOs), read for the
+#                 status and .ckptfs/errors, and the attribute values users
+#                 set (CKPT_FUZZ_SECONDS, default 8)
 # CKPT_FUZZ_SECONDS=N runs each for N seconds (longer runs on demand:
 # CKPT_FUZZ_SECONDS=600 bash tests/fuzz/run_fuzz.sh); CKPT_FUZZ_TARGETS
-# picks targets (default: all three).  Fails on any crash, leak, sanitizer
+# picks targets (default: all four).  Fails on any crash, leak, sanitizer
 # report or timeout of one input (the input is kept under
 # tests/fuzz/artifacts/ of the build directory).
 # Exit 77 (skip) when clang or the libFuzzer runtime is missing.
@@ -27,7 +31,7 @@ SRC=${CKPT_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 BUILD=${CKPT_BUILDDIR:-$SRC}
 PY=/usr/bin/python3
 CLANG=${CLANG:-clang}
-TARGETS=${CKPT_FUZZ_TARGETS:-fuzz_parsers fuzz_index fuzz_frames}
+TARGETS=${CKPT_FUZZ_TARGETS:-fuzz_parsers fuzz_index fuzz_frames fuzz_control}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/ckpt-fuzz.XXXXXX") || exit 99
 trap 'rm -rf "$WORK"' EXIT
 
@@ -38,26 +42,29 @@ echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }' 
 
 mkdir -p "$BUILD/tests/fuzz"
 CFLAGS=(-std=c11 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
-        -fno-sanitize-recover=undefined -I"$BUILD" -I"$SRC/src")
-# The library's sources a target needs (for fuzz_index and fuzz_parsers,
-# every layer but mpi/ and async/: MPI, CUDA staging and the asynchronous
-# and one-call savers).
+        -fno-sanitize-recover=undefined -I"$BUILD" -I"$SRC/src" -I"$SRC/fs")
+# The library's sources a target needs (for fuzz_index, fuzz_control and
+# fuzz_parsers, every layer but mpi/ and async/: MPI, CUDA staging and the
+# asynchronous and one-call savers).
 sources_of() {
     local s
     case $1 in
     fuzz_frames)
         for s in codec/codec codec/bytegroup codec/huff common/error common/dtype; do
             echo "$SRC/src/$s.c"; done ;;
-    fuzz_index|fuzz_parsers)   # (the DCP item readers sit on the builder)
+    fuzz_index|fuzz_control|fuzz_parsers)   # (the DCP item readers sit on the builder)
         for s in "$SRC"/src/*/*.c; do
             case ${s#"$SRC"/src/} in mpi/*|async/*) ;; *) echo "$s" ;; esac
-        done ;;
+        done
+        if [ "$1" = fuzz_control ]; then
+            for s in rendezvous pattr wrank; do echo "$SRC/fs/$s.c"; done
+        fi ;;
     esac
 }
 libs_of() {
     case $1 in
     fuzz_frames) echo "-lzstd -lxxhash -lm" ;;
-    fuzz_index|fuzz_parsers) echo "-lzstd -lxxhash -lsqlite3 -lpthread -lm" ;;
+    fuzz_index|fuzz_control|fuzz_parsers) echo "-lzstd -lxxhash -lsqlite3 -lpthread -lm" ;;
     esac
 }
 # Compiles the targets two at a time (the machines that run the suite
@@ -84,7 +91,8 @@ for t in $TARGETS; do
 done
 
 # Seed corpora.  fuzz_parsers: selector byte (0 pickle, 1 zip item, 2
-# JSON, 3 .distcp with a safetensors blob, 4 zstd item) + input.
+# JSON, 3 torch.save archive, 4 .distcp with a safetensors blob, 5 zstd
+# item) + input.
 seed_parsers() {
     local CORPUS=$1
     seed() {   # seed SELECTOR FILE
@@ -105,20 +113,36 @@ seed_parsers() {
                 "$f" >"$WORK/hdr.json" && seed 02 "$WORK/hdr.json"
         done
     fi
+    if "$PY" "$SRC/tests/python/torchsave_ref.py" write "$WORK/ts" >/dev/null 2>&1; then
+        for f in "$WORK"/ts/model.pt "$WORK"/ts/expand.pt "$WORK"/ts/hf/*.bin; do
+            seed 03 "$f"
+        done
+    fi
     # torch 2.x items: a .distcp ending in a safetensors blob (one at
     # byte 0 here), zstd items (torch.save archives and bytes), and
     # transform_descriptors lists.
-    for f in "$WORK"/st/*.safetensors; do [ -e "$f" ] && seed 03 "$f"; done
+    for f in "$WORK"/st/*.safetensors; do [ -e "$f" ] && seed 04 "$f"; done
     for f in "$WORK"/dcp/__*.distcp; do
         [ -e "$f" ] && zstd -q -c "$f" >"$WORK/item.zst" 2>/dev/null &&
-            seed 04 "$WORK/item.zst"
+            seed 05 "$WORK/item.zst"
     done
     printf 'hello, bytes' | zstd -q -c >"$WORK/bytes.zst" 2>/dev/null &&
-        seed 04 "$WORK/bytes.zst"
+        seed 05 "$WORK/bytes.zst"
     "$PY" -c 'import pickle, sys; sys.stdout.buffer.write(pickle.dumps(["stream.zstd/1"], protocol=2))' \
         >"$WORK/tr.pkl" && seed 00 "$WORK/tr.pkl"
     printf '\x00\x80\x02}q\x00.' >"$CORPUS/min-pickle"
     printf '\x02{"a":[1,2.5e3,"\\u00e9\\ud83d\\ude00",true,null]}' >"$CORPUS/min-json"
+}
+
+# fuzz_control: selector 0 (.pending/: world byte, then records of name
+# index, kind 0 file / 1 link out / 2 FIFO / 3 directory, length, bytes)
+# or 1 (attribute values separated by 0xff).
+seed_control() {
+    printf '\x00\x00\x00\x00\x05why\n\n\x02\x00\x04x: y\n' >"$1/failed-notes"
+    printf '\x00\x01\x01\x01\x00\x02\x02\x00\x04\x00\x01r' >"$1/links-fifos"
+    printf '\x00\x00\x04\x00\x00\x05\x00\x00\x07\x03\x00' >"$1/ranks-in"
+    printf '\x01\x00f32\xff4,8\xff0,0\xff4,8\xff0' >"$1/attrs"
+    printf '\x01\x01-1,9223372036854775807\xffbf16\xff1' >"$1/attrs-big"
 }
 
 status=0
@@ -129,6 +153,7 @@ for t in $TARGETS; do
     fuzz_parsers) secs=${CKPT_FUZZ_SECONDS:-20}; maxlen=65536; seed_parsers "$CORPUS" ;;
     fuzz_index) secs=${CKPT_FUZZ_SECONDS:-10}; maxlen=262144 ;;
     fuzz_frames) secs=${CKPT_FUZZ_SECONDS:-8}; maxlen=300000 ;;
+    fuzz_control) secs=${CKPT_FUZZ_SECONDS:-8}; maxlen=4096; seed_control "$CORPUS" ;;
     esac
     # the targets write their own real files as seeds
     case $t in

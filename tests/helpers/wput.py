@@ -46,11 +46,11 @@ def put(a):
     pos = a.seek
     try:
         for i in range(0, len(data), a.block):
-            n = os.pwrite(fd, data[i:i + a.block], pos)
-            if n != len(data[i:i + a.block]):
-                print("ERR write short")
-                sys.exit(1)
-            pos += n
+            block = data[i:i + a.block]
+            while block:    # a short write: the rest again (its error next)
+                n = os.pwrite(fd, block, pos)
+                block = block[n:]
+                pos += n
             time.sleep(a.delay)
     except OSError as e:
         fail("write", e)

@@ -1,0 +1,131 @@
+#!/bin/bash
+# mount_multinode.sh - several writable mounts ("nodes") over one shared
+# ROOT saving one checkpoint (docs/MOUNT.md, "Several mounts"; issue #25):
+#   - leases: a mount that joined a save (its mkdir answered EEXIST, or it
+#     set user.ckpt.rank) holds the save's lease before it writes, so that
+#     `ckpt gc --min-age 0` keeps the save after the maker's node finished
+#     and unmounted, and the joiner's rank then commits it;
+#   - a refused commit releases every mount's lease of the save (the
+#     others notice .pending/failed), so gc removes it at once;
+#   - a rank that writes its piece again with other bytes (it ran again
+#     over an attempt it had begun): the refusal names the writer once and
+#     says what to do, never "writer rank0 ... vs writer rank0";
+#   - a save whose every rank is in but whose commit was cut short (the
+#     daemon killed during it) is left by gc, with a message saying how it
+#     is finished, and a status read through a mount commits it.
+. "$(dirname "$0")/lib.sh"
+
+R=$TMP/root
+A=$TMP/node-a
+B=$TMP/node-b
+IN=$TMP/in
+mkdir -p "$R" "$IN"
+"$PY" - "$IN" <<'EOF' || exit 99
+import sys, numpy as np
+np.random.default_rng(25).standard_normal((64, 32)).astype("<f4").tofile(sys.argv[1] + "/w.bin")
+EOF
+WPUT=$HELPERS/wput.py
+put_rows() {   # put_rows CKDIR RANK: rank R's 32 rows of w (R = 0 or 1)
+    RANK=$2 "$PY" "$WPUT" put "$1/w" "$IN/w.bin" --dtype f32 --shape 64,32 \
+        --offsets "$(($2 * 32)),0" --sizes 32,32 --from $(($2 * 4096)) --to $(($2 * 4096 + 4096))
+}
+
+echo "# ---- a mount that joined a save holds its lease before it writes"
+mount_ck "$R" "$A" -o rw,world=2 || exit 1
+mount_ck "$R" "$B" -o rw,world=2 || exit 1
+S=step-000001
+mkdir "$A/$S" && ok "node A starts $S"
+if RANK=1 mkdir -p "$B/$S" && ! RANK=1 mkdir "$B/$S" 2>/dev/null; then ok "node B's rank 1 joins it (mkdir -p; mkdir: EEXIST)"; else bad "node B's mkdir"; fi
+put_rows "$A/$S" 0 >"$TMP/put.out" 2>&1
+grep -qx ok "$TMP/put.out" && ok "node A writes rank 0's rows" || bad "node A: $(cat "$TMP/put.out")"
+echo 0 >"$A/$S/.ckptfs/commit" && ok "node A commits rank 0"
+umount_ck "$A"
+run_ckpt gc --min-age 0 "$R"
+expect_out_re "kept $S" "gc keeps the save node B joined"
+check "$S is still there" test -d "$R/$S/.pending"
+put_rows "$B/$S" 1 >"$TMP/put.out" 2>&1
+grep -qx ok "$TMP/put.out" && ok "node B writes rank 1's rows" || bad "node B: $(cat "$TMP/put.out")"
+echo 1 >"$B/$S/.ckptfs/commit" 2>/dev/null
+st=$(cat "$B/$S/.ckptfs/status")
+[ "$st" = committed ] && ok "node B's commit completes the save" || bad "status: $st"
+cmp -s "$IN/w.bin" "$B/$S/w" && ok "w reads back whole" || bad "w differs"
+
+S=step-000002
+mount_ck "$R" "$A" -o rw,world=2 || exit 1
+mkdir "$A/$S" && ok "node A starts $S"
+RANK=1 "$PY" "$WPUT" setx "$B/$S" user.ckpt.rank 1 >"$TMP/put.out" 2>&1
+grep -qx ok "$TMP/put.out" && ok "node B sets its rank on $S" || bad "setx: $(cat "$TMP/put.out")"
+umount_ck "$A"
+run_ckpt gc --min-age 0 "$R"
+expect_out_re "kept $S" "gc keeps the save whose rank node B set"
+umount_ck "$B"
+run_ckpt gc --min-age 0 "$R"
+check "once every node unmounted, gc removes the unfinished $S" test ! -e "$R/$S"
+expect_daemon_clean "node B" "$MNT_LOG"
+
+echo "# ---- a refused commit releases every mount's lease"
+S=step-000004
+mount_ck "$R" "$A" -o rw,world=2 || exit 1
+mount_ck "$R" "$B" -o rw,world=2 || exit 1
+mkdir "$A/$S"
+put_rows "$A/$S" 0 >"$TMP/put.out" 2>&1
+grep -qx ok "$TMP/put.out" && ok "node A writes rank 0's rows" || bad "node A: $(cat "$TMP/put.out")"
+echo 0 >"$A/$S/.ckptfs/commit" && ok "node A commits rank 0"
+# rank 1 disagrees on the shape: the planner refuses the save
+RANK=1 "$PY" "$WPUT" put "$B/$S/w" "$IN/w.bin" --dtype f32 --shape 65,32 \
+    --offsets 32,0 --sizes 32,32 --from 4096 --to 8192 >"$TMP/put.out" 2>&1
+"$PY" "$WPUT" commit "$B/$S" 1 >"$TMP/put.out" 2>&1
+grep -qx "ERR commit EIO" "$TMP/put.out" && ok "node B's commit is refused" || bad "node B's commit: $(cat "$TMP/put.out")"
+# node A notices the refusal by itself (its watch, every second): gc
+# removes the save without either node unmounting
+for ((i = 0; i < 100; i++)); do
+    "$CKPT" gc --min-age 0 "$R" >"$TMP/gc.out" 2>&1
+    [ -e "$R/$S" ] || break
+    sleep 0.1
+done
+if [ ! -e "$R/$S" ]; then ok "gc --min-age 0 removes the refused save while both nodes are mounted"
+else bad "gc kept the refused save: $(tr '\n' '~' <"$TMP/gc.out")"; fi
+umount_ck "$A"
+expect_daemon_clean "node A" "$MNT_LOG"
+umount_ck "$B"
+expect_daemon_clean "node B" "$MNT_LOG"
+
+echo "# ---- a rank that ran again over its attempt: never 'writer X vs writer X'"
+S=step-000005
+mount_ck "$R" "$A" -o rw,world=1 || exit 1
+mkdir "$A/$S"
+RANK=0 "$PY" "$WPUT" put "$A/$S/w" "$IN/w.bin" --dtype f32 --shape 64,32 >/dev/null 2>&1
+"$PY" -c 'import sys; d = open(sys.argv[1], "rb").read(); open(sys.argv[2], "wb").write(d[::-1])' "$IN/w.bin" "$IN/w2.bin"
+RANK=0 "$PY" "$WPUT" put "$A/$S/w" "$IN/w2.bin" --dtype f32 --shape 64,32 >"$TMP/put.out" 2>&1
+grep -qx ok "$TMP/put.out" && ok "rank 0 writes w again, other bytes" || bad "put: $(cat "$TMP/put.out")"
+echo 0 >"$A/$S/.ckptfs/commit" 2>/dev/null
+st=$(cat "$A/$S/.ckptfs/status")
+case "$st" in
+    *"writer rank0 wrote piece"*twice*"save the step under a new name"*) ok "the refusal names the writer once and says what to do (${st:0:120})" ;;
+    *) bad "status: $st" ;;
+esac
+umount_ck "$A"
+
+echo "# ---- gc leaves a save whose every rank is in"
+S=step-000003
+mount_ck "$R" "$A" -o rw,world=2 || exit 1
+mkdir "$A/$S"
+put_rows "$A/$S" 0 >/dev/null 2>&1
+put_rows "$A/$S" 1 >"$TMP/put.out" 2>&1
+grep -qx ok "$TMP/put.out" && ok "both ranks' rows written" || bad "put: $(cat "$TMP/put.out")"
+echo 0 >"$A/$S/.ckptfs/commit" && ok "rank 0 commits"
+umount_ck "$A"
+# What a daemon killed during the last rank's commit leaves (kill_mount.sh
+# makes it for real, at random points): every rank's marker, no index.db.
+cp -p "$R/$S/.pending/rank-0" "$R/$S/.pending/rank-1"
+run_ckpt gc --min-age 0 "$R"
+expect_out_re "kept $S: all 2 ranks are in but its commit was cut short; read its .ckptfs/status" \
+    "gc leaves it, saying how it is finished"
+check "$S is still there" test -d "$R/$S/.pending"
+mount_ck "$R" "$A" -o rw,world=2 || exit 1
+st=$(cat "$A/$S/.ckptfs/status")
+[ "$st" = committed ] && ok "a status read through a mount commits it" || bad "status: $st"
+cmp -s "$IN/w.bin" "$A/$S/w" && ok "w reads back whole" || bad "w differs"
+umount_ck "$A"
+expect_daemon_clean "node A" "$MNT_LOG"
+summary

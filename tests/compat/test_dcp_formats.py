@@ -184,11 +184,13 @@ class Formats(util.TempDir):
         with open(mdp, "wb") as fh:
             pickle.dump(md, fh)
 
-    def refused(self, p, *words):
-        r = util.ckpt("ls", p)
+    def refused(self, p, fqn, *words):
+        """Reading fqn fails naming it and the problem (the checkpoint
+        may list it, refused alone, or refuse to open)."""
+        r = util.ckpt("cat", p, fqn)
         msg = r.stderr.decode()
-        self.assertNotEqual(r.returncode, 0, r.stdout)
-        for w in words:
+        self.assertNotEqual(r.returncode, 0, r.stdout[:100])
+        for w in (fqn,) + words:
             self.assertIn(w, msg)
         print("refused as it should be: " + msg.strip())
 

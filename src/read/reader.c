@@ -33,6 +33,7 @@
 
 #include "read/cache.h"
 #include "codec/codec.h"
+#include "codec/zstream.h"
 #include "common/confine.h"
 #include "common/error.h"
 #include "common/fileio.h"
@@ -355,6 +356,16 @@ static const ckpt_strided *strided_of(const ckpt_reader *r, size_t t,
     return s->strided ? s->strided[c] : NULL;
 }
 
+/* The strides of chunk (t, c) when its storage is in its file, read in
+ * place (mapped); NULL when row-major or inside a zstd stream (DCP's
+ * ZStandard extension), which is decoded as a frame. */
+static const ckpt_strided *mapped_of(const ckpt_reader *r, size_t t,
+                                     size_t c)
+{
+    const ckpt_strided *sd = strided_of(r, t, c);
+    return sd && !sd->zstd ? sd : NULL;
+}
+
 /* The storage of strided chunk (t, c) (its one frame's bytes), mapped
  * on first use (once: of two threads mapping it, one keeps its
  * mapping). */
@@ -393,6 +404,62 @@ static int strided_map(ckpt_reader *r, size_t t, size_t c,
     return 0;
 }
 
+/* The stored bytes of a zstd-stream frame, read as the stream asks. */
+typedef struct zs_in {
+    int fd;
+    uint64_t base;
+    const char *file;
+} zs_in;
+
+static int zs_pread(void *arg, void *buf, size_t n, uint64_t off,
+                    ckpt_error *err)
+{
+    const zs_in *in = arg;
+    return ckpt_pread_full(in->fd, buf, n, in->base + off, in->file, err);
+}
+
+/* Decodes the zstd stream of frame fr (DCP's ZStandard extension: one
+ * stream per item) and keeps its decoded bytes [sd->skip, + sd->span) in
+ * out: the whole stream is decoded, and must decode to the size it had
+ * when the checkpoint was opened. */
+static int decode_stream(const frame_ref *fr, int fd, const ckpt_strided *sd,
+                         unsigned char *out, ckpt_error *err)
+{
+    const ckpt_frame_rec *f = fr->f;
+    zs_in in = { fd, f->file_offset, file_of(fr->r, fr->t, fr->c) };
+    ckpt_zs_window w = { sd->skip, sd->span, out };
+    uint64_t total;
+    int rc = ckpt_zstream_decode(zs_pread, &in, f->stored_size,
+                                 ckpt_zs_window_out, &w, sd->decoded, &total,
+                                 in.file, err);
+    if (rc == 0 && total != sd->decoded)
+        rc = ckpt_err(err, -EIO, "%s: the item's zstd stream decodes to "
+                      "%llu bytes, not the %llu it did when the checkpoint "
+                      "was opened", in.file, (unsigned long long)total,
+                      (unsigned long long)sd->decoded);
+    return rc;
+}
+
+/* Reads the chunk of frame fr that lies in a zstd stream (its one frame):
+ * the stream decoded once, the elements kept (gathered when strided). */
+static int read_zstd(const frame_ref *fr, int fd, const ckpt_strided *sd,
+                     void *dst, ckpt_error *err)
+{
+    if (sd->row_major)
+        return decode_stream(fr, fd, sd, dst, err);
+    const ckpt_index_tensor *t = tensor_at(fr->r, fr->t);
+    unsigned char *tmp = malloc(sd->span ? sd->span : 1);
+    if (!tmp)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    int rc = decode_stream(fr, fd, sd, tmp, err);
+    if (rc == 0)
+        ckpt_strided_gather(dst, tmp, t->ndim,
+                            chunk_at(fr->r, fr->t, fr->c)->sizes, sd->stride,
+                            ckpt_dtype_size(t->dtype), 0, fr->f->raw_size);
+    free(tmp);
+    return rc;
+}
+
 /* Copies bytes [src, src + n) of strided chunk (t, c)'s row-major image
  * to dst, element by element from its mapped storage (strided.h). */
 static int copy_strided(ckpt_reader *r, size_t t, size_t c, uint64_t src,
@@ -427,7 +494,9 @@ static int decode_frame(const frame_ref *fr, void *dst, scratch *s,
         return frame_fail(fr, err, fd);
     int rc = 0, summed = 0;
     uint64_t sum = 0;
-    if (sd) {
+    if (sd && sd->zstd) {
+        rc = read_zstd(fr, fd, sd, dst, err);
+    } else if (sd) {
         rc = copy_strided(r, fr->t, fr->c, 0, f->raw_size, dst, err);
     } else if (f->codec == CKPT_CODEC_RAW) {
         if (f->stored_size != f->raw_size)
@@ -659,7 +728,7 @@ static int copy_segment(ckpt_reader *r, size_t t, const segment *sg,
     int rc = chunk_frames(r, t, sg->c, &frames, err);
     if (rc)
         return rc;
-    if (strided_of(r, t, sg->c))
+    if (mapped_of(r, t, sg->c))
         return copy_strided(r, t, sg->c, sg->src, sg->n, sg->dst, err);
     uint64_t src = sg->src, n = sg->n;
     unsigned char *dst = sg->dst;
@@ -1662,7 +1731,7 @@ static void verify_frames(verifier *v, size_t t, size_t c, scratch *s,
         report(v, t, (long)c, -1, file, 0, e.msg);
         return;
     }
-    if (strided_of(r, t, c)) {
+    if (mapped_of(r, t, c)) {
         /* no checksum to check: its storage is in the file (mapped), and
          * gathering it whole would cost its declared size */
         const ckpt_strided_map *m;

@@ -51,7 +51,10 @@ extern "C" {
 /* CKPT_VERSION_MAJOR, _MINOR, _PATCH, _STRING ("0.1.0") and _NUMBER,
  * made by configure from configure.ac's version. */
 #include "ckptfs_version.h"
-#define CKPT_FORMAT_VERSION 1
+/* The newest index.db format version this library reads.  It writes 1,
+ * and 2 for a delta checkpoint (one whose frames refer to a base's:
+ * docs/FORMAT.md, "Delta checkpoints"), which older readers refuse. */
+#define CKPT_FORMAT_VERSION 2
 /* The most dimensions a tensor may have (NumPy's limit). */
 #define CKPT_MAX_DIMS 32
 /* Default frame size: raw bytes per independently decodable frame. */
@@ -115,7 +118,10 @@ typedef enum ckpt_codec {
     CKPT_CODEC_BG_F64 = 5,    /* "bgf64": binary64 split */
     CKPT_CODEC_BG_2 = 6,      /* "bg2": bytes of 2-byte elements */
     CKPT_CODEC_BG_4 = 7,      /* "bg4": bytes of 4-byte elements */
-    CKPT_CODEC_BG_8 = 8       /* "bg8": bytes of 8-byte elements */
+    CKPT_CODEC_BG_8 = 8,      /* "bg8": bytes of 8-byte elements */
+    /* Stored ids of delta checkpoints only, never a write option: */
+    CKPT_CODEC_REF = 9,       /* "ref": the base's frame, no bytes stored */
+    CKPT_CODEC_XOR = 10       /* "xor": XOR with the base's frame, coded */
 } ckpt_codec;
 
 /* "raw", "zstd", "bgbf16", ..., "auto" for CKPT_CODEC_AUTO; "unknown" for
@@ -140,6 +146,17 @@ typedef struct ckpt_write_opts {
      * should neither evict the training job's cache nor fill memory with
      * a checkpoint nobody reads back soon. */
     int drop_cache;
+    /* Delta saves (docs/FORMAT.md, "Delta checkpoints"): a committed
+     * checkpoint in the same root as the save (NULL: none, the default).
+     * Each frame of a tensor that the base holds with the same dtype,
+     * shape, chunk and frame layout is stored as the cheapest of a
+     * reference to the base's frame (when identical), the XOR with it
+     * coded by `codec`, or itself.  The library copies the string. */
+    const char *base;
+    /* Longest chain of XOR deltas a frame may need (default 8): a frame
+     * whose base frame already needs full_every - 1 is stored whole (or
+     * as a reference).  1 = references only; at most 64. */
+    int full_every;
 } ckpt_write_opts;
 
 /* Sets *o to the defaults, and o->size. */

@@ -39,6 +39,8 @@
 #include "common/grow.h"
 #include "foreign/foreign.h"
 #include "format/index.h"
+#include "format/delta.h"
+#include "codec/xorframe.h"
 #include "common/perm.h"
 #include "format/plan.h"
 #include "common/pool.h"
@@ -71,6 +73,7 @@ struct ckpt_reader {
     ckpt_confine root;              /* dir: where files are opened */
     ckpt_read_opts opts;
     ckpt_index *ix;
+    ckpt_bases *bases;              /* a delta checkpoint's, else NULL */
     pthread_mutex_t ix_mu;          /* the index handle, lazy loads */
     ckpt_index_data d;              /* tensors' chunks: see ts */
     /* Per tensor: NULL until its chunks are loaded (on first use, once,
@@ -385,6 +388,39 @@ static int read_strided(const frame_ref *fr, int fd, const ckpt_strided *sd,
     return rc;
 }
 
+/* A delta frame (ref or xor) of fr into dst: the base frame at its
+ * place, XORed with its own bytes for an xor frame. */
+static int decode_delta(const frame_ref *fr, int fd, void *dst, scratch *s,
+                        ckpt_error *err)
+{
+    ckpt_reader *r = fr->r;
+    const ckpt_frame_rec *f = fr->f;
+    const ckpt_index_tensor *t = tensor_at(r, fr->t);
+    const ckpt_index_chunk *ch = chunk_at(r, fr->t, fr->c);
+    ckpt_chunk_loc loc = { t->fqn, t->dtype, t->ndim, t->shape, ch->offsets,
+                           ch->sizes };
+    if (!r->bases)
+        return ckpt_err(err, -EIO, "a '%s' frame in a checkpoint without "
+                        "bases", ckpt_codec_name(f->codec));
+    if (f->codec == CKPT_CODEC_REF)
+        return ckpt_bases_read(r->bases, f->base, &loc, fr->i, f->raw_offset,
+                               f->raw_size, dst, s->codec, err);
+    const unsigned char *src;
+    int rc = ckpt_sio_stored(s->io, fd, f->stored_size, f->file_offset, &src,
+                             file_of(r, fr->t, fr->c), err);
+    unsigned char *base = rc ? NULL : malloc(f->raw_size);
+    if (!rc && !base)
+        rc = ckpt_err(err, -ENOMEM, "out of memory");
+    if (!rc)
+        rc = ckpt_bases_read(r->bases, f->base, &loc, fr->i, f->raw_offset,
+                             f->raw_size, base, s->codec, err);
+    if (!rc)
+        rc = ckpt_xor_decode(s->codec, src, f->stored_size, base, dst,
+                             f->raw_size, err);
+    free(base);
+    return rc;
+}
+
 /* Reads and decodes frame fr into dst (raw_size bytes) and checks its
  * checksum.  A raw frame is read straight into dst and checksummed as it
  * lands (shardio.c); a coded one is read into the scratch's buffer and
@@ -404,6 +440,8 @@ static int decode_frame(const frame_ref *fr, void *dst, scratch *s,
     uint64_t sum = 0;
     if (sd) {
         rc = read_strided(fr, fd, sd, dst, s, err);
+    } else if (f->codec == CKPT_CODEC_REF || f->codec == CKPT_CODEC_XOR) {
+        rc = decode_delta(fr, fd, dst, s, err);
     } else if (f->codec == CKPT_CODEC_RAW) {
         if (f->stored_size != f->raw_size)
             rc = ckpt_err(err, -EIO, "raw frame stores %llu bytes for %llu",
@@ -1182,6 +1220,7 @@ void ckpt_reader_close(ckpt_reader *r)
         if (atomic_load(&r->fds[i]) >= 0)
             close(atomic_load(&r->fds[i]));
     scratch_free_all(r);
+    ckpt_bases_free(r->bases);
     if (r->ix)
         ckpt_index_close(r->ix);
     ckpt_index_data_free(&r->d);
@@ -1295,6 +1334,9 @@ int ckpt_reader_open(ckpt_reader **out, const char *dir,
             rc = ckpt_index_open(&r->ix, path, err);
         if (rc == 0)
             rc = ckpt_index_load_tensors(r->ix, &r->d, err);
+        if (rc == 0)
+            rc = ckpt_bases_open(&r->bases, dir, r->ix,
+                                 ckpt_index_identity(&r->d), err);
         if (rc == 0)
             rc = alloc_tables(r, err);
     }

@@ -50,7 +50,8 @@ class Error(Structure):
 class WriteOpts(Structure):
     _fields_ = [("size", c_size_t),
                 ("codec", c_int), ("level", c_int), ("frame_size", c_size_t),
-                ("threads", c_int), ("sync", c_int), ("drop_cache", c_int)]
+                ("threads", c_int), ("sync", c_int), ("drop_cache", c_int),
+                ("base", c_char_p), ("full_every", c_int)]
 
 
 class Piece(Structure):

@@ -31,7 +31,8 @@ int main(void)
     printf("{\"structs\": {");
     STRUCT(ckpt_error) FIELD(code) FIELD(msg) END
     STRUCT(ckpt_write_opts) FIELD(size) FIELD(codec) FIELD(level) FIELD(frame_size)
-        FIELD(threads) FIELD(sync) FIELD(drop_cache) END
+        FIELD(threads) FIELD(sync) FIELD(drop_cache) FIELD(base)
+        FIELD(full_every) END
     STRUCT(ckpt_piece) FIELD(fqn) FIELD(dtype) FIELD(ndim) FIELD(shape)
         FIELD(offsets) FIELD(sizes) FIELD(data) END
     STRUCT(ckpt_commit_opts) FIELD(size) FIELD(expect_writers) FIELD(sync)

@@ -390,6 +390,42 @@ int64_t ckpt_verify(ckpt_reader *r, ckpt_fault_fn fn, void *arg,
                     void (*progress)(void *arg, uint64_t done, uint64_t total),
                     ckpt_error *err);
 
+/* What ckpt_diff finds of one tensor. */
+typedef enum ckpt_diff_status {
+    CKPT_DIFF_EQUAL = 0,      /* the same dtype, shape and bytes */
+    CKPT_DIFF_CHANGED = 1,    /* the same name, other bytes (or dtype/shape) */
+    CKPT_DIFF_ONLY_A = 2,     /* in the first checkpoint only */
+    CKPT_DIFF_ONLY_B = 3      /* in the second checkpoint only */
+} ckpt_diff_status;
+
+typedef struct ckpt_diff_entry {
+    const char *fqn;
+    ckpt_diff_status status;
+    int same_type;            /* dtype and shape agree */
+    int same_layout;          /* the same chunks and frames: frames were
+                                 compared by their checksums, no decode */
+    uint64_t frames;          /* frames of the tensor (in B when in both) */
+    uint64_t changed_frames;  /* same_layout: frames whose checksums
+                                 differ; else the frames of B holding a
+                                 changed element */
+    uint64_t changed_elems;   /* elements whose bytes differ */
+    int has_stats;            /* a float tensor compared element-wise: */
+    double max_abs;           /* max |b - a| (NaN where either is NaN) */
+    double rel_l2;            /* ||b - a||_2 / ||a||_2 (inf when ||a|| = 0
+                                 and b differs) */
+} ckpt_diff_entry;
+
+typedef void (*ckpt_diff_fn)(void *arg, const ckpt_diff_entry *e);
+
+/* Compares the tensors of checkpoints a and b, in FQN order, calling fn
+ * once per tensor.  Tensors stored with the same chunks and frames are
+ * compared frame by frame by checksum (XXH3-64): an equal one costs no
+ * decode; a changed one is read whole from both for its element counts
+ * and, for f64/f32/f16/bf16/fp8, the float differences.  Returns the
+ * number of tensors that are not equal, or a negative error. */
+int64_t ckpt_diff(ckpt_reader *a, ckpt_reader *b, ckpt_diff_fn fn,
+                  void *arg, ckpt_error *err);
+
 typedef struct ckpt_stats {
     uint64_t frames_decoded;
     uint64_t bytes_decoded;  /* raw bytes of the frames decoded: over

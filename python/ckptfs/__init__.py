@@ -20,6 +20,7 @@ docs/PYTHON.md is the reference.
 """
 from . import _capi
 from ._api import load, save
+from ._diff import diff
 from ._async import SaveHandle, Saver
 from ._errors import (CheckpointError, Error, MismatchError, MissingKeyError,
                       UnsupportedError)
@@ -32,7 +33,7 @@ LIBRARY = _capi.LIBRARY_PATH
 """The path of the libckptfs that was loaded."""
 
 __all__ = [
-    "save", "load", "open", "Saver", "SaveHandle", "Raw",
+    "save", "load", "open", "diff", "Saver", "SaveHandle", "Raw",
     "CheckpointFile", "TensorSlice", "TensorInfo", "ChunkInfo", "FrameInfo",
     "Error", "CheckpointError", "UnsupportedError", "MismatchError",
     "MissingKeyError", "probe", "LIBRARY",

@@ -10,9 +10,10 @@ tests/python/test_abi.py compares every size and field offset below with
 what the C compiler gives (tests/python/abi_layout.c) and fails on any
 drift.
 """
+import ctypes
 import os
-from ctypes import (POINTER, Structure, c_char, c_char_p, c_int, c_int64,
-                    c_long, c_size_t, c_uint64, c_void_p)
+from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int,
+                    c_int64, c_long, c_size_t, c_uint64, c_void_p)
 
 from . import _library
 
@@ -108,6 +109,17 @@ class SaveOpts(Structure):
                 ("meta_values", POINTER(c_char_p)), ("nmeta", c_size_t)]
 
 
+class DiffEntry(Structure):
+    _fields_ = [("fqn", c_char_p), ("status", c_int), ("same_type", c_int),
+                ("same_layout", c_int), ("frames", c_uint64),
+                ("changed_frames", c_uint64), ("changed_elems", c_uint64),
+                ("has_stats", c_int), ("max_abs", c_double),
+                ("rel_l2", c_double)]
+
+
+DIFF_FN = ctypes.CFUNCTYPE(None, c_void_p, POINTER(DiffEntry))
+
+
 # Every struct above, by its C name (for the layout test).
 class ReadItem(Structure):
     _fields_ = [("idx", c_size_t), ("offsets", I64P), ("sizes", I64P),
@@ -120,7 +132,7 @@ STRUCTS = {
     "ckpt_tensor_info": TensorInfo, "ckpt_chunk_info": ChunkInfo,
     "ckpt_frame_info": FrameInfo, "ckpt_stats": Stats,
     "ckpt_saver_opts": SaverOpts, "ckpt_save_opts": SaveOpts,
-    "ckpt_read_item": ReadItem,
+    "ckpt_read_item": ReadItem, "ckpt_diff_entry": DiffEntry,
 }
 
 _ERR = POINTER(Error)
@@ -171,6 +183,7 @@ _SIGNATURES = {
     "ckpt_read_batch": (c_int, [_P, POINTER(ReadItem), c_size_t, _ERR]),
     "ckpt_load_region": (c_int, [_P, c_size_t, I64P, I64P, c_void_p, _ERR]),
     "ckpt_reader_stats": (None, [_P, POINTER(Stats)]),
+    "ckpt_diff": (c_int64, [_P, _P, DIFF_FN, c_void_p, _ERR]),
     # asynchronous saves
     "ckpt_saver_opts_init": (None, [POINTER(SaverOpts)]),
     "ckpt_saver_create": (c_int, [_PP, POINTER(SaverOpts), _ERR]),

@@ -55,6 +55,10 @@ int main(void)
     STRUCT(ckpt_save_opts) FIELD(size) FIELD(write) FIELD(meta_keys) FIELD(meta_values)
         FIELD(nmeta) END
     STRUCT(ckpt_read_item) FIELD(idx) FIELD(offsets) FIELD(sizes) FIELD(dst) END
+    STRUCT(ckpt_diff_entry) FIELD(fqn) FIELD(status) FIELD(same_type)
+        FIELD(same_layout) FIELD(frames) FIELD(changed_frames)
+        FIELD(changed_elems) FIELD(has_stats) FIELD(max_abs) FIELD(rel_l2)
+        END
     printf("},\n \"enums\": {\"MAX_DIMS\": %d, \"ERRMSG_CAP\": %zu, "
            "\"enum_size\": %zu,\n", CKPT_MAX_DIMS,
            sizeof(((ckpt_error *)0)->msg), sizeof(ckpt_dtype));

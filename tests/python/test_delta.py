@@ -114,6 +114,33 @@ class DeltaSave(util.TempDir):
             ckptfs.save(self.path("s2"), s0, base=self.path("s0"))
         self.assertFalse(os.path.exists(self.path("s2")))
 
+    def test_diff(self):
+        rng = np.random.default_rng(9)
+        s0 = state0(rng)
+        s1 = train(s0, rng)
+        s1["new"] = np.arange(5, dtype=np.int16)
+        ckptfs.save(self.path("s0"), s0, frame_size=16384)
+        ckptfs.save(self.path("s1"), s1, frame_size=16384,
+                    base=self.path("s0"))
+        got = {e["fqn"]: e for e in ckptfs.diff(self.path("s0"),
+                                                self.path("s1"))}
+        self.assertEqual(got["frozen"]["status"], "equal")
+        self.assertTrue(got["frozen"]["same_layout"])
+        self.assertEqual(got["new"]["status"], "only_b")
+        e = got["emb"]
+        self.assertEqual(e["status"], "changed")
+        a, b = s0["emb"].astype(np.float64), s1["emb"].astype(np.float64)
+        self.assertEqual(e["changed_elems"], int((a != b).sum()))
+        rows = np.flatnonzero((a != b).any(axis=1))
+        self.assertEqual(e["changed_frames"],
+                         len(set(int(r) * 512 // 16384 for r in rows)))
+        self.assertAlmostEqual(e["max_abs"], float(np.abs(b - a).max()),
+                               places=12)
+        rel = np.sqrt(((b - a) ** 2).sum() / (a ** 2).sum())
+        self.assertAlmostEqual(e["rel_l2"] / rel, 1.0, places=9)
+        self.assertEqual(got["step"]["status"], "changed")
+        self.assertNotIn("max_abs", got["step"])
+
     def test_storage_writer(self):
         if torch is None:
             self.skipTest("torch is not usable here")

@@ -18,6 +18,7 @@
 
 #include "ckptfs.h"
 #include "common/fileio.h"
+#include "write/gc.h"
 #include "unit_util.h"
 
 #define ROWS 64
@@ -384,6 +385,44 @@ START_TEST(old_reader_version)
 }
 END_TEST
 
+START_TEST(gc_keeps_bases)
+{
+    /* s3 (kept, newest) names s2, which names s1: both kept; s0, which
+     * nothing kept names, goes; keep_last counted only s3. */
+    char *b3[] = { (char *)"s2" }, *b2[] = { (char *)"s1" };
+    char *b0[] = { (char *)"gone" };
+    ckpt_retain_item v[] = {
+        { "s0", 1, 0, 0, b0, 1 }, { "s1", 1, 1, 0, NULL, 0 },
+        { "s2", 1, 2, 0, b2, 1 }, { "s3", 1, 3, 0, b3, 1 },
+    };
+    ckpt_retain_why why[4];
+    size_t user[4] = { 9, 9, 9, 9 };
+    ck_assert_int_eq(ckpt_retain_select(v, 4, 1, 0, why), 0);
+    ckpt_retain_keep_bases(v, 4, why, user);
+    ck_assert_int_eq(why[3], CKPT_RETAIN_LATEST);
+    ck_assert_int_eq(why[2], CKPT_RETAIN_BASE);
+    ck_assert_int_eq(user[2], 3);
+    ck_assert_int_eq(why[1], CKPT_RETAIN_BASE);
+    ck_assert_int_eq(user[1], 2);
+    ck_assert_int_eq(why[0], CKPT_RETAIN_DROP);
+    /* And from a real root: the bases a delta's index names. */
+    state s;
+    two_saves(&s);
+    char dir[4096];
+    join(dir, s.root, "s1");
+    ckpt_retain_item it = { .name = "s1" };
+    ckpt_error err = { 0 };
+    ck_assert_msg(ckpt_retain_bases(dir, &it, &err) == 0, "%s", err.msg);
+    ck_assert_uint_eq(it.nbases, 1);
+    ck_assert_str_eq(it.bases[0], "s0");
+    ckpt_retain_item_free_bases(&it);
+    join(dir, s.root, "s0");
+    ck_assert_int_eq(ckpt_retain_bases(dir, &it, &err), 0);
+    ck_assert_uint_eq(it.nbases, 0);
+    state_free(&s);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("delta");
@@ -397,6 +436,7 @@ static Suite *suite(void)
     tcase_add_test(tc, refuse_cycle);
     tcase_add_test(tc, refuse_base_changed_during_save);
     tcase_add_test(tc, old_reader_version);
+    tcase_add_test(tc, gc_keeps_bases);
     suite_add_tcase(s, tc);
     return s;
 }

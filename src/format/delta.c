@@ -486,7 +486,8 @@ static int frame_at(ckpt_bases *b, entry *e, const ckpt_chunk_loc *loc,
 
 static int read_at(ckpt_bases *b, int64_t id, const ckpt_chunk_loc *loc,
                    uint64_t seq, uint64_t raw_offset, uint64_t raw_size,
-                   void *dst, ckpt_codec_ctx *c, int hops, ckpt_error *err);
+                   void *dst, ckpt_codec_ctx *c, int hops, uint64_t *sum,
+                   ckpt_error *err);
 
 /* The stored bytes of rec, into a new buffer. */
 static int read_stored(entry *e, int fd, const ckpt_frame_rec *rec,
@@ -511,7 +512,7 @@ static int decode_rec(entry *e, const ckpt_chunk_loc *loc, uint64_t seq,
 {
     if (rec->codec == CKPT_CODEC_REF)
         return read_at(e->sub, rec->base, loc, seq, rec->raw_offset,
-                       rec->raw_size, dst, c, hops + 1, err);
+                       rec->raw_size, dst, c, hops + 1, NULL, err);
     if (rec->codec == CKPT_CODEC_RAW) {
         if (rec->stored_size != rec->raw_size)
             return ckpt_err(err, -EIO, "raw frame stores %llu bytes for %llu",
@@ -531,7 +532,7 @@ static int decode_rec(entry *e, const ckpt_chunk_loc *loc, uint64_t seq,
         rc = ckpt_err(err, -ENOMEM, "out of memory");
     } else {
         rc = read_at(e->sub, rec->base, loc, seq, rec->raw_offset,
-                     rec->raw_size, base, c, hops + 1, err);
+                     rec->raw_size, base, c, hops + 1, NULL, err);
         if (!rc)
             rc = ckpt_xor_decode(c, src, rec->stored_size, base, dst,
                                  rec->raw_size, err);
@@ -543,7 +544,8 @@ static int decode_rec(entry *e, const ckpt_chunk_loc *loc, uint64_t seq,
 
 static int read_at(ckpt_bases *b, int64_t id, const ckpt_chunk_loc *loc,
                    uint64_t seq, uint64_t raw_offset, uint64_t raw_size,
-                   void *dst, ckpt_codec_ctx *c, int hops, ckpt_error *err)
+                   void *dst, ckpt_codec_ctx *c, int hops, uint64_t *sum,
+                   ckpt_error *err)
 {
     entry *e = find_entry(b, id);
     if (!e)
@@ -571,6 +573,8 @@ static int read_at(ckpt_bases *b, int64_t id, const ckpt_chunk_loc *loc,
         rc = ckpt_err(err, -EIO, "checksum mismatch (index has %016llx): "
                       "the base's shard is corrupt",
                       (unsigned long long)rec.checksum);
+    if (!rc && sum)
+        *sum = rec.checksum;
     if (rc && hops == 0)
         return ckpt_err_wrap(err, rc, "base '%s' (%s), tensor '%s' frame "
                              "%llu", e->path, e->dir, loc->fqn,
@@ -580,9 +584,11 @@ static int read_at(ckpt_bases *b, int64_t id, const ckpt_chunk_loc *loc,
 
 int ckpt_bases_read(ckpt_bases *b, int64_t id, const ckpt_chunk_loc *loc,
                     uint64_t seq, uint64_t raw_offset, uint64_t raw_size,
-                    void *dst, ckpt_codec_ctx *c, ckpt_error *err)
+                    void *dst, ckpt_codec_ctx *c, uint64_t *sum,
+                    ckpt_error *err)
 {
-    return read_at(b, id, loc, seq, raw_offset, raw_size, dst, c, 0, err);
+    return read_at(b, id, loc, seq, raw_offset, raw_size, dst, c, 0, sum,
+                   err);
 }
 
 /* Where frame seq of base id's chunk at loc gets its bytes: its holder
@@ -633,8 +639,9 @@ int ckpt_bases_chunk(ckpt_bases *b, const ckpt_chunk_loc *loc,
         rc = ckpt_err(err, -ENOMEM, "out of memory");
     for (uint64_t k = 0; !rc && k < nf; k++) {
         const ckpt_frame_rec *r = &copy[k];
+        int whole = r->codec != CKPT_CODEC_REF && r->codec != CKPT_CODEC_XOR;
         v[k] = (ckpt_base_frame){ r->raw_offset, r->raw_size, r->checksum,
-                                  b->top, 0 };
+                                  b->top, 0, whole ? r->stored_size : 0 };
         if (r->codec == CKPT_CODEC_REF || r->codec == CKPT_CODEC_XOR)
             rc = frame_depth(e->sub, r->base, loc, k, 0, &v[k].depth, err);
         if (!rc && r->codec == CKPT_CODEC_REF)

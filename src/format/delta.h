@@ -38,6 +38,8 @@ typedef struct ckpt_base_frame {
     uint64_t raw_offset, raw_size, checksum;
     int64_t holder;   /* id of the base whose frame holds its bytes */
     int depth;        /* XOR deltas undone to produce them */
+    uint64_t plain_size;  /* its stored size when stored whole (a guess
+                             of what the new frame costs whole), else 0 */
 } ckpt_base_frame;
 
 /* The longest chain of bases a checkpoint may have. */
@@ -75,10 +77,12 @@ int ckpt_bases_chunk(ckpt_bases *b, const ckpt_chunk_loc *loc,
 
 /* Reads frame `seq` of the chunk at `loc` of base `id` (raw_offset and
  * raw_size bytes, which must be the base frame's) into dst, checking its
- * checksum; c is the calling thread's codec context. */
+ * checksum, which it sets *sum to (may be NULL); c is the calling thread's
+ * codec context. */
 int ckpt_bases_read(ckpt_bases *b, int64_t id, const ckpt_chunk_loc *loc,
                     uint64_t seq, uint64_t raw_offset, uint64_t raw_size,
-                    void *dst, ckpt_codec_ctx *c, ckpt_error *err);
+                    void *dst, ckpt_codec_ctx *c, uint64_t *sum,
+                    ckpt_error *err);
 
 /* The meta 'identity' of a loaded index, or NULL. */
 const char *ckpt_index_identity(const ckpt_index_data *d);

@@ -391,7 +391,7 @@ static int read_strided(const frame_ref *fr, int fd, const ckpt_strided *sd,
 /* A delta frame (ref or xor) of fr into dst: the base frame at its
  * place, XORed with its own bytes for an xor frame. */
 static int decode_delta(const frame_ref *fr, int fd, void *dst, scratch *s,
-                        ckpt_error *err)
+                        uint64_t *sum, int *summed, ckpt_error *err)
 {
     ckpt_reader *r = fr->r;
     const ckpt_frame_rec *f = fr->f;
@@ -402,9 +402,13 @@ static int decode_delta(const frame_ref *fr, int fd, void *dst, scratch *s,
     if (!r->bases)
         return ckpt_err(err, -EIO, "a '%s' frame in a checkpoint without "
                         "bases", ckpt_codec_name(f->codec));
-    if (f->codec == CKPT_CODEC_REF)
+    if (f->codec == CKPT_CODEC_REF) {
+        /* The bytes are the base frame's, checked against its checksum,
+         * which must be this frame's too. */
+        *summed = 1;
         return ckpt_bases_read(r->bases, f->base, &loc, fr->i, f->raw_offset,
-                               f->raw_size, dst, s->codec, err);
+                               f->raw_size, dst, s->codec, sum, err);
+    }
     const unsigned char *src;
     int rc = ckpt_sio_stored(s->io, fd, f->stored_size, f->file_offset, &src,
                              file_of(r, fr->t, fr->c), err);
@@ -413,7 +417,7 @@ static int decode_delta(const frame_ref *fr, int fd, void *dst, scratch *s,
         rc = ckpt_err(err, -ENOMEM, "out of memory");
     if (!rc)
         rc = ckpt_bases_read(r->bases, f->base, &loc, fr->i, f->raw_offset,
-                             f->raw_size, base, s->codec, err);
+                             f->raw_size, base, s->codec, NULL, err);
     if (!rc)
         rc = ckpt_xor_decode(s->codec, src, f->stored_size, base, dst,
                              f->raw_size, err);
@@ -441,7 +445,7 @@ static int decode_frame(const frame_ref *fr, void *dst, scratch *s,
     if (sd) {
         rc = read_strided(fr, fd, sd, dst, s, err);
     } else if (f->codec == CKPT_CODEC_REF || f->codec == CKPT_CODEC_XOR) {
-        rc = decode_delta(fr, fd, dst, s, err);
+        rc = decode_delta(fr, fd, dst, s, &sum, &summed, err);
     } else if (f->codec == CKPT_CODEC_RAW) {
         if (f->stored_size != f->raw_size)
             rc = ckpt_err(err, -EIO, "raw frame stores %llu bytes for %llu",

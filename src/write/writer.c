@@ -12,6 +12,7 @@
 #include "ckptfs.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -97,6 +98,8 @@ struct ckpt_stream {
                                     encode whole frames from it, uncopied */
     ckpt_base_frame *bf;         /* delta saves: the base chunk's frames */
     size_t nbf;
+    _Atomic int xor_lost;        /* xor frames tried and not kept in a
+                                    row: past XOR_GIVE_UP, none tried */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int rc;                      /* first error, sticky */
@@ -475,7 +478,7 @@ static size_t encode_xor(slot *sl, const ckpt_base_frame *bf, int worker)
     ckpt_chunk_loc loc = loc_of(s);
     sl->rc = ckpt_bases_read(w->bases, bf->holder, &loc, sl->seq,
                              bf->raw_offset, sl->n, sl->xbuf,
-                             w->ctx[worker], &sl->err);
+                             w->ctx[worker], NULL, &sl->err);
     if (sl->rc)
         return 0;
     ckpt_xor_bytes(sl->xbuf, sl->xbuf, sl->src, sl->n);
@@ -487,11 +490,26 @@ static size_t encode_xor(slot *sl, const ckpt_base_frame *bf, int worker)
     return sl->rc ? 0 : n;
 }
 
+/* An xor frame costs a read a second decode (its base frame's): it is
+ * kept only when it saves XOR_GAIN tenths of the frame stored whole. */
+#define XOR_GAIN 1
+/* After this many xor frames in a row not kept, a stream stops trying
+ * them (the tensor changes too much for deltas to pay). */
+#define XOR_GIVE_UP 4
+
+/* 1 when an xor frame of xn bytes is worth keeping over a whole frame of
+ * `whole` bytes. */
+static int xor_pays(size_t xn, size_t whole)
+{
+    return xn && xn * 10 <= whole * (10 - XOR_GAIN);
+}
+
 /* A delta save's choice for sl: a ref when the base frame at its place is
- * identical (same size and XXH3-64), else its xor frame when that is
- * small (a quarter of the raw bytes: not worth trying the plain codec) or
- * smaller than the plain frame; *xor_n is the xor frame's size (0: none).
- * Returns 1 when the slot is settled (a ref, or an error). */
+ * identical (same size and XXH3-64), else its xor frame when that pays
+ * (xor_pays) against the base frame's own stored size, a fair guess of
+ * what this frame costs whole, so that the frame need not be coded twice;
+ * *xor_n is the xor frame's size (0: none tried).  Returns 1 when the
+ * slot is settled (a ref, an xor frame, or an error). */
 static int choose_delta(slot *sl, int worker, size_t *xor_n)
 {
     ckpt_stream *s = sl->s;
@@ -505,12 +523,19 @@ static int choose_delta(slot *sl, int worker, size_t *xor_n)
         sl->base = bf->holder;
         return 1;
     }
-    if (bf->depth + 1 >= s->w->opts.full_every)
+    if (bf->depth + 1 >= s->w->opts.full_every ||
+        atomic_load(&s->xor_lost) >= XOR_GIVE_UP)
         return 0;
     *xor_n = encode_xor(sl, bf, worker);
     if (sl->rc)
         return 1;
     sl->base = bf->holder;
+    if (xor_pays(*xor_n, bf->plain_size ? bf->plain_size : sl->n / 4)) {
+        sl->codec = CKPT_CODEC_XOR;
+        sl->enc_n = *xor_n;
+        atomic_store(&s->xor_lost, 0);
+        return 1;
+    }
     return 0;
 }
 
@@ -526,11 +551,6 @@ static void encode_task(void *arg, int worker)
     sl->base = 0;
     if (s->nbf && choose_delta(sl, worker, &xor_n))
         goto done;
-    if (xor_n && xor_n <= sl->n / 4) {
-        sl->codec = CKPT_CODEC_XOR;
-        sl->enc_n = xor_n;
-        goto done;
-    }
     if (s->codec != CKPT_CODEC_RAW)
         sl->rc = ckpt_codec_encode(w->ctx[worker], s->codec,
                                    w->opts.level, s->itemsize, sl->src,
@@ -538,11 +558,14 @@ static void encode_task(void *arg, int worker)
                                    &out_n, &out_codec, &sl->err);
     sl->codec = out_codec;
     sl->enc_n = out_codec == CKPT_CODEC_RAW ? sl->n : out_n;
-    if (xor_n && xor_n < sl->enc_n) {
+    if (xor_pays(xor_n, sl->enc_n)) {
         sl->codec = CKPT_CODEC_XOR;
         sl->enc_n = xor_n;
+        atomic_store(&s->xor_lost, 0);
     } else {
         sl->base = 0;
+        if (xor_n)
+            atomic_fetch_add(&s->xor_lost, 1);
     }
 done:
     pthread_mutex_lock(&s->mu);

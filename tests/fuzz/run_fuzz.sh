@@ -6,13 +6,14 @@
 #                 DCP .metadata and .distcp items PyTorch writes (when
 #                 /usr/bin/python3 has torch), torch.save archives,
 #                 safetensors headers (CKPT_FUZZ_SECONDS, default 20)
-#   fuzz_index    a ckptfs checkpoint's index.db and .pending plans, then
-#                 open, list, read, verify (and commit, for plans); seeded
-#                 with the real files of a checkpoint the target writes
+#   fuzz_index    a ckptfs checkpoint's index.db (a delta's and a plain
+#                 one's) and .pending plans, then open, list, read, verify
+#                 (and commit, for plans); seeded with the real files of
+#                 the checkpoints the target writes
 #                 (CKPT_FUZZ_SECONDS, default 10)
-#   fuzz_frames   every codec's frame decoder on arbitrary frame bytes, and
-#                 encode/decode round trips; seeded with real frames of
-#                 every codec (CKPT_FUZZ_SECONDS, default 8)
+#   fuzz_frames   every codec's frame decoder and xor frames on arbitrary
+#                 frame bytes, and encode/decode round trips; seeded with
+#                 real frames of every codec and xor frames (CKPT_FUZZ_SECONDS, default 8)
 # CKPT_FUZZ_SECONDS=N runs each for N seconds (longer runs on demand:
 # CKPT_FUZZ_SECONDS=600 bash tests/fuzz/run_fuzz.sh); CKPT_FUZZ_TARGETS
 # picks targets (default: all three).  Fails on any crash, leak, sanitizer
@@ -46,7 +47,7 @@ sources_of() {
         for s in foreign/pickle foreign/zipread foreign/torchsave common/json \
                  common/error common/dtype; do echo "$SRC/src/$s.c"; done ;;
     fuzz_frames)
-        for s in codec/codec codec/bytegroup codec/huff common/error common/dtype; do
+        for s in codec/codec codec/bytegroup codec/huff codec/xorframe common/error common/dtype; do
             echo "$SRC/src/$s.c"; done ;;
     fuzz_index)
         for s in "$SRC"/src/*/*.c; do

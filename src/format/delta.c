@@ -355,6 +355,37 @@ int ckpt_bases_for_save(ckpt_bases **out, const char *save_dir,
 
 /* ---------------------------------------------------------------- frames */
 
+void *ckpt_delta_scratch_at(ckpt_delta_scratch *s, int slot, size_t n)
+{
+    if (slot < 0 || slot >= CKPT_DELTA_SLOTS)
+        return NULL;
+    if (n > s->cap[slot]) {
+        unsigned char *p = realloc(s->buf[slot], n);
+        if (!p)
+            return NULL;
+        s->buf[slot] = p;
+        s->cap[slot] = n;
+    }
+    return s->buf[slot] ? s->buf[slot] : (s->buf[slot] = malloc(1));
+}
+
+void ckpt_delta_scratch_free(ckpt_delta_scratch *s)
+{
+    for (int i = 0; i < CKPT_DELTA_SLOTS; i++)
+        free(s->buf[i]);
+    memset(s, 0, sizeof *s);
+}
+
+/* A buffer of n bytes for level `hops` (which 0: stored bytes, 1: a base
+ * frame): from the scratch while it has slots, else malloc'd (*owned). */
+static unsigned char *level_buf(ckpt_delta_scratch *sc, int hops, int which,
+                                size_t n, int *owned)
+{
+    int slot = 1 + 2 * hops + which;
+    *owned = !sc || slot >= CKPT_DELTA_SLOTS;
+    return *owned ? malloc(n ? n : 1) : ckpt_delta_scratch_at(sc, slot, n);
+}
+
 static entry *find_entry(ckpt_bases *b, int64_t id)
 {
     for (size_t i = 0; b && i < b->n; i++)
@@ -486,33 +517,18 @@ static int frame_at(ckpt_bases *b, entry *e, const ckpt_chunk_loc *loc,
 
 static int read_at(ckpt_bases *b, int64_t id, const ckpt_chunk_loc *loc,
                    uint64_t seq, uint64_t raw_offset, uint64_t raw_size,
-                   void *dst, ckpt_codec_ctx *c, int hops, uint64_t *sum,
-                   ckpt_error *err);
-
-/* The stored bytes of rec, into a new buffer. */
-static int read_stored(entry *e, int fd, const ckpt_frame_rec *rec,
-                       unsigned char **out, ckpt_error *err)
-{
-    *out = malloc(rec->stored_size ? rec->stored_size : 1);
-    if (!*out)
-        return ckpt_err(err, -ENOMEM, "out of memory");
-    int rc = ckpt_pread_full(fd, *out, rec->stored_size, rec->file_offset,
-                             e->dir, err);
-    if (rc) {
-        free(*out);
-        *out = NULL;
-    }
-    return rc;
-}
+                   void *dst, ckpt_codec_ctx *c, ckpt_delta_scratch *sc,
+                   int hops, uint64_t *sum, ckpt_error *err);
 
 /* Produces rec's raw bytes (rec_size bytes) into dst. */
 static int decode_rec(entry *e, const ckpt_chunk_loc *loc, uint64_t seq,
                       const ckpt_frame_rec *rec, int fd, void *dst,
-                      ckpt_codec_ctx *c, int hops, ckpt_error *err)
+                      ckpt_codec_ctx *c, ckpt_delta_scratch *sc, int hops,
+                      ckpt_error *err)
 {
     if (rec->codec == CKPT_CODEC_REF)
         return read_at(e->sub, rec->base, loc, seq, rec->raw_offset,
-                       rec->raw_size, dst, c, hops + 1, NULL, err);
+                       rec->raw_size, dst, c, sc, hops + 1, NULL, err);
     if (rec->codec == CKPT_CODEC_RAW) {
         if (rec->stored_size != rec->raw_size)
             return ckpt_err(err, -EIO, "raw frame stores %llu bytes for %llu",
@@ -521,31 +537,36 @@ static int decode_rec(entry *e, const ckpt_chunk_loc *loc, uint64_t seq,
         return ckpt_pread_full(fd, dst, rec->raw_size, rec->file_offset,
                                e->dir, err);
     }
-    unsigned char *src, *base = NULL;
-    int rc = read_stored(e, fd, rec, &src, err);
-    if (rc)
-        return rc;
-    if (rec->codec != CKPT_CODEC_XOR) {
+    int own_src, own_base = 0;
+    unsigned char *base = NULL;
+    unsigned char *src = level_buf(sc, hops, 0, rec->stored_size, &own_src);
+    int rc = src ? ckpt_pread_full(fd, src, rec->stored_size,
+                                   rec->file_offset, e->dir, err)
+                 : ckpt_err(err, -ENOMEM, "out of memory");
+    if (rc) {
+    } else if (rec->codec != CKPT_CODEC_XOR) {
         rc = ckpt_codec_decode(c, rec->codec, src, rec->stored_size, dst,
                                rec->raw_size, err);
-    } else if (!(base = malloc(rec->raw_size))) {
+    } else if (!(base = level_buf(sc, hops, 1, rec->raw_size, &own_base))) {
         rc = ckpt_err(err, -ENOMEM, "out of memory");
     } else {
         rc = read_at(e->sub, rec->base, loc, seq, rec->raw_offset,
-                     rec->raw_size, base, c, hops + 1, NULL, err);
+                     rec->raw_size, base, c, sc, hops + 1, NULL, err);
         if (!rc)
             rc = ckpt_xor_decode(c, src, rec->stored_size, base, dst,
                                  rec->raw_size, err);
     }
-    free(base);
-    free(src);
+    if (own_base)
+        free(base);
+    if (own_src)
+        free(src);
     return rc;
 }
 
 static int read_at(ckpt_bases *b, int64_t id, const ckpt_chunk_loc *loc,
                    uint64_t seq, uint64_t raw_offset, uint64_t raw_size,
-                   void *dst, ckpt_codec_ctx *c, int hops, uint64_t *sum,
-                   ckpt_error *err)
+                   void *dst, ckpt_codec_ctx *c, ckpt_delta_scratch *sc,
+                   int hops, uint64_t *sum, ckpt_error *err)
 {
     entry *e = find_entry(b, id);
     if (!e)
@@ -568,7 +589,7 @@ static int read_at(ckpt_bases *b, int64_t id, const ckpt_chunk_loc *loc,
                       (unsigned long long)raw_offset,
                       (unsigned long long)raw_size);
     if (!rc)
-        rc = decode_rec(e, loc, seq, &rec, fd, dst, c, hops, err);
+        rc = decode_rec(e, loc, seq, &rec, fd, dst, c, sc, hops, err);
     if (!rc && ckpt_checksum(dst, raw_size) != rec.checksum)
         rc = ckpt_err(err, -EIO, "checksum mismatch (index has %016llx): "
                       "the base's shard is corrupt",
@@ -584,11 +605,11 @@ static int read_at(ckpt_bases *b, int64_t id, const ckpt_chunk_loc *loc,
 
 int ckpt_bases_read(ckpt_bases *b, int64_t id, const ckpt_chunk_loc *loc,
                     uint64_t seq, uint64_t raw_offset, uint64_t raw_size,
-                    void *dst, ckpt_codec_ctx *c, uint64_t *sum,
-                    ckpt_error *err)
+                    void *dst, ckpt_codec_ctx *c, ckpt_delta_scratch *sc,
+                    uint64_t *sum, ckpt_error *err)
 {
-    return read_at(b, id, loc, seq, raw_offset, raw_size, dst, c, 0, sum,
-                   err);
+    return read_at(b, id, loc, seq, raw_offset, raw_size, dst, c, sc, 0,
+                   sum, err);
 }
 
 /* Where frame seq of base id's chunk at loc gets its bytes: its holder

@@ -75,14 +75,29 @@ int64_t ckpt_bases_top(const ckpt_bases *b);
 int ckpt_bases_chunk(ckpt_bases *b, const ckpt_chunk_loc *loc,
                      ckpt_base_frame **out, size_t *n, ckpt_error *err);
 
+/* Buffers one thread reuses for the frames it reads from bases (stored
+ * bytes, base frames of xor frames), one pair per level of bases: zero it
+ * to start, release it with ckpt_delta_scratch_free.  Slot 0 is the
+ * caller's (ckpt_delta_scratch_at). */
+#define CKPT_DELTA_SLOTS 17
+typedef struct ckpt_delta_scratch {
+    unsigned char *buf[CKPT_DELTA_SLOTS];
+    size_t cap[CKPT_DELTA_SLOTS];
+} ckpt_delta_scratch;
+
+/* Buffer `slot` of s, grown to at least n bytes; NULL when out of memory
+ * or slot is out of range. */
+void *ckpt_delta_scratch_at(ckpt_delta_scratch *s, int slot, size_t n);
+void ckpt_delta_scratch_free(ckpt_delta_scratch *s);
+
 /* Reads frame `seq` of the chunk at `loc` of base `id` (raw_offset and
  * raw_size bytes, which must be the base frame's) into dst, checking its
- * checksum, which it sets *sum to (may be NULL); c is the calling thread's
- * codec context. */
+ * checksum, which it sets *sum to (may be NULL); c and sc are the calling
+ * thread's codec context and scratch (slot 0 untouched). */
 int ckpt_bases_read(ckpt_bases *b, int64_t id, const ckpt_chunk_loc *loc,
                     uint64_t seq, uint64_t raw_offset, uint64_t raw_size,
-                    void *dst, ckpt_codec_ctx *c, uint64_t *sum,
-                    ckpt_error *err);
+                    void *dst, ckpt_codec_ctx *c, ckpt_delta_scratch *sc,
+                    uint64_t *sum, ckpt_error *err);
 
 /* The meta 'identity' of a loaded index, or NULL. */
 const char *ckpt_index_identity(const ckpt_index_data *d);

@@ -56,6 +56,7 @@ typedef struct scratch {
     struct scratch *next;
     ckpt_codec_ctx *codec;
     ckpt_sio *io;
+    ckpt_delta_scratch delta;       /* delta frames: base frames' bytes */
 } scratch;
 
 /* What the reader keeps of a tensor once its chunks are loaded. */
@@ -164,6 +165,7 @@ static void scratch_free_all(ckpt_reader *r)
         r->free_scratch = s->next;
         ckpt_codec_ctx_free(s->codec);
         ckpt_sio_free(s->io);
+        ckpt_delta_scratch_free(&s->delta);
         free(s);
     }
 }
@@ -407,21 +409,23 @@ static int decode_delta(const frame_ref *fr, int fd, void *dst, scratch *s,
          * which must be this frame's too. */
         *summed = 1;
         return ckpt_bases_read(r->bases, f->base, &loc, fr->i, f->raw_offset,
-                               f->raw_size, dst, s->codec, sum, err);
+                               f->raw_size, dst, s->codec, &s->delta, sum,
+                               err);
     }
     const unsigned char *src;
     int rc = ckpt_sio_stored(s->io, fd, f->stored_size, f->file_offset, &src,
                              file_of(r, fr->t, fr->c), err);
-    unsigned char *base = rc ? NULL : malloc(f->raw_size);
+    unsigned char *base = rc ? NULL
+                          : ckpt_delta_scratch_at(&s->delta, 0, f->raw_size);
     if (!rc && !base)
         rc = ckpt_err(err, -ENOMEM, "out of memory");
     if (!rc)
         rc = ckpt_bases_read(r->bases, f->base, &loc, fr->i, f->raw_offset,
-                             f->raw_size, base, s->codec, NULL, err);
+                             f->raw_size, base, s->codec, &s->delta, NULL,
+                             err);
     if (!rc)
         rc = ckpt_xor_decode(s->codec, src, f->stored_size, base, dst,
                              f->raw_size, err);
-    free(base);
     return rc;
 }
 

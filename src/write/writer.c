@@ -52,6 +52,7 @@ struct ckpt_writer {
     ckpt_write_opts opts;
     ckpt_pool *pool;
     ckpt_codec_ctx **ctx;        /* one per pool worker */
+    ckpt_delta_scratch *dsc;     /* one per pool worker: base frames */
     int nworkers;
     ckpt_error failure;          /* sticky: set once the shard is broken */
     /* Frame buffers of the ring (copy and encoded output per slot), kept
@@ -188,7 +189,8 @@ static int make_workers(ckpt_writer *w, ckpt_error *err)
         return rc;
     w->nworkers = ckpt_pool_threads(w->pool);
     w->ctx = calloc((size_t)w->nworkers, sizeof *w->ctx);
-    if (!w->ctx)
+    w->dsc = calloc((size_t)w->nworkers, sizeof *w->dsc);
+    if (!w->ctx || !w->dsc)
         return ckpt_err(err, -ENOMEM, "out of memory");
     for (int i = 0; i < w->nworkers; i++)
         if (!(w->ctx[i] = ckpt_codec_ctx_new()))
@@ -205,7 +207,10 @@ static void writer_free(ckpt_writer *w)
         ckpt_pool_destroy(w->pool);
     for (int i = 0; w->ctx && i < w->nworkers; i++)
         ckpt_codec_ctx_free(w->ctx[i]);
+    for (int i = 0; w->dsc && i < w->nworkers; i++)
+        ckpt_delta_scratch_free(&w->dsc[i]);
     free(w->ctx);
+    free(w->dsc);
     if (w->shard)
         ckpt_shard_close(w->shard, NULL);
     if (w->plan)
@@ -478,7 +483,8 @@ static size_t encode_xor(slot *sl, const ckpt_base_frame *bf, int worker)
     ckpt_chunk_loc loc = loc_of(s);
     sl->rc = ckpt_bases_read(w->bases, bf->holder, &loc, sl->seq,
                              bf->raw_offset, sl->n, sl->xbuf,
-                             w->ctx[worker], NULL, &sl->err);
+                             w->ctx[worker], &w->dsc[worker], NULL,
+                             &sl->err);
     if (sl->rc)
         return 0;
     ckpt_xor_bytes(sl->xbuf, sl->xbuf, sl->src, sl->n);

@@ -30,6 +30,7 @@
 #include "common/shape.h"
 #include "write/writer.h"
 #include "wrank.h"
+#include "wbase.h"
 
 #define META_PREFIX "user.ckpt.meta."
 #define RANK_ATTR "user.ckpt.rank"
@@ -96,11 +97,14 @@ struct ws_save {
     ckpt_lease *lease;         /* from this mount's first write to the commit */
     kv *meta;                  /* user.ckpt.meta.* set through this mount */
     size_t nmeta;
+    char *base;                /* -o delta=latest: its base, or NULL */
+    int base_chosen;           /* base was looked for */
 };
 
 struct ws_set {
     char *root;
     int world;
+    int delta_latest;          /* -o delta=latest */
     ckpt_write_opts wo;
     char prefix[96];           /* writer names of unknown ranks:
                                   <prefix>-<k>; errors.<prefix> notes */
@@ -235,6 +239,7 @@ static void save_free(ws_save *w)
         free(w->meta[i].value);
     }
     free(w->meta);
+    free(w->base);
     for (uint32_t i = 0; i < w->n; i++)
         node_clear(&w->nodes[i]);
     free(w->nodes);
@@ -366,6 +371,11 @@ int ws_set_new(ws_set **out, const char *root, int world,
                              0xffffff));
     *out = s;
     return 0;
+}
+
+void ws_set_delta_latest(ws_set *s)
+{
+    s->delta_latest = 1;
 }
 
 void ws_set_free(ws_set *s)
@@ -990,6 +1000,15 @@ static pooled *pooled_of(ws_save *w, const ckpt_writer *wr)
  * when the rank is not known. */
 static int open_writer(ws_save *w, int rank, pooled *p, ckpt_error *err)
 {
+    /* A delta save's base: the newest checkpoint when its first writer
+     * opens, the same for all its writers (mounts that choose another
+     * are refused at commit: their metadata disagree). */
+    if (w->set->delta_latest && !w->base_chosen) {
+        w->base = wbase_latest(w->set->root, w->name);
+        w->base_chosen = 1;
+    }
+    ckpt_write_opts wo = w->set->wo;
+    wo.base = w->base;
     int rc = -EEXIST;
     for (int k = 1; rank >= 0 && rc == -EEXIST && k <= RANK_NAME_TRIES;
          k++) {
@@ -997,12 +1016,12 @@ static int open_writer(ws_save *w, int rank, pooled *p, ckpt_error *err)
             snprintf(p->name, sizeof p->name, "rank%d", rank);
         else
             snprintf(p->name, sizeof p->name, "rank%d-%d", rank, k);
-        rc = ckpt_writer_open(&p->wr, w->path, p->name, &w->set->wo, err);
+        rc = ckpt_writer_open(&p->wr, w->path, p->name, &wo, err);
     }
     if (rc == -EEXIST) {
         snprintf(p->name, sizeof p->name, "%s-%u", w->set->prefix,
                  w->next_writer++);
-        rc = ckpt_writer_open(&p->wr, w->path, p->name, &w->set->wo, err);
+        rc = ckpt_writer_open(&p->wr, w->path, p->name, &wo, err);
     }
     p->rank = rank;
     return rc;

@@ -1,6 +1,6 @@
 /*
  * wbase.h - the base of a save written through a mount with -o
- * delta=latest (docs/MOUNT.md, "Delta saves"): the newest committed
+ * delta=latest (docs/MOUNT.md, "Options", `-o delta=latest`): the newest committed
  * checkpoint of the root, as `latest` orders them, when the save begins.
  */
 #ifndef CKPTFS_WBASE_H

@@ -1,6 +1,6 @@
 #!/bin/bash
 # mount_delta.sh - delta saves through a writable mount (docs/MOUNT.md,
-# "Delta saves"): with -o delta=latest a save written with plain POSIX
+# "Options", -o delta=latest): with -o delta=latest a save written with plain POSIX
 # calls is a delta against the newest committed checkpoint of the root:
 # its unchanged frames are references, and it reads back (through the
 # mount and with ckpt cat) exactly as written; without the option, or in

@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/statvfs.h>
 
+#include "access.h"
 #include "common/shape.h"
 #include "inode.h"
 #include "tree.h"
@@ -145,15 +146,10 @@ static void stat_times(const struct stat *from, struct stat *st)
     st->st_ctim = from->st_ctim;
 }
 
-/* The read bits of mode, and search bits where there are read bits. */
-static mode_t read_search(mode_t mode)
-{
-    return (mode & 0444) | (mode & 0444) >> 2;
-}
-
+/* st_mode holds the read and search bits the directory shows. */
 static void stat_dir(struct stat *st, nlink_t nlink)
 {
-    st->st_mode = S_IFDIR | read_search(st->st_mode);
+    st->st_mode = S_IFDIR | (st->st_mode & 0555);
     st->st_nlink = nlink;
     st->st_blksize = OPS_BLKSIZE;
 }
@@ -193,19 +189,23 @@ static int generated_size(const fs_ckpt *ck, const tree_node *n,
 /* Who may read node n: the owner, group and mode of the files it is read
  * from (ckpt_reader_perm), so that the kernel (default_permissions) lets
  * nobody read through the mount what they could not read on the disk.
- * The checkpoint's own directory carries those of its index (ck->st),
- * known before the checkpoint is opened. */
-static int node_perm(const fs_ckpt *ck, uint32_t node, const tree_node *n,
-                     struct stat *st)
+ * Every directory of a checkpoint carries its directory's (ck->dir,
+ * access.h: the directory's own bits, its index's, and the search bits of
+ * the directories a link in ROOT skips), known before it is opened. */
+static int node_perm(const fs_ckpt *ck, const tree_node *n, struct stat *st)
 {
-    if (!n || node == TREE_ROOT)
-        return 0;           /* stat_times took ck->st's */
-    ckpt_perm p;
-    size_t idx = n->kind == TREE_TENSOR || n->kind == TREE_NPY
-                     ? n->tensor : (size_t)-1;
-    int rc = ckpt_reader_perm(ck->reader, idx, &p, NULL);
-    if (rc)
-        return rc;
+    ckpt_perm p = ck->dir, names;
+    if (n) {          /* open: the files it is read from */
+        size_t idx = n->kind == TREE_TENSOR || n->kind == TREE_NPY
+                         ? n->tensor : (size_t)-1;
+        int rc = ckpt_reader_perm(ck->reader, idx, &names, NULL);
+        if (rc)
+            return rc;
+        if (n->kind == TREE_DIR)
+            access_fold_listing(&p, &names);
+        else
+            p = names;
+    }
     st->st_uid = p.uid;
     st->st_gid = p.gid;
     st->st_mode = p.mode;
@@ -220,7 +220,7 @@ static int stat_node(const fs_ctx *c, const fs_ckpt *ck, uint32_t node,
     memset(st, 0, sizeof *st);
     st->st_ino = ino_of(c, ck, node);
     stat_times(&ck->st, st);
-    int prc = node_perm(ck, node, n, st);
+    int prc = node_perm(ck, n, st);
     if (prc)
         return prc;
     if (!n || n->kind == TREE_DIR) {
@@ -245,6 +245,7 @@ static void stat_root(fs_ctx *c, struct stat *st)
     stat_dir(st, 2 + source_shown(c->src));
     if (c->ws)    /* saves are made there by those who may write ROOT */
         st->st_mode |= dir.st_mode & 0222;
+    st->st_mode |= dir.st_mode & S_ISVTX;   /* and may not take others' */
 }
 
 static void stat_latest(const fs_ckpt *target, struct stat *st)
@@ -1070,7 +1071,7 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
     if (rc)
         reply_err(req, rc);
     else if (r.kind == REF_ROOT)
-        wops_mkdir_root(ctx_of(req), req, name);
+        wops_mkdir_root(ctx_of(req), req, name, mode);
     else
         wops_mkdir(req, r.w, r.node, name);
 }

@@ -20,6 +20,7 @@
 
 #include <fuse3/fuse_log.h>
 
+#include "access.h"
 #include "common/error.h"
 #include "write/gc.h"
 #include "views.h"
@@ -111,8 +112,10 @@ static int probe(const fs_source *s, const char *name, const char *path,
     return 0;
 }
 
-static fs_ckpt *ckpt_new(const char *name, const char *path,
-                         const struct stat *idx, int has_step, int64_t step)
+/* root: ROOT's path in root mode (NULL: path is SOURCE). */
+static fs_ckpt *ckpt_new(const char *root, const char *name,
+                         const char *path, const struct stat *idx,
+                         int has_step, int64_t step)
 {
     fs_ckpt *c = calloc(1, sizeof *c);
     if (!c)
@@ -126,6 +129,7 @@ static fs_ckpt *ckpt_new(const char *name, const char *path,
         return NULL;
     }
     c->st = *idx;
+    access_ckpt_dir(root, path, idx, &c->dir, &c->dir_seen);
     c->has_step = has_step;
     c->step = step;
     atomic_init(&c->ready, 0);
@@ -255,7 +259,7 @@ static int scan_committed(fs_source *s, scan_result *r, const char *name,
                  err.msg);
         return scan_push(r, &e);
     }
-    if (!(e.ck = ckpt_new(name, path, idx, has_step, step)))
+    if (!(e.ck = ckpt_new(s->path, name, path, idx, has_step, step)))
         return -ENOMEM;
     e.state = ENTRY_SHOWN;
     int rc = scan_push(r, &e);
@@ -438,8 +442,8 @@ static int open_single(fs_source *s, const char *stamp, ckpt_error *err)
     if (rc)
         return rc;
     s->slots = malloc(sizeof *s->slots);
-    if (!s->slots || !(s->slots[0] = ckpt_new("", s->path, &idx, has_step,
-                                              step)))
+    if (!s->slots || !(s->slots[0] = ckpt_new(NULL, "", s->path, &idx,
+                                              has_step, step)))
         return ckpt_err(err, -ENOMEM, "out of memory");
     s->nslots = 1;
     return 0;
@@ -622,6 +626,17 @@ static int ckpt_open_locked(fs_source *s, fs_ckpt *c)
     int rc = ckpt_reader_open(&r, c->path, &s->ro, &err);
     if (rc) {
         fuse_log(FUSE_LOG_ERR, "ckptfs: %s\n", err.msg);
+        return -EIO;
+    }
+    /* Its directories show the bits of the directory scanned: a link or
+     * directory on its path replaced since must not lend them to another
+     * (the next scan sees the new one, with its own). */
+    struct stat dst;
+    if (ckpt_reader_file_stat(r, ".", &dst, NULL) != 0 ||
+        !access_same_dir(&c->dir_seen, &dst)) {
+        fuse_log(FUSE_LOG_ERR, "ckptfs: %s: not opened: it is no longer "
+                 "the directory the root scan found\n", c->path);
+        ckpt_reader_close(r);
         return -EIO;
     }
     views_blob *blobs = NULL;

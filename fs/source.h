@@ -27,7 +27,7 @@
 #include "ckptfs.h"
 #include "tree.h"
 
-/* One checkpoint.  name, path, slot, st, has_step and step never change
+/* One checkpoint.  name, path, slot, st, dir, dir_seen, has_step and step never change
  * after creation; reader and tree are valid once `ready` reads 1 (acquire)
  * and never change afterwards. */
 typedef struct fs_ckpt {
@@ -35,6 +35,8 @@ typedef struct fs_ckpt {
     char *path;            /* absolute path of the checkpoint directory */
     uint32_t slot;
     struct stat st;        /* of its index.db: times, owner, identity */
+    ckpt_perm dir;         /* what its directories show (access.h) */
+    struct stat dir_seen;  /* the directory `dir` is for (access.h) */
     int has_step;          /* it has a step for `latest` (src/gc.h, ckpt_retain_newer): its
                               `step` metadata, or a number in its name */
     int64_t step;

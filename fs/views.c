@@ -22,6 +22,9 @@
 #error "ckptfs's .npy view assumes a little-endian host"
 #endif
 
+/* The largest widened element: complex64. */
+#define VIEWS_WIDE_MAX 8
+
 /* Elements widened per ckpt_read: bounds the temporary buffer of one read
  * (256 KiB of bf16) while keeping each library read large. */
 #define WIDEN_BATCH ((uint64_t)128 << 10)
@@ -34,7 +37,7 @@ void views_tables_init(views_tables *t)
 static void widen(ckpt_dtype dt, const views_tables *tab,
                   const unsigned char *src, size_t n, unsigned char *dst)
 {
-    npy_widen_f32(tab, dt, src, n, dst);
+    npy_widen(tab, dt, src, n, dst);
 }
 
 /* ------------------------------------------------------------ header */
@@ -159,16 +162,18 @@ void views_blobs_free(views_blob *v, size_t n)
 
 /* ------------------------------------------------------------ reading */
 
-/* Reads bytes [doff, doff + dlen) of the widened data: the stored elements
- * they cover are read batch by batch into tmp, then widened into dst; a
- * partly covered first or last element goes through a 4-byte buffer. */
+/* Reads bytes [doff, doff + dlen) of the widened data (elements of out
+ * bytes): the stored elements they cover are read batch by batch into tmp,
+ * then widened into dst; a partly covered first or last element goes
+ * through a one-element buffer. */
 static int read_widened(ckpt_reader *r, size_t idx, ckpt_dtype dt,
-                        const views_tables *tab, unsigned char *dst,
-                        uint64_t doff, uint64_t dlen, ckpt_error *err)
+                        size_t out, const views_tables *tab,
+                        unsigned char *dst, uint64_t doff, uint64_t dlen,
+                        ckpt_error *err)
 {
     size_t in = ckpt_dtype_size(dt);
-    uint64_t end = doff + dlen, e_end = (end + 3) / 4;
-    uint64_t batch = e_end - doff / 4;
+    uint64_t end = doff + dlen, e_end = (end + out - 1) / out;
+    uint64_t batch = e_end - doff / out;
     if (batch > WIDEN_BATCH)
         batch = WIDEN_BATCH;
     unsigned char *tmp = malloc((size_t)batch * in);
@@ -177,8 +182,8 @@ static int read_widened(ckpt_reader *r, size_t idx, ckpt_dtype dt,
     int rc = 0;
     uint64_t pos = doff;
     while (rc == 0 && pos < end) {
-        uint64_t e = pos / 4, stop_e = e + batch < e_end ? e + batch : e_end;
-        uint64_t stop = stop_e * 4 < end ? stop_e * 4 : end;
+        uint64_t e = pos / out, stop_e = e + batch < e_end ? e + batch : e_end;
+        uint64_t stop = stop_e * out < end ? stop_e * out : end;
         int64_t got = ckpt_read(r, idx, tmp, e * in, (stop_e - e) * in, err);
         if (got < 0 || (uint64_t)got != (stop_e - e) * in) {
             rc = got < 0 ? (int)got
@@ -188,9 +193,9 @@ static int read_widened(ckpt_reader *r, size_t idx, ckpt_dtype dt,
             break;
         }
         const unsigned char *s = tmp;
-        unsigned char one[4];
-        if (pos % 4) {                       /* head: part of an element */
-            uint64_t skip = pos % 4, k = 4 - skip;
+        unsigned char one[VIEWS_WIDE_MAX];
+        if (pos % out) {                     /* head: part of an element */
+            uint64_t skip = pos % out, k = out - skip;
             if (k > stop - pos)
                 k = stop - pos;
             widen(dt, tab, s, 1, one);
@@ -199,10 +204,10 @@ static int read_widened(ckpt_reader *r, size_t idx, ckpt_dtype dt,
             pos += k;
             s += in;
         }
-        uint64_t full = (stop - pos) / 4;
+        uint64_t full = (stop - pos) / out;
         widen(dt, tab, s, (size_t)full, dst);
-        dst += 4 * full;
-        pos += 4 * full;
+        dst += out * full;
+        pos += out * full;
         s += full * in;
         if (pos < stop) {                    /* tail: part of an element */
             widen(dt, tab, s, 1, one);
@@ -238,8 +243,8 @@ int64_t views_npy_read(ckpt_reader *r, size_t idx, const ckpt_tensor_info *ti,
         return (int64_t)len;
     uint64_t doff = off + done - lay->header_len;
     if (lay->widen != CKPT_DTYPE_INVALID) {
-        int rc = read_widened(r, idx, lay->widen, tab, dst + done, doff,
-                              len - done, err);
+        int rc = read_widened(r, idx, lay->widen, lay->out_itemsize, tab,
+                              dst + done, doff, len - done, err);
         return rc < 0 ? rc : (int64_t)len;
     }
     int64_t got = ckpt_read(r, idx, dst + done, doff, len - done, err);

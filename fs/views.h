@@ -1,7 +1,8 @@
 /*
  * views.h - the content ckptfs generates rather than stores: the NumPy
  * view of a tensor (a version 1.0 .npy header, then the tensor's bytes, or
- * for bf16/f8e4m3/f8e5m2 the values widened to float32 on the fly),
+ * for the types NumPy lacks the values widened on the fly: bf16 and float8
+ * to float32, c32 to complex64),
  * .ckptfs/metadata.json (the whole index as JSON), .ckptfs/stats, and the
  * values of the io.BytesIO items of PyTorch checkpoints.
  * No FUSE here: these work on a ckpt_reader and plain buffers.
@@ -23,7 +24,7 @@
 typedef struct views_npy {
     uint32_t header_len;    /* bytes before the data: a multiple of 64 */
     uint32_t out_itemsize;  /* bytes per element in the file's data */
-    ckpt_dtype widen;       /* dtype widened to f32, or CKPT_DTYPE_INVALID
+    ckpt_dtype widen;       /* dtype widened (to f32 or c64), or CKPT_DTYPE_INVALID
                                when the data is the stored image itself */
     uint64_t size;          /* header_len + numel * out_itemsize */
 } views_npy;

@@ -12,6 +12,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "access.h"
+
 #define BLKSIZE (1 << 20)
 
 /* A handle on a file of a save. */
@@ -56,27 +58,34 @@ static void reply_fail(fuse_req_t req, int rc, const ckpt_error *err)
 }
 
 /* A save's files and directories carry the owner, group and permission
- * bits of the root directory (ROOT itself, shared by every mount of it):
- * whoever may create a checkpoint in ROOT may write the saves in progress
- * there, and the kernel (default_permissions) keeps everyone else out. */
+ * bits of the save's directory on the disk (shared by every mount of
+ * ROOT), which belongs to whoever made the save (access.h): its owner may
+ * write the save, others only where its modes let them, and the kernel
+ * (default_permissions) keeps everyone else out.  A directory that cannot
+ * be looked at grants nothing. */
 int wops_stat(fs_ctx *c, ws_save *w, uint32_t node, struct stat *st)
 {
     ws_stat ws;
     int rc = ws_stat_node(w, node, &ws);
     if (rc)
         return rc;
-    struct stat root;
-    source_root_stat(c->src, &root);
-    mode_t bits = root.st_mode & 0777;
+    struct stat dir;
+    if (access_save_stat(source_path(c->src), ws_save_name(w), &dir) != 0) {
+        source_root_stat(c->src, &dir);
+        dir.st_mode = 0;
+    }
+    mode_t bits = dir.st_mode & 0777;
     memset(st, 0, sizeof *st);
     st->st_ino = wops_ino(w, node);
-    st->st_uid = root.st_uid;
-    st->st_gid = root.st_gid;
+    st->st_uid = dir.st_uid;
+    st->st_gid = dir.st_gid;
     st->st_atim = st->st_mtim = st->st_ctim = ws.mtime;
     st->st_blksize = BLKSIZE;
     switch (ws.kind) {
     case WS_DIR:
         st->st_mode = S_IFDIR | bits;
+        if (node == WS_ROOT)
+            st->st_mode |= dir.st_mode & (S_ISVTX | S_ISGID);
         st->st_nlink = 2 + ws.nsubdirs;
         break;
     case WS_FILE:
@@ -129,11 +138,14 @@ int wops_lookup_root(fs_ctx *c, fuse_req_t req, const char *name)
     return 0;
 }
 
-void wops_mkdir_root(fs_ctx *c, fuse_req_t req, const char *name)
+void wops_mkdir_root(fs_ctx *c, fuse_req_t req, const char *name,
+                     mode_t mode)
 {
     ws_save *w;
     ckpt_error err = { 0 };
-    int rc = ws_set_create(c->ws, name, &w, &err);
+    const struct fuse_ctx *fc = fuse_req_ctx(req);
+    access_owner owner = { fc->uid, fc->gid, mode };
+    int rc = ws_set_create(c->ws, name, &owner, &w, &err);
     if (rc == -EEXIST) {
         fuse_reply_err(req, EEXIST);    /* expected: every rank mkdirs */
         return;
@@ -164,13 +176,22 @@ void wops_getattr(fuse_req_t req, ws_save *w, uint32_t node)
         fuse_reply_attr(req, &st, 0.0);
 }
 
-/* Truncation to 0 (O_TRUNC, `>`), times and modes are accepted and
- * change nothing: each open for writing starts a piece anyway. */
+/* Truncation to 0 (O_TRUNC, `>`) and times are accepted and change
+ * nothing: each open for writing starts a piece anyway.  A mode set on
+ * the save's directory is its directory's on the disk (the kernel let
+ * only its owner through), and so every file's of the save; on anything
+ * else it changes nothing. */
 void wops_setattr(fuse_req_t req, ws_save *w, uint32_t node,
                   const struct stat *attr, int to_set)
 {
     struct stat st;
-    int rc = wops_stat(fuse_req_userdata(req), w, node, &st);
+    fs_ctx *c = fuse_req_userdata(req);
+    int rc = 0;
+    if ((to_set & FUSE_SET_ATTR_MODE) && node == WS_ROOT)
+        rc = access_chmod_save(source_path(c->src), ws_save_name(w),
+                               attr->st_mode);
+    if (rc == 0)
+        rc = wops_stat(c, w, node, &st);
     if (rc == 0 && (to_set & FUSE_SET_ATTR_SIZE) && attr->st_size != 0) {
         ckpt_error err = { 0 };
         rc = -EINVAL;

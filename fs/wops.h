@@ -27,10 +27,13 @@ int wops_resolve(fs_ctx *c, fuse_ino_t ino, ws_save **w, uint32_t *node);
  * without replying -ENOENT, or -EAGAIN when the save has just been
  * committed (the root must be rescanned to find it). */
 int wops_lookup_root(fs_ctx *c, fuse_req_t req, const char *name);
-void wops_mkdir_root(fs_ctx *c, fuse_req_t req, const char *name);
+/* mkdir in the root: a save, which belongs to the caller (with mode). */
+void wops_mkdir_root(fs_ctx *c, fuse_req_t req, const char *name,
+                     mode_t mode);
 /* Attributes of a node of a save (for the root's listing: its
- * directory): owner, group and permission bits are the root directory's,
- * so that whoever may make a checkpoint in ROOT may write its saves. */
+ * directory): owner, group and permission bits are those of the save's
+ * directory on the disk, its maker's (access.h), so that others may write
+ * it only where its modes let them. */
 int wops_stat(fs_ctx *c, ws_save *w, uint32_t node, struct stat *st);
 
 void wops_lookup(fuse_req_t req, ws_save *w, uint32_t dir, const char *name);

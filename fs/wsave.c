@@ -419,7 +419,8 @@ ws_save *ws_set_find(ws_set *s, const char *name)
  * know it for a save): built aside under a hidden name, then renamed into
  * place.  -EEXIST when root/name exists. */
 static int make_save_dir(ws_set *s, const char *name, const char *path,
-                         ckpt_lease **lease, ckpt_error *err)
+                         const access_owner *owner, ckpt_lease **lease,
+                         ckpt_error *err)
 {
     char tmp[4096], sub[4200];
     ckpt_error le = { 0 };
@@ -436,6 +437,9 @@ static int make_save_dir(ws_set *s, const char *name, const char *path,
     snprintf(sub, sizeof sub, "%s/data", tmp);
     if (rc == 0 && mkdir(sub, 0755) != 0)
         rc = -errno;
+    /* The save is its maker's, as the directory they made would be. */
+    if (rc == 0 && owner && access_give_dir(tmp, owner, &le) != 0)
+        rc = le.code;
     /* Leased before it appears: no gc takes it in between. */
     if (rc == 0 && ckpt_lease_take(lease, tmp, CKPT_LEASE_BEAT_MS, &le))
         rc = le.code;
@@ -446,11 +450,12 @@ static int make_save_dir(ws_set *s, const char *name, const char *path,
     ckpt_lease_drop(*lease);
     *lease = NULL;
     ckpt_remove_tree(tmp, NULL);
-    return ckpt_err(err, rc, "cannot create %s: %s", path, strerror(-rc));
+    return ckpt_err(err, rc, "cannot create %s: %s", path,
+                    le.msg[0] ? le.msg : strerror(-rc));
 }
 
-int ws_set_create(ws_set *s, const char *name, ws_save **out,
-                  ckpt_error *err)
+int ws_set_create(ws_set *s, const char *name, const access_owner *owner,
+                  ws_save **out, ckpt_error *err)
 {
     *out = NULL;
     char path[4096];
@@ -466,7 +471,7 @@ int ws_set_create(ws_set *s, const char *name, ws_save **out,
         *out = w;
         rc = -EEXIST;
     } else {
-        rc = make_save_dir(s, name, path, &lease, err);
+        rc = make_save_dir(s, name, path, owner, &lease, err);
         if (rc == 0 || (rc == -EEXIST && on_disk_pending(path)))
             *out = set_add(s, name, path);
         if (rc == 0 && !*out)

@@ -29,6 +29,7 @@
 #include <sys/types.h>
 #include <time.h>
 
+#include "access.h"
 #include "ckptfs.h"
 
 typedef struct ws_set ws_set;
@@ -66,11 +67,12 @@ int ws_set_world(const ws_set *s);
 /* The save named `name`: one of this mount's, or a save in progress on
  * disk (joined now).  NULL when there is none. */
 ws_save *ws_set_find(ws_set *s, const char *name);
-/* Starts save `name` (mkdir).  -EEXIST when the name exists in the root
- * (a save in progress is joined, so *out is set then too); -EINVAL for a
- * name that cannot be a checkpoint's. */
-int ws_set_create(ws_set *s, const char *name, ws_save **out,
-                  ckpt_error *err);
+/* Starts save `name` (mkdir), its directory given to owner (NULL: the
+ * daemon's own; access_give_dir).  -EEXIST when the name exists in the
+ * root (a save in progress is joined, so *out is set then too); -EINVAL
+ * for a name that cannot be a checkpoint's. */
+int ws_set_create(ws_set *s, const char *name, const access_owner *owner,
+                  ws_save **out, ckpt_error *err);
 /* The save with id `id`, or NULL. */
 ws_save *ws_set_by_id(ws_set *s, uint32_t id);
 /* The saves of this mount not yet committed (a new array; free() it). */

@@ -18,7 +18,12 @@ if [ "${1:-}" = "--build" ]; then
               PYTHON=/usr/bin/python3 CFLAGS='-O2 -g' >configure.out; } &&
         make -j\$(nproc) >make.out"
 fi
-[ -x "$top/configure" ] || (cd "$top" && autoreconf -fi)
+# autotools run on the host (the root's automake is another version): a
+# Makefile.in older than Makefile.am would make the root's make run it.
+if [ ! -x "$top/configure" ] || [ "$top/configure.ac" -nt "$top/configure" ] ||
+   [ "$top/Makefile.am" -nt "$top/Makefile.in" ]; then
+    (cd "$top" && autoreconf -fi >&2)
+fi
 exec unshare --mount --propagation private bash -c '
     set -e
     root=$1 top=$2; shift 2

@@ -86,6 +86,14 @@ typedef enum ckpt_dtype {
     CKPT_U64, CKPT_U32, CKPT_U16, CKPT_U8,
     CKPT_BOOL,
     CKPT_BYTES,   /* an opaque byte object: a 1-D tensor of 1-byte items */
+    /* Appended later: existing values never change (they are this
+     * header's ABI; index.db stores dtypes by name). */
+    CKPT_C64,     /* complex64: two f32, real then imaginary */
+    CKPT_C128,    /* complex128: two f64 */
+    CKPT_C32,     /* complex32 (torch.chalf): two f16 */
+    CKPT_F8E4M3FNUZ, /* float8 E4M3, bias 8, no -0 or inf, NaN 0x80 */
+    CKPT_F8E5M2FNUZ, /* float8 E5M2, bias 16, no -0 or inf, NaN 0x80 */
+    CKPT_F8E8M0,  /* float8 E8M0 "fnu": an unsigned power of two, NaN 0xff */
     CKPT_DTYPE_COUNT
 } ckpt_dtype;
 
@@ -107,8 +115,9 @@ ckpt_dtype ckpt_dtype_parse(const char *s);
  * beside the mantissa) and code each plane as suits it. */
 typedef enum ckpt_codec {
     /* A write option only, never stored: the writer picks per tensor by
-     * dtype (bf16, f16, f32, f64 -> their byte-grouped float codec; 2-,
-     * 4-, 8-byte integers -> bg2, bg4, bg8; 1-byte types -> zstd). */
+     * dtype (bf16, f16, f32, f64 -> their byte-grouped float codec, c32,
+     * c64, c128 -> that of their halves' float type; 2-, 4-, 8-byte
+     * integers -> bg2, bg4, bg8; 1-byte types -> zstd). */
     CKPT_CODEC_AUTO = -1,
     CKPT_CODEC_RAW = 0,
     CKPT_CODEC_ZSTD = 1,
@@ -283,6 +292,11 @@ typedef struct ckpt_reader ckpt_reader;
  * threads. */
 int ckpt_reader_open(ckpt_reader **out, const char *dir,
                      const ckpt_read_opts *opts, ckpt_error *err);
+/* Frees the reader.  The caller must not close a reader while another
+ * thread is in, or may still enter, any call on it (every ckpt_reader_*,
+ * ckpt_read*, ckpt_load_region): nothing inside waits for them, and the
+ * memory they use is freed (the Python package's Reader counts the calls
+ * in flight and closes after the last returns). */
 void ckpt_reader_close(ckpt_reader *r);
 
 typedef struct ckpt_tensor_info {
@@ -443,7 +457,8 @@ struct stat;
 /* stat(2) of the checkpoint's file `file` (a path relative to the
  * checkpoint, as ckpt_chunk_info.file gives it), found the way the reader
  * opens its files: inside the checkpoint's directory, through no symbolic
- * link unless follow_links (docs/TRUST.md).  Returns 0, or a negative
+ * link unless follow_links (docs/TRUST.md); "." is the directory the
+ * reader opened (whatever its path leads to now).  Returns 0, or a negative
  * errno with err naming the file (-ENOENT when it is missing, -ELOOP for
  * a link that is not followed). */
 int ckpt_reader_file_stat(const ckpt_reader *r, const char *file,
@@ -461,7 +476,8 @@ typedef struct ckpt_perm {
  * .metadata, model.safetensors.index.json, or for safetensors every
  * file's header), combined so that whoever they let read could read each
  * of those files (the first one's owner and group; for files of one owner
- * and group, the AND of their modes).  idx (size_t)-1 stands for the
+ * and group, the AND of their modes), and could search the directories
+ * between the checkpoint's directory and its chunks' files (data/).  idx (size_t)-1 stands for the
  * listing of the tensors (names, dtypes, shapes) alone.  A file that
  * cannot be looked at grants nothing.  Each file is looked at once, when
  * first needed (later changes are not seen).  Returns 0 or a negative

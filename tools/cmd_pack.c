@@ -409,6 +409,8 @@ DEFINE_TILE_COPY(tile_copy_1, uint8_t)
 DEFINE_TILE_COPY(tile_copy_2, uint16_t)
 DEFINE_TILE_COPY(tile_copy_4, uint32_t)
 DEFINE_TILE_COPY(tile_copy_8, uint64_t)
+typedef struct { unsigned char b[16]; } elem16;   /* c128 */
+DEFINE_TILE_COPY(tile_copy_16, elem16)
 
 static void tile_copy(size_t isz, unsigned char *dst, int64_t ds_r,
                       const unsigned char *src, int64_t ss_r, int64_t ss_c,
@@ -418,7 +420,8 @@ static void tile_copy(size_t isz, unsigned char *dst, int64_t ds_r,
     case 1: tile_copy_1(dst, ds_r, src, ss_r, ss_c, rows, cols); break;
     case 2: tile_copy_2(dst, ds_r, src, ss_r, ss_c, rows, cols); break;
     case 4: tile_copy_4(dst, ds_r, src, ss_r, ss_c, rows, cols); break;
-    default: tile_copy_8(dst, ds_r, src, ss_r, ss_c, rows, cols); break;
+    case 8: tile_copy_8(dst, ds_r, src, ss_r, ss_c, rows, cols); break;
+    default: tile_copy_16(dst, ds_r, src, ss_r, ss_c, rows, cols); break;
     }
 }
 

@@ -62,9 +62,9 @@ static int write_data(unpack_job *job, size_t idx, const ckpt_tensor_info *t,
     if (t->dtype != CKPT_BYTES)
         ckpt_dtype_npy_descr(t->dtype, &stored);
     int widen = stored != t->dtype;
-    size_t isz = ckpt_dtype_size(t->dtype);
-    /* Widened output is 4/isz times the input: keep it within CLI_BLOCK. */
-    size_t step = widen ? CLI_BLOCK / 4 * isz : CLI_BLOCK;
+    size_t isz = ckpt_dtype_size(t->dtype), osz = ckpt_dtype_size(stored);
+    /* Widened output is osz/isz times the input: keep it within CLI_BLOCK. */
+    size_t step = widen ? CLI_BLOCK / osz * isz : CLI_BLOCK;
     for (uint64_t off = 0; off < t->nbytes; off += step) {
         uint64_t want = t->nbytes - off < step ? t->nbytes - off : step;
         ckpt_error err = { 0 };
@@ -77,9 +77,9 @@ static int write_data(unpack_job *job, size_t idx, const ckpt_tensor_info *t,
         const unsigned char *p = job->in;
         size_t n = (size_t)want;
         if (widen) {
-            npy_widen_f32(&job->tables, t->dtype, job->in, n / isz, job->out);
+            npy_widen(&job->tables, t->dtype, job->in, n / isz, job->out);
             p = job->out;
-            n = n / isz * 4;
+            n = n / isz * osz;
         }
         int rc = cli_write_full(fd, p, n);
         if (rc)

@@ -23,10 +23,10 @@ from ._api import load, save
 from ._diff import diff
 from ._async import SaveHandle, Saver
 from ._errors import (CheckpointError, Error, MismatchError, MissingKeyError,
-                      UnsupportedError)
+                      TreeError, UnsupportedError)
 from ._reader import (CheckpointFile, ChunkInfo, FrameInfo, TensorInfo,
                       TensorSlice, open_checkpoint as open)
-from ._tree import Raw
+from ._tree import TREE_MAX_DEPTH, TREE_MAX_NODES, Raw
 
 __version__ = _capi.lib.ckpt_version().decode()
 LIBRARY = _capi.LIBRARY_PATH
@@ -36,7 +36,8 @@ __all__ = [
     "save", "load", "open", "diff", "Saver", "SaveHandle", "Raw",
     "CheckpointFile", "TensorSlice", "TensorInfo", "ChunkInfo", "FrameInfo",
     "Error", "CheckpointError", "UnsupportedError", "MismatchError",
-    "MissingKeyError", "probe", "LIBRARY",
+    "MissingKeyError", "TreeError", "TREE_MAX_DEPTH", "TREE_MAX_NODES",
+    "probe", "LIBRARY",
 ]
 
 

@@ -13,8 +13,8 @@ from ._errors import (MismatchError, MissingKeyError, UnsupportedError,
 from ._opts import SaveOpts, write_opts
 from ._pieces import Pieces
 from ._reader import Reader, convert
-from ._tree import (TREE_KEY, Flat, build, child, fqn_of, is_tensor,
-                    is_torch_tensor, item_name, leaves, parse_tree, replace)
+from ._tree import (TREE_KEY, Flat, fqn_of, is_tensor, is_torch_tensor,
+                    leaves, parse_tree, replace)
 
 
 def prepare(state, allow_pickle, meta, device_ok=False, **write):
@@ -56,10 +56,15 @@ def load(path, into=None, *, framework=None, allow_pickle=False, widen=True,
                          % (framework,))
     r = Reader(path, threads)
     try:
-        root = parse_tree(r.meta().get(TREE_KEY))
+        # Only ckptfs.save writes a tree, and only into a ckptfs
+        # checkpoint: one in a foreign file's metadata (a safetensors
+        # __metadata__) is not ours, and ignored.
+        tree = (parse_tree(r.meta().get(TREE_KEY), r.path)
+                if r.format == "ckptfs" else None)
+        loader = _Loader(r, tree, framework, allow_pickle, widen)
         if into is None:
-            return _Loader(r, root, framework, allow_pickle, widen).new()
-        _Loader(r, root, framework, allow_pickle, widen).into(into)
+            return loader.new()
+        loader.into(into)
         return into
     finally:
         r.close()
@@ -68,67 +73,64 @@ def load(path, into=None, *, framework=None, allow_pickle=False, widen=True,
 def _node_at(root, path):
     node = root
     for k in path:
-        node = child(node, k)
+        node = node.child(k)
         if node is None:
             return None
     return node
 
 
-def _items(node):
-    """(kind, fqn) of every item node under a tree node, in order."""
-    kind, fqn = item_name(node)
-    if kind is not None:
-        return [(kind, fqn)]
-    kids = ([v for _, v in node["d"]] if "d" in node
-            else node.get("l", node.get("t", [])))
-    return [n for kid in kids for n in _items(kid)]
-
-
-def _pickles(node):
-    """The names of the pickled objects under a tree node."""
-    return [fqn for kind, fqn in _items(node) if kind == "pickle"]
-
-
 class _Loader(object):
-    def __init__(self, reader, root, framework, allow_pickle, widen):
-        self.r, self.root = reader, root
+    def __init__(self, reader, tree, framework, allow_pickle, widen):
+        self.r, self.tree = reader, tree
         self.framework, self.allow_pickle, self.widen = (framework,
                                                          allow_pickle, widen)
         self.fetched = {}      # fqn: its stored array, read in one batch
 
     def _refuse_pickles(self, node):
-        names = _pickles(node) if node is not None else []
-        if names and not self.allow_pickle:
+        """Before anything is read: UnsupportedError if a pickled object
+        is under the tree node (None: none) and the caller did not opt
+        in."""
+        name = node.pickle if node is not None else None
+        if name is not None and not self.allow_pickle:
             raise UnsupportedError(
                 "'%s' is a pickled object: loading it runs code stored in "
                 "the checkpoint; pass allow_pickle=True if you trust %s"
-                % (names[0], self.r.path))
+                % (name, self.r.path))
 
     # -------------------------------------------------------- a new state
-    def _leaf(self, node):
-        kind, fqn = item_name(node)
-        i = self.r.index(fqn)
-        raw = self.fetched.pop(fqn, None)
+    def _leaf(self, item):
+        """The value of an Item of the tree: unpickled only here, and only
+        with allow_pickle."""
+        i = self.r.index(item.fqn)
+        raw = self.fetched.pop(item.fqn, None)
         if raw is None:
             raw = self.r.read_array(i)
         code = self.r.raw_info(i)[1]
-        if kind == "pickle":
-            return pickle.loads(raw.tobytes())
-        if kind == "bytes":
+        if item.kind == "pickle":
+            self._refuse_pickles(item)
+            try:
+                return pickle.loads(raw.tobytes())
+            except Exception as exc:     # whatever the pickle's code raised
+                raise UnsupportedError(
+                    "pickled object '%s' of %s does not load: %s: %s"
+                    % (item.fqn, self.r.path, type(exc).__name__,
+                       exc)) from exc
+        if item.kind == "bytes":
             data = raw.tobytes()
-            return bytearray(data) if "Y" in node else data
-        if node.get("f") == "sc":
-            return convert(raw, code, "np", self.widen)[()]
-        fw = self.framework or ("pt" if node.get("f") == "pt" else "np")
-        return convert(raw, code, fw, self.widen, "tensor '%s'" % fqn)
+            return bytearray(data) if item.tag == "Y" else data
+        if item.flavour == "sc":
+            value = convert(raw, code, "np", self.widen)
+            return value[()] if isinstance(value, np.ndarray) else value
+        fw = self.framework or ("pt" if item.flavour == "pt" else "np")
+        return convert(raw, code, fw, self.widen, "tensor '%s'" % item.fqn)
 
     def new(self):
-        if self.root is not None:
-            self._refuse_pickles(self.root)
-            fqns = [fqn for _, fqn in _items(self.root)]
+        if self.tree is not None:
+            self._refuse_pickles(self.tree)
+            fqns = [item.fqn for item in self.tree.items]
             arrays = self.r.read_arrays([self.r.index(f) for f in fqns])
             self.fetched = dict(zip(fqns, arrays))
-            return build(self.root, self._leaf)
+            return self.tree.root.build(self._leaf)
         out = {}
         arrays = self.r.read_arrays(range(self.r.count()))
         for i, raw in enumerate(arrays):
@@ -147,8 +149,8 @@ class _Loader(object):
             if is_tensor(dest) and not isinstance(dest, np.generic):
                 reads.append(self._plan_read(fqn, dest))
                 continue
-            node = _node_at(self.root, path) if self.root else None
-            if node is None and not (self.root is None and self.r.has(fqn)):
+            node = _node_at(self.tree.root, path) if self.tree else None
+            if node is None and not (self.tree is None and self.r.has(fqn)):
                 raise MissingKeyError("'%s' is not in the checkpoint %s"
                                       % (fqn, self.r.path))
             self._refuse_pickles(node)
@@ -166,7 +168,7 @@ class _Loader(object):
         repl = {}
         for path, node, fqn in later:
             if node is not None:
-                repl[path] = build(node, self._leaf)
+                repl[path] = node.build(self._leaf)
             else:
                 i = self.r.index(fqn)
                 repl[path] = convert(self.r.read_array(i),
@@ -251,8 +253,9 @@ def _host_addr(code, dest):
 
 def _dtype_fits(dest, code):
     """Whether a tensor of dtype `code` loads into `dest`: same dtype; for
-    bf16 and fp8 where the framework lacks them, float32 (widened) or an
-    unsigned type of their size (raw bits)."""
+    bf16, fp8 and complex32 where the framework lacks them, the dtype they
+    widen to (float32, complex64) or an unsigned type of their size (raw
+    bits)."""
     if is_torch_tensor(dest):
         import torch
         tdt = _dtypes.torch_dtype(code, torch)
@@ -266,7 +269,7 @@ def _dtype_fits(dest, code):
     except UnsupportedError:
         return False
     return code in _dtypes.WIDENED and (
-        dest.dtype == np.float32 or (dest.dtype.kind == "u" and
-                                     dest.dtype.itemsize ==
-                                     _dtypes.STORAGE[code].itemsize))
+        dest.dtype == _dtypes.WIDENED[code] or (
+            dest.dtype.kind == "u" and
+            dest.dtype.itemsize == _dtypes.STORAGE[code].itemsize))
 

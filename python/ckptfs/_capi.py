@@ -28,7 +28,8 @@ F64, F32, F16, BF16, F8E4M3, F8E5M2 = 1, 2, 3, 4, 5, 6
 I64, I32, I16, I8 = 7, 8, 9, 10
 U64, U32, U16, U8 = 11, 12, 13, 14
 BOOL, BYTES = 15, 16
-DTYPE_COUNT = 17
+C64, C128, C32, F8E4M3FNUZ, F8E5M2FNUZ, F8E8M0 = 17, 18, 19, 20, 21, 22
+DTYPE_COUNT = 23
 
 # enum ckpt_codec
 CODEC_AUTO = -1
@@ -167,6 +168,7 @@ _SIGNATURES = {
     "ckpt_read_opts_init": (None, [POINTER(ReadOpts)]),
     "ckpt_reader_open": (c_int, [_PP, c_char_p, POINTER(ReadOpts), _ERR]),
     "ckpt_reader_close": (None, [_P]),
+    "ckpt_reader_format": (c_int, [_P]),
     "ckpt_reader_count": (c_size_t, [_P]),
     "ckpt_reader_info": (c_int, [_P, c_size_t, POINTER(TensorInfo)]),
     "ckpt_reader_find": (c_long, [_P, c_char_p]),

@@ -6,7 +6,9 @@ code and whose message is the library's, naming the file, tensor, chunk or
 rank); the common errnos also derive from the matching built-in OSError
 subclass, so that ``except FileExistsError`` works.  Problems the package
 finds in the caller's state dict are UnsupportedError (TypeError),
-MismatchError (ValueError) and MissingKeyError (KeyError).
+MismatchError (ValueError) and MissingKeyError (KeyError); a malformed
+structure stored in a checkpoint (its python.tree) is TreeError
+(ValueError).
 """
 import errno as _errno
 import os
@@ -36,6 +38,13 @@ class UnsupportedError(Error, TypeError):
 class MismatchError(Error, ValueError):
     """Loading into an existing tensor whose dtype or shape differs from
     the checkpoint's."""
+
+
+class TreeError(Error, ValueError):
+    """The structure a checkpoint stores for ckptfs.load (its metadata
+    python.tree) is malformed: not the JSON ckptfs.save writes, a node with
+    no role or two, an item named twice, nested or sized past the bounds.
+    The message says what and where in the tree."""
 
 
 class MissingKeyError(Error, KeyError):

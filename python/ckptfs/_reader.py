@@ -9,14 +9,18 @@ reader opens of other tools: PyTorch DCP directories and safetensors
 files.
 """
 import collections
+import contextlib
 import ctypes
 import operator
+import os
+import threading
 
 import numpy as np
 
 from . import _capi as C
 from . import _dtypes
-from ._errors import MissingKeyError, UnsupportedError, check
+from ._errors import (MissingKeyError, UnsupportedError, check, error_class,
+                      from_c)
 
 ChunkInfo = collections.namedtuple(
     "ChunkInfo", "offsets sizes file nframes raw_bytes stored_bytes")
@@ -45,10 +49,18 @@ def _dims(ptr, n):
 
 class Reader(object):
     """An open checkpoint (libckptfs' ckpt_reader); usable from several
-    threads at once (each read releases the GIL)."""
+    threads at once (each read releases the GIL).  The C library's rule is
+    that a reader is not closed while another thread uses it: every call
+    here that passes the handle holds a use of it (_use), and close()
+    waits until the calls in flight have returned; a call after close()
+    raises ValueError."""
 
     def __init__(self, path, threads=None, cache_bytes=None, prefetch=None,
                  follow_links=False):
+        self._cv = threading.Condition(threading.Lock())
+        self._users = 0                # calls in flight that use _h
+        self._h = ctypes.c_void_p()
+        self.path = path
         o = C.ReadOpts()
         C.lib.ckpt_read_opts_init(ctypes.byref(o))
         o.follow_links = 1 if follow_links else 0
@@ -58,122 +70,162 @@ class Reader(object):
             o.cache_bytes = int(cache_bytes)
         if prefetch is not None:
             o.prefetch = int(prefetch)
-        self.path = path
-        self._h = ctypes.c_void_p()
+        h = ctypes.c_void_p()
         err = C.Error()
-        check(C.lib.ckpt_reader_open(ctypes.byref(self._h),
-                                     C.fsencode(path), ctypes.byref(o),
-                                     ctypes.byref(err)), err)
-        self.format = FORMATS.get(C.lib.ckpt_format_probe(
-            C.fsencode(path), None, 0), "ckptfs")
+        check(C.lib.ckpt_reader_open(ctypes.byref(h), C.fsencode(path),
+                                     ctypes.byref(o), ctypes.byref(err)), err)
+        self._h = h
+        self.format = FORMATS.get(C.lib.ckpt_reader_format(h), "ckptfs")
         self._infos = {}
 
     def close(self):
-        if self._h:
-            C.lib.ckpt_reader_close(self._h)
-            self._h = ctypes.c_void_p()
+        """Closes the checkpoint, once no call of another thread is using
+        it (they finish first); later calls raise ValueError."""
+        with self._cv:
+            h, self._h = self._h, None     # no new call starts
+            while self._users:
+                self._cv.wait()
+            if h:
+                C.lib.ckpt_reader_close(h)
 
     def __del__(self):
-        self.close()
+        if getattr(self, "_cv", None) is not None:
+            self.close()
 
-    def handle(self):
-        if not self._h:
-            raise ValueError("checkpoint %s is closed" % (self.path,))
-        return self._h
+    @contextlib.contextmanager
+    def _use(self):
+        """The handle, held open for the with-block."""
+        with self._cv:
+            h = self._h
+            if not h:
+                raise ValueError("checkpoint %s is closed" % (self.path,))
+            self._users += 1
+        try:
+            yield h
+        finally:
+            with self._cv:
+                self._users -= 1
+                if not self._users:
+                    self._cv.notify_all()
 
     # ------------------------------------------------------------ listing
     def count(self):
-        return C.lib.ckpt_reader_count(self.handle())
+        with self._use() as h:
+            return C.lib.ckpt_reader_count(h)
 
     def index(self, name):
         """The index of tensor `name`, or MissingKeyError."""
-        i = C.lib.ckpt_reader_find(self.handle(), name.encode("utf-8"))
+        with self._use() as h:
+            i = C.lib.ckpt_reader_find(h, name.encode("utf-8"))
         if i < 0:
             raise MissingKeyError("'%s' is not in the checkpoint %s"
                                   % (name, self.path))
         return i
 
     def has(self, name):
-        return C.lib.ckpt_reader_find(self.handle(),
-                                      name.encode("utf-8")) >= 0
+        with self._use() as h:
+            return C.lib.ckpt_reader_find(h, name.encode("utf-8")) >= 0
 
     def raw_info(self, i):
         """(name, dtype code, shape, nbytes) of tensor i, cached."""
         got = self._infos.get(i)
         if got is None:
-            ti = self._tensor_info(i)
-            got = (ti.fqn.decode("utf-8", "replace"), ti.dtype,
-                   _dims(ti.shape, ti.ndim), int(ti.nbytes))
+            with self._use() as h:
+                ti = self._tensor_info(h, i)
+                got = (ti.fqn.decode("utf-8", "replace"), ti.dtype,
+                       _dims(ti.shape, ti.ndim), int(ti.nbytes))
             self._infos[i] = got
         return got
 
-    def _tensor_info(self, i):
+    def _tensor_info(self, h, i):
+        """The ckpt_tensor_info of tensor i: its pointers are the reader's,
+        valid while h is in use."""
         ti = C.TensorInfo()
-        if C.lib.ckpt_reader_info(self.handle(), i, ctypes.byref(ti)) != 0:
+        if C.lib.ckpt_reader_info(h, i, ctypes.byref(ti)) != 0:
             raise IndexError("no tensor %d in %s" % (i, self.path))
         return ti
+
+    def _chunk_info(self, h, i, c):
+        """The ckpt_chunk_info of chunk c of tensor i, or the library's
+        error: ckpt_reader_chunk has no message, so a failure is asked
+        again of ckpt_reader_frame, which loads the chunks the same way and
+        says what is wrong with them (a damaged index, naming the
+        tensor)."""
+        ci = C.ChunkInfo()
+        rc = C.lib.ckpt_reader_chunk(h, i, c, ctypes.byref(ci))
+        if rc != 0:
+            err = C.Error()
+            again = C.lib.ckpt_reader_frame(h, i, c, 0,
+                                            ctypes.byref(C.FrameInfo()),
+                                            ctypes.byref(err))
+            if again < 0 and err.msg:
+                raise from_c(again, err)
+            raise error_class(-rc)(-rc, "%s: tensor %d, chunk %d: %s"
+                                   % (self.path, i, c, os.strerror(-rc)))
+        return ci
 
     def names(self):
         return [self.raw_info(i)[0] for i in range(self.count())]
 
     def info(self, i):
         """The TensorInfo of tensor i."""
-        ti = self._tensor_info(i)
-        chunks = []
-        for c in range(ti.nchunks):
-            ci = C.ChunkInfo()
-            if C.lib.ckpt_reader_chunk(self.handle(), i, c,
-                                       ctypes.byref(ci)) != 0:
-                raise IndexError("no chunk %d of tensor %d" % (c, i))
-            chunks.append(ChunkInfo(_dims(ci.offsets, ti.ndim),
-                                    _dims(ci.sizes, ti.ndim),
-                                    (ci.file or b"").decode("utf-8",
-                                                            "replace"),
-                                    int(ci.nframes), int(ci.raw_bytes),
-                                    int(ci.stored_bytes)))
-        return TensorInfo(ti.fqn.decode("utf-8", "replace"),
-                          _dtypes.name(ti.dtype), _dims(ti.shape, ti.ndim),
-                          int(ti.nbytes), int(ti.stored_bytes),
-                          int(ti.nframes),
-                          (ti.codecs or b"").decode("utf-8", "replace"),
-                          tuple(chunks))
+        with self._use() as h:
+            ti = self._tensor_info(h, i)
+            chunks = []
+            for c in range(ti.nchunks):
+                ci = self._chunk_info(h, i, c)
+                chunks.append(ChunkInfo(_dims(ci.offsets, ti.ndim),
+                                        _dims(ci.sizes, ti.ndim),
+                                        (ci.file or b"").decode("utf-8",
+                                                                "replace"),
+                                        int(ci.nframes), int(ci.raw_bytes),
+                                        int(ci.stored_bytes)))
+            return TensorInfo(ti.fqn.decode("utf-8", "replace"),
+                              _dtypes.name(ti.dtype),
+                              _dims(ti.shape, ti.ndim), int(ti.nbytes),
+                              int(ti.stored_bytes), int(ti.nframes),
+                              (ti.codecs or b"").decode("utf-8", "replace"),
+                              tuple(chunks))
 
     def frames(self, i, chunk):
         """The FrameInfos of chunk `chunk` of tensor i."""
-        ti = self._tensor_info(i)
-        if not 0 <= chunk < ti.nchunks:
-            raise IndexError("tensor '%s' has %d chunks, not %d"
-                             % (ti.fqn.decode(), ti.nchunks, chunk + 1))
-        ci = C.ChunkInfo()
-        C.lib.ckpt_reader_chunk(self.handle(), i, chunk, ctypes.byref(ci))
-        out = []
-        err = C.Error()
-        for f in range(ci.nframes):
-            fi = C.FrameInfo()
-            check(C.lib.ckpt_reader_frame(self.handle(), i, chunk, f,
-                                          ctypes.byref(fi),
-                                          ctypes.byref(err)), err)
-            out.append(FrameInfo(int(fi.file_offset), int(fi.stored_size),
-                                 int(fi.raw_offset), int(fi.raw_size),
-                                 C.lib.ckpt_codec_name(fi.codec).decode(),
-                                 int(fi.checksum)))
-        return out
+        with self._use() as h:
+            ti = self._tensor_info(h, i)
+            if not 0 <= chunk < ti.nchunks:
+                raise IndexError("tensor '%s' has %d chunks, not %d"
+                                 % (ti.fqn.decode("utf-8", "replace"),
+                                    ti.nchunks, chunk + 1))
+            ci = self._chunk_info(h, i, chunk)
+            out = []
+            err = C.Error()
+            for f in range(ci.nframes):
+                fi = C.FrameInfo()
+                check(C.lib.ckpt_reader_frame(h, i, chunk, f,
+                                              ctypes.byref(fi),
+                                              ctypes.byref(err)), err)
+                out.append(FrameInfo(int(fi.file_offset),
+                                     int(fi.stored_size),
+                                     int(fi.raw_offset), int(fi.raw_size),
+                                     C.lib.ckpt_codec_name(fi.codec).decode(),
+                                     int(fi.checksum)))
+            return out
 
     def meta(self):
         """The checkpoint's key/value metadata."""
-        h = self.handle()
         out = {}
         k, v = ctypes.c_char_p(), ctypes.c_char_p()
-        for j in range(C.lib.ckpt_reader_meta_count(h)):
-            if C.lib.ckpt_reader_meta_at(h, j, ctypes.byref(k),
-                                         ctypes.byref(v)) == 0:
-                out[k.value.decode("utf-8", "replace")] = v.value.decode(
-                    "utf-8", "replace")
+        with self._use() as h:
+            for j in range(C.lib.ckpt_reader_meta_count(h)):
+                if C.lib.ckpt_reader_meta_at(h, j, ctypes.byref(k),
+                                             ctypes.byref(v)) == 0:
+                    out[k.value.decode("utf-8", "replace")] = v.value.decode(
+                        "utf-8", "replace")
         return out
 
     def stats(self):
         s = C.Stats()
-        C.lib.ckpt_reader_stats(self.handle(), ctypes.byref(s))
+        with self._use() as h:
+            C.lib.ckpt_reader_stats(h, ctypes.byref(s))
         return {name: int(getattr(s, name)) for name, _ in C.Stats._fields_}
 
     # ------------------------------------------------------------ reading
@@ -185,8 +237,9 @@ class Reader(object):
         if offsets is None and not device:
             nbytes = self.raw_info(i)[3]
             if nbytes:
-                got = check(C.lib.ckpt_read(self.handle(), i, addr, 0, nbytes,
-                                            ctypes.byref(err)), err)
+                with self._use() as h:
+                    got = check(C.lib.ckpt_read(h, i, addr, 0, nbytes,
+                                                ctypes.byref(err)), err)
                 if got != nbytes:
                     raise EOFError("tensor %d: read %d of %d bytes"
                                    % (i, got, nbytes))
@@ -194,7 +247,8 @@ class Reader(object):
         fn = C.lib.ckpt_load_region if device else C.lib.ckpt_read_region
         offs = C.int64_array(offsets) if offsets is not None else None
         size = C.int64_array(sizes) if sizes is not None else None
-        check(fn(self.handle(), i, offs, size, addr, ctypes.byref(err)), err)
+        with self._use() as h:
+            check(fn(h, i, offs, size, addr, ctypes.byref(err)), err)
 
     def read_batch(self, items):
         """Reads many tensors in one call, the work of all of them shared
@@ -213,8 +267,9 @@ class Reader(object):
                 keep.append(C.int64_array(item[3]))
                 slot.sizes = keep[-1]
         err = C.Error()
-        check(C.lib.ckpt_read_batch(self.handle(), arr, len(items),
-                                    ctypes.byref(err)), err)
+        with self._use() as h:
+            check(C.lib.ckpt_read_batch(h, arr, len(items),
+                                        ctypes.byref(err)), err)
 
     def read_arrays(self, indices):
         """New NumPy arrays (of their dtypes' storage types) holding the

@@ -33,7 +33,7 @@ import torch.distributed as dist
 
 from . import _capi as C
 from . import _dtypes
-from ._errors import check, error_class
+from ._errors import MismatchError, check, error_class
 from ._opts import write_opts
 from ._pieces import Pieces, byte_tensor, host_tensor
 from ._reader import Reader, convert
@@ -380,6 +380,7 @@ class StorageReader(_dcp.StorageReader):
         converted or uploaded otherwise."""
         r = self._open()
         try:
+            _refuse_bytes_for_tensors(plan, planner, r.path)
             group, nbytes = [], 0
             for req in plan.items:
                 i = r.index(req.storage_index.fqn)
@@ -457,6 +458,27 @@ class StorageReader(_dcp.StorageReader):
                       "tensor '%s'" % req.storage_index.fqn)
         with torch.no_grad():
             target.copy_(src)
+
+
+def _refuse_bytes_for_tensors(plan, planner, path):
+    """Before anything is read: a byte item of the plan (which DCP's
+    planner torch.loads, i.e. unpickles) whose destination in the state to
+    load into is a tensor is refused -- where the caller expects a tensor,
+    a checkpoint has no business running code.  The state is the
+    planner's state_dict (DefaultLoadPlanner's, flattened in 2.x); a
+    planner without one is not checked."""
+    state = getattr(planner, "state_dict", None)
+    if not isinstance(state, dict):
+        return
+    for req in plan.items:
+        if req.type != _plan.LoadItemType.BYTE_IO:
+            continue
+        fqn = req.dest_index.fqn
+        if isinstance(state.get(fqn), torch.Tensor):
+            raise MismatchError(
+                "'%s' is a tensor in the state to load into but a byte "
+                "object in %s, which DCP would torch.load (unpickle: run "
+                "code stored in the checkpoint); refused" % (fqn, path))
 
 
 __all__ = ["StorageWriter", "StorageReader", "DCP_MODULE"]

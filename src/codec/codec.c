@@ -159,6 +159,10 @@ int ckpt_codec_resolve(int codec, ckpt_dtype dt)
     case CKPT_F16: return CKPT_CODEC_BG_F16;
     case CKPT_F32: return CKPT_CODEC_BG_F32;
     case CKPT_F64: return CKPT_CODEC_BG_F64;
+    /* A complex element is two floats side by side: group the floats. */
+    case CKPT_C32: return CKPT_CODEC_BG_F16;
+    case CKPT_C64: return CKPT_CODEC_BG_F32;
+    case CKPT_C128: return CKPT_CODEC_BG_F64;
     case CKPT_I16: case CKPT_U16: return CKPT_CODEC_BG_2;
     case CKPT_I32: case CKPT_U32: return CKPT_CODEC_BG_4;
     case CKPT_I64: case CKPT_U64: return CKPT_CODEC_BG_8;

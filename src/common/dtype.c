@@ -41,6 +41,12 @@ static const dtype_desc DTYPES[CKPT_DTYPE_COUNT] = {
     [CKPT_U8] = {"u8", 1},
     [CKPT_BOOL] = {"bool", 1},
     [CKPT_BYTES] = {"bytes", 1},
+    [CKPT_C64] = {"c64", 8},
+    [CKPT_C128] = {"c128", 16},
+    [CKPT_C32] = {"c32", 4},
+    [CKPT_F8E4M3FNUZ] = {"f8e4m3fnuz", 1},
+    [CKPT_F8E5M2FNUZ] = {"f8e5m2fnuz", 1},
+    [CKPT_F8E8M0] = {"f8e8m0", 1},
 };
 
 typedef struct dtype_alias {
@@ -56,6 +62,12 @@ static const dtype_alias ALIASES[] = {
     {"bfloat16", CKPT_BF16},
     {"float8_e4m3fn", CKPT_F8E4M3}, {"float8_e4m3", CKPT_F8E4M3},
     {"float8_e5m2", CKPT_F8E5M2},
+    {"float8_e4m3fnuz", CKPT_F8E4M3FNUZ},
+    {"float8_e5m2fnuz", CKPT_F8E5M2FNUZ},
+    {"float8_e8m0fnu", CKPT_F8E8M0},
+    {"complex64", CKPT_C64}, {"cfloat", CKPT_C64},
+    {"complex128", CKPT_C128}, {"cdouble", CKPT_C128},
+    {"complex32", CKPT_C32}, {"chalf", CKPT_C32},
     {"int64", CKPT_I64}, {"long", CKPT_I64},
     {"int32", CKPT_I32}, {"int", CKPT_I32},
     {"int16", CKPT_I16}, {"short", CKPT_I16},
@@ -75,7 +87,7 @@ static const dtype_code CODES[] = {
     {"f8", CKPT_F64}, {"f4", CKPT_F32}, {"f2", CKPT_F16},
     {"i8", CKPT_I64}, {"i4", CKPT_I32}, {"i2", CKPT_I16}, {"i1", CKPT_I8},
     {"u8", CKPT_U64}, {"u4", CKPT_U32}, {"u2", CKPT_U16}, {"u1", CKPT_U8},
-    {"b1", CKPT_BOOL},
+    {"b1", CKPT_BOOL}, {"c8", CKPT_C64}, {"c16", CKPT_C128},
 };
 
 #define COUNT_OF(a) (sizeof(a) / sizeof((a)[0]))
@@ -198,8 +210,14 @@ const char *ckpt_dtype_npy_descr(ckpt_dtype dt, ckpt_dtype *stored)
     case CKPT_F32: return "<f4";
     case CKPT_F16: return "<f2";
     case CKPT_BF16: case CKPT_F8E4M3: case CKPT_F8E5M2:
+    case CKPT_F8E4M3FNUZ: case CKPT_F8E5M2FNUZ: case CKPT_F8E8M0:
         *stored = CKPT_F32;
         return "<f4";
+    case CKPT_C64: return "<c8";
+    case CKPT_C128: return "<c16";
+    case CKPT_C32:
+        *stored = CKPT_C64;
+        return "<c8";
     case CKPT_I64: return "<i8";
     case CKPT_I32: return "<i4";
     case CKPT_I16: return "<i2";

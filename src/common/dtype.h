@@ -9,8 +9,9 @@
 #include "ckptfs.h"
 
 /* The NumPy descr ("<f4", "|b1") under which dtype dt is shown, and in
- * *stored the dtype of the data shown: dt itself, or CKPT_F32 for bf16,
- * f8e4m3 and f8e5m2, which NumPy lacks and which widen to float32 exactly.
+ * *stored the dtype of the data shown: dt itself, or, for the types NumPy
+ * lacks, the one they widen to exactly: CKPT_F32 for bf16 and the float8
+ * types, CKPT_C64 for c32 (each f16 half widened to f32).
  * Byte objects are "|u1".  NULL for an invalid dtype. */
 const char *ckpt_dtype_npy_descr(ckpt_dtype dt, ckpt_dtype *stored);
 

@@ -2,7 +2,7 @@
  * npy.c - the .npy format for the library's two users, `ckpt` (pack reads
  * .npy files, unpack writes them) and the mount's .npy/ view: reading and
  * writing headers, and widening the float formats NumPy lacks to float32
- * (see npy.h for the rules, NaN payloads included).
+ * or complex64 (see npy.h for the rules, NaN payloads included).
  *
  * The header is a Python dict literal such as
  *   {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }
@@ -160,7 +160,6 @@ static int refuse_kind(const char *what, const char *descr, char kind,
                     "NAME=FILE:DTYPE:SHAPE)"; break;
     case 'U': case 'S': case 'a':
         why = "string arrays are not supported"; break;
-    case 'c': why = "complex numbers are not supported"; break;
     case 'M': case 'm': why = "datetime arrays are not supported"; break;
     default: why = "unsupported dtype"; break;
     }
@@ -180,7 +179,7 @@ static int parse_descr(const char *what, const char *descr, ckpt_dtype *out,
     if (kind == '\0')
         return ckpt_err(err, -EINVAL, "%s: empty dtype in .npy header",
                              what);
-    if (!strchr("fiub", kind))
+    if (!strchr("fiubc", kind))
         return refuse_kind(what, descr, kind, err);
     char *end = (char *)s;
     errno = 0;
@@ -466,15 +465,51 @@ uint32_t npy_f8e4m3_bits(uint8_t b)
     return sign | (uint32_t)(e + 120) << 23 | (uint32_t)m << 20;
 }
 
+uint32_t npy_f16_bits(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+    unsigned e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    if (e == 31)
+        return sign | 0x7f800000u | (uint32_t)m << 13;   /* inf, NaN */
+    if (e == 0)
+        return m ? sign | subnormal_bits(m, -24) : sign;
+    return sign | (uint32_t)(e + 112) << 23 | (uint32_t)m << 13;
+}
+
+/* f8e5m2 is the top byte of a binary16. */
 uint32_t npy_f8e5m2_bits(uint8_t b)
 {
+    return npy_f16_bits((uint16_t)(b << 8));
+}
+
+/* The "fnuz" formats: no infinities, no negative zero, 0x80 the NaN. */
+static uint32_t fnuz_bits(uint8_t b, unsigned mbits, int bias)
+{
+    if (b == 0x80)
+        return 0x7fc00000u;
     uint32_t sign = (uint32_t)(b & 0x80) << 24;
-    unsigned e = (b >> 2) & 0x1f, m = b & 3;
-    if (e == 31)
-        return sign | 0x7f800000u | (uint32_t)m << 21;   /* inf, NaN */
+    unsigned e = (b & 0x7f) >> mbits, m = b & ((1u << mbits) - 1);
     if (e == 0)
-        return m ? sign | subnormal_bits(m, -16) : sign;
-    return sign | (uint32_t)(e + 112) << 23 | (uint32_t)m << 21;
+        return m ? sign | subnormal_bits(m, 1 - bias - (int)mbits) : sign;
+    uint32_t exp = (uint32_t)((int)e - bias + 127);
+    return sign | exp << 23 | (uint32_t)m << (23 - mbits);
+}
+
+uint32_t npy_f8e4m3fnuz_bits(uint8_t b)
+{
+    return fnuz_bits(b, 3, 8);
+}
+
+uint32_t npy_f8e5m2fnuz_bits(uint8_t b)
+{
+    return fnuz_bits(b, 2, 16);
+}
+
+uint32_t npy_f8e8m0_bits(uint8_t b)
+{
+    if (b == 0xff)
+        return 0x7fc00000u;
+    return b ? (uint32_t)b << 23 : 0x00400000u;   /* 2^-127: subnormal */
 }
 
 void npy_tables_init(npy_tables *t)
@@ -482,6 +517,9 @@ void npy_tables_init(npy_tables *t)
     for (unsigned b = 0; b < 256; b++) {
         t->f8e4m3[b] = npy_f8e4m3_bits((uint8_t)b);
         t->f8e5m2[b] = npy_f8e5m2_bits((uint8_t)b);
+        t->f8e4m3fnuz[b] = npy_f8e4m3fnuz_bits((uint8_t)b);
+        t->f8e5m2fnuz[b] = npy_f8e5m2fnuz_bits((uint8_t)b);
+        t->f8e8m0[b] = npy_f8e8m0_bits((uint8_t)b);
     }
 }
 
@@ -529,20 +567,42 @@ static void widen_table(const uint32_t *restrict table,
     }
 }
 
-int npy_widen_f32(const npy_tables *t, ckpt_dtype dt, const void *src,
-                  size_t n, void *dst)
+/* c32 is two binary16 per element: each becomes a float32. */
+static void widen_c32(const unsigned char *restrict src, size_t n,
+                      unsigned char *restrict dst)
+{
+    for (size_t i = 0; i < 2 * n; i++) {
+        uint16_t h;
+        memcpy(&h, src + 2 * i, 2);
+        uint32_t v = npy_f16_bits(h);
+        memcpy(dst + 4 * i, &v, 4);
+    }
+}
+
+/* The table of a float8 dtype, or NULL. */
+static const uint32_t *table_of(const npy_tables *t, ckpt_dtype dt)
 {
     switch (dt) {
-    case CKPT_BF16:
-        widen_bf16(src, n, dst);
-        return 0;
-    case CKPT_F8E4M3:
-        widen_table(t->f8e4m3, src, n, dst);
-        return 0;
-    case CKPT_F8E5M2:
-        widen_table(t->f8e5m2, src, n, dst);
-        return 0;
-    default:
-        return -EINVAL;
+    case CKPT_F8E4M3: return t->f8e4m3;
+    case CKPT_F8E5M2: return t->f8e5m2;
+    case CKPT_F8E4M3FNUZ: return t->f8e4m3fnuz;
+    case CKPT_F8E5M2FNUZ: return t->f8e5m2fnuz;
+    case CKPT_F8E8M0: return t->f8e8m0;
+    default: return NULL;
     }
+}
+
+int npy_widen(const npy_tables *t, ckpt_dtype dt, const void *src,
+              size_t n, void *dst)
+{
+    const uint32_t *table = table_of(t, dt);
+    if (table)
+        widen_table(table, src, n, dst);
+    else if (dt == CKPT_BF16)
+        widen_bf16(src, n, dst);
+    else if (dt == CKPT_C32)
+        widen_c32(src, n, dst);
+    else
+        return -EINVAL;
+    return 0;
 }

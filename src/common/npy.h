@@ -2,7 +2,9 @@
  * npy.h - the NumPy .npy format, one copy for `ckpt` and the mount: reading
  * the header of a file (versions 1.0, 2.0 and 3.0) to find its dtype, order,
  * shape and where its data starts; writing a version 1.0 header; widening
- * the dtypes NumPy lacks (bf16, f8e4m3, f8e5m2) to float32.  `ckpt unpack`
+ * the dtypes NumPy lacks to the NumPy type that holds their values exactly:
+ * bf16 and the five float8 formats to float32, c32 (complex32, two
+ * binary16) to complex64.  `ckpt unpack`
  * and the mount's .npy/ view both write through here, so they give the
  * same bytes for every tensor (tests/cli/npy_same.sh).
  *
@@ -16,7 +18,13 @@
  *    float32, every bit kept too: S.11111.mm -> S | 0x7f800000 | mm << 21
  *    (mm = 01, a signalling NaN, stays signalling; nothing is quieted);
  *  - f8e4m3fn has one NaN per sign, S.1111.111: the default quiet NaN with
- *    that sign, S | 0x7fc00000 (it has no payload to keep).
+ *    that sign, S | 0x7fc00000 (it has no payload to keep);
+ *  - f8e4m3fnuz and f8e5m2fnuz (bias 8 and 16, no infinities, no negative
+ *    zero) have one NaN, 0x80: 0x7fc00000;
+ *  - f8e8m0 (an exponent alone, bias 127: 2^(e-127)) has one NaN, 0xff:
+ *    0x7fc00000; 0x00 is 2^-127, a float32 subnormal;
+ *  - c32: each binary16 half as NumPy's float16 to float32, every bit kept
+ *    (S.11111.m10 -> S | 0x7f800000 | m10 << 13).
  * f16 needs no widening: NumPy has it ('<f2').
  */
 #ifndef CKPT_NPY_H
@@ -74,22 +82,30 @@ int npy_tensor_header(ckpt_dtype dt, int ndim, const int64_t *shape,
                       char *buf, size_t cap);
 
 /* float32 bit patterns of every float8 value, built once by
- * npy_tables_init (2 KiB) and then only read. */
+ * npy_tables_init (5 KiB) and then only read. */
 typedef struct npy_tables {
     uint32_t f8e4m3[256];
     uint32_t f8e5m2[256];
+    uint32_t f8e4m3fnuz[256];
+    uint32_t f8e5m2fnuz[256];
+    uint32_t f8e8m0[256];
 } npy_tables;
 
 void npy_tables_init(npy_tables *t);
 
-/* Widens n elements of dt (CKPT_BF16, CKPT_F8E4M3 or CKPT_F8E5M2) at src
- * to little-endian float32 at dst (4*n bytes), by the rules above.
- * Returns 0, or -EINVAL for another dtype. */
-int npy_widen_f32(const npy_tables *t, ckpt_dtype dt, const void *src,
-                  size_t n, void *dst);
+/* Widens n elements of dt (one whose ckpt_dtype_npy_descr shows it as
+ * another dtype: bf16, a float8, c32) at src to little-endian elements of
+ * that dtype at dst (n * its size bytes: float32, or complex64 for c32),
+ * by the rules above.  Returns 0, or -EINVAL for another dtype. */
+int npy_widen(const npy_tables *t, ckpt_dtype dt, const void *src,
+              size_t n, void *dst);
 
-/* The float32 bit patterns of the 8-bit float formats. */
+/* The float32 bit patterns of the 8-bit float formats and of binary16. */
 uint32_t npy_f8e4m3_bits(uint8_t b);
 uint32_t npy_f8e5m2_bits(uint8_t b);
+uint32_t npy_f8e4m3fnuz_bits(uint8_t b);
+uint32_t npy_f8e5m2fnuz_bits(uint8_t b);
+uint32_t npy_f8e8m0_bits(uint8_t b);
+uint32_t npy_f16_bits(uint16_t h);
 
 #endif

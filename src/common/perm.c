@@ -33,6 +33,14 @@ void ckpt_perm_add(ckpt_perm *p, const struct stat *st)
     p->mode &= ou << 6 | og << 3 | oo;
 }
 
+void ckpt_perm_add_search(ckpt_perm *p, const struct stat *dir)
+{
+    struct stat st = *dir;
+    mode_t x = dir->st_mode & 0111;
+    st.st_mode = (dir->st_mode & ~(mode_t)0777) | x | x << 1 | x << 2;
+    ckpt_perm_add(p, &st);
+}
+
 void ckpt_perm_add_none(ckpt_perm *p)
 {
     p->mode = 0;

@@ -22,6 +22,11 @@ void ckpt_perm_init(ckpt_perm *p, const struct stat *st);
  * their modes. */
 void ckpt_perm_add(ckpt_perm *p, const struct stat *st);
 
+/* Folds in a directory that must be searched to reach the files: each
+ * class keeps its bits only where the directory grants search (execute)
+ * permission to every user who may be in it, as ckpt_perm_add. */
+void ckpt_perm_add_search(ckpt_perm *p, const struct stat *dir);
+
 /* Folds in a file that cannot be looked at: it grants nothing. */
 void ckpt_perm_add_none(ckpt_perm *p);
 

@@ -38,7 +38,9 @@ static const struct {
     { "F8_E5M2", CKPT_F8E5M2 }, { "I64", CKPT_I64 }, { "I32", CKPT_I32 },
     { "I16", CKPT_I16 }, { "I8", CKPT_I8 }, { "U64", CKPT_U64 },
     { "U32", CKPT_U32 }, { "U16", CKPT_U16 }, { "U8", CKPT_U8 },
-    { "BOOL", CKPT_BOOL },
+    { "BOOL", CKPT_BOOL }, { "C64", CKPT_C64 },
+    { "F8_E4M3FNUZ", CKPT_F8E4M3FNUZ }, { "F8_E5M2FNUZ", CKPT_F8E5M2FNUZ },
+    { "F8_E8M0", CKPT_F8E8M0 },
 };
 
 static ckpt_dtype st_dtype(const char *s)

@@ -1507,6 +1507,9 @@ int ckpt_reader_file_stat(const ckpt_reader *r, const char *file,
     if (!r || !file || !st)
         return ckpt_err_null(err, "ckpt_reader_file_stat",
                              !r ? "reader" : !file ? "file" : "st");
+    if (strcmp(file, ".") == 0)
+        return fstat(r->root.fd, st) == 0
+                   ? 0 : ckpt_err_sys(err, -errno, "%s", r->root.dir);
     return ckpt_confine_stat(&r->root, file, st, err);
 }
 
@@ -1562,6 +1565,32 @@ static const ckpt_perm *names_perm(ckpt_reader *r)
     return &r->names_perm;
 }
 
+/* Folds into p the search bits of the directories between the
+ * checkpoint's directory and file `path` (data/ of data/rank0.shard):
+ * whoever may not search them may not read the file on the disk.  A
+ * directory that cannot be looked at grants nothing. */
+static void fold_dirs(const ckpt_reader *r, ckpt_perm *p, const char *path)
+{
+    char dir[4096];
+    for (const char *s = strchr(path, '/'); s; s = strchr(s + 1, '/')) {
+        size_t n = (size_t)(s - path);
+        struct stat st;
+        if (n >= sizeof dir) {
+            ckpt_perm_add_none(p);
+            return;
+        }
+        memcpy(dir, path, n);
+        dir[n] = '\0';
+        if (fstatat(r->root.fd, dir, &st,
+                    r->root.follow ? 0 : AT_SYMLINK_NOFOLLOW) != 0 ||
+            !S_ISDIR(st.st_mode)) {
+            ckpt_perm_add_none(p);
+            return;
+        }
+        ckpt_perm_add_search(p, &st);
+    }
+}
+
 typedef struct perm_fold_ctx {
     ckpt_reader *r;
     ckpt_perm *out;
@@ -1572,6 +1601,7 @@ static void fold_file(void *arg, size_t pos)
 {
     perm_fold_ctx *f = arg;
     perm_fold(f->out, &f->first, file_status(f->r, pos));
+    fold_dirs(f->r, f->out, f->r->d.files[pos].path);
 }
 
 int ckpt_reader_perm(ckpt_reader *r, size_t idx, ckpt_perm *out,

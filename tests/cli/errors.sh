@@ -32,7 +32,7 @@ np.save(d + "/be.npy", np.arange(6, dtype=">f4"))            # big-endian
 np.save(d + "/void.npy", np.zeros(4, dtype="V2"))           # |V2 raw
 np.save(d + "/empty.npy", np.zeros((0, 5), dtype="<f4"))
 np.save(d + "/scalar.npy", np.array(3.25, dtype="<f8"))
-np.save(d + "/cplx.npy", np.zeros(3, dtype="<c8"))           # unsupported
+np.save(d + "/cplx.npy", np.zeros(3, dtype=np.clongdouble))   # unsupported
 rng.integers(0, 256, 16, dtype=np.uint8).tofile(d + "/f32x4.bin")
 rng.integers(0, 256, 15, dtype=np.uint8).tofile(d + "/f32x4_short.bin")
 rng.integers(0, 256, 8, dtype=np.uint8).tofile(d + "/scalar.bin")
@@ -424,7 +424,8 @@ pack_fails 1 bad-missing 'nonexistent\.npy' "missing input file" x=$IN/nonexiste
 pack_fails 1 bad-bigendian 'be\.npy' "big-endian .npy" x=$IN/be.npy
 expect_err_re 'endian|>f4|byte order' "big-endian .npy: says why"
 pack_fails 1 bad-void 'void\.npy' "|V2 .npy" x=$IN/void.npy
-pack_fails 1 bad-complex 'cplx\.npy' "complex .npy" x=$IN/cplx.npy
+pack_fails 1 bad-complex 'cplx\.npy' "clongdouble .npy" x=$IN/cplx.npy
+expect_err_re "unsupported dtype '<c32'" "clongdouble .npy: names the dtype"
 pack_fails 1 bad-cut 'cut\.npy' "truncated .npy" x=$IN/cut.npy
 pack_fails 1 bad-junk 'junk\.npy' "not a .npy" x=$IN/junk.npy
 pack_fails 2 bad-dup 'dup\.name' "same FQN twice" \

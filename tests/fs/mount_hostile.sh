@@ -10,10 +10,11 @@
 #     (-o follow_links reads it); a DCP item linked out is refused before
 #     mounting;
 #   - chunks that overlap read as EIO, not as wrong bytes;
-#   - writable mounts: the root and its saves carry ROOT's owner and mode
-#     (nobody may not start a save in a root it may not write, and may in
-#     one it may: write, commit, read back), and a save whose data/ is a
-#     link out of it is not written through.
+#   - writable mounts: the root carries ROOT's owner and mode, a save its
+#     maker's (nobody may not start a save in a root it may not write, and
+#     may in one it may: write, commit, read back; tests/fs/mount_perms.sh
+#     has saves of two users), and a save whose data/ is a link out of it
+#     is not written through.
 # Every byte is compared with what NumPy or the files themselves hold.
 . "$(dirname "$0")/lib.sh"
 

@@ -6,7 +6,10 @@
 # rules of src/npy.h -- every value of bf16 (all 65,536 bit patterns, all
 # NaN payloads, signalling ones too) and of both float8 formats (all 256
 # bytes), checked bit for bit against a reference computed by NumPy, and
-# against the Python package's own widening (ckptfs.load).
+# against the Python package's own widening (ckptfs.load).  Likewise the
+# later dtypes: c64 and c128 as NumPy's own, c32 widened to complex64
+# (every binary16 bit pattern as a part), and the fnuz and e8m0 float8
+# formats widened to float32 (all 256 bytes).
 . "$(dirname "$0")/lib.sh"
 
 DATA=$TMP/data
@@ -28,7 +31,13 @@ for name, size in spec.items():
 print("bool=%s/b.raw:bool:7" % d)
 np.arange(65536, dtype="<u2").reshape(256, 256).tofile(os.path.join(d, "bf16.raw"))
 print("bf16=%s/bf16.raw:bf16:256,256" % d)
-for name in ("f8e4m3", "f8e5m2"):
+for name, size in (("c64", 8), ("c128", 16)):
+    b = rng.integers(0, 256, size=6 * 5 * size, dtype=np.uint8)
+    b.tofile(os.path.join(d, name + ".raw"))
+    print("%s=%s/%s.raw:%s:6,5" % (name, d, name, name))
+np.arange(65536, dtype="<u2").tofile(os.path.join(d, "c32.raw"))
+print("c32=%s/c32.raw:c32:128,256" % d)
+for name in ("f8e4m3", "f8e5m2", "f8e4m3fnuz", "f8e5m2fnuz", "f8e8m0"):
     np.arange(256, dtype=np.uint8).reshape(16, 16).tofile(
         os.path.join(d, name + ".raw"))
     print("%s=%s/%s.raw:%s:16,16" % (name, d, name, name))
@@ -65,6 +74,13 @@ with open(sys.argv[1], "rb") as fh:
     same_bytes "$name: ckpt unpack and the mount's .npy/ view agree" \
         "$TMP/out/$name.npy" "$MNT/.npy/$name.npy"
 done
+# The later dtypes' tensor files: their canonical names and stored bytes.
+for name in c64 c128 c32 f8e4m3fnuz f8e5m2fnuz f8e8m0; do
+    check "$name: user.ckpt.dtype is $name" \
+        test "$(xattr_get "$MNT/$name" user.ckpt.dtype)" = "$name"
+    check "$name: the tensor file holds the packed bytes" \
+        cmp -s "$MNT/$name" "$DATA/$name.raw"
+done
 umount_ck "$MNT"
 expect_daemon_clean "daemon" "$MNT_LOG"
 
@@ -100,6 +116,8 @@ for name, dt in (("f64", "<f8"), ("f32", "<f4"), ("f16", "<f2"),
                  ("u16", "<u2"), ("u8", "u1")):
     check(name, raw(name, dt, (6, 5)))
 check("bool", raw("b", "u1", (7,)).astype(bool))
+check("c64", raw("c64", "<c8", (6, 5)))
+check("c128", raw("c128", "<c16", (6, 5)))
 check("scalar", np.array(2.5, np.float32))
 check("empty", np.zeros((0, 3), np.float32))
 
@@ -107,18 +125,25 @@ check("empty", np.zeros((0, 3), np.float32))
 u = np.arange(65536, dtype=np.uint32)
 check("bf16", (u << 16).astype("<u4").view("<f4").reshape(256, 256))
 
-def f8_ref(ebits, mbits, nan_of):
-    b = np.arange(256, dtype=np.uint32)
-    sign = (b >> 7) << 31
+def f_bits(ebits, mbits, nan_of, bias=None):
+    """float32 bits of every value of a 1-sign-bit float format."""
+    w = 1 + ebits + mbits
+    b = np.arange(1 << w, dtype=np.uint32)
+    sign = (b >> (w - 1)) << 31
     e = (b >> mbits) & ((1 << ebits) - 1)
     m = b & ((1 << mbits) - 1)
-    bias = (1 << (ebits - 1)) - 1
+    if bias is None:
+        bias = (1 << (ebits - 1)) - 1
     # Numbers through float64 (exact for these): normals and subnormals.
     val = np.where(e == 0, m * 2.0 ** (1 - bias - mbits),
                    (1 + m / 2.0 ** mbits) * 2.0 ** (e.astype(np.int64) - bias))
-    val = np.where(b >> 7 == 1, -val, val).astype(np.float32)
+    with np.errstate(over="ignore"):
+        val = np.where(b >> (w - 1) == 1, -val, val).astype(np.float32)
     bits = val.view(np.uint32).copy()
-    bits = nan_of(b, sign, e, m, bits)
+    return nan_of(b, sign, e, m, bits)
+
+def f8_ref(ebits, mbits, nan_of, bias=None):
+    bits = f_bits(ebits, mbits, nan_of, bias)
     return bits.astype("<u4").view("<f4").reshape(16, 16)
 
 def e4m3_nan(b, sign, e, m, bits):
@@ -130,8 +155,25 @@ def e5m2_special(b, sign, e, m, bits):
     return np.where(e == 31, sign | 0x7f800000 | (m << 21),
                     bits).astype(np.uint32)
 
+def fnuz_nan(b, sign, e, m, bits):
+    # no infinities, no -0: 0x80 is the one NaN, the positive quiet NaN
+    return np.where(b == 0x80, 0x7fc00000, bits).astype(np.uint32)
+
 check("f8e4m3", f8_ref(4, 3, e4m3_nan))
 check("f8e5m2", f8_ref(5, 2, e5m2_special))
+check("f8e4m3fnuz", f8_ref(4, 3, fnuz_nan, bias=8))
+check("f8e5m2fnuz", f8_ref(5, 2, fnuz_nan, bias=16))
+# e8m0: 2^(b - 127), 0xff the NaN.
+b = np.arange(256)
+with np.errstate(over="ignore"):
+    e8 = (2.0 ** (b - 127)).astype(np.float32)
+e8[255] = np.uint32(0x7fc00000).view(np.float32)
+check("f8e8m0", e8.reshape(16, 16))
+# c32: each binary16 part as NumPy's float16 to float32 would, every bit
+# kept (infinities, NaN payloads).
+f16 = f_bits(5, 10, lambda b, sign, e, m, bits: np.where(
+    e == 31, sign | 0x7f800000 | (m << 13), bits).astype(np.uint32))
+check("c32", f16.astype("<u4").view("<c8").reshape(128, 256))
 # f8e5m2 is the top byte of a float16: NumPy's float16 to float32 gives
 # the same bits, NaN payloads included (where NumPy keeps them: a machine
 # whose conversion quiets signalling NaNs differs in those two bytes only).
@@ -160,7 +202,8 @@ import numpy as np
 import ckptfs
 ck, out = sys.argv[1], sys.argv[2]
 wide = ckptfs.load(ck)
-for k in ("bf16", "f8e4m3", "f8e5m2"):
+for k in ("bf16", "f8e4m3", "f8e5m2", "f8e4m3fnuz", "f8e5m2fnuz", "f8e8m0",
+          "c32"):
     a = np.load(os.path.join(out, k + ".npy"))
     p = np.asarray(wide[k])
     same = a.dtype == p.dtype and a.tobytes() == p.tobytes()

@@ -32,7 +32,7 @@ CKPT_TO_NP = {
     "f64": "<f8", "f32": "<f4", "f16": "<f2",
     "i64": "<i8", "i32": "<i4", "i16": "<i2", "i8": "|i1",
     "u64": "<u8", "u32": "<u4", "u16": "<u2", "u8": "|u1",
-    "bool": "|b1",
+    "bool": "|b1", "c64": "<c8", "c128": "<c16",
     # dtypes NumPy does not have: raw bit containers
     "bf16": "<u2", "f8e4m3": "|u1", "f8e5m2": "|u1",
     "bytes": "|u1",
@@ -51,6 +51,12 @@ def values(rng, dtype, shape, mode):
     n = int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
     if dtype == "bool":
         a = rng.random(n) < (0.5 if mode == "random" else 0.1)
+    elif npdt.kind == "c":
+        parts = np.dtype("<f%d" % (npdt.itemsize // 2))
+        re = values(rng, "f%d" % (npdt.itemsize * 4), (n,), mode)
+        im = values(rng, "f%d" % (npdt.itemsize * 4), (n,), mode)
+        a = np.empty(n, npdt)
+        a.real, a.imag = re.astype(parts), im.astype(parts)
     elif npdt.kind == "f":
         if mode == "small":
             a = (np.round(rng.standard_normal(n) * 8) / 8).astype(npdt)
@@ -147,6 +153,8 @@ def main():
     add_npy("data.u32", "u32", (7, 11, 13), "random")
     add_npy("data.u64", "u64", (2, 3, 5, 7), "random")
     add_npy("data.mask", "bool", (45, 13), "random")
+    add_npy("model.rope.freqs_cis", "c64", (64, 33), "special")
+    add_npy("model.rope.c128", "c128", (9, 5), "random", order="F")
     # 0-d scalar, empty tensors, Fortran order.
     add_npy("scalar.lr", "f32", (), "random")
     add_npy("scalar.epoch", "i64", (), "random")

@@ -48,7 +48,7 @@ NP_OF = {
     "f64": "<f8", "f32": "<f4", "f16": "<f2",
     "i64": "<i8", "i32": "<i4", "i16": "<i2", "i8": "|i1",
     "u64": "<u8", "u32": "<u4", "u16": "<u2", "u8": "|u1",
-    "bool": "|b1", "bytes": "|u1",
+    "bool": "|b1", "bytes": "|u1", "c64": "<c8", "c128": "<c16",
     # bit containers for the dtypes NumPy lacks
     "bf16": "<u2", "f8e4m3": "|u1", "f8e5m2": "|u1",
 }

@@ -70,6 +70,9 @@ int main(void)
            "\"DTYPE_COUNT\": %d,\n", CKPT_I64, CKPT_I32, CKPT_I16, CKPT_I8,
            CKPT_U64, CKPT_U32, CKPT_U16, CKPT_U8, CKPT_BOOL, CKPT_BYTES,
            CKPT_DTYPE_COUNT);
+    printf("  \"C64\": %d, \"C128\": %d, \"C32\": %d, \"F8E4M3FNUZ\": %d, "
+           "\"F8E5M2FNUZ\": %d, \"F8E8M0\": %d,\n", CKPT_C64, CKPT_C128,
+           CKPT_C32, CKPT_F8E4M3FNUZ, CKPT_F8E5M2FNUZ, CKPT_F8E8M0);
     printf("  \"CODEC_AUTO\": %d, \"CODEC_RAW\": %d, \"CODEC_ZSTD\": %d, "
            "\"CODEC_LAST\": %d,\n", CKPT_CODEC_AUTO, CKPT_CODEC_RAW,
            CKPT_CODEC_ZSTD, CKPT_CODEC_BG_8);

@@ -1001,6 +1001,9 @@ START_TEST(test_resolve)
         {CKPT_F8E4M3, CKPT_CODEC_ZSTD}, {CKPT_F8E5M2, CKPT_CODEC_ZSTD},
         {CKPT_I8, CKPT_CODEC_ZSTD}, {CKPT_U8, CKPT_CODEC_ZSTD},
         {CKPT_BOOL, CKPT_CODEC_ZSTD}, {CKPT_BYTES, CKPT_CODEC_ZSTD},
+        {CKPT_C32, CKPT_CODEC_BG_F16}, {CKPT_C64, CKPT_CODEC_BG_F32},
+        {CKPT_C128, CKPT_CODEC_BG_F64}, {CKPT_F8E4M3FNUZ, CKPT_CODEC_ZSTD},
+        {CKPT_F8E5M2FNUZ, CKPT_CODEC_ZSTD}, {CKPT_F8E8M0, CKPT_CODEC_ZSTD},
     };
     for (size_t i = 0; i < sizeof map / sizeof map[0]; i++) {
         ck_assert_int_eq(ckpt_codec_resolve(CKPT_CODEC_AUTO, map[i].dt),

@@ -236,6 +236,21 @@ START_TEST(test_perm)
     struct stat f = st_of(10, 20, 04755);
     ckpt_perm_init(&p, &f);
     ck_assert_uint_eq(p.mode, 0755);
+
+    /* a directory to search on the way: 0711 lets everyone through, so
+     * the file's own bits stand; 0700 of the same owner keeps only the
+     * owner's; 0750 of another owner and our group: our owner may be in
+     * that group or not (nothing), our group's members are (kept) */
+    struct stat g = st_of(10, 20, 0711), h = st_of(10, 20, 0700);
+    struct stat k = st_of(11, 20, 0750);
+    ckpt_perm_init(&p, &a);
+    ckpt_perm_add_search(&p, &g);
+    ck_assert_uint_eq(p.mode, 0644);
+    ckpt_perm_add_search(&p, &h);
+    ck_assert_uint_eq(p.mode, 0600);
+    ckpt_perm_init(&p, &a);
+    ckpt_perm_add_search(&p, &k);
+    ck_assert_uint_eq(p.mode, 0040);
 }
 END_TEST
 

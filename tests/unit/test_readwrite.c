@@ -76,7 +76,8 @@ static void split_dim(int64_t n, int k, int part, int64_t *off, int64_t *sz)
 }
 
 static const ckpt_dtype dtypes[] = { CKPT_U8, CKPT_BF16, CKPT_F32, CKPT_I64,
-                                     CKPT_F16, CKPT_BOOL };
+                                     CKPT_F16, CKPT_BOOL, CKPT_C64, CKPT_C128,
+                                     CKPT_C32, CKPT_F8E8M0 };
 
 typedef struct tensor_case {
     char fqn[64];
@@ -869,7 +870,7 @@ END_TEST
 /* ------------------------------------------------------------ foreign */
 
 /* A safetensors file written here (header length odd, so the data sits at
- * an odd file offset): three tensors whose bytes the test knows. */
+ * an odd file offset): tensors whose bytes the test knows. */
 typedef struct st_tensor {
     const char *name, *dtype;
     ckpt_dtype dt;
@@ -881,6 +882,9 @@ static const st_tensor st_tensors[] = {
     { "a", "F32", CKPT_F32, 2, { 300, 77 } },
     { "b", "U8", CKPT_U8, 1, { 5001, 0 } },
     { "c", "BF16", CKPT_BF16, 2, { 600, 1000 } },
+    { "d", "C64", CKPT_C64, 2, { 31, 17 } },
+    { "e", "F8_E4M3FNUZ", CKPT_F8E4M3FNUZ, 1, { 999, 0 } },
+    { "f", "F8_E8M0", CKPT_F8E8M0, 1, { 3, 0 } },
 };
 #define NST (sizeof st_tensors / sizeof st_tensors[0])
 

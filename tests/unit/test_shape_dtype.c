@@ -1,7 +1,10 @@
 /*
  * test_shape_dtype.c - unit tests for dtype.c (names, sizes, the PyTorch
  * and NumPy spellings) and shape.c (checked element/byte counts, shape
- * formatting and parsing).
+ * formatting and parsing), and the .npy face of each dtype (npy.c: its
+ * NumPy descr, and hand-computed values of the widening of the types
+ * NumPy lacks; tests/fs/npy_same.sh checks every bit pattern against
+ * NumPy, tests/compat/test_dtypes.py against torch).
  */
 #include <check.h>
 #include <errno.h>
@@ -12,6 +15,7 @@
 #include "ckptfs.h"
 #include "common/dtype.h"
 #include "common/error.h"
+#include "common/npy.h"
 #include "common/shape.h"
 #include "unit_util.h"
 
@@ -32,6 +36,9 @@ static const struct {
     {CKPT_U64, "u64", 8},       {CKPT_U32, "u32", 4},
     {CKPT_U16, "u16", 2},       {CKPT_U8, "u8", 1},
     {CKPT_BOOL, "bool", 1},     {CKPT_BYTES, "bytes", 1},
+    {CKPT_C64, "c64", 8},       {CKPT_C128, "c128", 16},
+    {CKPT_C32, "c32", 4},       {CKPT_F8E4M3FNUZ, "f8e4m3fnuz", 1},
+    {CKPT_F8E5M2FNUZ, "f8e5m2fnuz", 1}, {CKPT_F8E8M0, "f8e8m0", 1},
 };
 
 START_TEST(dtype_canonical_round_trip)
@@ -93,6 +100,16 @@ static const struct {
     {"<u8", CKPT_U64}, {"<u4", CKPT_U32}, {"<u2", CKPT_U16},
     {"|u1", CKPT_U8}, {"|b1", CKPT_BOOL},
     {"=i8", CKPT_I64}, {"=f4", CKPT_F32},
+    /* Complex and the later float8 formats (torch and NumPy names). */
+    {"complex64", CKPT_C64}, {"torch.complex64", CKPT_C64},
+    {"torch.cfloat", CKPT_C64}, {"np.complex64", CKPT_C64},
+    {"<c8", CKPT_C64}, {"complex128", CKPT_C128},
+    {"torch.cdouble", CKPT_C128}, {"<c16", CKPT_C128},
+    {"torch.complex32", CKPT_C32}, {"torch.chalf", CKPT_C32},
+    {"float8_e4m3fnuz", CKPT_F8E4M3FNUZ},
+    {"torch.float8_e4m3fnuz", CKPT_F8E4M3FNUZ},
+    {"torch.float8_e5m2fnuz", CKPT_F8E5M2FNUZ},
+    {"torch.float8_e8m0fnu", CKPT_F8E8M0},
 };
 
 START_TEST(dtype_spellings)
@@ -107,10 +124,11 @@ START_TEST(dtype_spellings)
 END_TEST
 
 static const char *const BAD_DTYPES[] = {
-    "", " f32", "f32 ", "F32", "Float32", "float128", "complex64", "f8",
+    "", " f32", "f32 ", "F32", "Float32", "float128", "complex256", "f8",
     "i128", "torch.", "torch", "torch.f", "torch.torch.float32", "np.",
-    ">f4", ">i8", ">u2", ">f2", ">u1", "<f3", "<V2", "|V1", "<c8", "<", "|",
-    "f4", "<f4x", "<f44", "float8_e4m3fnuz", "float8_e5m2fnuz", "invalid",
+    ">f4", ">i8", ">u2", ">f2", ">u1", "<f3", "<V2", "|V1", ">c8", "<", "|",
+    "f4", "<f4x", "<f44", "<c32", "<c4", "float8_e8m0", "float4_e2m1fn_x2",
+    "invalid", "C64", "c8", "c16", "float8_e4m3b11fnuz",
     "complex", "uint128", "int4", "string", "object", "O", "?",
 };
 
@@ -134,7 +152,8 @@ START_TEST(dtype_names_list)
     char buf[256];
     size_t n = ckpt_dtype_names(buf, sizeof buf);
     ck_assert_str_eq(buf, "f64, f32, f16, bf16, f8e4m3, f8e5m2, i64, i32, "
-                     "i16, i8, u64, u32, u16, u8, bool, bytes");
+                     "i16, i8, u64, u32, u16, u8, bool, bytes, c64, c128, "
+                     "c32, f8e4m3fnuz, f8e5m2fnuz, f8e8m0");
     ck_assert_uint_eq(n, strlen(buf));
     ck_assert_uint_eq(ckpt_dtype_names(NULL, 0), n);
     char small[8];
@@ -145,7 +164,8 @@ START_TEST(dtype_names_list)
                      -EINVAL);
     ck_assert_ptr_nonnull(strstr(err.msg, "user.ckpt.dtype: unknown dtype "
                                  "'float33' (valid: f64, f32, "));
-    ck_assert_ptr_nonnull(strstr(err.msg, "bool, bytes;"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "bool, bytes, c64, c128, c32, "
+                                 "f8e4m3fnuz, f8e5m2fnuz, f8e8m0;"));
     ck_assert_int_eq(ckpt_dtype_unknown(&err, NULL, "q"), -EINVAL);
     ck_assert_ptr_eq(strstr(err.msg, "unknown dtype 'q'"), err.msg);
 }
@@ -441,6 +461,87 @@ START_TEST(format_parse_round_trip)
 }
 END_TEST
 
+/* The NumPy descr each dtype is shown with, and what it is widened to. */
+START_TEST(dtype_npy_descr)
+{
+    static const struct {
+        ckpt_dtype dt;
+        const char *descr;
+        ckpt_dtype stored;
+    } want[] = {
+        {CKPT_C64, "<c8", CKPT_C64},     {CKPT_C128, "<c16", CKPT_C128},
+        {CKPT_C32, "<c8", CKPT_C64},     {CKPT_BF16, "<f4", CKPT_F32},
+        {CKPT_F8E4M3FNUZ, "<f4", CKPT_F32},
+        {CKPT_F8E5M2FNUZ, "<f4", CKPT_F32}, {CKPT_F8E8M0, "<f4", CKPT_F32},
+        {CKPT_F16, "<f2", CKPT_F16},
+    };
+    for (size_t i = 0; i < COUNT_OF(want); i++) {
+        ckpt_dtype stored;
+        ck_assert_str_eq(ckpt_dtype_npy_descr(want[i].dt, &stored),
+                         want[i].descr);
+        ck_assert_int_eq(stored, want[i].stored);
+    }
+    /* Every dtype has a view. */
+    for (int dt = 1; dt < CKPT_DTYPE_COUNT; dt++) {
+        ckpt_dtype stored;
+        ck_assert_ptr_nonnull(ckpt_dtype_npy_descr((ckpt_dtype)dt, &stored));
+    }
+}
+END_TEST
+
+static uint32_t bits_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+/* Values worked out by hand from each format's definition. */
+START_TEST(dtype_widen_values)
+{
+    /* e4m3fnuz: bias 8, max 0x7f = 1.875 * 2^7; min subnormal 2^-10. */
+    ck_assert_uint_eq(npy_f8e4m3fnuz_bits(0x7f), bits_of(240.0f));
+    ck_assert_uint_eq(npy_f8e4m3fnuz_bits(0xff), bits_of(-240.0f));
+    ck_assert_uint_eq(npy_f8e4m3fnuz_bits(0x01), bits_of(0x1p-10f));
+    ck_assert_uint_eq(npy_f8e4m3fnuz_bits(0x40), bits_of(1.0f));
+    ck_assert_uint_eq(npy_f8e4m3fnuz_bits(0x00), 0);
+    ck_assert_uint_eq(npy_f8e4m3fnuz_bits(0x80), 0x7fc00000u);
+    /* e5m2fnuz: bias 16, max 1.75 * 2^15; min subnormal 2^-17. */
+    ck_assert_uint_eq(npy_f8e5m2fnuz_bits(0x7f), bits_of(57344.0f));
+    ck_assert_uint_eq(npy_f8e5m2fnuz_bits(0x01), bits_of(0x1p-17f));
+    ck_assert_uint_eq(npy_f8e5m2fnuz_bits(0xc0), bits_of(-1.0f));
+    ck_assert_uint_eq(npy_f8e5m2fnuz_bits(0x80), 0x7fc00000u);
+    /* e8m0: 2^(e-127); 0 is 2^-127 (a float32 subnormal); 0xff NaN. */
+    ck_assert_uint_eq(npy_f8e8m0_bits(127), bits_of(1.0f));
+    ck_assert_uint_eq(npy_f8e8m0_bits(254), bits_of(0x1p127f));
+    ck_assert_uint_eq(npy_f8e8m0_bits(0), bits_of(0x1p-127f));
+    ck_assert_uint_eq(npy_f8e8m0_bits(0xff), 0x7fc00000u);
+    /* binary16: normal, subnormal, infinity, NaN payload kept. */
+    ck_assert_uint_eq(npy_f16_bits(0x3c00), bits_of(1.0f));
+    ck_assert_uint_eq(npy_f16_bits(0xc000), bits_of(-2.0f));
+    ck_assert_uint_eq(npy_f16_bits(0x0001), bits_of(0x1p-24f));
+    ck_assert_uint_eq(npy_f16_bits(0x7bff), bits_of(65504.0f));
+    ck_assert_uint_eq(npy_f16_bits(0xfc00), 0xff800000u);
+    ck_assert_uint_eq(npy_f16_bits(0x7d01), 0x7fa02000u);
+
+    /* npy_widen: c32 element by element into complex64. */
+    npy_tables t;
+    npy_tables_init(&t);
+    const uint16_t c32[4] = {0x3c00, 0xc000, 0x0001, 0x7bff};
+    float c64[4];
+    ck_assert_int_eq(npy_widen(&t, CKPT_C32, c32, 2, c64), 0);
+    ck_assert(c64[0] == 1.0f && c64[1] == -2.0f && c64[2] == 0x1p-24f &&
+              c64[3] == 65504.0f);
+    const uint8_t b[3] = {0x7f, 0x80, 0x01};
+    uint32_t f[3];
+    ck_assert_int_eq(npy_widen(&t, CKPT_F8E8M0, b, 3, f), 0);
+    ck_assert_uint_eq(f[0], bits_of(1.0f));
+    ck_assert_int_eq(npy_widen(&t, CKPT_F8E4M3FNUZ, b, 3, f), 0);
+    ck_assert_uint_eq(f[1], 0x7fc00000u);
+    ck_assert_int_eq(npy_widen(&t, CKPT_C64, b, 1, f), -EINVAL);
+}
+END_TEST
+
 static Suite *shape_dtype_suite(void)
 {
     Suite *s = suite_create("shape_dtype");
@@ -451,6 +552,8 @@ static Suite *shape_dtype_suite(void)
     tcase_add_test(dt, dtype_spellings);
     tcase_add_test(dt, dtype_invalid_names);
     tcase_add_test(dt, dtype_canonical_beats_typestr);
+    tcase_add_test(dt, dtype_npy_descr);
+    tcase_add_test(dt, dtype_widen_values);
     suite_add_tcase(s, dt);
     TCase *sz = tcase_create("sizes");
     tcase_add_test(sz, numel_basic);

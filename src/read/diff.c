@@ -59,20 +59,20 @@ static int same_layout(differ *d, size_t ia, size_t ib, uint64_t *changed,
     return 1;
 }
 
-static int is_float(ckpt_dtype dt)
+/* Floats that npy_widen makes float32 of. */
+static int narrow(ckpt_dtype dt)
 {
-    return dt == CKPT_F64 || dt == CKPT_F32 || dt == CKPT_F16 ||
-           dt == CKPT_BF16 || dt == CKPT_F8E4M3 || dt == CKPT_F8E5M2;
+    return dt == CKPT_BF16 || dt == CKPT_F8E4M3 || dt == CKPT_F8E5M2 ||
+           dt == CKPT_F8E4M3FNUZ || dt == CKPT_F8E5M2FNUZ ||
+           dt == CKPT_F8E8M0;
 }
 
-static double half_to_double(uint16_t h)
+/* Real floating-point dtypes (complex ones are compared by bytes). */
+static int is_float(ckpt_dtype dt)
 {
-    int e = (h >> 10) & 0x1f, m = h & 0x3ff;
-    double v = e == 0 ? ldexp(m, -24)
-               : e == 31 ? (m ? NAN : INFINITY)
-               : ldexp(m + 1024, e - 25);
-    return h & 0x8000 ? -v : v;
+    return dt == CKPT_F64 || dt == CKPT_F32 || dt == CKPT_F16 || narrow(dt);
 }
+
 
 /* Element k of block src (dtype dt) as a double; bf16 and fp8 from
  * their widened copy `wide`. */
@@ -92,8 +92,12 @@ static double elem(ckpt_dtype dt, const unsigned char *src, const float *wide,
     }
     case CKPT_F16: {
         uint16_t h;
+        uint32_t bits;
+        float f;
         memcpy(&h, src + 2 * k, 2);
-        return half_to_double(h);
+        bits = npy_f16_bits(h);
+        memcpy(&f, &bits, 4);
+        return f;
     }
     default:
         return wide[k];
@@ -107,9 +111,9 @@ static void compare_block(differ *d, ckpt_dtype dt, size_t isz, size_t n,
                           int count_frames)
 {
     int fl = is_float(dt);
-    if (fl && (dt == CKPT_BF16 || dt == CKPT_F8E4M3 || dt == CKPT_F8E5M2)) {
-        npy_widen_f32(&d->tab, dt, d->ba, n, d->fa);
-        npy_widen_f32(&d->tab, dt, d->bb, n, d->fb);
+    if (narrow(dt)) {
+        npy_widen(&d->tab, dt, d->ba, n, d->fa);
+        npy_widen(&d->tab, dt, d->bb, n, d->fb);
     }
     for (size_t k = 0; k < n; k++) {
         const unsigned char *x = d->ba + k * isz, *y = d->bb + k * isz;

@@ -10,8 +10,8 @@ before it, then loaded from both, cold and warm:
   (b) embedding: f32 tables of 128-wide rows (CKPT_BENCH_DELTA_MB, default
       1024 MiB), 5% of the rows updated, uniformly at random.  Target:
       bytes written <= 0.12x a full save's.
-  (c) dense: a small transformer trained on the CPU with torch (AdamW, a
-      few hundred steps), consecutive checkpoints of its bf16 weights and
+  (c) dense: a small transformer trained on the CPU with torch (AdamW,
+      CKPT_BENCH_DELTA_STEPS + 20 steps, 320), consecutive checkpoints of its bf16 weights and
       f32 Adam moments (every tensor changes).  Reported: the delta's size
       against the full save with the default codec; target: save time <=
       1.1x a full save.
@@ -42,6 +42,11 @@ import ckptfs
 REPS = int(os.environ.get("CKPT_BENCH_REPS", "3"))
 MB = int(os.environ.get("CKPT_BENCH_DELTA_MB", "1024"))
 MISSED = []
+# The dense case's transformer: layers (CKPT_BENCH_DELTA_LAYERS, 2) and
+# training steps (CKPT_BENCH_DELTA_STEPS, 300: checkpoints at it and 20
+# steps later).
+LAYERS = int(os.environ.get("CKPT_BENCH_DELTA_LAYERS", "2"))
+STEPS = int(os.environ.get("CKPT_BENCH_DELTA_STEPS", "300"))
 
 
 def files_of(path):
@@ -222,12 +227,12 @@ def train_transformer(steps_a, steps_b):
     import torch
     torch.manual_seed(0)
     torch.set_num_threads(max(1, os.cpu_count() or 1))
-    vocab, d, seq = 2048, 256, 64
+    vocab, d, seq, batch = 2048, 256, 32, 8
     layer = torch.nn.TransformerEncoderLayer(d, 4, 4 * d, dropout=0.0,
                                              batch_first=True)
     model = torch.nn.ModuleDict({
         "emb": torch.nn.Embedding(vocab, d),
-        "enc": torch.nn.TransformerEncoder(layer, 4),
+        "enc": torch.nn.TransformerEncoder(layer, LAYERS),
         "out": torch.nn.Linear(d, vocab)})
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     g = torch.Generator().manual_seed(1)
@@ -245,7 +250,7 @@ def train_transformer(steps_a, steps_b):
         return st
 
     for step in range(1, steps_b + 1):
-        x = torch.randint(0, vocab, (16, seq), generator=g)
+        x = torch.randint(0, vocab, (batch, seq), generator=g)
         y = (x * 7 + 3) % vocab
         h = model["enc"](model["emb"](x))
         loss = torch.nn.functional.cross_entropy(
@@ -266,11 +271,12 @@ def case_dense(work, rng):
         print("(c) dense: SKIP (no torch)")
         return
     t0 = time.perf_counter()
-    (s0, s1), loss = train_transformer(300, 320)
-    print("(c) dense: transformer (4 layers, d=256, vocab 2048) trained 320 "
-          "steps on the CPU in %.0f s (loss %.2f); checkpoints of steps 300 "
-          "and 320: bf16 weights, f32 Adam moments" % (
-              time.perf_counter() - t0, loss))
+    (s0, s1), loss = train_transformer(STEPS, STEPS + 20)
+    print("(c) dense: transformer (%d layers, d=256, vocab 2048) trained %d "
+          "steps on the CPU in %.0f s (loss %.2f); checkpoints of steps %d "
+          "and %d: bf16 weights, f32 Adam moments" % (
+              LAYERS, STEPS + 20, time.perf_counter() - t0, loss, STEPS,
+              STEPS + 20))
     # bf16 weights are saved as their 16-bit patterns: the bf16 codec
     s0 = {k: ckptfs.Raw(v, "bf16") if k.startswith("model.") else v
           for k, v in s0.items()}

@@ -42,14 +42,17 @@ typedef struct cli {
     int world;             /* -o world=N: ranks that commit a save */
     int delta_latest;      /* -o delta=latest: saves are deltas */
     ckpt_write_opts wo;
+    ws_limits lim;         /* -o max_open_pieces=N ... */
     char write_opt[64];    /* the first option of writing given, for the
                               message when -o rw is missing */
     char log[4096];        /* -o log=FILE: messages appended there */
+    size_t st_shard;       /* -o st_shard_size=N: .safetensors/ files */
 } cli;
 
 enum { KEY_CACHE, KEY_PREFETCH, KEY_THREADS, KEY_HELP, KEY_VERSION, KEY_RW,
        KEY_RO, KEY_WORLD, KEY_CODEC, KEY_FRAME, KEY_SYNC, KEY_FOLLOW,
-       KEY_LOG, KEY_DELTA };
+       KEY_LOG, KEY_MAX_PIECES, KEY_MAX_SAVES, KEY_MAX_KEYS,
+       KEY_MAX_META_BYTES, KEY_ST_SHARD, KEY_DELTA };
 
 static const struct fuse_opt cli_opts[] = {
     FUSE_OPT_KEY("cache_size=", KEY_CACHE),
@@ -64,6 +67,11 @@ static const struct fuse_opt cli_opts[] = {
     FUSE_OPT_KEY("delta=", KEY_DELTA),
     FUSE_OPT_KEY("follow_links", KEY_FOLLOW),
     FUSE_OPT_KEY("log=", KEY_LOG),
+    FUSE_OPT_KEY("max_open_pieces=", KEY_MAX_PIECES),
+    FUSE_OPT_KEY("max_saves=", KEY_MAX_SAVES),
+    FUSE_OPT_KEY("max_meta_keys=", KEY_MAX_KEYS),
+    FUSE_OPT_KEY("max_meta_bytes=", KEY_MAX_META_BYTES),
+    FUSE_OPT_KEY("st_shard_size=", KEY_ST_SHARD),
     FUSE_OPT_KEY("-h", KEY_HELP),
     FUSE_OPT_KEY("--help", KEY_HELP),
     FUSE_OPT_KEY("-V", KEY_VERSION),
@@ -127,6 +135,9 @@ static int cli_option(cli *c, const char *arg, int key)
     case KEY_CACHE:
         return parse_size(v, &c->ro.cache_bytes) == 0
                    ? 0 : bad_value(c, arg, "cache_size=N[K|M|G]");
+    case KEY_ST_SHARD:
+        return parse_size(v, &c->st_shard) == 0 && c->st_shard > 0
+                   ? 0 : bad_value(c, arg, "st_shard_size=N[K|M|G] above 0");
     case KEY_PREFETCH:
         if (parse_count(v, 1024, &n) != 0)
             return bad_value(c, arg, "prefetch=N with N from 0 to 1024");
@@ -147,6 +158,17 @@ static int cli_option(cli *c, const char *arg, int key)
             return bad_value(c, arg, "sync=close or sync=commit");
         c->wo.sync = strcmp(v, "close") == 0;
         return 0;
+    case KEY_MAX_PIECES: case KEY_MAX_SAVES: case KEY_MAX_KEYS:
+        if (parse_count(v, 1 << 24, &n) != 0 || n == 0)
+            return bad_value(c, arg, "a count from 1 to 16777216");
+        *(key == KEY_MAX_PIECES ? &c->lim.max_open_pieces
+          : key == KEY_MAX_SAVES ? &c->lim.max_saves
+          : &c->lim.max_meta_keys) = (size_t)n;
+        return 0;
+    case KEY_MAX_META_BYTES:
+        return parse_size(v, &c->lim.max_meta_bytes) == 0 &&
+                       c->lim.max_meta_bytes > 0
+                   ? 0 : bad_value(c, arg, "max_meta_bytes=N[K|M|G], N > 0");
     case KEY_FRAME:
         if (ckpt_write_opt_parse(&c->wo, "frame_size", v, NULL) != 0)
             return bad_value(c, arg, "frame_size=N[K|M|G] from 4K to 1G");
@@ -176,10 +198,12 @@ static int cli_proc(void *data, const char *arg, int key,
     switch (key) {
     case KEY_WORLD: case KEY_CODEC: case KEY_FRAME: case KEY_SYNC:
     case KEY_DELTA:
+    case KEY_MAX_PIECES: case KEY_MAX_SAVES: case KEY_MAX_KEYS:
+    case KEY_MAX_META_BYTES:
         if (!c->write_opt[0])
             snprintf(c->write_opt, sizeof c->write_opt, "%s", arg);
         return cli_option(c, arg, key);
-    case KEY_CACHE: case KEY_PREFETCH: case KEY_THREADS:
+    case KEY_CACHE: case KEY_PREFETCH: case KEY_THREADS: case KEY_ST_SHARD:
         return cli_option(c, arg, key);
     case KEY_RW:
         c->rw = 1;
@@ -240,6 +264,9 @@ static void print_help(void)
            "checkpoint (256M)\n"
            "    -o prefetch=N          frames decoded ahead of a sequential "
            "reader (4; 0: off)\n"
+           "    -o st_shard_size=N[K|M|G] tensor bytes per file of the "
+           ".safetensors/ view\n"
+           "                           (5000000000, as HF's \"5GB\")\n"
            "    -o threads=N           decoder (and encoder) threads per "
            "checkpoint (0: one per CPU)\n"
            "    -o rw,world=N          also write new checkpoints in the root "
@@ -252,6 +279,12 @@ static void print_help(void)
            "    -o delta=latest        save each new checkpoint as a delta "
            "against the newest\n"
            "                           committed one (docs/MOUNT.md)\n"
+           "    -o max_open_pieces=N   pieces one user may hold open for "
+           "writing (512)\n"
+           "    -o max_saves=N         saves in progress one user may start "
+           "(64)\n"
+           "    -o max_meta_keys=N     metadata keys of a save (4096)\n"
+           "    -o max_meta_bytes=N[K|M] their bytes (1M)\n"
            "    -o follow_links        read checkpoint files that are "
            "symbolic links out of\n"
            "                           their directory (refused "
@@ -260,8 +293,9 @@ static void print_help(void)
            "(with -f too;\n"
            "                           else stderr with -f, syslog in the "
            "background)\n"
-           "                           (world, codec, frame_size, sync and "
-           "delta need -o rw)\n"
+           "                           (world, codec, frame_size, sync, "
+           "delta, the max_\n"
+           "                           options need -o rw)\n"
            "    -h   --help            print this help and exit\n"
            "    -V   --version         print the version and exit\n"
            "\n"
@@ -533,6 +567,7 @@ int main(int argc, char **argv)
     ckpt_read_opts_init(&c.ro);
     ckpt_write_opts_init(&c.wo);
     c.wo.sync = 0;             /* -o sync=commit, the default */
+    wl_limits_default(&c.lim);
     int status = parse_args(&args, &c, &fo);
     if (status >= 0)
         goto out;
@@ -546,7 +581,7 @@ int main(int argc, char **argv)
     fs_ctx_init(&ctx);
     if (source_open(&ctx.src, c.source, &c.ro, c.rw, &err) != 0 ||
         (c.rw && ws_set_new(&ctx.ws, source_path(ctx.src), c.world, &c.wo,
-                            &err) != 0)) {
+                            &c.lim, &err) != 0)) {
         fprintf(stderr, "ckptfs: %s\n", err.msg);
         fs_ctx_destroy(&ctx);
         source_free(ctx.src);
@@ -555,6 +590,8 @@ int main(int argc, char **argv)
     }
     if (c.rw && c.delta_latest)
         ws_set_delta_latest(ctx.ws);
+    if (c.st_shard)
+        source_set_st_shard(ctx.src, c.st_shard);
     if (add_mount_defaults(&args, source_path(ctx.src), c.rw) != 0) {
         fprintf(stderr, "ckptfs: out of memory\n");
         status = EXIT_FAILURE;

@@ -198,7 +198,10 @@ static int node_perm(const fs_ckpt *ck, const tree_node *n, struct stat *st)
     if (n) {          /* open: the files it is read from */
         size_t idx = n->kind == TREE_TENSOR || n->kind == TREE_NPY
                          ? n->tensor : (size_t)-1;
-        int rc = ckpt_reader_perm(ck->reader, idx, &names, NULL);
+        int rc = n->kind == TREE_ST
+                     ? views_st_perm(ck->reader, tree_st(ck->tree),
+                                     n->tensor, &names)
+                     : ckpt_reader_perm(ck->reader, idx, &names, NULL);
         if (rc)
             return rc;
         if (n->kind == TREE_DIR)
@@ -677,6 +680,7 @@ typedef struct open_file {
     ckpt_reader *reader;
     uint32_t tensor;
     views_npy npy;            /* TREE_NPY */
+    const views_st *st;       /* TREE_ST (its shard: tensor) */
     const char *data;         /* METADATA, STATS, STATUS, a blob: content */
     size_t len;
     char text[256];           /* TREE_STATS: the counters when opened */
@@ -704,6 +708,10 @@ static int handle_fill(fs_ckpt *ck, const tree_node *n, open_file *h)
     }
     if (n->kind == TREE_METADATA)
         return source_ckpt_json(ck, &h->data, &h->len);
+    if (n->kind == TREE_ST)
+        h->st = tree_st(ck->tree);
+    if (n->kind == TREE_ST_INDEX)
+        h->data = views_st_index(tree_st(ck->tree), &h->len);
     if (n->kind == TREE_STATUS) {
         h->data = STATUS_COMMITTED;
         h->len = strlen(STATUS_COMMITTED);
@@ -779,6 +787,9 @@ static int64_t read_tensor(fs_ctx *c, const open_file *h, char *buf,
     if (h->kind == TREE_TENSOR)
         return ckpt_read(h->reader, h->tensor, buf, (uint64_t)off, size,
                          err);
+    if (h->kind == TREE_ST)
+        return views_st_read(h->reader, h->st, h->tensor,
+                             (unsigned char *)buf, (uint64_t)off, size, err);
     ckpt_tensor_info ti;
     int rc = ckpt_reader_info(h->reader, h->tensor, &ti);
     if (rc)

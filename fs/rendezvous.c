@@ -13,34 +13,28 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include "common/confine.h"
 #include "common/error.h"
 #include "common/fileio.h"
 #include "format/lease.h"
+#include "format/pending.h"
 
 #define MARKER_PREFIX "rank-"
 #define NOTES_PREFIX "errors."
 
-static int pending_path(char *out, size_t cap, const char *dir,
-                        const char *name, ckpt_error *err)
-{
-    char pending[4096];
-    int rc = ckpt_path_join(pending, sizeof pending, dir, ".pending", err);
-    return rc ? rc : ckpt_path_join(out, cap, pending, name, err);
-}
-
-/* Number of rank markers in dir/.pending (0 when it is gone). */
-static int count_marks(const char *dir, int world, int *count,
+/* Number of rank markers in the .pending/ descriptor pfd. */
+static int count_marks(int pfd, const char *dir, int world, int *count,
                        ckpt_error *err)
 {
-    char pending[4096];
-    int rc = ckpt_path_join(pending, sizeof pending, dir, ".pending", err);
-    if (rc)
-        return rc;
     *count = 0;
-    DIR *d = opendir(pending);
-    if (!d)
-        return errno == ENOENT ? 0 : ckpt_err_sys(err, -errno, "cannot list "
-                                                  "%s", pending);
+    int fd = openat(pfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d) {
+        int rc = ckpt_err_sys(err, -errno, "cannot list %s/.pending", dir);
+        if (fd >= 0)
+            close(fd);
+        return rc;
+    }
     struct dirent *e;
     size_t plen = strlen(MARKER_PREFIX);
     while ((e = readdir(d))) {
@@ -58,23 +52,29 @@ static int count_marks(const char *dir, int world, int *count,
 int rdv_mark(const char *dir, int rank, int world, int *complete,
              ckpt_error *err)
 {
-    char name[64], path[4096];
+    char name[64];
     *complete = 0;
     if (rank < 0 || rank >= world)
         return ckpt_err(err, -EINVAL, "%s: rank %d is outside 0..%d (the "
                         "mount's world=%d)", dir, rank, world - 1, world);
     snprintf(name, sizeof name, MARKER_PREFIX "%d", rank);
-    int rc = pending_path(path, sizeof path, dir, name, err);
-    if (rc)
-        return rc;
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    int again = fd < 0 && errno == EEXIST;
+    int pfd = ckpt_pending_open(dir, 1, err);
+    if (pfd < 0)
+        return pfd;
+    /* Created exclusively: a link planted under the name is not
+     * followed, it only makes the rank count as in. */
+    int fd = ckpt_confine_at(pfd, name, O_WRONLY | O_CREAT | O_EXCL, 0644,
+                             geteuid());
+    int again = fd == -EEXIST;
+    int rc = 0;
     if (fd < 0 && !again)
-        return ckpt_err_sys(err, -errno, "cannot create %s", path);
+        rc = ckpt_err_sys(err, fd, "cannot create %s/.pending/%s", dir, name);
     if (fd >= 0)
         close(fd);
-    int count;
-    rc = count_marks(dir, world, &count, err);
+    int count = 0;
+    if (rc == 0)
+        rc = count_marks(pfd, dir, world, &count, err);
+    close(pfd);
     if (rc == 0)
         *complete = count == world;
     if (rc == 0 && again)
@@ -83,30 +83,37 @@ int rdv_mark(const char *dir, int rank, int world, int *complete,
     return rc;
 }
 
-/* Leaves msg in .pending/failed (written aside, synced, then renamed
- * over); a failure to do so is logged by the caller's status. */
+/* Leaves msg in .pending/failed (written aside exclusively, synced, then
+ * renamed over); a failure to do so is logged by the caller's status. */
 static void record_failure(const char *dir, const char *msg)
 {
-    char path[4096], tmp[4200];
-    if (pending_path(path, sizeof path, dir, "failed", NULL))
+    char tmp[64];
+    int pfd = ckpt_pending_open(dir, 1, NULL);
+    if (pfd < 0)
         return;
-    snprintf(tmp, sizeof tmp, "%s.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return;
-    int bad = ckpt_write_full(fd, msg, strlen(msg), tmp, NULL) != 0 ||
+    snprintf(tmp, sizeof tmp, "failed.%ld", (long)getpid());
+    (void)unlinkat(pfd, tmp, 0);     /* ours, left by a crash: a name */
+    int fd = ckpt_confine_at(pfd, tmp, O_WRONLY | O_CREAT | O_EXCL, 0644,
+                             geteuid());
+    size_t n = strlen(msg);
+    int bad = fd < 0 ||
+              ckpt_write_full(fd, msg, n < CKPT_CONTROL_MAX ? n
+                              : CKPT_CONTROL_MAX, tmp, NULL) != 0 ||
               fsync(fd) != 0;
-    if (close(fd) != 0 || bad || rename(tmp, path) != 0)
-        unlink(tmp);
+    if (fd >= 0 && (close(fd) != 0 || bad ||
+                    renameat(pfd, tmp, pfd, "failed") != 0))
+        unlinkat(pfd, tmp, 0);
+    close(pfd);
 }
 
 /* 1 while some process runs the commit of dir (holds its commit.lock). */
 static int commit_running(const char *dir)
 {
-    char path[4096];
-    if (pending_path(path, sizeof path, dir, "commit.lock", NULL))
+    int pfd = ckpt_pending_open(dir, 1, NULL);
+    if (pfd < 0)
         return 0;
-    int fd = open(path, O_RDWR | O_CLOEXEC);
+    int fd = ckpt_confine_at(pfd, "commit.lock", O_RDWR, 0, geteuid());
+    close(pfd);
     if (fd < 0)
         return 0;
     int busy = flock(fd, LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
@@ -117,9 +124,11 @@ static int commit_running(const char *dir)
 
 int rdv_retry(const char *dir, int world, ckpt_error *err)
 {
-    char path[4096];
-    if (pending_path(path, sizeof path, dir, "failed", NULL) == 0)
-        unlink(path);
+    int pfd = ckpt_pending_open(dir, 1, NULL);
+    if (pfd >= 0) {
+        (void)unlinkat(pfd, "failed", 0);   /* a name: nothing followed */
+        close(pfd);
+    }
     return rdv_commit(dir, world, err);
 }
 
@@ -140,18 +149,14 @@ int rdv_commit(const char *dir, int world, ckpt_error *err)
  * 0 when there is none. */
 static int failure_of(const char *dir, char *msg, size_t cap)
 {
-    char path[4096];
     if (ckpt_save_unsynced(dir, msg, cap))
         return 1;
-    if (pending_path(path, sizeof path, dir, "failed", NULL))
+    int pfd = ckpt_pending_open(dir, 1, NULL);
+    if (pfd < 0)
         return 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = read(fd, msg, cap - 1);
-    close(fd);
-    msg[n > 0 ? n : 0] = '\0';
-    return 1;
+    int there = ckpt_pending_read(pfd, "failed", msg, cap);
+    close(pfd);
+    return there;
 }
 
 int rdv_status(const char *dir, int world, char *buf, size_t cap)
@@ -164,8 +169,11 @@ int rdv_status(const char *dir, int world, char *buf, size_t cap)
         return snprintf(buf, cap, "failed: %s\n", msg);
     }
     int count = 0;
-    if (count_marks(dir, world, &count, NULL) != 0)
+    int pfd = ckpt_pending_open(dir, 1, NULL);
+    if (pfd < 0 || count_marks(pfd, dir, world, &count, NULL) != 0)
         count = 0;
+    if (pfd >= 0)
+        close(pfd);
     if (count < world)
         return snprintf(buf, cap, "pending %d/%d\n", count, world);
     if (commit_running(dir))
@@ -190,10 +198,8 @@ static void flatten(char *s)
 void rdv_note_error(const char *dir, const char *who, const char *file,
                     const char *by, const char *why)
 {
-    char name[300], path[4096], line[2048];
+    char name[300], line[2048];
     snprintf(name, sizeof name, NOTES_PREFIX "%s", who);
-    if (pending_path(path, sizeof path, dir, name, NULL))
-        return;
     int n = snprintf(line, sizeof line, "%s: %s (%s)", file, why, by);
     if (n < 0)
         return;
@@ -202,10 +208,19 @@ void rdv_note_error(const char *dir, const char *who, const char *file,
     line[n] = '\0';
     flatten(line);
     line[n++] = '\n';
-    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    int pfd = ckpt_pending_open(dir, 1, NULL);
+    if (pfd < 0)
+        return;
+    int fd = ckpt_confine_at(pfd, name, O_WRONLY | O_CREAT | O_APPEND, 0644,
+                             geteuid());
+    close(pfd);
     if (fd < 0)
         return;
-    (void)ckpt_write_full(fd, line, (size_t)n, path, NULL);
+    /* Past the bound on a control file the notes stop: .ckptfs/errors
+     * would not show more of them anyway. */
+    struct stat st;
+    if (fstat(fd, &st) == 0 && st.st_size + n <= CKPT_CONTROL_MAX)
+        (void)ckpt_write_full(fd, line, (size_t)n, name, NULL);
     close(fd);
 }
 
@@ -237,39 +252,44 @@ static int is_note(const struct dirent *e)
     return strncmp(e->d_name, NOTES_PREFIX, strlen(NOTES_PREFIX)) == 0;
 }
 
-/* Appends the content of file path to *s. */
-static int append_file(char **s, size_t *len, size_t *cap, const char *path)
+/* Appends control file `name` of pfd to *s, at most what remains of
+ * CKPT_CONTROL_MAX bytes in all (*s ends with a note that the rest was
+ * cut). */
+static int append_file(char **s, size_t *len, size_t *cap, int pfd,
+                       const char *name)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;              /* gone meanwhile: nothing to add */
-    char buf[8192];
-    ssize_t n;
+    size_t room = *len < CKPT_CONTROL_MAX ? CKPT_CONTROL_MAX - *len : 0;
+    char *buf = malloc(room + 1);
+    if (!buf)
+        return -ENOMEM;
     int rc = 0;
-    while (rc == 0 && (n = read(fd, buf, sizeof buf)) > 0)
-        rc = append(s, len, cap, buf, (size_t)n);
-    close(fd);
+    if (room && ckpt_pending_read(pfd, name, buf, room + 1))
+        rc = append(s, len, cap, buf, strlen(buf));
+    free(buf);
     return rc;
 }
 
 int rdv_errors(const char *dir, char **out, size_t *len)
 {
-    char pending[4096], path[4400], msg[1100];
+    char msg[1100];
     size_t cap = 0;
     *out = NULL;
     *len = 0;
     int rc = append(out, len, &cap, "", 0);
-    if (rc == 0 && ckpt_path_join(pending, sizeof pending, dir, ".pending",
-                                  NULL) == 0) {
+    int pfd = rc == 0 ? ckpt_pending_open(dir, 1, NULL) : -1;
+    if (pfd >= 0) {
+        int fd = openat(pfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
         struct dirent **v = NULL;
-        int n = scandir(pending, &v, is_note, by_name);
+        int n = fd >= 0 ? scandirat(fd, ".", &v, is_note, by_name) : 0;
         for (int i = 0; i < n; i++) {
-            snprintf(path, sizeof path, "%s/%s", pending, v[i]->d_name);
             if (rc == 0)
-                rc = append_file(out, len, &cap, path);
+                rc = append_file(out, len, &cap, pfd, v[i]->d_name);
             free(v[i]);
         }
         free(v);
+        if (fd >= 0)
+            close(fd);
+        close(pfd);
     }
     if (rc == 0 && failure_of(dir, msg, sizeof msg)) {
         msg[strcspn(msg, "\n")] = '\0';

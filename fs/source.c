@@ -43,6 +43,7 @@ struct fs_source {
     char *path;            /* absolute */
     int is_root;
     ckpt_read_opts ro;
+    uint64_t st_shard;     /* .safetensors/: bytes per file at most */
     pthread_rwlock_t lock;
     fs_ckpt **slots;       /* every checkpoint ever served, by slot */
     size_t nslots;
@@ -80,7 +81,8 @@ static int stat_index(const char *dir, struct stat *st)
 static int is_foreign(const char *path, char *stamp, size_t cap)
 {
     ckpt_format f = ckpt_format_probe(path, stamp, cap);
-    return f == CKPT_FORMAT_DCP || f == CKPT_FORMAT_SAFETENSORS;
+    return f == CKPT_FORMAT_DCP || f == CKPT_FORMAT_SAFETENSORS ||
+           f == CKPT_FORMAT_TORCH;
 }
 
 static int same_file(const struct stat *a, const struct stat *b)
@@ -424,6 +426,7 @@ static fs_source *source_new(char *path, const ckpt_read_opts *ro)
         return NULL;
     s->path = path;
     s->ro = *ro;
+    s->st_shard = SOURCE_ST_SHARD;
     pthread_rwlock_init(&s->lock, NULL);
     pthread_mutex_init(&s->scan_mu, NULL);
     return s;
@@ -640,9 +643,12 @@ static int ckpt_open_locked(fs_source *s, fs_ckpt *c)
         return -EIO;
     }
     views_blob *blobs = NULL;
+    views_st *st = NULL;
     rc = views_bytesio(r, &blobs);
+    if (rc == 0 && (rc = views_st_build(r, s->st_shard, &st)) != 0)
+        views_blobs_free(blobs, ckpt_reader_count(r));
     if (rc == 0)
-        rc = tree_build(&t, r, blobs, tree_warning, c);
+        rc = tree_build(&t, r, blobs, st, tree_warning, c);
     if (rc) {
         fuse_log(FUSE_LOG_ERR, "ckptfs: %s: cannot list its tensors: %s\n",
                  c->path, strerror(-rc));
@@ -664,6 +670,11 @@ int source_ckpt_open(fs_source *s, fs_ckpt *c)
                  ? 0 : ckpt_open_locked(s, c);
     pthread_mutex_unlock(&c->mu);
     return rc;
+}
+
+void source_set_st_shard(fs_source *s, uint64_t max_bytes)
+{
+    s->st_shard = max_bytes;
 }
 
 int source_ckpt_json(fs_ckpt *c, const char **data, size_t *len)

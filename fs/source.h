@@ -62,6 +62,10 @@ int source_open(fs_source **out, const char *path, const ckpt_read_opts *ro,
 void source_free(fs_source *s);
 
 int source_is_root(const fs_source *s);
+/* The .safetensors/ view's largest file (tensor bytes; default
+ * SOURCE_ST_SHARD), for checkpoints opened from now on. */
+#define SOURCE_ST_SHARD 5000000000ull
+void source_set_st_shard(fs_source *s, uint64_t max_bytes);
 /* SOURCE as an absolute path. */
 const char *source_path(const fs_source *s);
 /* The root directory's attributes (root mode). */

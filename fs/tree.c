@@ -24,6 +24,7 @@ struct fs_tree {
     size_t hash_cap;          /* a power of two, at least twice n */
     views_blob *blobs;        /* per tensor, or NULL (views_bytesio) */
     size_t nblobs;
+    views_st *st;             /* .safetensors/, or NULL */
 };
 
 /* ------------------------------------------------------------ queries */
@@ -80,6 +81,11 @@ const views_blob *tree_blob(const fs_tree *t, uint32_t tensor)
 {
     return t->blobs && tensor < t->nblobs && t->blobs[tensor].npy
                ? &t->blobs[tensor] : NULL;
+}
+
+const views_st *tree_st(const fs_tree *t)
+{
+    return t->st;
 }
 
 long tree_lookup(const fs_tree *t, uint32_t dir, const char *name)
@@ -388,6 +394,33 @@ static int add_archive(builder *b, size_t t)
     return dir == -EEXIST ? 0 : (int)dir;
 }
 
+/* .safetensors/ and its files (views.h). */
+static int add_safetensors(fs_tree *t)
+{
+    size_t n = views_st_count(t->st);
+    if (n == 0)
+        return 0;
+    int64_t dir = add_node(t, TREE_ROOT, ".safetensors", 12, "", TREE_DIR);
+    for (size_t i = 0; i < n && dir >= 0; i++) {
+        const char *name = views_st_name(t->st, i);
+        int64_t f = add_node(t, (uint32_t)dir, name, strlen(name), "",
+                             TREE_ST);
+        if (f < 0)
+            return (int)f;
+        t->nodes[f].tensor = (uint32_t)i;
+        t->nodes[f].size = views_st_size(t->st, i);
+    }
+    size_t len;
+    if (dir >= 0 && views_st_index(t->st, &len)) {
+        int64_t f = add_node(t, (uint32_t)dir, "model.safetensors.index.json",
+                             28, "", TREE_ST_INDEX);
+        if (f < 0)
+            return (int)f;
+        t->nodes[f].size = len;
+    }
+    return dir < 0 ? (int)dir : 0;
+}
+
 static int by_name(const void *a, const void *b, void *arg)
 {
     const fs_tree *t = arg;
@@ -424,14 +457,16 @@ static int link_children(fs_tree *t)
 }
 
 int tree_build(fs_tree **out, const ckpt_reader *r, views_blob *blobs,
-               tree_warn_fn warn_fn, void *arg)
+               views_st *st, tree_warn_fn warn_fn, void *arg)
 {
     *out = NULL;
     fs_tree *t = calloc(1, sizeof *t);
     if (!t) {
         views_blobs_free(blobs, ckpt_reader_count(r));
+        views_st_free(st);
         return -ENOMEM;
     }
+    t->st = st;
     t->blobs = blobs;
     t->nblobs = ckpt_reader_count(r);
     const char *fmt = ckpt_reader_meta_get(r, "source_format");
@@ -444,6 +479,8 @@ int tree_build(fs_tree **out, const ckpt_reader *r, views_blob *blobs,
         rc = add_tensor(&b, i);
     for (size_t i = 0; b.dcp && rc == 0 && i < ckpt_reader_count(r); i++)
         rc = add_archive(&b, i);
+    if (rc == 0)
+        rc = add_safetensors(t);
     if (rc == 0)
         rc = link_children(t);
     if (rc) {
@@ -463,5 +500,6 @@ void tree_free(fs_tree *t)
     free(t->children);
     free(t->hash);
     views_blobs_free(t->blobs, t->nblobs);
+    views_st_free(t->st);
     free(t);
 }

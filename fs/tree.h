@@ -9,6 +9,10 @@
  *   /.ckptfs/metadata.json  the index as JSON
  *   /.ckptfs/stats          the reader's counters
  *   /.ckptfs/status         "committed", as in a save that was written
+ *   /.safetensors/model.safetensors  every tensor in one safetensors file
+ *                           (or model-0000i-of-0000n.safetensors and
+ *                           model.safetensors.index.json past the shard
+ *                           size; views.h)
  *   /.pt/a/b/c.pt           byte object a.b.c of a PyTorch distributed
  *                           checkpoint: its torch.save archive, as stored
  *                           (while /a/b/c shows the value of an io.BytesIO
@@ -39,7 +43,9 @@ typedef enum tree_kind {
     TREE_NPY,         /* the tensor's .npy view */
     TREE_METADATA,    /* .ckptfs/metadata.json */
     TREE_STATS,       /* .ckptfs/stats */
-    TREE_STATUS       /* .ckptfs/status: "committed" (see wops.h) */
+    TREE_STATUS,      /* .ckptfs/status: "committed" (see wops.h) */
+    TREE_ST,          /* a file of .safetensors/ (tensor: its shard) */
+    TREE_ST_INDEX     /* .safetensors/model.safetensors.index.json */
 } tree_kind;
 
 typedef struct tree_node {
@@ -62,11 +68,12 @@ typedef struct fs_tree fs_tree;
 typedef void (*tree_warn_fn)(void *arg, const char *msg);
 
 /* Builds the tree of reader r.  blobs (from views_bytesio: one entry per
- * tensor, or NULL) are the byte objects shown from memory; the tree takes
- * them over in any case.  Returns 0, -ENOMEM, or -EOVERFLOW when the
+ * tensor, or NULL) are the byte objects shown from memory; st (or NULL:
+ * no .safetensors/) the safetensors view; the tree takes both over in any
+ * case.  Returns 0, -ENOMEM, or -EOVERFLOW when the
  * checkpoint has more nodes than 32 bits can number. */
 int tree_build(fs_tree **out, const ckpt_reader *r, views_blob *blobs,
-               tree_warn_fn warn, void *arg);
+               views_st *st, tree_warn_fn warn, void *arg);
 void tree_free(fs_tree *t);
 
 /* Number of nodes; nodes are 0 .. tree_size() - 1. */
@@ -78,6 +85,8 @@ const char *tree_name(const fs_tree *t, const tree_node *n);
 uint32_t tree_child(const fs_tree *t, const tree_node *n, uint32_t k);
 /* The in-memory content of tensor `tensor` (a node with `blob` set). */
 const views_blob *tree_blob(const fs_tree *t, uint32_t tensor);
+/* The safetensors view, or NULL. */
+const views_st *tree_st(const fs_tree *t);
 /* The child `name` of node dir: its number, -ENOENT, or -ENOTDIR when dir
  * is not a directory. */
 long tree_lookup(const fs_tree *t, uint32_t dir, const char *name);

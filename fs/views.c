@@ -15,8 +15,10 @@
 
 #include "common/dtype.h"
 #include "common/error.h"
+#include "export/stlayout.h"
 #include "foreign/torchsave.h"
 #include "common/npy.h"
+#include "common/perm.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "ckptfs's .npy view assumes a little-endian host"
@@ -463,4 +465,116 @@ size_t views_stats(const ckpt_reader *r, char *buf, size_t cap)
                      st.frames_decoded, st.cache_hits, st.cache_misses,
                      st.bytes_read, st.bytes_served);
     return k < 0 ? 0 : (size_t)k;
+}
+
+/* ------------------------------------------------------------ .safetensors/ */
+
+struct views_st {
+    st_layout l;
+};
+
+int views_st_build(const ckpt_reader *r, uint64_t max_shard,
+                   views_st **out)
+{
+    size_t n = ckpt_reader_count(r), k = 0;
+    st_input *in = calloc(n ? n : 1, sizeof *in);
+    views_st *v = calloc(1, sizeof *v);
+    if (!in || !v) {
+        free(in);
+        free(v);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        ckpt_tensor_info ti;
+        if (ckpt_reader_info(r, i, &ti) == 0 && st_dtype_name(ti.dtype))
+            in[k++] = (st_input){ i, ti.dtype };
+    }
+    int rc = st_layout_build(&v->l, r, in, k, max_shard, NULL);
+    free(in);
+    if (rc) {
+        free(v);
+        return rc;
+    }
+    *out = v;
+    return 0;
+}
+
+void views_st_free(views_st *v)
+{
+    if (!v)
+        return;
+    st_layout_free(&v->l);
+    free(v);
+}
+
+size_t views_st_count(const views_st *v)
+{
+    return v ? v->l.nshards : 0;
+}
+
+const char *views_st_name(const views_st *v, size_t shard)
+{
+    return v->l.s[shard].name;
+}
+
+uint64_t views_st_size(const views_st *v, size_t shard)
+{
+    return v->l.s[shard].size;
+}
+
+const char *views_st_index(const views_st *v, size_t *len)
+{
+    *len = v->l.index_len;
+    return v->l.index;
+}
+
+int64_t views_st_read(ckpt_reader *r, const views_st *v, size_t shard,
+                      unsigned char *dst, uint64_t off, uint64_t len,
+                      ckpt_error *err)
+{
+    const st_shard *s = &v->l.s[shard];
+    if (off >= s->size)
+        return 0;
+    if (len > s->size - off)
+        len = s->size - off;
+    uint64_t done = 0;
+    while (done < len) {
+        uint64_t at = off + done, want = len - done;
+        if (at < s->header_len) {
+            uint64_t k = s->header_len - at < want ? s->header_len - at : want;
+            memcpy(dst + done, s->header + at, (size_t)k);
+            done += k;
+            continue;
+        }
+        const st_entry *e = st_layout_find(&v->l, s, at);
+        if (!e)
+            return ckpt_err(err, -EIO, "%s: no tensor at byte %" PRIu64,
+                            s->name, at);
+        uint64_t k = e->off + e->nbytes - at < want ? e->off + e->nbytes - at
+                                                    : want;
+        int64_t got = ckpt_read(r, e->idx, dst + done, at - e->off, k, err);
+        if (got < 0)
+            return got;
+        if ((uint64_t)got != k)
+            return ckpt_err(err, -EIO, "%s: short read of a tensor at byte "
+                            "%" PRIu64, s->name, at);
+        done += k;
+    }
+    return (int64_t)len;
+}
+
+int views_st_perm(ckpt_reader *r, const views_st *v, size_t shard,
+                  ckpt_perm *out)
+{
+    int rc = ckpt_reader_perm(r, (size_t)-1, out, NULL);
+    const st_shard *s = &v->l.s[shard];
+    for (size_t i = s->first; i < s->first + s->count && rc == 0; i++) {
+        ckpt_perm q;
+        rc = ckpt_reader_perm(r, v->l.e[i].idx, &q, NULL);
+        struct stat st = { .st_uid = q.uid, .st_gid = q.gid,
+                           .st_mode = (mode_t)q.mode };
+        if (rc == 0)
+            ckpt_perm_add(out, &st);   /* what every tensor's files allow */
+    }
+    return rc;
 }

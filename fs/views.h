@@ -4,7 +4,9 @@
  * for the types NumPy lacks the values widened on the fly: bf16 and float8
  * to float32, c32 to complex64),
  * .ckptfs/metadata.json (the whole index as JSON), .ckptfs/stats, and the
- * values of the io.BytesIO items of PyTorch checkpoints.
+ * values of the io.BytesIO items of PyTorch checkpoints, and the
+ * .safetensors/ view (every tensor in safetensors files, laid out by the
+ * library's export/stlayout.h, the bytes read on demand).
  * No FUSE here: these work on a ckpt_reader and plain buffers.
  */
 #ifndef CKPTFS_FS_VIEWS_H
@@ -71,6 +73,34 @@ typedef struct views_blob {
  * 0 or -ENOMEM; an archive that does not decode is left as it is. */
 int views_bytesio(ckpt_reader *r, views_blob **out);
 void views_blobs_free(views_blob *v, size_t n);
+
+/* The .safetensors/ view of a checkpoint: its tensors (byte objects
+ * left out) as model.safetensors, or past max_shard bytes as
+ * model-0000i-of-0000n.safetensors with model.safetensors.index.json. */
+typedef struct views_st views_st;
+
+/* Lays the view out (headers in memory: names, shapes, offsets).
+ * Returns 0 or -ENOMEM. */
+int views_st_build(const ckpt_reader *r, uint64_t max_shard,
+                   views_st **out);
+void views_st_free(views_st *v);
+size_t views_st_count(const views_st *v);
+const char *views_st_name(const views_st *v, size_t shard);
+uint64_t views_st_size(const views_st *v, size_t shard);
+/* model.safetensors.index.json, or NULL (*len 0) for one file. */
+const char *views_st_index(const views_st *v, size_t *len);
+/* Reads bytes [off, off + len) of the shard's file into dst: the header
+ * from memory, each tensor's bytes by ckpt_read (so a reader of one
+ * tensor decodes only its frames).  Returns the bytes read (short only at
+ * the end) or the library's negative errno with err filled. */
+int64_t views_st_read(ckpt_reader *r, const views_st *v, size_t shard,
+                      unsigned char *dst, uint64_t off, uint64_t len,
+                      ckpt_error *err);
+/* Who may read the shard: the listing's permissions with each of its
+ * tensors' folded in (common/perm.h's ckpt_perm_add).
+ * Returns 0 or a negative errno. */
+int views_st_perm(ckpt_reader *r, const views_st *v, size_t shard,
+                  ckpt_perm *out);
 
 /* Renders the index as JSON (see docs/MOUNT.md) into a malloc'd buffer.
  * Returns 0 or -ENOMEM. */

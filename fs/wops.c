@@ -301,7 +301,8 @@ static void open_node(fs_ctx *c, fuse_req_t req, ws_save *w, uint32_t node,
         h->kind = ws.kind;
         h->writable = writing;
         if (ws.kind == WS_FILE)
-            rc = ws_open(w, node, caller(req), &h->piece, &err);
+            rc = ws_open(w, node, caller(req), fuse_req_ctx(req)->uid,
+                         &h->piece, &err);
         else if (ws.kind == WS_STATUS)
             rc = status_text(w, h);
         else if (ws.kind == WS_ERRORS)

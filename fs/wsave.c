@@ -24,11 +24,13 @@
 #include "common/error.h"
 #include "common/fileio.h"
 #include "format/lease.h"
+#include "format/pending.h"
 #include "names.h"
 #include "pattr.h"
 #include "rendezvous.h"
 #include "common/shape.h"
 #include "write/writer.h"
+#include "wlimits.h"
 #include "wrank.h"
 #include "wbase.h"
 
@@ -99,6 +101,9 @@ struct ws_save {
     size_t nmeta;
     char *base;                /* -o delta=latest: its base, or NULL */
     int base_chosen;           /* base was looked for */
+    size_t meta_bytes;         /* of their keys and values */
+    uid_t creator;             /* who started it through this mount
+                                  (-1: joined from the disk) */
 };
 
 struct ws_set {
@@ -109,6 +114,9 @@ struct ws_set {
     char prefix[96];           /* writer names of unknown ranks:
                                   <prefix>-<k>; errors.<prefix> notes */
     wrank_table *ranks;        /* the rank of each writing process */
+    ws_limits lim;
+    wl_counts *open_pieces;    /* per user */
+    ckpt_heartbeat *beats;     /* of every lease this mount holds */
     pthread_mutex_t mu;
     ws_save **v;               /* by id - 1 */
     size_t n, cap;
@@ -118,6 +126,8 @@ struct ws_file {
     ws_save *w;
     uint32_t node;
     pid_t opener;
+    uid_t uid;                 /* the opener's user, counted in
+                                  open_pieces */
     char *fqn;
     pattr_piece piece;
     uint64_t bound;            /* bytes the piece may hold at most */
@@ -257,6 +267,7 @@ static ws_save *save_new(ws_set *s, const char *name, const char *path)
         return NULL;
     pthread_mutex_init(&w->mu, NULL);
     w->set = s;
+    w->creator = (uid_t)-1;
     w->name = strdup(name);
     w->path = strdup(path);
     int ok = w->name && w->path && rehash(w, 64) == 0;
@@ -283,16 +294,23 @@ static int check_save_name(const char *name, ckpt_error *err)
     return 0;
 }
 
-/* 1 when root/name is a save in progress (has .pending/, no index.db). */
+/* 1 when root/name is a save in progress (has .pending/, no index.db)
+ * that this mount may join: a directory, not a link, whose .pending/
+ * belongs to the user the daemon runs as (docs/TRUST.md, "A shared
+ * root": another user's save is not served for writing). */
 static int on_disk_pending(const char *path)
 {
     char p[4096];
     struct stat st;
-    if (ckpt_path_join(p, sizeof p, path, "index.db", NULL) != 0 ||
-        stat(p, &st) == 0)
+    if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) ||
+        ckpt_path_join(p, sizeof p, path, "index.db", NULL) != 0 ||
+        lstat(p, &st) == 0)
         return 0;
-    return ckpt_path_join(p, sizeof p, path, ".pending", NULL) == 0 &&
-           stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+    int pfd = ckpt_pending_open(path, 1, NULL);
+    if (pfd < 0)
+        return 0;
+    close(pfd);
+    return 1;
 }
 
 /* Adds a save object for root/name (under s->mu). */
@@ -342,16 +360,32 @@ static ws_save *set_find_locked(ws_set *s, const char *name, int committed)
 }
 
 int ws_set_new(ws_set **out, const char *root, int world,
-               const ckpt_write_opts *wo, ckpt_error *err)
+               const ckpt_write_opts *wo, const ws_limits *lim,
+               ckpt_error *err)
 {
     *out = NULL;
     ws_set *s = calloc(1, sizeof *s);
-    if (!s || !(s->root = strdup(root)) || wrank_new(&s->ranks) != 0) {
-        if (s)
+    if (!s || !(s->root = strdup(root)) || wrank_new(&s->ranks) != 0 ||
+        wl_counts_new(&s->open_pieces) != 0) {
+        if (s) {
             free(s->root);
+            wrank_free(s->ranks);
+        }
         free(s);
         return ckpt_err(err, -ENOMEM, "out of memory");
     }
+    int rc = ckpt_heartbeat_new(&s->beats, CKPT_LEASE_BEAT_MS, err);
+    if (rc) {
+        wl_counts_free(s->open_pieces);
+        wrank_free(s->ranks);
+        free(s->root);
+        free(s);
+        return rc;
+    }
+    if (lim)
+        s->lim = *lim;
+    else
+        wl_limits_default(&s->lim);
     pthread_mutex_init(&s->mu, NULL);
     s->world = world;
     s->wo = *wo;
@@ -385,6 +419,8 @@ void ws_set_free(ws_set *s)
     for (size_t i = 0; i < s->n; i++)
         save_free(s->v[i]);
     free(s->v);
+    ckpt_heartbeat_free(s->beats);   /* every lease is dropped now */
+    wl_counts_free(s->open_pieces);
     pthread_mutex_destroy(&s->mu);
     wrank_free(s->ranks);
     free(s->root);
@@ -441,7 +477,7 @@ static int make_save_dir(ws_set *s, const char *name, const char *path,
     if (rc == 0 && owner && access_give_dir(tmp, owner, &le) != 0)
         rc = le.code;
     /* Leased before it appears: no gc takes it in between. */
-    if (rc == 0 && ckpt_lease_take(lease, tmp, CKPT_LEASE_BEAT_MS, &le))
+    if (rc == 0 && ckpt_lease_take_on(lease, tmp, s->beats, &le))
         rc = le.code;
     if (rc == 0 && rename(tmp, path) != 0)
         rc = errno == ENOTEMPTY ? -EEXIST : -errno;
@@ -452,6 +488,18 @@ static int make_save_dir(ws_set *s, const char *name, const char *path,
     ckpt_remove_tree(tmp, NULL);
     return ckpt_err(err, rc, "cannot create %s: %s", path,
                     le.msg[0] ? le.msg : strerror(-rc));
+}
+
+/* The saves in progress that uid started through this mount (under
+ * s->mu). */
+static size_t saves_of(ws_set *s, uid_t uid)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < s->n; i++)
+        if (s->v[i]->creator == uid && !save_gone(s->v[i]) &&
+            !ws_save_committed(s->v[i]))
+            n++;
+    return n;
 }
 
 int ws_set_create(ws_set *s, const char *name, const access_owner *owner,
@@ -465,11 +513,17 @@ int ws_set_create(ws_set *s, const char *name, const access_owner *owner,
     if (rc)
         return rc;
     ckpt_lease *lease = NULL;
+    uid_t uid = owner ? owner->uid : geteuid();
     pthread_mutex_lock(&s->mu);
     ws_save *w = set_find_locked(s, name, 0);
     if (w) {
         *out = w;
         rc = -EEXIST;
+    } else if (saves_of(s, uid) >= s->lim.max_saves) {
+        rc = ckpt_err(err, -EDQUOT, "%s: user %ld has %zu saves in progress "
+                      "through this mount already (-o max_saves=%zu): "
+                      "commit or remove one first", path, (long)uid,
+                      s->lim.max_saves, s->lim.max_saves);
     } else {
         rc = make_save_dir(s, name, path, owner, &lease, err);
         if (rc == 0 || (rc == -EEXIST && on_disk_pending(path)))
@@ -478,6 +532,7 @@ int ws_set_create(ws_set *s, const char *name, const access_owner *owner,
             rc = ckpt_err(err, -ENOMEM, "out of memory");
         if (rc == 0) {
             (*out)->lease = lease;
+            (*out)->creator = uid;
             lease = NULL;
         }
     }
@@ -789,10 +844,31 @@ static int remember_meta(ws_save *w, const char *key, const char *value,
         } else {
             v[i] = (kv){ k, val };
             w->nmeta++;
+            w->meta_bytes += strlen(k) + strlen(val);
         }
     }
     pthread_mutex_unlock(&w->mu);
     return rc ? ckpt_err(err, rc, "out of memory") : 0;
+}
+
+/* -ENOSPC when one more key of len bytes would pass the save's bounds
+ * (-o max_meta_keys, max_meta_bytes). */
+static int meta_room(ws_save *w, const char *key, size_t len,
+                     ckpt_error *err)
+{
+    pthread_mutex_lock(&w->mu);
+    size_t keys = w->nmeta, bytes = w->meta_bytes;
+    pthread_mutex_unlock(&w->mu);
+    const ws_limits *l = &w->set->lim;
+    if (keys >= l->max_meta_keys)
+        return ckpt_err(err, -ENOSPC, "user.ckpt.meta.%s: the save has %zu "
+                        "metadata keys, the most it may have (-o "
+                        "max_meta_keys=%zu)", key, keys, l->max_meta_keys);
+    if (bytes + strlen(key) + len > l->max_meta_bytes)
+        return ckpt_err(err, -ENOSPC, "user.ckpt.meta.%s: the save's "
+                        "metadata would pass %zu bytes (-o max_meta_bytes)",
+                        key, l->max_meta_bytes);
+    return 0;
 }
 
 static int set_meta(ws_save *w, pid_t pid, const char *key,
@@ -810,8 +886,11 @@ static int set_meta(ws_save *w, pid_t pid, const char *key,
         return strcmp(have, v) == 0 ? 0 :
             ckpt_err(err, -EINVAL, "user.ckpt.meta.%s is '%s' already; a "
                      "key keeps its first value", key, have);
+    int rc = meta_room(w, key, len, err);
+    if (rc)
+        return rc;
     ckpt_writer *wr;
-    int rc = take_writer(w, pid, &wr, NULL, 0, err);
+    rc = take_writer(w, pid, &wr, NULL, 0, err);
     if (rc)
         return rc;
     rc = ckpt_writer_set_meta(wr, key, v, err);
@@ -976,7 +1055,7 @@ static int hold_lease(ws_save *w, ckpt_error *err)
     if (have)
         return 0;
     ckpt_lease *l;
-    int rc = ckpt_lease_take(&l, w->path, CKPT_LEASE_BEAT_MS, err);
+    int rc = ckpt_lease_take_on(&l, w->path, w->set->beats, err);
     if (rc)
         return rc;
     pthread_mutex_lock(&w->mu);
@@ -1021,12 +1100,14 @@ static int open_writer(ws_save *w, int rank, pooled *p, ckpt_error *err)
             snprintf(p->name, sizeof p->name, "rank%d", rank);
         else
             snprintf(p->name, sizeof p->name, "rank%d-%d", rank, k);
-        rc = ckpt_writer_open(&p->wr, w->path, p->name, &wo, err);
+        rc = ckpt_writer_open_on(&p->wr, w->path, p->name, &wo,
+                                 w->set->beats, err);
     }
     if (rc == -EEXIST) {
         snprintf(p->name, sizeof p->name, "%s-%u", w->set->prefix,
                  w->next_writer++);
-        rc = ckpt_writer_open(&p->wr, w->path, p->name, &wo, err);
+        rc = ckpt_writer_open_on(&p->wr, w->path, p->name, &wo,
+                                 w->set->beats, err);
     }
     p->rank = rank;
     return rc;
@@ -1102,6 +1183,8 @@ static void give_writer(ws_save *w, ckpt_writer *wr, int ok)
     pthread_mutex_lock(&w->mu);
     if (w->failed)
         ok = 0;         /* a refused save keeps no writer (release_failed) */
+    if (w->nidle >= WL_IDLE_WRITERS)
+        ok = 0;         /* closed: its pieces are recorded already */
     if (ok && !w->committed && w->nidle == w->capidle) {
         size_t cap = w->capidle ? w->capidle * 2 : 8;
         ckpt_writer **v = realloc(w->idle, cap * sizeof *v);
@@ -1171,13 +1254,22 @@ int ws_piece_error(ws_save *w, uint32_t node, char *buf, size_t cap)
 
 /* ------------------------------------------------------------ pieces */
 
-int ws_open(ws_save *w, uint32_t node, pid_t pid, ws_file **out,
+int ws_open(ws_save *w, uint32_t node, pid_t pid, uid_t uid, ws_file **out,
             ckpt_error *err)
 {
     *out = NULL;
+    size_t max = w->set->lim.max_open_pieces;
+    if (wl_take(w->set->open_pieces, uid, max) != 0)
+        return ckpt_err(err, -EMFILE, "user %ld holds %zu pieces open for "
+                        "writing through this mount, the most it may (-o "
+                        "max_open_pieces=%zu): close some first", (long)uid,
+                        max, max);
     ws_file *f = calloc(1, sizeof *f);
-    if (!f)
+    if (!f) {
+        wl_give(w->set->open_pieces, uid);
         return ckpt_err(err, -ENOMEM, "out of memory");
+    }
+    f->uid = uid;
     f->w = w;
     f->node = node;
     f->opener = pid;
@@ -1192,8 +1284,7 @@ int ws_open(ws_save *w, uint32_t node, pid_t pid, ws_file **out,
         rc = fqn_locked(w, node, &f->fqn, err);
     pthread_mutex_unlock(&w->mu);
     if (rc) {
-        free(f->fqn);
-        free(f);
+        ws_release(f);
         return rc;
     }
     *out = f;
@@ -1415,6 +1506,7 @@ void ws_release(ws_file *f)
         return;
     if (f->stream || f->writer)
         finish_stream(f, 0);
+    wl_give(f->w->set->open_pieces, f->uid);
     free(f->fqn);
     free(f);
 }

@@ -31,6 +31,7 @@
 
 #include "access.h"
 #include "ckptfs.h"
+#include "wlimits.h"
 
 typedef struct ws_set ws_set;
 typedef struct ws_save ws_save;
@@ -54,9 +55,11 @@ typedef struct ws_stat {
 } ws_stat;
 
 /* Starts serving saves under root: world ranks commit each; writers
- * stream with wo. */
+ * stream with wo; lim bounds what users make it hold (NULL: the
+ * defaults).  All the leases of the set are beaten by one thread. */
 int ws_set_new(ws_set **out, const char *root, int world,
-               const ckpt_write_opts *wo, ckpt_error *err);
+               const ckpt_write_opts *wo, const ws_limits *lim,
+               ckpt_error *err);
 /* Aborts every writer still open (their durable pieces stay on disk). */
 void ws_set_free(ws_set *s);
 /* -o delta=latest: each save is a delta against the newest committed
@@ -70,7 +73,8 @@ ws_save *ws_set_find(ws_set *s, const char *name);
 /* Starts save `name` (mkdir), its directory given to owner (NULL: the
  * daemon's own; access_give_dir).  -EEXIST when the name exists in the
  * root (a save in progress is joined, so *out is set then too); -EINVAL
- * for a name that cannot be a checkpoint's. */
+ * for a name that cannot be a checkpoint's; -EDQUOT when the owner has
+ * lim.max_saves saves in progress started here. */
 int ws_set_create(ws_set *s, const char *name, const access_owner *owner,
                   ws_save **out, ckpt_error *err);
 /* The save with id `id`, or NULL. */
@@ -127,8 +131,10 @@ int ws_listxattr(ws_save *w, uint32_t node, pid_t pid, char *buf,
 
 /* ------------------------------------------------------------ pieces */
 
-/* Opens file `node` for writing one piece. */
-int ws_open(ws_save *w, uint32_t node, pid_t pid, ws_file **out,
+/* Opens file `node` for writing one piece, for process pid of user uid:
+ * -EMFILE when uid holds lim.max_open_pieces open already (until
+ * ws_release). */
+int ws_open(ws_save *w, uint32_t node, pid_t pid, uid_t uid, ws_file **out,
             ckpt_error *err);
 /* Writes at off, which must be where the previous write ended (-EINVAL
  * otherwise); past the piece's end is -EFBIG.  Any error fails the piece

@@ -21,10 +21,10 @@
  *    alike for ckpt_piece, ckpt_read_region, ckpt_load_region and
  *    ckpt_mpi_region.
  *  - Options structs (ckpt_write_opts, ckpt_read_opts, ckpt_commit_opts,
- *    ckpt_saver_opts, ckpt_save_opts, and ckpt_mpi_save_opts and
- *    ckpt_mpi_load_opts in ckptfs_mpi.h) begin with `size`: the sizeof of
- *    the struct in the header the caller was built against, set by the
- *    struct's *_opts_init, which must be called before any field is set.
+ *    ckpt_saver_opts, ckpt_save_opts, ckpt_export_opts, and
+ *    ckpt_mpi_save_opts and ckpt_mpi_load_opts in ckptfs_mpi.h) begin
+ *    with `size`: the sizeof of the struct in the header the caller was
+ *    built against, set by the struct's *_opts_init, which must be called before any field is set.
  *    Every call that takes one reads it by that size: a struct larger than
  *    this library knows (built against a newer ckptfs.h), or a size that
  *    was never set, is refused with -EINVAL naming the struct; a smaller
@@ -505,19 +505,24 @@ typedef enum ckpt_format {
     CKPT_FORMAT_CKPTFS = 1,      /* a directory with index.db */
     CKPT_FORMAT_DCP = 2,         /* PyTorch distributed checkpoint: a
                                     directory with .metadata */
-    CKPT_FORMAT_SAFETENSORS = 3  /* a .safetensors file, or a directory
+    CKPT_FORMAT_SAFETENSORS = 3, /* a .safetensors file, or a directory
                                     with model.safetensors.index.json or
                                     *.safetensors files */
+    CKPT_FORMAT_TORCH = 4        /* torch.save archives (zip format): a
+                                    .pt/.pth/.bin file, or a directory with
+                                    pytorch_model.bin.index.json or such
+                                    files */
 } ckpt_format;
 
 /* What `path` is, without reading its contents.  When `stamp` is not NULL
  * it receives (cap bytes at most) the file whose status stands for the
- * checkpoint's: index.db, .metadata, the .safetensors file or index json
- * (for a directory of .safetensors without index, the directory). */
+ * checkpoint's: index.db, .metadata, the .safetensors or torch.save file
+ * or index json (for a directory of such files without index, the
+ * directory). */
 ckpt_format ckpt_format_probe(const char *path, char *stamp, size_t cap);
 
 /* What an open reader reads: CKPT_FORMAT_CKPTFS, or the foreign format it
- * was opened on (CKPT_FORMAT_DCP, CKPT_FORMAT_SAFETENSORS), whose bytes
+ * was opened on (CKPT_FORMAT_DCP, _SAFETENSORS, _TORCH), whose bytes
  * carry no checksums: any byte range is read as it is, without the frame
  * around it. */
 ckpt_format ckpt_reader_format(const ckpt_reader *r);
@@ -654,6 +659,65 @@ int ckpt_save_sync(const char *dir, const ckpt_piece *pieces, size_t n,
  * with -EFAULT. */
 int ckpt_load_region(ckpt_reader *r, size_t idx, const int64_t *offsets,
                      const int64_t *sizes, void *dst, ckpt_error *err);
+
+/* ------------------------------------------------------------------ export */
+
+/* What ckpt_export writes (docs/CLI.md, "ckpt export"). */
+typedef enum ckpt_export_format {
+    CKPT_EXPORT_SAFETENSORS = 1,  /* OUT ending in .safetensors: one file;
+                                     else a folder: model.safetensors, or
+                                     HF shards and their index past
+                                     max_shard_size */
+    CKPT_EXPORT_PT = 2,           /* a torch.save archive (one file) */
+    CKPT_EXPORT_DCP = 3           /* a DCP folder: .metadata, __0_0.distcp */
+} ckpt_export_format;
+
+typedef struct ckpt_export_opts {
+    size_t size;            /* sizeof(ckpt_export_opts): ckpt_export_opts_init */
+    int format;             /* a ckpt_export_format (default safetensors) */
+    int torch_major;        /* pt and dcp: the torch that loads it, 1 (1.13:
+                               torch.distributed._shard.checkpoint, no
+                               float8, uint16-64 or complex32) or 2
+                               (default) */
+    uint64_t max_shard_size;/* safetensors folder: bytes per shard at most
+                               (default 5,000,000,000, as HF's "5GB") */
+    int flat;               /* pt: keys are the FQNs (default 0: a name's
+                               dots make nested dicts) */
+    int convert;            /* 1 converts, exactly, the dtypes torch 1
+                               lacks (float8 to float32, complex32 to
+                               complex64, uint16 to int32, uint32 to
+                               int64); 0 refuses them (default) */
+    int bytes_as_u8;        /* safetensors, pt: byte objects become 1-D
+                               uint8 tensors (default 0: left out, and
+                               each reported through `note`) */
+    int sync;               /* 1: output fsynced before it is renamed into
+                               place (default 0) */
+    int follow_links;       /* read SRC as ckpt_read_opts.follow_links */
+    int threads;            /* SRC's decoder threads; 0 = online CPUs */
+    const char *const *tensors; /* export only these FQNs (ntensors of
+                               them; a missing one is refused) */
+    size_t ntensors;
+    const char *prefix;     /* export only FQNs that start with it */
+    size_t buffer_bytes;    /* bytes per read block, two of them in memory
+                               (default 8 MiB) */
+    /* Called (may be NULL) with bytes done of the total as data moves. */
+    void (*progress)(void *arg, uint64_t done, uint64_t total);
+    /* Called (may be NULL) for each object left out, with why. */
+    void (*note)(void *arg, const char *fqn, const char *why);
+    void *arg;              /* passed to progress and note */
+} ckpt_export_opts;
+
+/* Sets *o to the defaults, and o->size. */
+void ckpt_export_opts_init(ckpt_export_opts *o);
+
+/* Writes the checkpoint at `src` (any that ckpt_reader_open reads) as
+ * `out` in another tool's format, streaming through two read blocks.
+ * `out` must not exist; it is written under a hidden temporary name in its
+ * directory and renamed into place only once complete, so a failed or
+ * killed export leaves nothing under its name.  A dtype the format (or
+ * torch_major) lacks is refused by name unless `convert`. */
+int ckpt_export(const char *src, const char *out,
+                const ckpt_export_opts *opts, ckpt_error *err);
 
 #pragma GCC visibility pop
 

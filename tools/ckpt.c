@@ -1,6 +1,6 @@
 /*
  * ckpt.c - the `ckpt` command-line tool: dispatches to its commands (pack,
- * unpack, ls, info, cat, verify, gc, import) and answers the global --help
+ * unpack, ls, info, cat, verify, gc, import, export) and answers the global --help
  * and --version.
  */
 #include "cli.h"
@@ -25,6 +25,7 @@ static const command COMMANDS[] = {
     { "gc", cmd_gc, "remove the uncommitted saves of a root" },
     { "commit", cmd_commit, "commit what the writers of a save left" },
     { "import", cmd_import, "convert a PyTorch DCP or safetensors checkpoint" },
+    { "export", cmd_export, "write a checkpoint as safetensors, torch.save or DCP" },
 };
 
 #define NCOMMANDS (sizeof COMMANDS / sizeof COMMANDS[0])

@@ -54,6 +54,7 @@ int cmd_diff(int argc, char **argv);
 int cmd_gc(int argc, char **argv);
 int cmd_commit(int argc, char **argv);
 int cmd_import(int argc, char **argv);
+int cmd_export(int argc, char **argv);
 
 /* ---- reporting (all on stderr, prefixed "ckpt: ") */
 

@@ -161,6 +161,8 @@ static const char *entry_state(const char *path, ckpt_dir_state *st)
         return "pytorch-dcp";
     case CKPT_FORMAT_SAFETENSORS:
         return "safetensors";
+    case CKPT_FORMAT_TORCH:
+        return "torch-save";
     default:
         return NULL;
     }
@@ -270,7 +272,8 @@ static int list_path(const char *path)
     if (stat(path, &st) != 0)
         return cli_fail("%s: %s", path, strerror(errno));
     ckpt_format fmt = ckpt_format_probe(path, NULL, 0);
-    if (fmt == CKPT_FORMAT_DCP || fmt == CKPT_FORMAT_SAFETENSORS)
+    if (fmt == CKPT_FORMAT_DCP || fmt == CKPT_FORMAT_SAFETENSORS ||
+        fmt == CKPT_FORMAT_TORCH)
         return list_checkpoint(path);
     if (!S_ISDIR(st.st_mode))
         return cli_fail("%s is not a directory", path);

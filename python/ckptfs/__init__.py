@@ -14,6 +14,7 @@ commits, region reads), and tensor memory is handed to it by address.
     saver = ckptfs.Saver()
     h = saver.save_async("ck/step-200", state)          # returns once staged
     h.wait()
+    ckptfs.export("ck/step-100", "hf-model", format="safetensors")
 
 The DCP storage backend is ckptfs.torch (StorageWriter, StorageReader).
 docs/PYTHON.md is the reference.
@@ -22,6 +23,7 @@ from . import _capi
 from ._api import load, save
 from ._diff import diff
 from ._async import SaveHandle, Saver
+from ._export import export
 from ._errors import (CheckpointError, Error, MismatchError, MissingKeyError,
                       TreeError, UnsupportedError)
 from ._reader import (CheckpointFile, ChunkInfo, FrameInfo, TensorInfo,
@@ -33,7 +35,7 @@ LIBRARY = _capi.LIBRARY_PATH
 """The path of the libckptfs that was loaded."""
 
 __all__ = [
-    "save", "load", "open", "diff", "Saver", "SaveHandle", "Raw",
+    "save", "load", "open", "diff", "export", "Saver", "SaveHandle", "Raw",
     "CheckpointFile", "TensorSlice", "TensorInfo", "ChunkInfo", "FrameInfo",
     "Error", "CheckpointError", "UnsupportedError", "MismatchError",
     "MissingKeyError", "TreeError", "TREE_MAX_DEPTH", "TREE_MAX_NODES",
@@ -50,4 +52,5 @@ def probe(path):
         return "pending"
     fmt = _capi.lib.ckpt_format_probe(p, None, 0)
     return {_capi.FORMAT_CKPTFS: "ckptfs", _capi.FORMAT_DCP: "dcp",
-            _capi.FORMAT_SAFETENSORS: "safetensors"}.get(fmt)
+            _capi.FORMAT_SAFETENSORS: "safetensors",
+            _capi.FORMAT_TORCH: "torch"}.get(fmt)

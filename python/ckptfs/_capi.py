@@ -10,10 +10,10 @@ tests/python/test_abi.py compares every size and field offset below with
 what the C compiler gives (tests/python/abi_layout.c) and fails on any
 drift.
 """
-import ctypes
 import os
-from ctypes import (POINTER, Structure, c_char, c_char_p, c_double, c_int,
-                    c_int64, c_long, c_size_t, c_uint64, c_void_p)
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p,
+                    c_double, c_int, c_int64, c_long, c_size_t, c_uint64,
+                    c_void_p)
 
 from . import _library
 
@@ -41,6 +41,7 @@ DIR_NONE, DIR_COMMITTED, DIR_PENDING = 0, 1, 2
 
 # enum ckpt_format
 FORMAT_NONE, FORMAT_CKPTFS, FORMAT_DCP, FORMAT_SAFETENSORS = 0, 1, 2, 3
+FORMAT_TORCH = 4
 
 I64P = POINTER(c_int64)
 
@@ -118,15 +119,33 @@ class DiffEntry(Structure):
                 ("rel_l2", c_double)]
 
 
-DIFF_FN = ctypes.CFUNCTYPE(None, c_void_p, POINTER(DiffEntry))
+DIFF_FN = CFUNCTYPE(None, c_void_p, POINTER(DiffEntry))
 
 
-# Every struct above, by its C name (for the layout test).
 class ReadItem(Structure):
     _fields_ = [("idx", c_size_t), ("offsets", I64P), ("sizes", I64P),
                 ("dst", c_void_p)]
 
 
+# enum ckpt_export_format
+EXPORT_SAFETENSORS, EXPORT_PT, EXPORT_DCP = 1, 2, 3
+
+PROGRESS_FN = CFUNCTYPE(None, c_void_p, c_uint64, c_uint64)
+NOTE_FN = CFUNCTYPE(None, c_void_p, c_char_p, c_char_p)
+
+
+class ExportOpts(Structure):
+    _fields_ = [("size", c_size_t), ("format", c_int),
+                ("torch_major", c_int), ("max_shard_size", c_uint64),
+                ("flat", c_int), ("convert", c_int), ("bytes_as_u8", c_int),
+                ("sync", c_int), ("follow_links", c_int), ("threads", c_int),
+                ("tensors", POINTER(c_char_p)), ("ntensors", c_size_t),
+                ("prefix", c_char_p), ("buffer_bytes", c_size_t),
+                ("progress", PROGRESS_FN), ("note", NOTE_FN),
+                ("arg", c_void_p)]
+
+
+# Every struct above, by its C name (for the layout test).
 STRUCTS = {
     "ckpt_error": Error, "ckpt_write_opts": WriteOpts, "ckpt_piece": Piece,
     "ckpt_commit_opts": CommitOpts, "ckpt_read_opts": ReadOpts,
@@ -134,6 +153,7 @@ STRUCTS = {
     "ckpt_frame_info": FrameInfo, "ckpt_stats": Stats,
     "ckpt_saver_opts": SaverOpts, "ckpt_save_opts": SaveOpts,
     "ckpt_read_item": ReadItem, "ckpt_diff_entry": DiffEntry,
+    "ckpt_export_opts": ExportOpts,
 }
 
 _ERR = POINTER(Error)
@@ -195,6 +215,9 @@ _SIGNATURES = {
                                 POINTER(SaveOpts), _PP, _ERR]),
     "ckpt_save_poll": (c_int, [_P]),
     "ckpt_save_wait": (c_int, [_P, _ERR]),
+    # export
+    "ckpt_export_opts_init": (None, [POINTER(ExportOpts)]),
+    "ckpt_export": (c_int, [c_char_p, c_char_p, POINTER(ExportOpts), _ERR]),
 }
 
 

@@ -40,7 +40,7 @@ TensorInfo.__doc__ = ("A tensor (or byte object) of a checkpoint: ckptfs "
                       "and its chunks.")
 
 FORMATS = {C.FORMAT_CKPTFS: "ckptfs", C.FORMAT_DCP: "dcp",
-           C.FORMAT_SAFETENSORS: "safetensors"}
+           C.FORMAT_SAFETENSORS: "safetensors", C.FORMAT_TORCH: "torch"}
 
 
 def _dims(ptr, n):
@@ -490,6 +490,8 @@ class CheckpointFile(object):
 def open_checkpoint(path, framework="np", *, threads=None, cache_bytes=None,
                     widen=True, follow_links=False):
     """Opens a checkpoint (a ckptfs checkpoint, a PyTorch DCP directory, a
-    safetensors file or directory) for lazy reads; see CheckpointFile."""
+    safetensors file or directory, a torch.save archive such as model.pt or
+    pytorch_model.bin, or a folder of them) for lazy reads; see
+    CheckpointFile."""
     return CheckpointFile(path, framework, threads, cache_bytes, widen,
                           follow_links)

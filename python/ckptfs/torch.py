@@ -275,7 +275,7 @@ class StorageWriter(_dcp.StorageWriter):
 
 class StorageReader(_dcp.StorageReader):
     """Reads a checkpoint that libckptfs opens (ckptfs, a PyTorch DCP
-    directory, safetensors) for DCP's load.  threads and cache_bytes are
+    directory, safetensors, torch.save archives) for DCP's load.  threads and cache_bytes are
     the reader's (decoder threads, decoded-frame cache)."""
 
     def __init__(self, path=None, *, threads=None, cache_bytes=None):

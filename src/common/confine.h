@@ -23,6 +23,7 @@
 #define CKPT_CONFINE_H
 
 #include <sys/stat.h>
+#include <sys/types.h>
 #include "ckptfs.h"
 
 typedef struct ckpt_confine {
@@ -48,5 +49,29 @@ int ckpt_confine_openat(const ckpt_confine *c, const char *rel,
 /* fstat of the file ckpt_confine_openat opens (nothing else is touched). */
 int ckpt_confine_stat(const ckpt_confine *c, const char *rel,
                       struct stat *st, ckpt_error *err);
+
+/* ------------------------------------------------------------ at a dirfd
+ *
+ * The same rule for the files a writer, a committer or the mount daemon
+ * opens in a directory that others might write into (a save's .pending/
+ * in a shared root, docs/TRUST.md "A shared root"): `name` below the
+ * directory descriptor dfd, never through a symbolic link (one component:
+ * O_NOFOLLOW; a path: openat2 with RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS,
+ * refused on kernels without it), opened with O_NONBLOCK so that a FIFO or device
+ * cannot block the open, then checked with fstat to be a regular file (a
+ * directory when flags has O_DIRECTORY) and, unless owner is
+ * CKPT_ANY_OWNER, to belong to user `owner`.  O_NOFOLLOW, O_NONBLOCK and
+ * O_CLOEXEC are added to flags; O_NONBLOCK is cleared again on the
+ * descriptor returned.  Returns the descriptor or a negative errno, no
+ * message (the caller names the file): -ELOOP for a link, -EINVAL for a
+ * file of another type, -EPERM for another owner, else open's error. */
+#define CKPT_ANY_OWNER ((uid_t)-1)
+int ckpt_confine_at(int dfd, const char *name, int flags, mode_t mode,
+                    uid_t owner);
+
+/* Reads at most cap - 1 bytes from the start of fd into buf and ends
+ * them with a NUL: a control file's bounded read (a file larger than cap
+ * is cut, never read whole).  Returns the bytes read or -errno. */
+ssize_t ckpt_read_bounded(int fd, char *buf, size_t cap);
 
 #endif

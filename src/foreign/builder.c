@@ -167,6 +167,42 @@ int ckpt_foreign_add_chunk(ckpt_foreign *f, size_t t, const int64_t *offsets,
     return 0;
 }
 
+int ckpt_foreign_refuse(ckpt_foreign *f, size_t t, const char *why,
+                        ckpt_error *err)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < f->npend; i++) {
+        if (f->pend[i].tensor == t) {
+            free(f->pend[i].file);
+            free(f->pend[i].strided);
+        } else {
+            f->pend[k++] = f->pend[i];
+        }
+    }
+    f->npend = k;
+    /* Listed with its dtype and shape where they are sound, else as one
+     * byte: either way a tensor of some bytes, whose every read fails. */
+    ckpt_index_tensor *ti = &f->d.tensors[t];
+    uint64_t numel = 1;
+    int sound = ckpt_dtype_size(ti->dtype) > 0;
+    for (int d = 0; sound && d < ti->ndim; d++)
+        sound = ti->shape[d] > 0 &&
+                !__builtin_mul_overflow(numel, (uint64_t)ti->shape[d], &numel);
+    if (sound && numel > (uint64_t)INT64_MAX / ckpt_dtype_size(ti->dtype))
+        sound = 0;
+    if (!sound) {
+        ti->dtype = CKPT_BYTES;
+        ti->ndim = 1;
+        ti->shape[0] = 1;
+        numel = 1;
+    }
+    ti->nbytes = numel * ckpt_dtype_size(ti->dtype);
+    free(f->d.tensors[t].refused);
+    if (!(f->d.tensors[t].refused = strdup(why)))
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    return 0;
+}
+
 int ckpt_foreign_set_meta(ckpt_foreign *f, const char *key,
                           const char *value, ckpt_error *err)
 {
@@ -348,6 +384,25 @@ static int fill_tensor(ckpt_foreign *f, ckpt_index_tensor *t,
     return 0;
 }
 
+static int cmp_tensor(const void *a, const void *b)
+{
+    return strcmp(((const ckpt_index_tensor *)a)->fqn,
+                  ((const ckpt_index_tensor *)b)->fqn);
+}
+
+/* Puts the refused tensors (at the end) in FQN order among the others,
+ * whose order, and so the order of their chunks, stays (refused ones
+ * have no chunks); refuses a name given twice. */
+static int merge_refused(ckpt_foreign *f, ckpt_error *err)
+{
+    qsort(f->d.tensors, f->d.ntensors, sizeof *f->d.tensors, cmp_tensor);
+    for (size_t i = 1; i < f->d.ntensors; i++)
+        if (strcmp(f->d.tensors[i - 1].fqn, f->d.tensors[i].fqn) == 0)
+            return ckpt_err(err, -EINVAL, "tensor '%s' is named twice",
+                            f->d.tensors[i].fqn);
+    return 0;
+}
+
 int ckpt_foreign_finish(ckpt_foreign *f, ckpt_error *err)
 {
     ckpt_plan plan;
@@ -357,12 +412,17 @@ int ckpt_foreign_finish(ckpt_foreign *f, ckpt_error *err)
     if (rc)
         return rc;
     /* Tensors with no chunk at all are not in the plan: refuse them too
-     * (a plan tensor exists for every tensor that has a chunk). */
-    if (plan.ntensors != f->d.ntensors) {
+     * (a plan tensor exists for every tensor that has a chunk), unless
+     * they are refused already. */
+    size_t nrefused = 0;
+    for (size_t i = 0; i < f->d.ntensors; i++)
+        nrefused += f->d.tensors[i].refused != NULL;
+    if (plan.ntensors + nrefused != f->d.ntensors) {
         ckpt_plan_free(&plan);
         return ckpt_err(err, -EINVAL, "%zu of the %zu tensors have no data "
                         "in the checkpoint's files",
-                        f->d.ntensors - plan.ntensors, f->d.ntensors);
+                        f->d.ntensors - nrefused - plan.ntensors,
+                        f->d.ntensors);
     }
     size_t kept = 0;
     for (size_t i = 0; i < plan.ntensors; i++)
@@ -382,6 +442,14 @@ int ckpt_foreign_finish(ckpt_foreign *f, ckpt_error *err)
         sorted[i] = f->d.tensors[src];
         f->d.tensors[src].fqn = NULL;
     }
+    /* the refused ones after them, merged in by merge_refused */
+    for (size_t i = 0, k = plan.ntensors; i < f->d.ntensors; i++)
+        if (f->d.tensors[i].refused) {
+            sorted[k] = f->d.tensors[i];
+            sorted[k++].chunks_loaded = 1;   /* it has none */
+            f->d.tensors[i].fqn = NULL;
+            f->d.tensors[i].refused = NULL;
+        }
     for (size_t i = 0; i < f->d.ntensors; i++)
         free(f->d.tensors[i].fqn);
     free(f->d.tensors);
@@ -391,6 +459,8 @@ int ckpt_foreign_finish(ckpt_foreign *f, ckpt_error *err)
     for (size_t i = 0; rc == 0 && i < plan.ntensors; i++)
         rc = fill_tensor(f, &f->d.tensors[i], &plan.tensors[i], &g, err);
     ckpt_plan_free(&plan);
+    if (rc == 0 && nrefused)
+        rc = merge_refused(f, err);
     qsort(f->d.meta, f->d.nmeta, sizeof *f->d.meta, cmp_kv);
     return rc;
 }

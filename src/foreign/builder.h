@@ -19,9 +19,12 @@
 typedef enum ckpt_foreign_kind {
     CKPT_FOREIGN_NONE = 0,
     CKPT_FOREIGN_DCP,           /* a directory with .metadata */
-    CKPT_FOREIGN_SAFETENSORS    /* a .safetensors file, or a directory of
+    CKPT_FOREIGN_SAFETENSORS,   /* a .safetensors file, or a directory of
                                    them (with model.safetensors.index.json
                                    or not) */
+    CKPT_FOREIGN_TORCH          /* torch.save archives: a .pt/.pth/.bin
+                                   file, or a directory of them (with
+                                   pytorch_model.bin.index.json or not) */
 } ckpt_foreign_kind;
 
 /* Where the elements of a strided chunk are, relative to its first
@@ -75,6 +78,15 @@ int ckpt_foreign_add_chunk(ckpt_foreign *f, size_t t, const int64_t *offsets,
                            const int64_t *sizes, const char *file,
                            uint64_t data_offset, const int64_t *stride,
                            uint64_t span, ckpt_error *err);
+/* Keeps tensor `t` listed but unreadable: drops the chunks added for it
+ * and records `why` (a message naming it), which every read of it
+ * returns; the rest of the checkpoint serves.  It keeps the dtype and
+ * shape it was added with when they are sound (a known dtype, a size
+ * that does not overflow, not empty), else it is listed as one byte
+ * (CKPT_BYTES of shape [1]), so that every read of it reaches the
+ * refusal. */
+int ckpt_foreign_refuse(ckpt_foreign *f, size_t t, const char *why,
+                        ckpt_error *err);
 int ckpt_foreign_set_meta(ckpt_foreign *f, const char *key,
                           const char *value, ckpt_error *err);
 /* Sorts tensors by FQN (refusing duplicates), chunks by offsets, records

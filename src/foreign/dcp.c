@@ -272,27 +272,38 @@ static int add_chunk(dcp *x, long t, const char *fqn, ckpt_dtype dt,
                                   tt.span_bytes, x->err);
 }
 
+/* Adds a tensor and its chunks; a tensor that cannot be read (a dtype
+ * ckptfs lacks, an item that is not a tensor torch.save wrote, or that
+ * needs a class outside the allowlist) is listed but refused alone
+ * (ckpt_foreign_refuse), with the message naming it. */
 static int add_tensor(dcp *x, const char *fqn, const pk_val *md)
 {
     ckpt_dtype dt = props_dtype(pk_attr(md, "properties"));
-    int64_t shape[CKPT_MAX_DIMS];
+    int64_t shape[CKPT_MAX_DIMS], none = 0;
     int ndim = pk_dims(pk_attr(md, "size"), shape);
     const pk_val *chunks = pk_attr(md, "chunks");
-    if (dt == CKPT_DTYPE_INVALID)
-        return ckpt_err(x->err, -ENOTSUP, "%s/.metadata: tensor '%s': "
-                        "missing or unsupported dtype", x->dir, fqn);
     if (ndim < 0 || !chunks || chunks->type != PK_LIST)
         return ckpt_err(x->err, -EINVAL, "%s/.metadata: tensor '%s': bad "
                         "size or chunks", x->dir, fqn);
-    long t = ckpt_foreign_add_tensor(x->f, fqn, dt, ndim, shape, x->err);
+    long t = dt == CKPT_DTYPE_INVALID
+                 ? ckpt_foreign_add_tensor(x->f, fqn, CKPT_BYTES, 1, &none,
+                                           x->err)
+                 : ckpt_foreign_add_tensor(x->f, fqn, dt, ndim, shape,
+                                           x->err);
     if (t < 0)
         return (int)t;
-    for (size_t i = 0; i < chunks->n; i++) {
-        int rc = add_chunk(x, t, fqn, dt, ndim, chunks->items[i]);
-        if (rc)
-            return rc;
-    }
-    return 0;
+    int rc = 0;
+    if (dt == CKPT_DTYPE_INVALID)
+        rc = ckpt_err(x->err, -ENOTSUP, "%s/.metadata: tensor '%s': "
+                      "missing or unsupported dtype", x->dir, fqn);
+    for (size_t i = 0; rc == 0 && i < chunks->n; i++)
+        rc = add_chunk(x, t, fqn, dt, ndim, chunks->items[i]);
+    if (rc == 0 || rc == -ENOMEM || !x->err)
+        return rc;
+    char why[sizeof x->err->msg];
+    snprintf(why, sizeof why, "%s", x->err->msg);
+    ckpt_err_clear(x->err);
+    return ckpt_foreign_refuse(x->f, (size_t)t, why, x->err);
 }
 
 static int add_bytes(dcp *x, const char *fqn)

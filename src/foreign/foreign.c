@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "foreign/dcp.h"
 #include "foreign/safetensors.h"
+#include "foreign/torchfile.h"
 
 /* ---------------------------------------------------------------- probe */
 
@@ -38,8 +39,13 @@ static int is_file(const char *dir, const char *name, char *out, size_t cap)
     return 1;
 }
 
-/* 1 when dir holds a regular *.safetensors file. */
-static int has_safetensors(const char *dir)
+static int safetensors_name(const char *name)
+{
+    return name[0] != '.' && ends_with(name, ".safetensors");
+}
+
+/* 1 when dir holds a regular file whose name `want` accepts. */
+static int has_file(const char *dir, int (*want)(const char *))
 {
     DIR *d = opendir(dir);
     if (!d)
@@ -47,8 +53,26 @@ static int has_safetensors(const char *dir)
     struct dirent *e;
     int found = 0;
     while (!found && (e = readdir(d)))
-        found = e->d_name[0] != '.' && ends_with(e->d_name, ".safetensors") &&
-                is_file(dir, e->d_name, NULL, 0);
+        found = want(e->d_name) && is_file(dir, e->d_name, NULL, 0);
+    closedir(d);
+    return found;
+}
+
+/* 1 when dir holds a directory that is not hidden. */
+static int has_subdir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return 0;
+    struct dirent *e;
+    int found = 0;
+    while (!found && (e = readdir(d))) {
+        struct stat st;
+        char path[4096];
+        int n = snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        found = e->d_name[0] != '.' && n > 0 && (size_t)n < sizeof path &&
+                stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+    }
     closedir(d);
     return found;
 }
@@ -65,10 +89,14 @@ ckpt_foreign_kind ckpt_foreign_probe(const char *path, char *stamp,
     if (stat(path, &st) != 0)
         return CKPT_FOREIGN_NONE;
     if (S_ISREG(st.st_mode)) {
-        if (!ends_with(path, ".safetensors"))
-            return CKPT_FOREIGN_NONE;
-        snprintf(stamp, cap, "%s", path);
-        return CKPT_FOREIGN_SAFETENSORS;
+        const char *base = strrchr(path, '/');
+        base = base ? base + 1 : path;
+        ckpt_foreign_kind k = safetensors_name(base) ? CKPT_FOREIGN_SAFETENSORS
+                              : ckpt_torchfile_name(base) ? CKPT_FOREIGN_TORCH
+                              : CKPT_FOREIGN_NONE;
+        if (k != CKPT_FOREIGN_NONE)
+            snprintf(stamp, cap, "%s", path);
+        return k;
     }
     if (!S_ISDIR(st.st_mode))
         return CKPT_FOREIGN_NONE;
@@ -76,9 +104,19 @@ ckpt_foreign_kind ckpt_foreign_probe(const char *path, char *stamp,
         return CKPT_FOREIGN_DCP;
     if (is_file(path, "model.safetensors.index.json", stamp, cap))
         return CKPT_FOREIGN_SAFETENSORS;
-    if (has_safetensors(path)) {
+    if (has_file(path, safetensors_name)) {
         snprintf(stamp, cap, "%s", path);
         return CKPT_FOREIGN_SAFETENSORS;
+    }
+    if (is_file(path, CKPT_TORCH_INDEX_JSON, stamp, cap))
+        return CKPT_FOREIGN_TORCH;
+    if (is_file(path, "pytorch_model.bin", stamp, cap))
+        return CKPT_FOREIGN_TORCH;
+    /* Other archives make a checkpoint of a folder with no folders in it:
+     * a root of checkpoints with a stray optimizer.pt stays a root. */
+    if (has_file(path, ckpt_torchfile_name) && !has_subdir(path)) {
+        snprintf(stamp, cap, "%s", path);
+        return CKPT_FOREIGN_TORCH;
     }
     return CKPT_FOREIGN_NONE;
 }
@@ -92,7 +130,8 @@ int ckpt_foreign_open(const char *path, int follow, ckpt_foreign *f,
     f->kind = ckpt_foreign_probe(path, stamp, sizeof stamp);
     if (f->kind == CKPT_FOREIGN_NONE)
         return ckpt_err(err, -ENOENT, "%s is neither a ckptfs, a PyTorch "
-                        "distributed nor a safetensors checkpoint", path);
+                        "distributed, a safetensors nor a torch.save "
+                        "checkpoint", path);
     if (!(f->stamp = strdup(stamp)))
         return ckpt_err(err, -ENOMEM, "out of memory");
     /* A file named as the source is read wherever its path leads: its
@@ -102,6 +141,8 @@ int ckpt_foreign_open(const char *path, int follow, ckpt_foreign *f,
                      ? realpath(path, NULL) : NULL;
     int rc = f->kind == CKPT_FOREIGN_DCP
                  ? ckpt_dcp_open(path, f, err)
+             : f->kind == CKPT_FOREIGN_TORCH
+                 ? ckpt_torchfile_open(real ? real : path, f, err)
                  : ckpt_safetensors_open(real ? real : path, f, err);
     free(real);
     if (rc == 0)

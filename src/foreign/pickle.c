@@ -372,7 +372,7 @@ static int is_value_global(int id)
 {
     return id == PKG_STRIDED || id == PKG_CONTIGUOUS ||
            id == PKG_CHANNELS_LAST || id == PKG_PRESERVE ||
-           id == PKG_UNTYPED_STORAGE ||
+           id == PKG_UNTYPED_STORAGE || id == PKG_UNTYPED_STORAGE2 ||
            (id >= PKG_DT_F64 && id <= PKG_ST_BOOL);
 }
 
@@ -443,7 +443,10 @@ static int call(pk_ctx *c, pk_val *cls, pk_val *args)
             return fail(c, -EINVAL, "OrderedDict with arguments%s", NULL);
         return push(c, new_val(c, PK_DICT));
     }
-    if (id == PKG_POSIX_PATH || id == PKG_PURE_POSIX_PATH || id == PKG_PATH) {
+    /* Python 3.13 moved the classes to pathlib._local */
+    if (id == PKG_POSIX_PATH || id == PKG_PURE_POSIX_PATH || id == PKG_PATH ||
+        id == PKG_POSIX_PATH313 || id == PKG_PURE_POSIX_PATH313 ||
+        id == PKG_PATH313) {
         size_t total = 0;
         for (size_t i = 0; i < args->n; i++) {
             if (args->items[i]->type != PK_STR)
@@ -490,7 +493,9 @@ static int op_build(pk_ctx *c)
     if (pop(c, &state))
         return -EINVAL;
     pk_val *o = top(c);
-    if (!o || o->type != PK_OBJ)
+    /* An OrderedDict with attributes (a module's state_dict keeps its
+     * `_metadata` so) is built with them: kept aside as its state. */
+    if (!o || (o->type != PK_OBJ && o->type != PK_DICT))
         return fail(c, -EINVAL, "BUILD on something that is not an "
                     "object%s", NULL);
     o->state = state;

@@ -39,18 +39,28 @@
     X(PKG_ORDERED_DICT, "collections", "OrderedDict") \
     X(PKG_REBUILD_V2, "torch._utils", "_rebuild_tensor_v2") \
     X(PKG_REBUILD_V3, "torch._utils", "_rebuild_tensor_v3") \
+    X(PKG_REBUILD_PARAM, "torch._utils", "_rebuild_parameter") \
     X(PKG_POSIX_PATH, "pathlib", "PosixPath") \
     X(PKG_PURE_POSIX_PATH, "pathlib", "PurePosixPath") \
     X(PKG_PATH, "pathlib", "Path") \
+    X(PKG_POSIX_PATH313, "pathlib._local", "PosixPath") \
+    X(PKG_PURE_POSIX_PATH313, "pathlib._local", "PurePosixPath") \
+    X(PKG_PATH313, "pathlib._local", "Path") \
     X(PKG_STRIDED, "torch", "strided") \
     X(PKG_CONTIGUOUS, "torch", "contiguous_format") \
     X(PKG_CHANNELS_LAST, "torch", "channels_last") \
     X(PKG_PRESERVE, "torch", "preserve_format") \
     X(PKG_UNTYPED_STORAGE, "torch", "UntypedStorage") \
+    X(PKG_UNTYPED_STORAGE2, "torch.storage", "UntypedStorage") \
     X(PKG_DT_F64, "torch", "float64") X(PKG_DT_F32, "torch", "float32") \
     X(PKG_DT_F16, "torch", "float16") X(PKG_DT_BF16, "torch", "bfloat16") \
     X(PKG_DT_F8E4M3, "torch", "float8_e4m3fn") \
     X(PKG_DT_F8E5M2, "torch", "float8_e5m2") \
+    X(PKG_DT_F8E4M3FNUZ, "torch", "float8_e4m3fnuz") \
+    X(PKG_DT_F8E5M2FNUZ, "torch", "float8_e5m2fnuz") \
+    X(PKG_DT_F8E8M0, "torch", "float8_e8m0fnu") \
+    X(PKG_DT_C32, "torch", "complex32") X(PKG_DT_C64, "torch", "complex64") \
+    X(PKG_DT_C128, "torch", "complex128") \
     X(PKG_DT_I64, "torch", "int64") X(PKG_DT_I32, "torch", "int32") \
     X(PKG_DT_I16, "torch", "int16") X(PKG_DT_I8, "torch", "int8") \
     X(PKG_DT_U64, "torch", "uint64") X(PKG_DT_U32, "torch", "uint32") \
@@ -60,7 +70,11 @@
     X(PKG_ST_F16, "torch", "HalfStorage") X(PKG_ST_BF16, "torch", "BFloat16Storage") \
     X(PKG_ST_I64, "torch", "LongStorage") X(PKG_ST_I32, "torch", "IntStorage") \
     X(PKG_ST_I16, "torch", "ShortStorage") X(PKG_ST_I8, "torch", "CharStorage") \
-    X(PKG_ST_U8, "torch", "ByteStorage") X(PKG_ST_BOOL, "torch", "BoolStorage") \
+    X(PKG_ST_U8, "torch", "ByteStorage") \
+    X(PKG_ST_C32, "torch", "ComplexHalfStorage") \
+    X(PKG_ST_C64, "torch", "ComplexFloatStorage") \
+    X(PKG_ST_C128, "torch", "ComplexDoubleStorage") \
+    X(PKG_ST_BOOL, "torch", "BoolStorage") \
     X(PKG_BYTESIO, "_io", "BytesIO") \
     X(PKG_CODECS_ENCODE, "_codecs", "encode") \
     X(PKG_BUILTIN_BYTES, "__builtin__", "bytes")
@@ -95,7 +109,8 @@ struct pk_val {
     size_t n, cap;
     pk_val *cls;            /* OBJ: the GLOBAL called */
     pk_val *args;           /* OBJ: a TUPLE; PERSID: the id */
-    pk_val *state;          /* OBJ: BUILD's argument, or NULL */
+    pk_val *state;          /* OBJ, DICT (an OrderedDict's attributes):
+                               BUILD's argument, or NULL */
 };
 
 typedef struct pk_ctx pk_ctx;

@@ -4,7 +4,9 @@
  * size, stride, requires_grad, hooks)`, with the storage a persistent id
  * ('storage', <dtype>Storage, key, location, numel) whose bytes are the
  * entry `<prefix>/data/<key>`; `_rebuild_tensor_v3` adds the dtype as an
- * argument.
+ * argument (with an untyped storage, whose size is in bytes, for the
+ * dtypes that have no storage class).  A torch.save archive of anything
+ * else (a state dict) holds such calls wherever a tensor is.
  */
 #include "foreign/torchsave.h"
 
@@ -29,6 +31,12 @@ ckpt_dtype ckpt_torch_dtype(int id)
     case PKG_DT_BF16: case PKG_ST_BF16: return CKPT_BF16;
     case PKG_DT_F8E4M3: return CKPT_F8E4M3;
     case PKG_DT_F8E5M2: return CKPT_F8E5M2;
+    case PKG_DT_F8E4M3FNUZ: return CKPT_F8E4M3FNUZ;
+    case PKG_DT_F8E5M2FNUZ: return CKPT_F8E5M2FNUZ;
+    case PKG_DT_F8E8M0: return CKPT_F8E8M0;
+    case PKG_DT_C32: case PKG_ST_C32: return CKPT_C32;
+    case PKG_DT_C64: case PKG_ST_C64: return CKPT_C64;
+    case PKG_DT_C128: case PKG_ST_C128: return CKPT_C128;
     case PKG_DT_I64: case PKG_ST_I64: return CKPT_I64;
     case PKG_DT_I32: case PKG_ST_I32: return CKPT_I32;
     case PKG_DT_I16: case PKG_ST_I16: return CKPT_I16;
@@ -126,6 +134,8 @@ static int check_bounds(ckpt_torch_tensor *t, uint64_t storage_off,
             goto overflow;
     }
     size_t isz = ckpt_dtype_size(t->dtype);
+    if (count > (uint64_t)INT64_MAX / isz)
+        goto overflow;   /* its row-major image would not be addressable */
     if (count == 0) {
         t->span_bytes = 0;
         return 0;
@@ -142,34 +152,51 @@ overflow:
                     what);
 }
 
-/* Fills t from the pickled call; `zip` locates the storage entry. */
-static int describe(const pk_val *root, const ckpt_zip *z,
-                    const char *prefix, const char *what,
-                    ckpt_torch_tensor *t, ckpt_error *err)
+static int is_untyped(int g)
 {
-    int fn = pk_global_of(root);
-    if (root->type != PK_OBJ || (fn != PKG_REBUILD_V2 && fn != PKG_REBUILD_V3))
-        return ckpt_err(err, -EINVAL, "%s: data.pkl does not hold a tensor",
-                        what);
-    const pk_val *a = root->args;
+    return g == PKG_UNTYPED_STORAGE || g == PKG_UNTYPED_STORAGE2;
+}
+
+/* The name of the dtype (or storage class) that `v` names, for messages. */
+static const char *dtype_text(const pk_val *v)
+{
+    int g = pk_global_of(v);
+    return g >= 0 ? pk_global_name(g) : "(not a torch dtype)";
+}
+
+int ckpt_torch_describe(const pk_val *call, const ckpt_zip *z,
+                        const char *prefix, const char *what,
+                        ckpt_torch_tensor *t, ckpt_error *err)
+{
+    memset(t, 0, sizeof *t);
+    int fn = pk_global_of(call);
+    if (call && call->type == PK_OBJ && fn == PKG_REBUILD_PARAM) {
+        /* nn.Parameter(data, requires_grad, hooks): its data */
+        call = pk_item(call->args, 0);
+        fn = pk_global_of(call);
+    }
+    if (!call || call->type != PK_OBJ ||
+        (fn != PKG_REBUILD_V2 && fn != PKG_REBUILD_V3))
+        return ckpt_err(err, -EINVAL, "%s: not a tensor as torch.save "
+                        "pickles one (_rebuild_tensor_v2/v3)", what);
+    const pk_val *a = call->args;
     const pk_val *pid = pk_item(a, 0), *off = pk_item(a, 1);
     const pk_val *kind = pid && pid->type == PK_PERSID ?
                          pk_item(pid->args, 0) : NULL;
-    const pk_val *stype = pid ? pk_item(pid->args, 1) : NULL;
-    const pk_val *key = pid ? pk_item(pid->args, 2) : NULL;
-    const pk_val *numel = pid ? pk_item(pid->args, 4) : NULL;
+    const pk_val *stype = kind ? pk_item(pid->args, 1) : NULL;
+    const pk_val *key = kind ? pk_item(pid->args, 2) : NULL;
+    const pk_val *numel = kind ? pk_item(pid->args, 4) : NULL;
     if (!kind || kind->type != PK_STR || strcmp(kind->s, "storage") != 0 ||
         !stype || !key || key->type != PK_STR || !numel ||
         numel->type != PK_INT || numel->i < 0 || !off ||
         off->type != PK_INT || off->i < 0)
         return ckpt_err(err, -EINVAL, "%s: data.pkl: the tensor's storage "
                         "is not described as torch.save does", what);
-    t->dtype = ckpt_torch_dtype(pk_global_of(stype));
-    if (fn == PKG_REBUILD_V3)
-        t->dtype = ckpt_torch_dtype(pk_global_of(pk_item(a, 6)));
+    const pk_val *dtv = fn == PKG_REBUILD_V3 ? pk_item(a, 6) : stype;
+    t->dtype = ckpt_torch_dtype(pk_global_of(dtv));
     if (t->dtype == CKPT_DTYPE_INVALID)
-        return ckpt_err(err, -ENOTSUP, "%s: data.pkl: unsupported storage "
-                        "type or dtype", what);
+        return ckpt_err(err, -ENOTSUP, "%s: data.pkl: dtype %s has no ckptfs "
+                        "equivalent", what, dtype_text(dtv));
     int nd = pk_dims(pk_item(a, 2), t->size);
     int ns = pk_dims(pk_item(a, 3), t->stride);
     if (nd < 0 || ns != nd)
@@ -177,24 +204,68 @@ static int describe(const pk_val *root, const ckpt_zip *z,
                         "strides", what);
     t->ndim = nd;
     char name[1200];
-    snprintf(name, sizeof name, "%sdata/%s", prefix, key->s);
+    snprintf(name, sizeof name, "%sdata/%.1000s", prefix, key->s);
     const ckpt_zip_entry *e = ckpt_zip_find(z, name);
     if (!e)
         return ckpt_err(err, -EINVAL, "%s: storage entry '%s' is missing",
                         what, name);
     size_t isz = ckpt_dtype_size(t->dtype);
-    if ((uint64_t)numel->i > e->size / isz)
+    /* a typed storage counts elements, an untyped one (the dtypes that
+     * have no storage class: uint16, float8, ...) bytes */
+    uint64_t elems = is_untyped(pk_global_of(stype))
+                         ? (uint64_t)numel->i / isz : (uint64_t)numel->i;
+    if (elems > e->size / isz)
         return ckpt_err(err, -EINVAL, "%s: storage entry '%s' holds %llu "
                         "bytes, not the %llu elements of %zu bytes data.pkl "
                         "says", what, name, (unsigned long long)e->size,
-                        (unsigned long long)numel->i, isz);
-    int rc = check_bounds(t, (uint64_t)off->i, (uint64_t)numel->i, what,
-                          err);
+                        (unsigned long long)elems, isz);
+    int rc = check_bounds(t, (uint64_t)off->i, elems, what, err);
     if (rc)
         return rc;
     t->contiguous = is_contiguous(t);
     t->data_offset = e->offset + (uint64_t)off->i * isz;
+    t->storage = e;
     return 0;
+}
+
+int ckpt_torch_archive_open(ckpt_zip_read_fn rd, void *arg, uint64_t len,
+                            const char *what, uint64_t pkl_max,
+                            ckpt_torch_archive *a, ckpt_error *err)
+{
+    memset(a, 0, sizeof *a);
+    int rc = ckpt_zip_open(rd, arg, len, what, &a->z, err);
+    if (rc)
+        return rc;
+    size_t plen = 0;
+    const ckpt_zip_entry *pkl = find_pkl(&a->z, &plen);
+    if (!pkl || plen >= sizeof a->prefix)
+        rc = ckpt_err(err, -EINVAL, "%s: not a torch.save archive (no single "
+                      "data.pkl)", what);
+    else if (pkl->size > pkl_max)
+        rc = ckpt_err(err, -EFBIG, "%s: its data.pkl is larger than %llu "
+                      "bytes", what, (unsigned long long)pkl_max);
+    if (rc == 0) {
+        memcpy(a->prefix, pkl->name, plen);
+        a->prefix[plen] = '\0';
+        rc = refuse_big_endian(rd, arg, &a->z, a->prefix, what, err);
+    }
+    if (rc == 0)
+        rc = read_small(rd, arg, pkl, &a->pkl, err);
+    a->pkl_len = rc == 0 ? pkl->size : 0;
+    if (rc == 0)
+        rc = pk_load(a->pkl, pkl->size, 64 * pkl->size + ((size_t)1 << 20),
+                     what, &a->ctx, &a->root, err);
+    if (rc)
+        ckpt_torch_archive_close(a);
+    return rc;
+}
+
+void ckpt_torch_archive_close(ckpt_torch_archive *a)
+{
+    pk_free(a->ctx);
+    free(a->pkl);
+    ckpt_zip_free(&a->z);
+    memset(a, 0, sizeof *a);
 }
 
 int ckpt_torch_tensor_read(ckpt_zip_read_fn rd, void *arg, uint64_t len,
@@ -202,34 +273,13 @@ int ckpt_torch_tensor_read(ckpt_zip_read_fn rd, void *arg, uint64_t len,
                            ckpt_error *err)
 {
     memset(out, 0, sizeof *out);
-    ckpt_zip z;
-    int rc = ckpt_zip_open(rd, arg, len, what, &z, err);
+    ckpt_torch_archive a;
+    int rc = ckpt_torch_archive_open(rd, arg, len, what, MAX_PKL, &a, err);
     if (rc)
         return rc;
-    size_t plen = 0;
-    const ckpt_zip_entry *pkl = find_pkl(&z, &plen);
-    unsigned char *buf = NULL;
-    pk_ctx *ctx = NULL;
-    pk_val *root;
-    char prefix[1024];
-    if (!pkl || plen >= sizeof prefix || pkl->size > MAX_PKL)
-        rc = ckpt_err(err, -EINVAL, "%s: not a torch.save archive (no single "
-                      "data.pkl)", what);
-    if (rc == 0) {
-        memcpy(prefix, pkl->name, plen);
-        prefix[plen] = '\0';
-        rc = refuse_big_endian(rd, arg, &z, prefix, what, err);
-    }
-    if (rc == 0)
-        rc = read_small(rd, arg, pkl, &buf, err);
-    if (rc == 0)
-        rc = pk_load(buf, pkl->size, 64 * pkl->size + ((size_t)1 << 20),
-                     what, &ctx, &root, err);
-    if (rc == 0)
-        rc = describe(root, &z, prefix, what, out, err);
-    pk_free(ctx);
-    free(buf);
-    ckpt_zip_free(&z);
+    rc = ckpt_torch_describe(a.root, &a.z, a.prefix, what, out, err);
+    out->storage = NULL;   /* the directory goes with the archive */
+    ckpt_torch_archive_close(&a);
     return rc;
 }
 

@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 #include "ckptfs.h"
+#include "foreign/pickle.h"
 #include "foreign/zipread.h"
 
 typedef struct ckpt_torch_tensor {
@@ -22,7 +23,38 @@ typedef struct ckpt_torch_tensor {
     uint64_t data_offset;   /* archive offset of element 0 of the tensor */
     uint64_t span_bytes;    /* bytes from there to just past the last
                                element the tensor uses */
+    const ckpt_zip_entry *storage;   /* its storage's entry (describe) */
 } ckpt_torch_tensor;
+
+/* An archive opened: its directory, the prefix of its entries
+ * ("archive/"), and data.pkl run through the restricted pickle reader. */
+typedef struct ckpt_torch_archive {
+    ckpt_zip z;
+    char prefix[1024];
+    unsigned char *pkl;
+    size_t pkl_len;
+    pk_ctx *ctx;
+    pk_val *root;           /* what data.pkl holds; owned by ctx */
+} ckpt_torch_archive;
+
+/* Opens the archive of `len` bytes that `rd` reads: its directory and its
+ * data.pkl (at most pkl_max bytes), refusing (naming `what`) anything
+ * that is not torch.save's zip format (the legacy format of torch < 1.6
+ * among them), big-endian data, and any pickle that needs a class outside
+ * pickle.h's allowlist (naming the class). */
+int ckpt_torch_archive_open(ckpt_zip_read_fn rd, void *arg, uint64_t len,
+                            const char *what, uint64_t pkl_max,
+                            ckpt_torch_archive *a, ckpt_error *err);
+void ckpt_torch_archive_close(ckpt_torch_archive *a);
+
+/* Describes the tensor that `call` (a _rebuild_tensor_v2/v3 or
+ * _rebuild_parameter call recorded by the pickle reader) makes from the
+ * storages of archive directory z: refuses a dtype ckptfs lacks (naming
+ * it), a missing storage entry, and sizes, strides and storage offset
+ * that reach past the storage or overflow. */
+int ckpt_torch_describe(const pk_val *call, const ckpt_zip *z,
+                        const char *prefix, const char *what,
+                        ckpt_torch_tensor *t, ckpt_error *err);
 
 /* Reads the archive of `len` bytes that `rd` reads and describes the one
  * tensor its data.pkl holds.  Refuses (naming `what`) anything else: an

@@ -202,6 +202,25 @@ static int parse_entry(const walk *w, const unsigned char *p, size_t avail,
     return 0;
 }
 
+static int cmp_entry(const void *a, const void *b)
+{
+    return strcmp(((const ckpt_zip_entry *)a)->name,
+                  ((const ckpt_zip_entry *)b)->name);
+}
+
+/* Sorts the entries by name for lookups, refusing a name given twice
+ * (which of two entries a reader takes is up to it: torch's takes one,
+ * another tool the other). */
+static int sort_names(ckpt_zip *z, const char *what, ckpt_error *err)
+{
+    qsort(z->v, z->n, sizeof *z->v, cmp_entry);
+    for (size_t i = 1; i < z->n; i++)
+        if (strcmp(z->v[i - 1].name, z->v[i].name) == 0)
+            return ckpt_err(err, -EINVAL, "%s: zip entry '%.200s' is there "
+                            "twice", what, z->v[i].name);
+    return 0;
+}
+
 int ckpt_zip_open(ckpt_zip_read_fn rd, void *arg, uint64_t len,
                   const char *what, ckpt_zip *out, ckpt_error *err)
 {
@@ -236,6 +255,8 @@ int ckpt_zip_open(ckpt_zip_read_fn rd, void *arg, uint64_t len,
         pos += used;
     }
     free(cd);
+    if (rc == 0)
+        rc = sort_names(out, what, err);
     if (rc)
         ckpt_zip_free(out);
     return rc;
@@ -251,8 +272,6 @@ void ckpt_zip_free(ckpt_zip *z)
 
 const ckpt_zip_entry *ckpt_zip_find(const ckpt_zip *z, const char *name)
 {
-    for (size_t i = 0; i < z->n; i++)
-        if (z->v[i].name && strcmp(z->v[i].name, name) == 0)
-            return &z->v[i];
-    return NULL;
+    ckpt_zip_entry key = { (char *)name, 0, 0 };
+    return z->n ? bsearch(&key, z->v, z->n, sizeof *z->v, cmp_entry) : NULL;
 }

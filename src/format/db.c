@@ -139,7 +139,8 @@ int ckpt_db_create(sqlite3 **out, const char *path, uint32_t app_id,
     sqlite3 *db = NULL;
     /* One thread at a time uses a connection (callers serialise). */
     int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE |
-                             SQLITE_OPEN_NOMUTEX, NULL);
+                             SQLITE_OPEN_NOMUTEX |
+                             SQLITE_OPEN_NOFOLLOW, NULL);
     if (rc != SQLITE_OK) {
         rc = ckpt_db_err(err, db, rc, path, "cannot open the new database");
     } else {

@@ -776,6 +776,7 @@ void ckpt_index_data_free(ckpt_index_data *d)
         free(d->tensors[t].fqn);
         free(d->tensors[t].chunks);
         free(d->tensors[t].dims);
+        free(d->tensors[t].refused);
     }
     for (size_t i = 0; i < d->nfiles; i++)
         free(d->files[i].path);

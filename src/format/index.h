@@ -72,6 +72,9 @@ typedef struct ckpt_index_tensor {
     ckpt_index_chunk *chunks;
     int64_t *dims;          /* the chunks' offsets and sizes */
     int chunks_loaded;
+    char *refused;          /* foreign checkpoints: why this tensor cannot
+                               be read (listed, every read of it fails so),
+                               or NULL */
 } ckpt_index_tensor;
 
 typedef struct ckpt_index_file {

@@ -16,18 +16,35 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/confine.h"
 #include "common/error.h"
 #include "common/fileio.h"
+#include "format/pending.h"
+
+/* A heartbeat thread: of one lease, or shared by all the leases taken
+ * on a ckpt_heartbeat (a mount daemon's thousands of saves and writers:
+ * one thread, not one each). */
+typedef struct beater {
+    pthread_t thread;
+    int running;                 /* the thread was started */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;           /* CLOCK_MONOTONIC */
+    int stop;
+    int beat_ms;
+    ckpt_lease *leases;          /* those it beats (under mu) */
+} beater;
+
+struct ckpt_heartbeat {
+    beater b;
+};
 
 struct ckpt_lease {
     int fd;
     char *path;
     int beat_ms;
-    pthread_t thread;
-    int running;                 /* the heartbeat thread was started */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;           /* CLOCK_MONOTONIC */
-    int stop;
+    beater *own;                 /* its own heartbeat thread, or NULL */
+    beater *on;                  /* the thread that beats it, or NULL */
+    ckpt_lease *prev, *next;     /* in on->leases */
 };
 
 /* 1 for the errors of a file system that keeps no locks. */
@@ -94,58 +111,119 @@ static void beat(int fd, int beat_ms)
 
 static void *beat_thread(void *arg)
 {
-    ckpt_lease *l = arg;
-    pthread_mutex_lock(&l->mu);
-    while (!l->stop) {
+    beater *b = arg;
+    pthread_mutex_lock(&b->mu);
+    while (!b->stop) {
         struct timespec t;
         clock_gettime(CLOCK_MONOTONIC, &t);
-        t.tv_sec += l->beat_ms / 1000;
-        t.tv_nsec += (long)(l->beat_ms % 1000) * 1000000L;
+        t.tv_sec += b->beat_ms / 1000;
+        t.tv_nsec += (long)(b->beat_ms % 1000) * 1000000L;
         if (t.tv_nsec >= 1000000000L) {
             t.tv_sec++;
             t.tv_nsec -= 1000000000L;
         }
         int rc = 0;
-        while (!l->stop && rc != ETIMEDOUT)
-            rc = pthread_cond_timedwait(&l->cv, &l->mu, &t);
-        if (!l->stop)
-            beat(l->fd, l->beat_ms);
+        while (!b->stop && rc != ETIMEDOUT)
+            rc = pthread_cond_timedwait(&b->cv, &b->mu, &t);
+        for (ckpt_lease *l = b->leases; !b->stop && l; l = l->next)
+            beat(l->fd, b->beat_ms);
     }
-    pthread_mutex_unlock(&l->mu);
+    pthread_mutex_unlock(&b->mu);
     return NULL;
 }
 
-static int start_beat(ckpt_lease *l, ckpt_error *err)
+static int beater_start(beater *b, int beat_ms, ckpt_error *err)
 {
+    *b = (beater){ .beat_ms = beat_ms };
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-    pthread_cond_init(&l->cv, &ca);
+    pthread_cond_init(&b->cv, &ca);
     pthread_condattr_destroy(&ca);
-    pthread_mutex_init(&l->mu, NULL);
-    int rc = pthread_create(&l->thread, NULL, beat_thread, l);
+    pthread_mutex_init(&b->mu, NULL);
+    int rc = pthread_create(&b->thread, NULL, beat_thread, b);
     if (rc) {
-        pthread_cond_destroy(&l->cv);
-        pthread_mutex_destroy(&l->mu);
-        return ckpt_err_sys(err, -rc, "%s: cannot start the lease's "
-                            "heartbeat thread", l->path);
+        pthread_cond_destroy(&b->cv);
+        pthread_mutex_destroy(&b->mu);
+        return ckpt_err_sys(err, -rc, "cannot start a lease heartbeat "
+                            "thread");
     }
-    l->running = 1;
+    b->running = 1;
     return 0;
+}
+
+static void beater_stop(beater *b)
+{
+    if (!b->running)
+        return;
+    pthread_mutex_lock(&b->mu);
+    b->stop = 1;
+    pthread_cond_broadcast(&b->cv);
+    pthread_mutex_unlock(&b->mu);
+    pthread_join(b->thread, NULL);
+    pthread_cond_destroy(&b->cv);
+    pthread_mutex_destroy(&b->mu);
+    b->running = 0;
+}
+
+static void beater_add(beater *b, ckpt_lease *l)
+{
+    pthread_mutex_lock(&b->mu);
+    l->on = b;
+    l->prev = NULL;
+    l->next = b->leases;
+    if (b->leases)
+        b->leases->prev = l;
+    b->leases = l;
+    pthread_mutex_unlock(&b->mu);
+}
+
+static void beater_remove(ckpt_lease *l)
+{
+    beater *b = l->on;
+    if (!b)
+        return;
+    pthread_mutex_lock(&b->mu);
+    if (l->prev)
+        l->prev->next = l->next;
+    else
+        b->leases = l->next;
+    if (l->next)
+        l->next->prev = l->prev;
+    pthread_mutex_unlock(&b->mu);
+    l->on = NULL;
+}
+
+int ckpt_heartbeat_new(ckpt_heartbeat **out, int beat_ms, ckpt_error *err)
+{
+    *out = calloc(1, sizeof **out);
+    if (!*out)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    int rc = beater_start(&(*out)->b, beat_ms > 0 ? beat_ms
+                                                  : CKPT_LEASE_BEAT_MS, err);
+    if (rc) {
+        free(*out);
+        *out = NULL;
+    }
+    return rc;
+}
+
+void ckpt_heartbeat_free(ckpt_heartbeat *h)
+{
+    if (!h)
+        return;
+    beater_stop(&h->b);
+    free(h);
 }
 
 void ckpt_lease_drop(ckpt_lease *l)
 {
     if (!l)
         return;
-    if (l->running) {
-        pthread_mutex_lock(&l->mu);
-        l->stop = 1;
-        pthread_cond_broadcast(&l->cv);
-        pthread_mutex_unlock(&l->mu);
-        pthread_join(l->thread, NULL);
-        pthread_cond_destroy(&l->cv);
-        pthread_mutex_destroy(&l->mu);
+    beater_remove(l);
+    if (l->own) {
+        beater_stop(l->own);
+        free(l->own);
     }
     if (l->fd >= 0)
         close(l->fd);   /* releases the lock */
@@ -153,8 +231,44 @@ void ckpt_lease_drop(ckpt_lease *l)
     free(l);
 }
 
+/* Starts l's heartbeat: on h's thread, or on one of its own. */
+static int start_beat(ckpt_lease *l, ckpt_heartbeat *h, ckpt_error *err)
+{
+    if (h) {
+        beater_add(&h->b, l);
+        return 0;
+    }
+    if (l->beat_ms <= 0)
+        return 0;
+    if (!(l->own = malloc(sizeof *l->own)))
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    int rc = beater_start(l->own, l->beat_ms, err);
+    if (rc) {
+        free(l->own);
+        l->own = NULL;
+        return rc;
+    }
+    beater_add(l->own, l);
+    return 0;
+}
+
+static int take(ckpt_lease **out, const char *dir, int beat_ms,
+                ckpt_heartbeat *h, ckpt_error *err);
+
 int ckpt_lease_take(ckpt_lease **out, const char *dir, int beat_ms,
                     ckpt_error *err)
+{
+    return take(out, dir, beat_ms, NULL, err);
+}
+
+int ckpt_lease_take_on(ckpt_lease **out, const char *dir, ckpt_heartbeat *h,
+                       ckpt_error *err)
+{
+    return take(out, dir, h ? h->b.beat_ms : CKPT_LEASE_BEAT_MS, h, err);
+}
+
+static int take(ckpt_lease **out, const char *dir, int beat_ms,
+                ckpt_heartbeat *h, ckpt_error *err)
 {
     char path[4096];
     *out = NULL;
@@ -167,12 +281,18 @@ int ckpt_lease_take(ckpt_lease **out, const char *dir, int beat_ms,
         return ckpt_err(err, -ENOMEM, "out of memory");
     }
     l->beat_ms = beat_ms;
-    l->fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (l->fd < 0) {
-        rc = errno == ENOENT
-            ? ckpt_err(err, -ENOENT, "%s is not a save in progress (it has "
-                       "no .pending/; a gc may have removed it)", dir)
-            : ckpt_err_sys(err, -errno, "cannot open the lease %s", path);
+    l->fd = -1;
+    int pfd = ckpt_pending_open(dir, 1, err);
+    if (pfd == -ENOENT)
+        rc = ckpt_err(err, -ENOENT, "%s is not a save in progress (it has "
+                      "no .pending/; a gc may have removed it)", dir);
+    else if (pfd < 0)
+        rc = pfd;
+    if (rc == 0) {
+        l->fd = ckpt_pending_file(pfd, dir, "lease", O_RDWR | O_CREAT, err);
+        close(pfd);
+        if (l->fd < 0)
+            rc = l->fd;
     }
     if (rc == 0) {
         rc = lock_whole(l->fd, F_RDLCK, 1);
@@ -187,8 +307,7 @@ int ckpt_lease_take(ckpt_lease **out, const char *dir, int beat_ms,
                       "process waited to take its lease", dir);
     if (rc == 0) {
         beat(l->fd, beat_ms > 0 ? beat_ms : CKPT_LEASE_BEAT_MS);
-        if (beat_ms > 0)
-            rc = start_beat(l, err);
+        rc = start_beat(l, h, err);
     }
     if (rc) {
         ckpt_lease_drop(l);
@@ -205,7 +324,7 @@ int ckpt_lease_take(ckpt_lease **out, const char *dir, int beat_ms,
  * gc can take the save between its appearance and its lease.  -EEXIST
  * when dir appeared meanwhile (then nothing is leased). */
 static int make_layout_atomic(ckpt_lease **out, const char *dir,
-                              ckpt_error *err)
+                              ckpt_heartbeat *h, ckpt_error *err)
 {
     char parent[4096], tmp[4096 + 300], sub[4096 + 320], base[256];
     size_t n = strlen(dir);
@@ -239,7 +358,7 @@ static int make_layout_atomic(ckpt_lease **out, const char *dir,
     if (rc == 0 && mkdir(sub, 0755) != 0)
         rc = ckpt_err_sys(err, -errno, "cannot create %s", sub);
     if (rc == 0)
-        rc = ckpt_lease_take(out, tmp, CKPT_LEASE_BEAT_MS, err);
+        rc = ckpt_lease_take_on(out, tmp, h, err);
     if (rc == 0 && rename(tmp, dir) != 0) {
         rc = errno == ENOTEMPTY || errno == EEXIST
             ? -EEXIST : ckpt_err_sys(err, -errno, "cannot create %s", dir);
@@ -271,11 +390,17 @@ static int make_subdir(const char *dir, const char *name, ckpt_error *err)
 
 int ckpt_save_begin(ckpt_lease **out, const char *dir, ckpt_error *err)
 {
+    return ckpt_save_begin_on(out, dir, NULL, err);
+}
+
+int ckpt_save_begin_on(ckpt_lease **out, const char *dir, ckpt_heartbeat *h,
+                       ckpt_error *err)
+{
     char path[4096];
     struct stat st;
     *out = NULL;
     if (stat(dir, &st) != 0 && errno == ENOENT) {
-        int rc = make_layout_atomic(out, dir, err);
+        int rc = make_layout_atomic(out, dir, h, err);
         if (rc != -EEXIST)
             return rc;          /* else another writer made it: join it */
     }
@@ -290,7 +415,7 @@ int ckpt_save_begin(ckpt_lease **out, const char *dir, ckpt_error *err)
         rc = make_subdir(dir, ".pending", err);
     if (rc == 0)
         rc = make_subdir(dir, "data", err);
-    return rc ? rc : ckpt_lease_take(out, dir, CKPT_LEASE_BEAT_MS, err);
+    return rc ? rc : ckpt_lease_take_on(out, dir, h, err);
 }
 
 int ckpt_lease_lock_exclusive(const char *dir, int create, int *fd,
@@ -302,24 +427,34 @@ int ckpt_lease_lock_exclusive(const char *dir, int create, int *fd,
     int rc = lease_path(path, sizeof path, dir, err);
     if (rc)
         return rc;
-    int f = create ? open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644)
-                   : -1;
-    if (f >= 0)
+    /* gc may retire another user's save (it only removes): any owner,
+     * but never through a link or into a FIFO. */
+    int pfd = ckpt_pending_open(dir, 0, err);
+    if (pfd < 0)
+        return pfd;
+    int f = create ? ckpt_confine_at(pfd, "lease", O_RDWR | O_CREAT | O_EXCL,
+                                     0644, CKPT_ANY_OWNER)
+                   : -EEXIST;
+    struct stat pst;
+    if (f >= 0) {
         *created = 1;
-    else if (!create || errno == EEXIST)
-        f = open(path, O_RDWR | O_CLOEXEC);
-    if (f < 0 && errno == ENOENT && !create) {
-        char pending[4096];
-        struct stat st;
-        if (ckpt_path_join(pending, sizeof pending, dir, ".pending", NULL) ||
-            stat(pending, &st) == 0)
-            return 0;
-        errno = ENOENT;
-    }
-    if (f < 0 && errno == ENOENT)
-        return ckpt_err(err, -ENOENT, "%s has no .pending/", dir);
+        /* The lease is the save owner's, whoever runs gc (a root gc over
+         * a user's young save leaves it for that user's writers, who
+         * refuse a lease of another user's). */
+        if (fstat(pfd, &pst) == 0 && pst.st_uid != geteuid() &&
+            fchown(f, pst.st_uid, pst.st_gid) != 0) {
+            (void)unlinkat(pfd, "lease", 0);
+            close(f);
+            f = -EPERM;
+        }
+    } else if (f == -EEXIST)
+        f = ckpt_confine_at(pfd, "lease", O_RDWR, 0, CKPT_ANY_OWNER);
+    close(pfd);
+    if (f == -ENOENT && !create)
+        return 0;
     if (f < 0)
-        return ckpt_err_sys(err, -errno, "cannot open the lease %s", path);
+        return ckpt_err_sys(err, f, "cannot open the lease %s (it must be a "
+                            "regular file, not a link)", path);
     rc = lock_whole(f, F_WRLCK, 0);
     if (rc == -EAGAIN) {
         close(f);
@@ -402,30 +537,35 @@ int ckpt_new_maker_gone(const char *name)
 
 void ckpt_save_mark_unsynced(const char *dir, const char *msg)
 {
-    char path[4096];
-    if (ckpt_path_join(path, sizeof path, dir, CKPT_UNSYNCED_PATH, NULL))
+    int pfd = ckpt_pending_open(dir, 1, NULL);
+    if (pfd < 0)
         return;
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    int fd = ckpt_confine_at(pfd, "unsynced", O_WRONLY | O_CREAT | O_EXCL,
+                             0644, CKPT_ANY_OWNER);
+    close(pfd);
     if (fd < 0)
         return;                 /* marked already, or cannot be */
-    (void)ckpt_write_full(fd, msg, strlen(msg), path, NULL);
+    size_t n = strlen(msg);
+    (void)ckpt_write_full(fd, msg, n < CKPT_CONTROL_MAX ? n
+                          : CKPT_CONTROL_MAX, CKPT_UNSYNCED_PATH, NULL);
     (void)fsync(fd);
     close(fd);
 }
 
 int ckpt_save_unsynced(const char *dir, char *buf, size_t cap)
 {
-    char path[4096];
     if (cap)
         buf[0] = '\0';
-    if (ckpt_path_join(path, sizeof path, dir, CKPT_UNSYNCED_PATH, NULL))
+    int pfd = ckpt_pending_open(dir, 0, NULL);
+    if (pfd < 0)
         return 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return 0;
-    ssize_t n = cap ? read(fd, buf, cap - 1) : 0;
-    if (n > 0)
-        buf[n] = '\0';
-    close(fd);
-    return 1;
+    /* A mark that is a link, a FIFO or another user's file is no mark of
+     * ours; but a save that has one anyway is not committed. */
+    struct stat st;
+    int there = fstatat(pfd, "unsynced", &st, AT_SYMLINK_NOFOLLOW) == 0;
+    if (there && !ckpt_pending_read(pfd, "unsynced", buf, cap) && cap)
+        snprintf(buf, cap, "%s/" CKPT_UNSYNCED_PATH " is not a regular file "
+                 "of this user", dir);
+    close(pfd);
+    return there;
 }

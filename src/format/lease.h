@@ -34,6 +34,15 @@
 #define CKPT_LEASE_BEAT_MS 30000
 
 typedef struct ckpt_lease ckpt_lease;
+/* One heartbeat thread for many leases (a mount daemon's): each lease
+ * taken on it is touched by that thread every beat_ms milliseconds. */
+typedef struct ckpt_heartbeat ckpt_heartbeat;
+
+/* Starts the thread (beat_ms <= 0: CKPT_LEASE_BEAT_MS). */
+int ckpt_heartbeat_new(ckpt_heartbeat **out, int beat_ms, ckpt_error *err);
+/* Stops it; every lease taken on it must have been dropped (NULL is
+ * fine). */
+void ckpt_heartbeat_free(ckpt_heartbeat *h);
 
 /* Takes a shared lease on the save in `dir`, whose .pending/ must exist:
  * opens (creating) its lease file, waits while a gc holds it exclusively,
@@ -43,6 +52,10 @@ typedef struct ckpt_lease ckpt_lease;
  * no thread) -- each time unless another holder did within half a beat. */
 int ckpt_lease_take(ckpt_lease **out, const char *dir, int beat_ms,
                     ckpt_error *err);
+/* ckpt_lease_take with the heartbeat of h (NULL: a thread of its own
+ * beating every CKPT_LEASE_BEAT_MS). */
+int ckpt_lease_take_on(ckpt_lease **out, const char *dir, ckpt_heartbeat *h,
+                       ckpt_error *err);
 /* Releases the lease and stops its heartbeat (NULL is fine). */
 void ckpt_lease_drop(ckpt_lease *l);
 
@@ -52,6 +65,9 @@ void ckpt_lease_drop(ckpt_lease *l);
  * A missing directory appears with its .pending/ in one step (made aside
  * under a name starting with CKPT_NEW_PREFIX, then renamed). */
 int ckpt_save_begin(ckpt_lease **out, const char *dir, ckpt_error *err);
+/* The same, the lease beaten by h (NULL: by a thread of its own). */
+int ckpt_save_begin_on(ckpt_lease **out, const char *dir, ckpt_heartbeat *h,
+                       ckpt_error *err);
 
 /* gc's side: tries to lock the lease of the save in `dir` exclusively,
  * without waiting.  0 with *fd set (the lock lasts until close(*fd)) when

@@ -466,14 +466,15 @@ static int read_all(sqlite3 *db, preader *r)
 static int open_plan(sqlite3 **db, const char *path, ckpt_error *err)
 {
     struct stat st;
-    if (stat(path, &st))
+    if (lstat(path, &st))
         return ckpt_err_sys(err, -errno, "cannot open local plan %s", path);
     if (!S_ISREG(st.st_mode) || st.st_size == 0)
         return ckpt_err(err, -EINVAL, "%s is not a ckptfs local plan (%s)",
                         path, S_ISREG(st.st_mode) ? "empty file"
                                                   : "not a regular file");
     int rc = sqlite3_open_v2(path, db, SQLITE_OPEN_READWRITE |
-                             SQLITE_OPEN_NOMUTEX, NULL);
+                             SQLITE_OPEN_NOMUTEX |
+                             SQLITE_OPEN_NOFOLLOW, NULL);
     if (rc != SQLITE_OK)
         return ckpt_db_err(err, *db, rc, path, "cannot open local plan");
     rc = sqlite3_busy_timeout(*db, BUSY_TIMEOUT_MS);

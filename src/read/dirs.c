@@ -47,6 +47,8 @@ ckpt_format ckpt_format_probe(const char *path, char *stamp, size_t cap)
         return CKPT_FORMAT_DCP;
     case CKPT_FOREIGN_SAFETENSORS:
         return CKPT_FORMAT_SAFETENSORS;
+    case CKPT_FOREIGN_TORCH:
+        return CKPT_FORMAT_TORCH;
     default:
         return CKPT_FORMAT_NONE;
     }

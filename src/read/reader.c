@@ -47,6 +47,7 @@
 #include "common/region.h"
 #include "common/shape.h"
 #include "read/shardio.h"
+#include "read/strided.h"
 #include "common/optsize.h"
 
 /* Scratch for one decoding thread: codec contexts and shard reading
@@ -67,6 +68,8 @@ typedef struct tensor_state {
     _Atomic(ckpt_frame_rec *) *frames;   /* per chunk, lazily */
     ckpt_strided **strided;         /* foreign: per chunk, its strides, or
                                        NULL when row-major */
+    _Atomic(ckpt_strided_map *) *maps;   /* per strided chunk: its storage
+                                       mapped, on first read */
 } tensor_state;
 
 struct ckpt_reader {
@@ -203,7 +206,13 @@ static void state_free(tensor_state *s, size_t nchunks)
         free(atomic_load(&s->frames[c]));
         if (s->strided)
             free(s->strided[c]);
+        ckpt_strided_map *m = s->maps ? atomic_load(&s->maps[c]) : NULL;
+        if (m) {
+            ckpt_strided_map_close(m);
+            free(m);
+        }
     }
+    free(s->maps);
     free(s->frames);
     free(s->strided);
     free(s->frame0);
@@ -241,6 +250,9 @@ static tensor_state *state_new(ckpt_reader *r, size_t t)
  * ckpt_reader_chunk/frame, verify) comes through here first. */
 static int tensor_chunks(ckpt_reader *r, size_t t, ckpt_error *err)
 {
+    const char *why = r->d.tensors[t].refused;
+    if (why)
+        return ckpt_err(err, -ENOTSUP, "%s", why);
     if (state_of(r, t))
         return 0;
     int rc = 0;
@@ -348,46 +360,59 @@ static const ckpt_strided *strided_of(const ckpt_reader *r, size_t t,
     return s->strided ? s->strided[c] : NULL;
 }
 
-/* Copies the elements of a strided chunk (sizes, strides in elements, from
- * src) into dst in row-major order. */
-static void gather(unsigned char *dst, const unsigned char *src, int ndim,
-                   const int64_t *sizes, const int64_t *stride, size_t isz)
+/* The storage of strided chunk (t, c) (its one frame's bytes), mapped
+ * on first use (once: of two threads mapping it, one keeps its
+ * mapping). */
+static int strided_map(ckpt_reader *r, size_t t, size_t c,
+                       const ckpt_strided_map **out, ckpt_error *err)
 {
-    int64_t idx[CKPT_MAX_DIMS] = { 0 };
-    if (ndim == 0) {
-        memcpy(dst, src, isz);
-        return;
+    tensor_state *s = state_of(r, t);
+    ckpt_strided_map *m = atomic_load(&s->maps[c]);
+    if (m) {
+        *out = m;
+        return 0;
     }
-    int last = ndim - 1;
-    for (;;) {
-        int64_t base = 0;
-        for (int k = 0; k < last; k++)
-            base += idx[k] * stride[k];
-        const unsigned char *p = src + (size_t)base * isz;
-        size_t step = (size_t)stride[last] * isz;
-        for (int64_t i = 0; i < sizes[last]; i++, dst += isz, p += step)
-            memcpy(dst, p, isz);
-        int k = last - 1;
-        while (k >= 0 && ++idx[k] == sizes[k])
-            idx[k--] = 0;
-        if (k < 0)
-            return;
+    const ckpt_frame_rec *frames;
+    const ckpt_index_chunk *ch = chunk_at(r, t, c);
+    int rc = chunk_frames(r, t, c, &frames, err);
+    int fd = rc ? rc : shard_fd(r, ch->file, err);
+    if (fd < 0)
+        return fd;
+    if (!(m = calloc(1, sizeof *m)))
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    rc = ch->nframes ? ckpt_strided_map_open(fd, frames[0].file_offset,
+                                             frames[0].stored_size,
+                                             file_of(r, t, c), m, err) : 0;
+    if (rc) {
+        free(m);
+        return ckpt_err_wrap(err, rc, "tensor '%s' chunk %zu",
+                             tensor_at(r, t)->fqn, c);
     }
+    ckpt_strided_map *none = NULL;
+    if (!atomic_compare_exchange_strong(&s->maps[c], &none, m)) {
+        ckpt_strided_map_close(m);
+        free(m);
+        m = none;
+    }
+    *out = m;
+    return 0;
 }
 
-/* Reads a strided chunk's bytes (its one frame) and gathers them. */
-static int read_strided(const frame_ref *fr, int fd, const ckpt_strided *sd,
-                        void *dst, scratch *s, ckpt_error *err)
+/* Copies bytes [src, src + n) of strided chunk (t, c)'s row-major image
+ * to dst, element by element from its mapped storage (strided.h). */
+static int copy_strided(ckpt_reader *r, size_t t, size_t c, uint64_t src,
+                        uint64_t n, void *dst, ckpt_error *err)
 {
-    const ckpt_frame_rec *f = fr->f;
-    const ckpt_index_tensor *t = tensor_at(fr->r, fr->t);
-    const unsigned char *src;
-    int rc = ckpt_sio_stored(s->io, fd, f->stored_size, f->file_offset, &src,
-                             file_of(fr->r, fr->t, fr->c), err);
-    if (rc == 0)
-        gather(dst, src, t->ndim, chunk_at(fr->r, fr->t, fr->c)->sizes,
-               sd->stride, ckpt_dtype_size(t->dtype));
-    return rc;
+    const ckpt_strided_map *m;
+    int rc = strided_map(r, t, c, &m, err);
+    if (rc)
+        return rc;
+    const ckpt_index_tensor *tt = tensor_at(r, t);
+    ckpt_strided_gather(dst, m->base, tt->ndim, chunk_at(r, t, c)->sizes,
+                        strided_of(r, t, c)->stride,
+                        ckpt_dtype_size(tt->dtype), src, n);
+    atomic_fetch_add(&r->bytes_decoded, n);
+    return 0;
 }
 
 /* A delta frame (ref or xor) of fr into dst: the base frame at its
@@ -447,7 +472,7 @@ static int decode_frame(const frame_ref *fr, void *dst, scratch *s,
     int rc = 0, summed = 0;
     uint64_t sum = 0;
     if (sd) {
-        rc = read_strided(fr, fd, sd, dst, s, err);
+        rc = copy_strided(r, fr->t, fr->c, 0, f->raw_size, dst, err);
     } else if (f->codec == CKPT_CODEC_REF || f->codec == CKPT_CODEC_XOR) {
         rc = decode_delta(fr, fd, dst, s, &sum, &summed, err);
     } else if (f->codec == CKPT_CODEC_RAW) {
@@ -680,6 +705,8 @@ static int copy_segment(ckpt_reader *r, size_t t, const segment *sg,
     int rc = chunk_frames(r, t, sg->c, &frames, err);
     if (rc)
         return rc;
+    if (strided_of(r, t, sg->c))
+        return copy_strided(r, t, sg->c, sg->src, sg->n, sg->dst, err);
     uint64_t src = sg->src, n = sg->n;
     unsigned char *dst = sg->dst;
     uint64_t i = find_frame(frames, ch->nframes, src);
@@ -907,8 +934,9 @@ static void prefetch_after(ckpt_reader *r, size_t t, const segment *last)
     while (want > 0 && c < tt->nchunks) {
         const ckpt_frame_rec *frames;
         const ckpt_index_chunk *ch = &tt->chunks[c];
-        if (ch->nframes == 0 || chunk_frames(r, t, c, &frames, NULL))
-            break;
+        if (ch->nframes == 0 || chunk_frames(r, t, c, &frames, NULL) ||
+            strided_of(r, t, c))
+            break;   /* a strided chunk is read in place, when asked */
         uint64_t i = pos < ch->raw_bytes ? find_frame(frames, ch->nframes, pos)
                                          : ch->nframes;
         if (i < ch->nframes && frames[i].raw_offset < pos)
@@ -1259,7 +1287,8 @@ static int open_foreign(ckpt_reader *r, const char *path, ckpt_error *err)
         return rc;
     r->foreign = 1;
     r->index_file = f.index_file;
-    r->names_in_files = f.kind == CKPT_FOREIGN_SAFETENSORS;
+    r->names_in_files = f.kind == CKPT_FOREIGN_SAFETENSORS ||
+                        f.kind == CKPT_FOREIGN_TORCH;
     r->d = f.d;
     memset(&f.d, 0, sizeof f.d);
     free(r->dir);
@@ -1270,7 +1299,8 @@ static int open_foreign(ckpt_reader *r, const char *path, ckpt_error *err)
     for (size_t t = 0, g = 0; rc == 0 && t < r->d.ntensors; t++) {
         tensor_state *s = state_of(r, t);
         size_t n = r->d.tensors[t].nchunks;
-        if (!(s->strided = calloc(n + 1, sizeof *s->strided))) {
+        if (!(s->strided = calloc(n + 1, sizeof *s->strided)) ||
+            !(s->maps = calloc(n + 1, sizeof *s->maps))) {
             rc = ckpt_err(err, -ENOMEM, "out of memory");
             break;
         }
@@ -1370,7 +1400,8 @@ ckpt_format ckpt_reader_format(const ckpt_reader *r)
         return CKPT_FORMAT_CKPTFS;
     const char *f = ckpt_reader_meta_get(r, "source_format");
     return f && strcmp(f, "safetensors") == 0 ? CKPT_FORMAT_SAFETENSORS
-                                              : CKPT_FORMAT_DCP;
+           : f && strcmp(f, "torch-save") == 0 ? CKPT_FORMAT_TORCH
+                                               : CKPT_FORMAT_DCP;
 }
 
 size_t ckpt_reader_count(const ckpt_reader *r)
@@ -1679,6 +1710,19 @@ static void verify_frames(verifier *v, size_t t, size_t c, scratch *s,
         return;
     if (chunk_frames(r, t, c, &frames, &e)) {
         report(v, t, (long)c, -1, file, 0, e.msg);
+        return;
+    }
+    if (strided_of(r, t, c)) {
+        /* no checksum to check: its storage is in the file (mapped), and
+         * gathering it whole would cost its declared size */
+        const ckpt_strided_map *m;
+        if (strided_map(r, t, c, &m, &e))
+            report(v, t, (long)c, 0, file, frames[0].file_offset, e.msg);
+        pthread_mutex_lock(&v->mu);
+        v->done += ch->raw_bytes;
+        if (v->progress)
+            v->progress(v->arg, v->done, v->total);
+        pthread_mutex_unlock(&v->mu);
         return;
     }
     for (uint64_t i = 0; i < ch->nframes; i++) {

@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/confine.h"
 #include "common/error.h"
 #include "common/fileio.h"
 #include "common/shape.h"
@@ -25,6 +26,7 @@
 #include "format/index.h"
 #include "format/planfile.h"
 #include "format/lease.h"
+#include "format/pending.h"
 #include "format/model.h"
 #include "format/plan.h"
 #include "write/writer.h"
@@ -429,9 +431,14 @@ static int sync_one(const char *dir, const char *file, ckpt_error *err)
     int rc = ckpt_path_join(path, sizeof path, dir, file, err);
     if (rc)
         return rc;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* Inside the save, no link followed, no FIFO opened. */
+    ckpt_confine c;
+    rc = ckpt_confine_open(&c, dir, 0, err);
+    int fd = rc ? rc : ckpt_confine_openat(&c, file, err);
+    if (rc == 0)
+        ckpt_confine_close(&c);
     if (fd < 0)
-        return ckpt_err_sys(err, -errno, "cannot open %s", path);
+        return fd;
     rc = fdatasync(fd) == 0 ? 0 : ckpt_err_sys(err, -errno, "cannot sync %s",
                                                path);
     close(fd);
@@ -553,7 +560,7 @@ int ckpt_commit(const char *dir, const ckpt_commit_opts *opts,
                 ckpt_error *err)
 {
     ckpt_commit_opts o;
-    char pending[4096], lock[4096];
+    char pending[4096];
     if (!dir)
         return ckpt_err_null(err, "ckpt_commit", "dir");
     ckpt_commit_opts_init(&o);
@@ -564,8 +571,6 @@ int ckpt_commit(const char *dir, const ckpt_commit_opts *opts,
             return rc;
     }
     int rc = ckpt_path_join(pending, sizeof pending, dir, ".pending", err);
-    if (rc == 0)
-        rc = ckpt_path_join(lock, sizeof lock, pending, "commit.lock", err);
     if (rc)
         return rc;
     /* The lease keeps gc away for the whole commit; a gc that retired the
@@ -582,14 +587,20 @@ int ckpt_commit(const char *dir, const ckpt_commit_opts *opts,
     }
     if (rc)
         return rc;
-    int fd = open(lock, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    /* The lease checked that .pending/ is this user's; the lock is
+     * opened in it without following a link. */
+    int pfd = ckpt_pending_open(dir, 1, err);
+    int fd = pfd < 0 ? pfd : ckpt_pending_file(pfd, dir, "commit.lock",
+                                                O_RDWR | O_CREAT, err);
+    if (pfd >= 0)
+        close(pfd);
     if (fd < 0) {
-        rc = ckpt_err_sys(err, -errno, "cannot open %s", lock);
         ckpt_lease_drop(lease);
-        return rc;
+        return fd;
     }
     if (flock(fd, LOCK_EX) != 0) {
-        rc = ckpt_err_sys(err, -errno, "cannot lock %s", lock);
+        rc = ckpt_err_sys(err, -errno, "cannot lock %s/.pending/commit.lock",
+                          dir);
         close(fd);
         ckpt_lease_drop(lease);
         return rc;

@@ -252,6 +252,13 @@ static int open_base(ckpt_writer *w, ckpt_error *err)
 int ckpt_writer_open(ckpt_writer **out, const char *dir, const char *name,
                      const ckpt_write_opts *opts, ckpt_error *err)
 {
+    return ckpt_writer_open_on(out, dir, name, opts, NULL, err);
+}
+
+int ckpt_writer_open_on(ckpt_writer **out, const char *dir, const char *name,
+                        const ckpt_write_opts *opts, ckpt_heartbeat *h,
+                        ckpt_error *err)
+{
     if (!out)
         return ckpt_err_null(err, "ckpt_writer_open", "out");
     *out = NULL;
@@ -281,7 +288,7 @@ int ckpt_writer_open(ckpt_writer **out, const char *dir, const char *name,
     if (rc == 0)
         rc = ckpt_write_opts_check(&w->opts, err);
     if (rc == 0)
-        rc = ckpt_save_begin(&w->lease, dir, err);
+        rc = ckpt_save_begin_on(&w->lease, dir, h, err);
     if (rc == 0)
         rc = open_files(w, err);
     if (rc == 0 && w->base)

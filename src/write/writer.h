@@ -6,6 +6,13 @@
 #define CKPT_WRITER_H
 
 #include "ckptfs.h"
+#include "format/lease.h"
+
+/* ckpt_writer_open whose lease is beaten by h (a mount daemon's shared
+ * heartbeat; NULL: a thread of the writer's own). */
+int ckpt_writer_open_on(ckpt_writer **out, const char *dir, const char *name,
+                        const ckpt_write_opts *opts, ckpt_heartbeat *h,
+                        ckpt_error *err);
 
 /* Declares tensor fqn in the save: ckpt_commit refuses it unless some
  * writer records a piece of it.  `reason` (NULL or "" when there is none)

@@ -18,7 +18,9 @@
 #                                  -n; -u falls back to -uz), waits up to
 #                                  15 s for the daemon
 #                                  to end; $DAEMON_RC is its exit status, or
-#                                  'hung' (then it was killed)
+#                                  'hung' (then it was killed, after naming
+#                                  any other mount namespace still holding
+#                                  a copy of MNT: docs/MOUNT.md, Unmounting)
 #   expect_daemon_clean DESC LOG   after umount_ck: exit status 0 and no
 #                                  sanitizer/crash report in LOG
 #   refuse_mount DESC ERE SRC [WANT_RC [OPTS...]]
@@ -31,6 +33,8 @@
 #   xattr_get FILE NAME            an extended attribute's value
 #   xattr_set FILE NAME [VALUE]    setfattr -n NAME -v VALUE (-x without)
 #   fscheck ARGS...                tests/helpers/fscheck.py
+# As root the script runs in a mount namespace of its own (its mounts are
+# not seen from outside it; see below).
 # Every mount still there on exit (normal end, failure, INT/TERM, watchdog)
 # is unmounted (fusermount3 -u, else -uz) and its daemon killed before the
 # temp dir is removed.
@@ -54,6 +58,17 @@ fi
 CKPT_BUILDDIR=${CKPT_BUILDDIR:-$CKPT_SRCDIR}
 CKPTFS=${CKPTFS:-$CKPT_BUILDDIR/fs/ckptfs}
 [ -x "$CKPTFS" ] || _fs_skip "the daemon is not built: $CKPTFS"
+
+# As root, the script runs in a private mount namespace of its own
+# (scripts/private-ns.sh): a namespace another program makes while a mount
+# is up copies it, and that copy keeps the daemon serving after
+# fusermount3 -u ('hung'); the script's mounts are not in the host's
+# namespace, so none can copy them.
+if [ "$(id -u)" = 0 ] && [ -z "${CKPT_FS_OWN_NS:-}" ] &&
+    unshare --mount --propagation private true 2>/dev/null; then
+    export CKPT_FS_OWN_NS=1
+    exec /bin/bash "$CKPT_SRCDIR/scripts/private-ns.sh" /bin/bash "$0" "$@"
+fi
 
 CKPT_TEST_TIMEOUT=${CKPT_TEST_TIMEOUT:-300}
 . "$CKPT_SRCDIR/tests/cli/lib.sh"
@@ -149,6 +164,23 @@ _fs_index() {
     echo "$found"
 }
 
+# _fs_holders MNT: "PID (COMMAND)" of a process in each other mount
+# namespace that holds a copy of MNT; such a copy keeps the daemon serving
+# after fusermount3 -u (docs/MOUNT.md, "Unmounting").  Needs root.
+_fs_holders() {
+    local q n seen
+    seen=" $(readlink /proc/self/ns/mnt) "
+    command -v nsenter >/dev/null 2>&1 || return 0
+    for q in /proc/[0-9]*; do
+        n=$(readlink "$q/ns/mnt" 2>/dev/null) || continue
+        case $seen in *" $n "*) continue ;; esac
+        seen="$seen$n "
+        if nsenter -t "${q#/proc/}" -m cat /proc/self/mountinfo 2>/dev/null | grep -q -F " $1 "; then
+            echo "${q#/proc/} ($(tr '\0' ' ' <"$q/cmdline" 2>/dev/null | head -c 100))"
+        fi
+    done
+}
+
 # umount_ck MNT [-z|-n]
 umount_ck() {
     local mnt=$1 how=${2:-} i pid
@@ -174,6 +206,9 @@ umount_ck() {
         DAEMON_RC=$?
     else
         DAEMON_RC=hung
+        local held
+        held=$(_fs_holders "$mnt")
+        [ -z "$held" ] || echo "     the daemon still serves copies of $mnt in other mount namespaces, of: $(echo "$held" | tr '\n' ' ')"
         kill -TERM "$pid" 2>/dev/null
         _fs_wait_gone "$pid" 2 || kill -KILL "$pid" 2>/dev/null
         wait "$pid" 2>/dev/null
@@ -301,4 +336,19 @@ stat_val() {
 # Python snippet) has a line matching ERE.
 py_says() {
     if grep -E -q -- "$2" "$TMP/py.out"; then ok "$1 ($(tr '\n' ' ' <"$TMP/py.out" | head -c 300))"; else bad "$1: want /$2/, got: $(tr '\n' '~' <"$TMP/py.out" | head -c 600)"; fi
+}
+
+# need_nobody: for tests run as root that act as a second user: defines
+# NOGROUP and as_nobody CMD... (setpriv as user nobody, no groups), makes
+# $TMP reachable, and skips (exit 77) where any of that cannot be.
+need_nobody() {
+    command -v setpriv >/dev/null 2>&1 || _fs_skip "no setpriv (util-linux)"
+    id nobody >/dev/null 2>&1 || _fs_skip "no user nobody"
+    [ "$(id -u)" = 0 ] || _fs_skip "needs root (to mount for another user)"
+    NOGROUP=$(id -gn nobody)
+    chmod 755 "$TMP"
+    as_nobody test -x "$TMP" || _fs_skip "user nobody cannot reach $TMP (set TMPDIR)"
+}
+as_nobody() {
+    setpriv --reuid=nobody --regid="$NOGROUP" --clear-groups "$@"
 }

@@ -64,7 +64,17 @@ if [ "$HAVE_TORCH" = 1 ]; then
     refuse_mount "a .metadata pickle naming os.system" "refusing global 'os\\.system'" "$TMP/evil"
     check "no code ran" test ! -e "$TMP/PWNED"
     "$PY" "$REF" bad item-past-eof "$TMP/dcp1" "$TMP/past" >/dev/null
-    refuse_mount "an item past the end of its file" "lies past the end of the file" "$TMP/past"
+    # one bad item refuses its tensor alone (#23): the rest mounts, a read
+    # of it fails with EIO and the daemon logs why
+    if mount_ck "$TMP/past" "$TMP/mnt.past"; then
+        check "an item past the end of its file: its tensor fails to read" \
+            bash -c '! cat "$1/model/w" >/dev/null 2>&1' _ "$TMP/mnt.past"
+        n=$(find "$TMP/mnt.past" -type f -not -path "$TMP/mnt.past/.*" | wc -l)
+        check "an item past the end of its file: the other tensors are there ($n files)" test "$n" -gt 1
+        umount_ck "$TMP/mnt.past"
+        check "an item past the end of its file: the log says why" \
+            grep -q "lies past the end of the file" "$MNT_LOG"
+    fi
 
     # A root of DCP step directories mounts as a root: each checkpoint a
     # directory, `latest` by the number in the names (DCP has no step

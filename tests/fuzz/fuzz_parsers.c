@@ -2,7 +2,10 @@
  * fuzz_parsers.c - libFuzzer target for the parsers of foreign checkpoint
  * files: the restricted pickle reader (and the DCP-style lookups done on
  * its values), the zip directory reader with torch.save's tensor
- * description on top, and the JSON reader of safetensors headers.  The
+ * description on top, a whole torch.save archive (its pickled tree
+ * walked, every tensor in it described and its first bytes gathered with
+ * its strides, as torchfile.c and read/strided.c do), and the JSON
+ * reader of safetensors headers.  The
  * first input byte picks the parser; the rest is its input.  Built and run
  * by tests/fuzz/run_fuzz.sh.
  */
@@ -16,6 +19,7 @@
 #include "foreign/pickle.h"
 #include "foreign/torchsave.h"
 #include "foreign/zipread.h"
+#include "read/strided.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -50,6 +54,43 @@ static void poke(const pk_val *root)
     (void)pk_dict_get(pk_attr(root, "storage_data"), "x");
 }
 
+/* Describes every tensor of a torch.save archive's tree (an explicit
+ * stack, bounded) and gathers the first bytes of each from the input. */
+static void archive(const uint8_t *in, size_t n)
+{
+    mem m = { in, n };
+    ckpt_error err = { 0 };
+    ckpt_torch_archive a;
+    if (ckpt_torch_archive_open(mem_read, &m, n, "fuzz", 1 << 20, &a,
+                                &err))
+        return;
+    const pk_val *stack[256];
+    size_t sp = 0, visited = 0;
+    stack[sp++] = a.root;
+    while (sp && visited++ < 4096) {
+        const pk_val *v = stack[--sp];
+        if (v->type == PK_DICT || v->type == PK_LIST || v->type == PK_TUPLE) {
+            for (size_t i = 0; i < v->n && sp < 256; i++)
+                stack[sp++] = v->items[i];
+            continue;
+        }
+        ckpt_torch_tensor t;
+        if (v->type != PK_OBJ ||
+            ckpt_torch_describe(v, &a.z, a.prefix, "fuzz", &t, &err))
+            continue;
+        unsigned char out[256];
+        uint64_t numel = 1;
+        for (int k = 0; k < t.ndim; k++)
+            numel *= (uint64_t)t.size[k];
+        uint64_t nb = numel * ckpt_dtype_size(t.dtype);
+        if (t.data_offset <= n && n - t.data_offset >= t.span_bytes)
+            ckpt_strided_gather(out, in + t.data_offset, t.ndim, t.size,
+                                t.stride, ckpt_dtype_size(t.dtype), 0,
+                                nb < sizeof out ? nb : sizeof out);
+    }
+    ckpt_torch_archive_close(&a);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
@@ -57,7 +98,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ckpt_error err = { 0 };
     const uint8_t *in = data + 1;
     size_t n = size - 1;
-    switch (data[0] % 3) {
+    switch (data[0] % 4) {
     case 0: {
         pk_ctx *ctx;
         pk_val *root;
@@ -74,6 +115,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         (void)ckpt_torch_tensor_read(mem_read, &m, n, "fuzz", &t, &err);
         break;
     }
+    case 3:
+        archive(in, n);
+        break;
     default: {
         json_val v;
         if (json_parse((const char *)in, n, "fuzz", &v, &err) == 0)

@@ -13,10 +13,15 @@
 #                 (CKPT_FUZZ_SECONDS, default 10)
 #   fuzz_frames   every codec's frame decoder and xor frames on arbitrary
 #                 frame bytes, and encode/decode round trips; seeded with
-#                 real frames of every codec and xor frames (CKPT_FUZZ_SECONDS, default 8)
+#                 real frames of every codec and xor frames
+#                 (CKPT_FUZZ_SECONDS, default 8)
+#   fuzz_control  a writable mount's control files: a save's .pending/ made
+#                 of the input (files, links out, FIFOs), read for the
+#                 status and .ckptfs/errors, and the attribute values users
+#                 set (CKPT_FUZZ_SECONDS, default 8)
 # CKPT_FUZZ_SECONDS=N runs each for N seconds (longer runs on demand:
 # CKPT_FUZZ_SECONDS=600 bash tests/fuzz/run_fuzz.sh); CKPT_FUZZ_TARGETS
-# picks targets (default: all three).  Fails on any crash, leak, sanitizer
+# picks targets (default: all four).  Fails on any crash, leak, sanitizer
 # report or timeout of one input (the input is kept under
 # tests/fuzz/artifacts/ of the build directory).
 # Exit 77 (skip) when clang or the libFuzzer runtime is missing.
@@ -25,7 +30,7 @@ SRC=${CKPT_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 BUILD=${CKPT_BUILDDIR:-$SRC}
 PY=/usr/bin/python3
 CLANG=${CLANG:-clang}
-TARGETS=${CKPT_FUZZ_TARGETS:-fuzz_parsers fuzz_index fuzz_frames}
+TARGETS=${CKPT_FUZZ_TARGETS:-fuzz_parsers fuzz_index fuzz_frames fuzz_control}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/ckpt-fuzz.XXXXXX") || exit 99
 trap 'rm -rf "$WORK"' EXIT
 
@@ -36,7 +41,7 @@ echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }' 
 
 mkdir -p "$BUILD/tests/fuzz"
 CFLAGS=(-std=c11 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
-        -fno-sanitize-recover=undefined -I"$BUILD" -I"$SRC/src")
+        -fno-sanitize-recover=undefined -I"$BUILD" -I"$SRC/src" -I"$SRC/fs")
 # The library's sources a target needs (for fuzz_index, every layer but
 # mpi/ and async/: MPI, CUDA staging and the asynchronous and one-call
 # savers).
@@ -45,21 +50,24 @@ sources_of() {
     case $1 in
     fuzz_parsers)
         for s in foreign/pickle foreign/zipread foreign/torchsave common/json \
-                 common/error common/dtype; do echo "$SRC/src/$s.c"; done ;;
+                 common/error common/dtype read/strided; do echo "$SRC/src/$s.c"; done ;;
     fuzz_frames)
         for s in codec/codec codec/bytegroup codec/huff codec/xorframe common/error common/dtype; do
             echo "$SRC/src/$s.c"; done ;;
-    fuzz_index)
+    fuzz_index|fuzz_control)
         for s in "$SRC"/src/*/*.c; do
             case ${s#"$SRC"/src/} in mpi/*|async/*) ;; *) echo "$s" ;; esac
-        done ;;
+        done
+        if [ "$1" = fuzz_control ]; then
+            for s in rendezvous pattr wrank; do echo "$SRC/fs/$s.c"; done
+        fi ;;
     esac
 }
 libs_of() {
     case $1 in
     fuzz_parsers) ;;
     fuzz_frames) echo "-lzstd -lxxhash -lm" ;;
-    fuzz_index) echo "-lzstd -lxxhash -lsqlite3 -lpthread -lm" ;;
+    fuzz_index|fuzz_control) echo "-lzstd -lxxhash -lsqlite3 -lpthread -lm" ;;
     esac
 }
 # Compiles the targets two at a time (the machines that run the suite
@@ -86,7 +94,7 @@ for t in $TARGETS; do
 done
 
 # Seed corpora.  fuzz_parsers: selector byte (0 pickle, 1 zip item, 2
-# JSON) + input.
+# JSON, 3 torch.save archive) + input.
 seed_parsers() {
     local CORPUS=$1
     seed() {   # seed SELECTOR FILE
@@ -107,8 +115,24 @@ seed_parsers() {
                 "$f" >"$WORK/hdr.json" && seed 02 "$WORK/hdr.json"
         done
     fi
+    if "$PY" "$SRC/tests/python/torchsave_ref.py" write "$WORK/ts" >/dev/null 2>&1; then
+        for f in "$WORK"/ts/model.pt "$WORK"/ts/expand.pt "$WORK"/ts/hf/*.bin; do
+            seed 03 "$f"
+        done
+    fi
     printf '\x00\x80\x02}q\x00.' >"$CORPUS/min-pickle"
     printf '\x02{"a":[1,2.5e3,"\\u00e9\\ud83d\\ude00",true,null]}' >"$CORPUS/min-json"
+}
+
+# fuzz_control: selector 0 (.pending/: world byte, then records of name
+# index, kind 0 file / 1 link out / 2 FIFO / 3 directory, length, bytes)
+# or 1 (attribute values separated by 0xff).
+seed_control() {
+    printf '\x00\x00\x00\x00\x05why\n\n\x02\x00\x04x: y\n' >"$1/failed-notes"
+    printf '\x00\x01\x01\x01\x00\x02\x02\x00\x04\x00\x01r' >"$1/links-fifos"
+    printf '\x00\x00\x04\x00\x00\x05\x00\x00\x07\x03\x00' >"$1/ranks-in"
+    printf '\x01\x00f32\xff4,8\xff0,0\xff4,8\xff0' >"$1/attrs"
+    printf '\x01\x01-1,9223372036854775807\xffbf16\xff1' >"$1/attrs-big"
 }
 
 status=0
@@ -119,6 +143,7 @@ for t in $TARGETS; do
     fuzz_parsers) secs=${CKPT_FUZZ_SECONDS:-20}; maxlen=65536; seed_parsers "$CORPUS" ;;
     fuzz_index) secs=${CKPT_FUZZ_SECONDS:-10}; maxlen=262144 ;;
     fuzz_frames) secs=${CKPT_FUZZ_SECONDS:-8}; maxlen=300000 ;;
+    fuzz_control) secs=${CKPT_FUZZ_SECONDS:-8}; maxlen=4096; seed_control "$CORPUS" ;;
     esac
     # the targets write their own real files as seeds
     case $t in

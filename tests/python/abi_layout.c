@@ -59,6 +59,11 @@ int main(void)
         FIELD(same_layout) FIELD(frames) FIELD(changed_frames)
         FIELD(changed_elems) FIELD(has_stats) FIELD(max_abs) FIELD(rel_l2)
         END
+    STRUCT(ckpt_export_opts) FIELD(size) FIELD(format) FIELD(torch_major)
+        FIELD(max_shard_size) FIELD(flat) FIELD(convert) FIELD(bytes_as_u8)
+        FIELD(sync) FIELD(follow_links) FIELD(threads) FIELD(tensors)
+        FIELD(ntensors) FIELD(prefix) FIELD(buffer_bytes) FIELD(progress)
+        FIELD(note) FIELD(arg) END
     printf("},\n \"enums\": {\"MAX_DIMS\": %d, \"ERRMSG_CAP\": %zu, "
            "\"enum_size\": %zu,\n", CKPT_MAX_DIMS,
            sizeof(((ckpt_error *)0)->msg), sizeof(ckpt_dtype));
@@ -79,7 +84,10 @@ int main(void)
     printf("  \"DIR_NONE\": %d, \"DIR_COMMITTED\": %d, \"DIR_PENDING\": %d,\n",
            CKPT_DIR_NONE, CKPT_DIR_COMMITTED, CKPT_DIR_PENDING);
     printf("  \"FORMAT_NONE\": %d, \"FORMAT_CKPTFS\": %d, \"FORMAT_DCP\": %d, "
-           "\"FORMAT_SAFETENSORS\": %d}}\n", CKPT_FORMAT_NONE,
+           "\"FORMAT_SAFETENSORS\": %d,\n", CKPT_FORMAT_NONE,
            CKPT_FORMAT_CKPTFS, CKPT_FORMAT_DCP, CKPT_FORMAT_SAFETENSORS);
+    printf("  \"EXPORT_SAFETENSORS\": %d, \"EXPORT_PT\": %d, "
+           "\"EXPORT_DCP\": %d}}\n", CKPT_EXPORT_SAFETENSORS, CKPT_EXPORT_PT,
+           CKPT_EXPORT_DCP);
     return 0;
 }

@@ -3,8 +3,11 @@
  * its directory (src/common/confine.c): plain files and subdirectories, every
  * kind of symbolic link refused (out, in, through a directory, dangling),
  * paths that leave the directory, FIFOs, the Hugging Face cache snapshot
- * exception and its exact link form, and the opt-in; and of the owner and mode
- * that stand for several files (src/common/perm.c).
+ * exception and its exact link form, and the opt-in; of one file opened at a
+ * directory descriptor for a writer (ckpt_confine_at: links, FIFOs, owners,
+ * creation) and a save's .pending/ control files (src/format/pending.c),
+ * read with a bound; and of the owner and mode that stand for several files
+ * (src/common/perm.c).
  */
 #include <check.h>
 #include <errno.h>
@@ -18,6 +21,8 @@
 #include "common/confine.h"
 #include "common/fileio.h"
 #include "common/perm.h"
+#include "format/lease.h"
+#include "format/pending.h"
 #include "unit_util.h"
 
 static char base[4096];
@@ -189,6 +194,99 @@ START_TEST(test_hugging_face)
 }
 END_TEST
 
+/* ckpt_confine_at: one component below a directory descriptor. */
+START_TEST(test_confine_at)
+{
+    char d[4200], p[4200];
+    path_of(d, "ck/data");
+    int dfd = open(d, O_PATH | O_DIRECTORY);
+    ck_assert_int_ge(dfd, 0);
+    uid_t me = geteuid();
+    int fd = ckpt_confine_at(dfd, "a.shard", O_RDONLY, 0, me);
+    ck_assert_int_ge(fd, 0);
+    char buf[4];
+    ck_assert_int_eq(ckpt_read_bounded(fd, buf, sizeof buf), 3);
+    ck_assert_str_eq(buf, "ins");                 /* cut at the bound */
+    close(fd);
+    /* another owner than the one wanted */
+    ck_assert_int_eq(ckpt_confine_at(dfd, "a.shard", O_RDONLY, 0, me + 1),
+                     -EPERM);
+    ck_assert_int_ge(fd = ckpt_confine_at(dfd, "a.shard", O_RDONLY, 0,
+                                          CKPT_ANY_OWNER), 0);
+    close(fd);
+    /* a link, to a file or to a missing one: neither followed nor made */
+    lnk("../../outside", "ck/data/out");
+    lnk("../../made", "ck/data/dangling");
+    ck_assert_int_eq(ckpt_confine_at(dfd, "out", O_RDONLY, 0, me), -ELOOP);
+    ck_assert_int_eq(ckpt_confine_at(dfd, "out", O_RDWR | O_CREAT, 0644, me),
+                     -ELOOP);
+    ck_assert_int_lt(ckpt_confine_at(dfd, "dangling", O_WRONLY | O_CREAT |
+                                     O_APPEND, 0644, me), 0);
+    path_of(p, "made");
+    ck_assert_int_ne(access(p, F_OK), 0);
+    /* a FIFO opens without blocking, and is refused */
+    path_of(p, "ck/data/fifo");
+    ck_assert_int_eq(mkfifo(p, 0644), 0);
+    ck_assert_int_eq(ckpt_confine_at(dfd, "fifo", O_RDONLY, 0, me), -EINVAL);
+    ck_assert_int_lt(ckpt_confine_at(dfd, "fifo", O_WRONLY | O_APPEND, 0, me),
+                     0);                  /* -ENXIO: no reader; or -EINVAL */
+    /* a directory only when asked for one; names that are no component */
+    ck_assert_int_eq(ckpt_confine_at(dfd, "..", O_RDONLY, 0, me), -EINVAL);
+    ck_assert_int_eq(ckpt_confine_at(dfd, "", O_RDONLY, 0, me), -EINVAL);
+    ck_assert_int_lt(ckpt_confine_at(dfd, "../data/a.shard", O_RDONLY, 0, me),
+                     0);
+    /* created exclusively: a second creation is -EEXIST */
+    ck_assert_int_ge(fd = ckpt_confine_at(dfd, "new", O_WRONLY | O_CREAT |
+                                          O_EXCL, 0600, me), 0);
+    close(fd);
+    ck_assert_int_eq(ckpt_confine_at(dfd, "new", O_WRONLY | O_CREAT | O_EXCL,
+                                     0600, me), -EEXIST);
+    close(dfd);
+}
+END_TEST
+
+/* A save's .pending/: its own user's directory, its control files read
+ * with a bound, links and FIFOs counting as absent. */
+START_TEST(test_pending)
+{
+    char d[4200], p[4200];
+    ckpt_error err = { 0 };
+    path_of(d, "ck");
+    ck_assert_int_eq(ckpt_pending_open(d, 1, &err), -ENOENT);
+    mkd("ck/.pending");
+    int pfd = ckpt_pending_open(d, 1, &err);
+    ck_assert_int_ge(pfd, 0);
+    mk("ck/.pending/failed", "why it failed\n");
+    lnk("../../outside", "ck/.pending/unsynced");
+    path_of(p, "ck/.pending/errors.f");
+    ck_assert_int_eq(mkfifo(p, 0644), 0);
+    mk("ck/.pending/errors.z", "");
+    path_of(p, "ck/.pending/errors.z");
+    ck_assert_int_eq(truncate(p, (off_t)1 << 36), 0);   /* 64 GiB, sparse */
+    char buf[64];
+    ck_assert_int_eq(ckpt_pending_read(pfd, "failed", buf, sizeof buf), 1);
+    ck_assert_str_eq(buf, "why it failed\n");
+    ck_assert_int_eq(ckpt_pending_read(pfd, "unsynced", buf, sizeof buf), 0);
+    ck_assert_str_eq(buf, "");
+    ck_assert_int_eq(ckpt_pending_read(pfd, "errors.f", buf, sizeof buf), 0);
+    ck_assert_int_eq(ckpt_pending_read(pfd, "errors.z", buf, sizeof buf), 1);
+    ck_assert_int_eq(ckpt_pending_file(pfd, d, "unsynced", O_RDONLY, &err),
+                     -ELOOP);
+    ck_assert_ptr_nonnull(strstr(err.msg, "symbolic link"));
+    /* the unsynced mark: a link is a mark (never read), a real one is read */
+    ck_assert_int_eq(ckpt_save_unsynced(d, buf, sizeof buf), 1);
+    ck_assert_ptr_null(strstr(buf, "secret"));
+    close(pfd);
+    /* .pending/ itself a link: refused */
+    path_of(p, "ck/.pending");
+    ck_assert_int_eq(ckpt_remove_tree(p, NULL), 0);
+    mkd("elsewhere");
+    lnk("../elsewhere", "ck/.pending");
+    ck_assert_int_eq(ckpt_pending_open(d, 0, &err), -ENOTDIR);
+    ck_assert_ptr_nonnull(strstr(err.msg, "not followed"));
+}
+END_TEST
+
 static struct stat st_of(uid_t uid, gid_t gid, mode_t mode)
 {
     struct stat st;
@@ -261,6 +359,8 @@ static Suite *confine_suite(void)
     tcase_add_checked_fixture(tc, setup, teardown);
     tcase_add_test(tc, test_plain_and_refused);
     tcase_add_test(tc, test_hugging_face);
+    tcase_add_test(tc, test_confine_at);
+    tcase_add_test(tc, test_pending);
     tcase_add_test(tc, test_perm);
     suite_add_tcase(s, tc);
     return s;

@@ -153,6 +153,42 @@ START_TEST(test_empty_bytes)
 }
 END_TEST
 
+/* Python 3.13's pathlib pickles its paths as pathlib._local classes (DCP
+ * .metadata of torch 2.6 on Python 3.13 holds one): read as the path. */
+START_TEST(test_pathlib_local)
+{
+    pk_buf p = proto2("pathlib._local", "PosixPath");
+    unicode(&p, "/ck/a", 5);
+    op(&p, 0x85);   /* TUPLE1 */
+    op(&p, 'R');
+    pk_ctx *ctx;
+    pk_val *root;
+    ckpt_error err = { 0 };
+    ck_assert_int_eq(load(&p, &ctx, &root, &err), 0);
+    ck_assert_int_eq(root->type, PK_STR);
+    ck_assert_str_eq(root->s, "/ck/a");
+    pk_free(ctx);
+}
+END_TEST
+
+/* A state_dict's OrderedDict is built with its _metadata attribute. */
+START_TEST(test_ordered_dict_build)
+{
+    pk_buf p = proto2("collections", "OrderedDict");
+    op(&p, ')');    /* EMPTY_TUPLE */
+    op(&p, 'R');
+    op(&p, '}');    /* EMPTY_DICT: the attributes */
+    op(&p, 'b');    /* BUILD */
+    pk_ctx *ctx;
+    pk_val *root;
+    ckpt_error err = { 0 };
+    ck_assert_int_eq(load(&p, &ctx, &root, &err), 0);
+    ck_assert_int_eq(root->type, PK_DICT);
+    ck_assert_ptr_nonnull(root->state);
+    pk_free(ctx);
+}
+END_TEST
+
 START_TEST(test_bytesio_object)
 {
     /* BytesIO() with BUILD state (b'\xff', 1, None), as torch.save writes
@@ -194,6 +230,8 @@ static Suite *suite(void)
     tcase_add_test(t, test_encode_refusals);
     tcase_add_test(t, test_empty_bytes);
     tcase_add_test(t, test_bytesio_object);
+    tcase_add_test(t, test_pathlib_local);
+    tcase_add_test(t, test_ordered_dict_build);
     suite_add_tcase(s, t);
     return s;
 }

@@ -221,9 +221,14 @@ int ckpt_stream_end(ckpt_stream *s, ckpt_error *err);   /* frees s */
 int ckpt_stream_end_as(ckpt_stream *s, const ckpt_piece *actual,
                        ckpt_error *err);
 void ckpt_stream_abort(ckpt_stream *s);                 /* frees s */
-/* Sets a key/value pair of checkpoint metadata (e.g. "step"). */
+/* Sets a key/value pair of checkpoint metadata (e.g. "step").  The keys
+ * ckptfs sets itself at commit (ckpt_meta_reserved) are refused. */
 int ckpt_writer_set_meta(ckpt_writer *w, const char *key, const char *value,
                          ckpt_error *err);
+/* 1 if metadata key `key` is one ckptfs sets itself at commit
+ * (format_version, created, producer, world_size, identity, a delta's
+ * base): a copy of a checkpoint's metadata leaves these out. */
+int ckpt_meta_reserved(const char *key);
 /* Makes every recorded piece durable: syncs the shard, then appends the
  * pieces to the local plan and syncs it. */
 int ckpt_writer_flush(ckpt_writer *w, ckpt_error *err);

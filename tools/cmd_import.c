@@ -44,10 +44,6 @@ static const cli_help HELP = {
 };
 
 /* Keys the library sets at commit: not copied from SRC. */
-static const char *const RESERVED[] = {
-    "format_version", "created", "producer", "world_size",
-};
-
 typedef struct import_job {
     ckpt_write_opts wopts;
     const char *src;
@@ -186,21 +182,13 @@ static int copy_chunk(import_job *job, ckpt_writer *w, size_t t, size_t c,
     return CLI_OK;
 }
 
-static int is_reserved(const char *key)
-{
-    for (size_t i = 0; i < sizeof RESERVED / sizeof RESERVED[0]; i++)
-        if (strcmp(RESERVED[i], key) == 0)
-            return 1;
-    return 0;
-}
-
 static int copy_meta(import_job *job, ckpt_writer *w)
 {
     ckpt_error err = { 0 };
     for (size_t i = 0; i < ckpt_reader_meta_count(job->r); i++) {
         const char *k, *v;
         ckpt_reader_meta_at(job->r, i, &k, &v);
-        if (!is_reserved(k) && ckpt_writer_set_meta(w, k, v, &err))
+        if (!ckpt_meta_reserved(k) && ckpt_writer_set_meta(w, k, v, &err))
             return cli_fail("%s", err.msg);
     }
     if (!ckpt_reader_meta_get(job->r, "source_format") &&

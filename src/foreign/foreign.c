@@ -58,6 +58,22 @@ static int has_file(const char *dir, int (*want)(const char *))
     return found;
 }
 
+/* 1 when the file at path begins as a torch.save archive does: a zip
+ * ("PK\3\4"), or the pickled magic number of the legacy format (which
+ * the reader then refuses by name).  A stray data.bin of a root is not
+ * one. */
+static int torch_magic(const char *path)
+{
+    unsigned char m[4] = { 0 };
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return 0;
+    size_t got = fread(m, 1, sizeof m, fp);
+    fclose(fp);
+    return got == sizeof m && (memcmp(m, "PK\3\4", 4) == 0 ||
+                               memcmp(m, "\x80\x02\x8a\x0a", 4) == 0);
+}
+
 /* 1 when dir holds a directory that is not hidden. */
 static int has_subdir(const char *dir)
 {
@@ -129,8 +145,9 @@ ckpt_foreign_kind ckpt_foreign_probe(const char *path, char *stamp,
         const char *base = strrchr(path, '/');
         base = base ? base + 1 : path;
         ckpt_foreign_kind k = safetensors_name(base) ? CKPT_FOREIGN_SAFETENSORS
-                              : ckpt_torchfile_name(base) ? CKPT_FOREIGN_TORCH
-                              : CKPT_FOREIGN_NONE;
+                              : ckpt_torchfile_name(base) && torch_magic(path)
+                                  ? CKPT_FOREIGN_TORCH
+                                  : CKPT_FOREIGN_NONE;
         if (k != CKPT_FOREIGN_NONE)
             snprintf(stamp, cap, "%s", path);
         return k;

@@ -303,22 +303,29 @@ int ckpt_writer_open_on(ckpt_writer **out, const char *dir, const char *name,
     return 0;
 }
 
-int ckpt_writer_set_meta(ckpt_writer *w, const char *key, const char *value,
-                         ckpt_error *err)
+int ckpt_meta_reserved(const char *key)
 {
     static const char *const reserved[] = {
         "format_version", "created", "producer", "world_size", "identity",
         CKPT_META_BASE, CKPT_META_BASE_IDENTITY, NULL
     };
+    for (int i = 0; key && reserved[i]; i++)
+        if (strcmp(key, reserved[i]) == 0)
+            return 1;
+    return 0;
+}
+
+int ckpt_writer_set_meta(ckpt_writer *w, const char *key, const char *value,
+                         ckpt_error *err)
+{
     if (!w)
         return ckpt_err_null(err, "ckpt_writer_set_meta", "writer");
     if (!key || !*key || !value)
         return ckpt_err(err, -EINVAL, "metadata key and value must be "
                         "non-empty strings");
-    for (int i = 0; reserved[i]; i++)
-        if (strcmp(key, reserved[i]) == 0)
-            return ckpt_err(err, -EINVAL, "metadata key '%s' is reserved "
-                            "(ckptfs sets it at commit)", key);
+    if (ckpt_meta_reserved(key))
+        return ckpt_err(err, -EINVAL, "metadata key '%s' is reserved "
+                        "(ckptfs sets it at commit)", key);
     pthread_mutex_lock(&w->mu);
     int rc = ckpt_manifest_set_meta(&w->pending, key, value, w->name);
     pthread_mutex_unlock(&w->mu);

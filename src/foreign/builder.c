@@ -353,13 +353,14 @@ static int make_frames(const ckpt_foreign_chunk *c, uint64_t raw,
     if (c->strided && raw) {
         (*out)[0] = (ckpt_frame_rec){ c->data_offset, c->span, 0, raw, 0,
                                       c->strided->zstd ? CKPT_CODEC_ZSTD
-                                                       : CKPT_CODEC_RAW };
+                                                       : CKPT_CODEC_RAW,
+                                      0 };
         return 0;
     }
     for (uint64_t i = 0; i < *n; i++) {
         uint64_t off = i * step, len = raw - off < step ? raw - off : step;
         (*out)[i] = (ckpt_frame_rec){ c->data_offset + off, len, off, len, 0,
-                                      CKPT_CODEC_RAW };
+                                      CKPT_CODEC_RAW, 0 };
     }
     return 0;
 }

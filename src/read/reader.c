@@ -40,6 +40,8 @@
 #include "common/grow.h"
 #include "foreign/foreign.h"
 #include "format/index.h"
+#include "format/delta.h"
+#include "codec/xorframe.h"
 #include "common/perm.h"
 #include "format/plan.h"
 #include "common/pool.h"
@@ -56,6 +58,7 @@ typedef struct scratch {
     struct scratch *next;
     ckpt_codec_ctx *codec;
     ckpt_sio *io;
+    ckpt_delta_scratch delta;       /* delta frames: base frames' bytes */
 } scratch;
 
 /* What the reader keeps of a tensor once its chunks are loaded. */
@@ -75,6 +78,7 @@ struct ckpt_reader {
     ckpt_confine root;              /* dir: where files are opened */
     ckpt_read_opts opts;
     ckpt_index *ix;
+    ckpt_bases *bases;              /* a delta checkpoint's, else NULL */
     pthread_mutex_t ix_mu;          /* the index handle, lazy loads */
     ckpt_index_data d;              /* tensors' chunks: see ts */
     /* Per tensor: NULL until its chunks are loaded (on first use, once,
@@ -165,6 +169,7 @@ static void scratch_free_all(ckpt_reader *r)
         r->free_scratch = s->next;
         ckpt_codec_ctx_free(s->codec);
         ckpt_sio_free(s->io);
+        ckpt_delta_scratch_free(&s->delta);
         free(s);
     }
 }
@@ -477,6 +482,45 @@ static int copy_strided(ckpt_reader *r, size_t t, size_t c, uint64_t src,
     return 0;
 }
 
+/* A delta frame (ref or xor) of fr into dst: the base frame at its
+ * place, XORed with its own bytes for an xor frame. */
+static int decode_delta(const frame_ref *fr, int fd, void *dst, scratch *s,
+                        uint64_t *sum, int *summed, ckpt_error *err)
+{
+    ckpt_reader *r = fr->r;
+    const ckpt_frame_rec *f = fr->f;
+    const ckpt_index_tensor *t = tensor_at(r, fr->t);
+    const ckpt_index_chunk *ch = chunk_at(r, fr->t, fr->c);
+    ckpt_chunk_loc loc = { t->fqn, t->dtype, t->ndim, t->shape, ch->offsets,
+                           ch->sizes };
+    if (!r->bases)
+        return ckpt_err(err, -EIO, "a '%s' frame in a checkpoint without "
+                        "bases", ckpt_codec_name(f->codec));
+    if (f->codec == CKPT_CODEC_REF) {
+        /* The bytes are the base frame's, checked against its checksum,
+         * which must be this frame's too. */
+        *summed = 1;
+        return ckpt_bases_read(r->bases, f->base, &loc, fr->i, f->raw_offset,
+                               f->raw_size, dst, s->codec, &s->delta, sum,
+                               err);
+    }
+    const unsigned char *src;
+    int rc = ckpt_sio_stored(s->io, fd, f->stored_size, f->file_offset, &src,
+                             file_of(r, fr->t, fr->c), err);
+    unsigned char *base = rc ? NULL
+                          : ckpt_delta_scratch_at(&s->delta, 0, f->raw_size);
+    if (!rc && !base)
+        rc = ckpt_err(err, -ENOMEM, "out of memory");
+    if (!rc)
+        rc = ckpt_bases_read(r->bases, f->base, &loc, fr->i, f->raw_offset,
+                             f->raw_size, base, s->codec, &s->delta, NULL,
+                             err);
+    if (!rc)
+        rc = ckpt_xor_decode(s->codec, src, f->stored_size, base, dst,
+                             f->raw_size, err);
+    return rc;
+}
+
 /* Reads and decodes frame fr into dst (raw_size bytes) and checks its
  * checksum.  A raw frame is read straight into dst and checksummed as it
  * lands (shardio.c); a coded one is read into the scratch's buffer and
@@ -498,6 +542,8 @@ static int decode_frame(const frame_ref *fr, void *dst, scratch *s,
         rc = read_zstd(fr, fd, sd, dst, err);
     } else if (sd) {
         rc = copy_strided(r, fr->t, fr->c, 0, f->raw_size, dst, err);
+    } else if (f->codec == CKPT_CODEC_REF || f->codec == CKPT_CODEC_XOR) {
+        rc = decode_delta(fr, fd, dst, s, &sum, &summed, err);
     } else if (f->codec == CKPT_CODEC_RAW) {
         if (f->stored_size != f->raw_size)
             rc = ckpt_err(err, -EIO, "raw frame stores %llu bytes for %llu",
@@ -1279,6 +1325,7 @@ void ckpt_reader_close(ckpt_reader *r)
         if (atomic_load(&r->fds[i]) >= 0)
             close(atomic_load(&r->fds[i]));
     scratch_free_all(r);
+    ckpt_bases_free(r->bases);
     if (r->ix)
         ckpt_index_close(r->ix);
     ckpt_index_data_free(&r->d);
@@ -1394,6 +1441,9 @@ int ckpt_reader_open(ckpt_reader **out, const char *dir,
             rc = ckpt_index_open(&r->ix, path, err);
         if (rc == 0)
             rc = ckpt_index_load_tensors(r->ix, &r->d, err);
+        if (rc == 0)
+            rc = ckpt_bases_open(&r->bases, dir, r->ix,
+                                 ckpt_index_identity(&r->d), err);
         if (rc == 0)
             rc = alloc_tables(r, err);
     }

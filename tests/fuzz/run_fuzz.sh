@@ -9,13 +9,15 @@
 #                 /usr/bin/python3 has torch), torch.save archives,
 #                 safetensors headers and files, zstd-compressed items
 #                 (CKPT_FUZZ_SECONDS, default 20)
-#   fuzz_index    a ckptfs checkpoint's index.db and .pending plans, then
-#                 open, list, read, verify (and commit, for plans); seeded
-#                 with the real files of a checkpoint the target writes
+#   fuzz_index    a ckptfs checkpoint's index.db (a delta's and a plain
+#                 one's) and .pending plans, then open, list, read, verify
+#                 (and commit, for plans); seeded with the real files of
+#                 the checkpoints the target writes
 #                 (CKPT_FUZZ_SECONDS, default 10)
-#   fuzz_frames   every codec's frame decoder on arbitrary frame bytes, and
-#                 encode/decode round trips; seeded with real frames of
-#                 every codec (CKPT_FUZZ_SECONDS, default 8)
+#   fuzz_frames   every codec's frame decoder and xor frames on arbitrary
+#                 frame bytes, and encode/decode round trips; seeded with
+#                 real frames of every codec and xor frames
+#                 (CKPT_FUZZ_SECONDS, default 8)
 #   fuzz_control  a writable mount's control files: a save's .pending/ made
 #                 of the input (files, links out, FIFOs), read for the
 #                 status and .ckptfs/errors, and the attribute values users
@@ -50,7 +52,7 @@ sources_of() {
     local s
     case $1 in
     fuzz_frames)
-        for s in codec/codec codec/bytegroup codec/huff common/error common/dtype; do
+        for s in codec/codec codec/bytegroup codec/huff codec/xorframe common/error common/dtype; do
             echo "$SRC/src/$s.c"; done ;;
     fuzz_index|fuzz_control|fuzz_parsers)   # (the DCP item readers sit on the builder)
         for s in "$SRC"/src/*/*.c; do

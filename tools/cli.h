@@ -127,6 +127,12 @@ char *cli_format_shape(char *buf, size_t cap, int ndim, const int64_t *dims);
  * that no name can move the cursor, forge lines or colour a terminal.  A
  * new string (free it), or NULL when out of memory. */
 char *cli_escape(const char *s);
+/* Whether tensor idx (described by t) is listed but refused: a tensor of
+ * another tool's checkpoint that ckptfs cannot read (a dtype it lacks)
+ * has bytes but no chunks, and every read of it fails.  1 with the
+ * reason in *err (naming the tensor), else 0. */
+int cli_tensor_refused(ckpt_reader *r, size_t idx, const ckpt_tensor_info *t,
+                       ckpt_error *err);
 /* "1.5 MiB", "512 B". */
 void cli_human_size(char *buf, size_t cap, double bytes);
 /* "raw/stored" as "2.50", or "-" when stored is 0. */

@@ -145,6 +145,15 @@ char *cli_format_shape(char *buf, size_t cap, int ndim, const int64_t *dims)
     return buf;
 }
 
+int cli_tensor_refused(ckpt_reader *r, size_t idx, const ckpt_tensor_info *t,
+                       ckpt_error *err)
+{
+    if (t->nchunks || !t->nbytes)
+        return 0;
+    unsigned char b;
+    return ckpt_read(r, idx, &b, 0, 1, err) < 0;
+}
+
 char *cli_escape(const char *s)
 {
     size_t cap = 4 * strlen(s) + 9;

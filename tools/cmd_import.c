@@ -91,6 +91,9 @@ static int plan_writers(import_job *job)
         return cli_fail("out of memory");
     for (size_t t = 0; t < ckpt_reader_count(job->r); t++) {
         ckpt_reader_info(job->r, t, &ti);
+        ckpt_error why = { 0 };
+        if (cli_tensor_refused(job->r, t, &ti, &why))
+            return cli_fail("cannot import: %s", why.msg);
         /* Loads the tensor's chunks; later lookups of them cannot fail. */
         for (size_t c = 0; c < ti.nchunks; c++) {
             if (ckpt_reader_chunk(job->r, t, c, &ci) != 0)

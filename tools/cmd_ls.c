@@ -23,7 +23,9 @@ static const cli_help HELP = {
     "  FQN DTYPE SHAPE RAW_BYTES STORED_BYTES CODEC RATIO\n"
     "(SHAPE is comma-separated, \"()\" for a scalar; CODEC the codecs its\n"
     "frames use, '+'-joined, \"-\" for none; RATIO is RAW_BYTES /\n"
-    "STORED_BYTES with 2 decimals, \"-\" when nothing is stored).\n"
+    "STORED_BYTES with 2 decimals, \"-\" when nothing is stored).  A\n"
+    "tensor of another tool's checkpoint that ckptfs cannot read (a dtype\n"
+    "it lacks) is listed, and a warning on stderr says why.\n"
     "For a root (a directory of checkpoints): one line per subdirectory that\n"
     "is a checkpoint or an interrupted save, in name order, no header:\n"
     "  NAME STATE SIZE_ON_DISK TENSORS\n"
@@ -103,6 +105,9 @@ static int list_checkpoint(const char *path)
             rc = cli_fail("out of memory");
             break;
         }
+        ckpt_error why = { 0 };
+        if (cli_tensor_refused(r, i, &t, &why))
+            cli_warn("listed, but its reads fail: %s", why.msg);
         rows[i].dtype = ckpt_dtype_name(t.dtype);
         cli_format_shape(rows[i].shape, sizeof rows[i].shape, t.ndim,
                          t.shape);

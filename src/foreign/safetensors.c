@@ -4,11 +4,13 @@
  * of JSON mapping each tensor name to {dtype, shape, data_offsets [b, e)}
  * (relative to the data after the header) plus an optional __metadata__
  * object of strings, then the data.  The header is validated as the format
- * requires: N at most 100,000,000 and inside the file, known dtypes, each
- * tensor's bytes in bounds and exactly numel * itemsize long, and the
- * tensors tiling the data without overlaps or holes.  A directory is the
- * files its model.safetensors.index.json names (every tensor of its
- * weight_map must be in the file it names), or else all its *.safetensors.
+ * requires: N at most 100,000,000 and inside the file, each tensor's
+ * bytes in bounds and exactly numel * itemsize long, and the tensors
+ * tiling the data without overlaps or holes; a tensor of a dtype ckptfs
+ * lacks is listed but refused alone (ckpt_foreign_refuse), by name.  A
+ * directory is the files its model.safetensors.index.json names (every
+ * tensor of its weight_map must be in the file it names), or else all its
+ * *.safetensors.
  */
 #include "foreign/safetensors.h"
 
@@ -119,10 +121,6 @@ int ckpt_st_entry_parse(const ckpt_st_header *h, const char *path,
         return ckpt_err(err, -EINVAL, "%s: tensor '%s': the header entry "
                         "needs dtype, shape and data_offsets [begin, end]",
                         path, name);
-    ckpt_dtype d = st_dtype(dt->s);
-    if (d == CKPT_DTYPE_INVALID)
-        return ckpt_err(err, -ENOTSUP, "%s: tensor '%s': unsupported dtype "
-                        "'%s'", path, name, dt->s);
     if (sh->n > CKPT_MAX_DIMS)
         return ckpt_err(err, -EINVAL, "%s: tensor '%s': %zu dims (at most "
                         "%d)", path, name, sh->n, CKPT_MAX_DIMS);
@@ -146,34 +144,44 @@ int ckpt_st_entry_parse(const ckpt_st_header *h, const char *path,
                         "[%lld, %lld] run past the end of the data (%llu "
                         "bytes)", path, name, (long long)b->i,
                         (long long)en->i, (unsigned long long)h->data_len);
+    out->ndim = (int)sh->n;
+    out->begin = (uint64_t)b->i;
+    out->end = (uint64_t)en->i;
+    /* checked last, so that a dtype ckptfs lacks leaves the rest of the
+     * entry parsed and checked: the tensor can still be listed */
+    ckpt_dtype d = out->dtype = st_dtype(dt->s);
+    if (d == CKPT_DTYPE_INVALID)
+        return ckpt_err(err, -ENOTSUP, "%s: tensor '%s': unsupported dtype "
+                        "'%s'", path, name, dt->s);
     if (__builtin_mul_overflow(numel, ckpt_dtype_size(d), &nbytes) ||
         nbytes != (uint64_t)(en->i - b->i))
         return ckpt_err(err, -EINVAL, "%s: tensor '%s': data_offsets span "
                         "%lld bytes, but its dtype and shape need %llu", path,
                         name, (long long)(en->i - b->i),
                         (unsigned long long)nbytes);
-    out->dtype = d;
-    out->ndim = (int)sh->n;
-    out->begin = (uint64_t)b->i;
-    out->end = (uint64_t)en->i;
     return 0;
 }
 
-/* One tensor entry of the header, added to f. */
+/* One tensor entry of the header, added to f; one of a dtype ckptfs
+ * lacks is listed and refused alone (its reads fail naming it and its
+ * dtype), its bytes still counted in the file's tiling. */
 static int add_entry(ckpt_foreign *f, const ckpt_st_header *h,
                      const char *path, const char *file, const char *name,
                      const json_val *e, span *sp, ckpt_error *err)
 {
     ckpt_st_entry en;
+    ckpt_error perr = { 0 };
     int64_t zero[CKPT_MAX_DIMS] = { 0 };
-    int rc = ckpt_st_entry_parse(h, path, name, e, &en, err);
-    if (rc)
-        return rc;
+    int rc = ckpt_st_entry_parse(h, path, name, e, &en, &perr);
+    if (rc && rc != -ENOTSUP)
+        return ckpt_err(err, rc, "%s", perr.msg);
     *sp = (span){ name, en.begin, en.end };
     long t = ckpt_foreign_add_tensor(f, name, en.dtype, en.ndim, en.shape,
                                      err);
     if (t < 0)
         return (int)t;
+    if (rc)
+        return ckpt_foreign_refuse(f, (size_t)t, perr.msg, err);
     return ckpt_foreign_add_chunk(f, (size_t)t, zero, en.shape, file,
                                   h->data_start + en.begin, NULL,
                                   en.end - en.begin, err);

@@ -33,8 +33,9 @@ typedef struct ckpt_st_entry {
 int ckpt_st_header_read(int fd, const char *path, uint64_t base,
                         ckpt_st_header *h, ckpt_error *err);
 void ckpt_st_header_free(ckpt_st_header *h);
-/* Parses the entry `e` of tensor `name` (-ENOTSUP naming its dtype when
- * ckptfs has no such dtype, -EINVAL for anything malformed). */
+/* Parses the entry `e` of tensor `name` (-EINVAL for anything malformed;
+ * -ENOTSUP naming its dtype when ckptfs has no such dtype, with out
+ * filled all the same, its dtype CKPT_DTYPE_INVALID). */
 int ckpt_st_entry_parse(const ckpt_st_header *h, const char *path,
                         const char *name, const json_val *e,
                         ckpt_st_entry *out, ckpt_error *err);

@@ -40,6 +40,7 @@ typedef struct cli {
     ckpt_read_opts ro;
     int rw;                /* -o rw: saves may be written */
     int world;             /* -o world=N: ranks that commit a save */
+    int delta_latest;      /* -o delta=latest: saves are deltas */
     ckpt_write_opts wo;
     ws_limits lim;         /* -o max_open_pieces=N ... */
     char write_opt[64];    /* the first option of writing given, for the
@@ -51,7 +52,7 @@ typedef struct cli {
 enum { KEY_CACHE, KEY_PREFETCH, KEY_THREADS, KEY_HELP, KEY_VERSION, KEY_RW,
        KEY_RO, KEY_WORLD, KEY_CODEC, KEY_FRAME, KEY_SYNC, KEY_FOLLOW,
        KEY_LOG, KEY_MAX_PIECES, KEY_MAX_SAVES, KEY_MAX_KEYS,
-       KEY_MAX_META_BYTES, KEY_ST_SHARD };
+       KEY_MAX_META_BYTES, KEY_ST_SHARD, KEY_DELTA };
 
 static const struct fuse_opt cli_opts[] = {
     FUSE_OPT_KEY("cache_size=", KEY_CACHE),
@@ -63,6 +64,7 @@ static const struct fuse_opt cli_opts[] = {
     FUSE_OPT_KEY("codec=", KEY_CODEC),
     FUSE_OPT_KEY("frame_size=", KEY_FRAME),
     FUSE_OPT_KEY("sync=", KEY_SYNC),
+    FUSE_OPT_KEY("delta=", KEY_DELTA),
     FUSE_OPT_KEY("follow_links", KEY_FOLLOW),
     FUSE_OPT_KEY("log=", KEY_LOG),
     FUSE_OPT_KEY("max_open_pieces=", KEY_MAX_PIECES),
@@ -171,6 +173,11 @@ static int cli_option(cli *c, const char *arg, int key)
         if (ckpt_write_opt_parse(&c->wo, "frame_size", v, NULL) != 0)
             return bad_value(c, arg, "frame_size=N[K|M|G] from 4K to 1G");
         return 0;
+    case KEY_DELTA:
+        if (strcmp(v, "latest") != 0)
+            return bad_value(c, arg, "delta=latest");
+        c->delta_latest = 1;
+        return 0;
     default:
         if (parse_count(v, CKPT_MAX_THREADS, &n) != 0)
             return bad_value(c, arg, "threads=N with N from 0 (one per "
@@ -190,6 +197,7 @@ static int cli_proc(void *data, const char *arg, int key,
     (void)outargs;
     switch (key) {
     case KEY_WORLD: case KEY_CODEC: case KEY_FRAME: case KEY_SYNC:
+    case KEY_DELTA:
     case KEY_MAX_PIECES: case KEY_MAX_SAVES: case KEY_MAX_KEYS:
     case KEY_MAX_META_BYTES:
         if (!c->write_opt[0])
@@ -268,6 +276,9 @@ static void print_help(void)
            "    -o codec=C             codec of what is written (auto)\n"
            "    -o frame_size=N[K|M]   frame size of what is written (1M)\n"
            "    -o sync=commit|close   when pieces are fsynced (commit)\n"
+           "    -o delta=latest        save each new checkpoint as a delta "
+           "against the newest\n"
+           "                           committed one (docs/MOUNT.md)\n"
            "    -o max_open_pieces=N   pieces one user may hold open for "
            "writing (512)\n"
            "    -o max_saves=N         saves in progress one user may start "
@@ -282,8 +293,8 @@ static void print_help(void)
            "(with -f too;\n"
            "                           else stderr with -f, syslog in the "
            "background)\n"
-           "                           (world, codec, frame_size, sync and "
-           "the max_\n"
+           "                           (world, codec, frame_size, sync, "
+           "delta, the max_\n"
            "                           options need -o rw)\n"
            "    -h   --help            print this help and exit\n"
            "    -V   --version         print the version and exit\n"
@@ -577,6 +588,8 @@ int main(int argc, char **argv)
         status = EXIT_FAILURE;
         goto out;
     }
+    if (c.rw && c.delta_latest)
+        ws_set_delta_latest(ctx.ws);
     if (c.st_shard)
         source_set_st_shard(ctx.src, c.st_shard);
     if (add_mount_defaults(&args, source_path(ctx.src), c.rw) != 0) {

@@ -32,6 +32,7 @@
 #include "write/writer.h"
 #include "wlimits.h"
 #include "wrank.h"
+#include "wbase.h"
 
 #define META_PREFIX "user.ckpt.meta."
 #define RANK_ATTR "user.ckpt.rank"
@@ -100,6 +101,8 @@ struct ws_save {
     ckpt_lease *lease;         /* from this mount's first write to the commit */
     kv *meta;                  /* user.ckpt.meta.* set through this mount */
     size_t nmeta;
+    char *base;                /* -o delta=latest: its base, or NULL */
+    int base_chosen;           /* base was looked for */
     size_t meta_bytes;         /* of their keys and values */
     uid_t creator;             /* who started it through this mount
                                   (-1: joined from the disk) */
@@ -108,6 +111,7 @@ struct ws_save {
 struct ws_set {
     char *root;
     int world;
+    int delta_latest;          /* -o delta=latest */
     ckpt_write_opts wo;
     char prefix[96];           /* writer names of unknown ranks:
                                   <prefix>-<k>; errors.<prefix> notes */
@@ -256,6 +260,7 @@ static void save_free(ws_save *w)
         free(w->meta[i].value);
     }
     free(w->meta);
+    free(w->base);
     for (uint32_t i = 0; i < w->n; i++)
         node_clear(&w->nodes[i]);
     free(w->nodes);
@@ -416,6 +421,11 @@ int ws_set_new(ws_set **out, const char *root, int world,
                              0xffffff));
     *out = s;
     return 0;
+}
+
+void ws_set_delta_latest(ws_set *s)
+{
+    s->delta_latest = 1;
 }
 
 void ws_set_free(ws_set *s)
@@ -1185,6 +1195,15 @@ static pooled *pooled_of(ws_save *w, const ckpt_writer *wr)
  * when the rank is not known. */
 static int open_writer(ws_save *w, int rank, pooled *p, ckpt_error *err)
 {
+    /* A delta save's base: the newest checkpoint when its first writer
+     * opens, the same for all its writers (mounts that choose another
+     * are refused at commit: their metadata disagree). */
+    if (w->set->delta_latest && !w->base_chosen) {
+        w->base = wbase_latest(w->set->root, w->name);
+        w->base_chosen = 1;
+    }
+    ckpt_write_opts wo = w->set->wo;
+    wo.base = w->base;
     int rc = -EEXIST;
     for (int k = 1; rank >= 0 && rc == -EEXIST && k <= RANK_NAME_TRIES;
          k++) {
@@ -1192,13 +1211,13 @@ static int open_writer(ws_save *w, int rank, pooled *p, ckpt_error *err)
             snprintf(p->name, sizeof p->name, "rank%d", rank);
         else
             snprintf(p->name, sizeof p->name, "rank%d-%d", rank, k);
-        rc = ckpt_writer_open_on(&p->wr, w->path, p->name, &w->set->wo,
+        rc = ckpt_writer_open_on(&p->wr, w->path, p->name, &wo,
                                  w->set->beats, err);
     }
     if (rc == -EEXIST) {
         snprintf(p->name, sizeof p->name, "%s-%u", w->set->prefix,
                  w->next_writer++);
-        rc = ckpt_writer_open_on(&p->wr, w->path, p->name, &w->set->wo,
+        rc = ckpt_writer_open_on(&p->wr, w->path, p->name, &wo,
                                  w->set->beats, err);
     }
     p->rank = rank;

@@ -65,6 +65,9 @@ int ws_set_new(ws_set **out, const char *root, int world,
                ckpt_error *err);
 /* Aborts every writer still open (their durable pieces stay on disk). */
 void ws_set_free(ws_set *s);
+/* -o delta=latest: each save is a delta against the newest committed
+ * checkpoint of the root when its first writer opens (none: a full save). */
+void ws_set_delta_latest(ws_set *s);
 int ws_set_world(const ws_set *s);
 
 /* The save named `name`: one of this mount's, or a save in progress on

@@ -51,7 +51,10 @@ extern "C" {
 /* CKPT_VERSION_MAJOR, _MINOR, _PATCH, _STRING ("0.1.0") and _NUMBER,
  * made by configure from configure.ac's version. */
 #include "ckptfs_version.h"
-#define CKPT_FORMAT_VERSION 1
+/* The newest index.db format version this library reads.  It writes 1,
+ * and 2 for a delta checkpoint (one whose frames refer to a base's:
+ * docs/FORMAT.md, "Delta checkpoints"), which older readers refuse. */
+#define CKPT_FORMAT_VERSION 2
 /* The most dimensions a tensor may have (NumPy's limit). */
 #define CKPT_MAX_DIMS 32
 /* Default frame size: raw bytes per independently decodable frame. */
@@ -124,7 +127,10 @@ typedef enum ckpt_codec {
     CKPT_CODEC_BG_F64 = 5,    /* "bgf64": binary64 split */
     CKPT_CODEC_BG_2 = 6,      /* "bg2": bytes of 2-byte elements */
     CKPT_CODEC_BG_4 = 7,      /* "bg4": bytes of 4-byte elements */
-    CKPT_CODEC_BG_8 = 8       /* "bg8": bytes of 8-byte elements */
+    CKPT_CODEC_BG_8 = 8,      /* "bg8": bytes of 8-byte elements */
+    /* Stored ids of delta checkpoints only, never a write option: */
+    CKPT_CODEC_REF = 9,       /* "ref": the base's frame, no bytes stored */
+    CKPT_CODEC_XOR = 10       /* "xor": XOR with the base's frame, coded */
 } ckpt_codec;
 
 /* "raw", "zstd", "bgbf16", ..., "auto" for CKPT_CODEC_AUTO; "unknown" for
@@ -149,6 +155,17 @@ typedef struct ckpt_write_opts {
      * should neither evict the training job's cache nor fill memory with
      * a checkpoint nobody reads back soon. */
     int drop_cache;
+    /* Delta saves (docs/FORMAT.md, "Delta checkpoints"): a committed
+     * checkpoint in the same root as the save (NULL: none, the default).
+     * Each frame of a tensor that the base holds with the same dtype,
+     * shape, chunk and frame layout is stored as the cheapest of a
+     * reference to the base's frame (when identical), the XOR with it
+     * coded by `codec`, or itself.  The library copies the string. */
+    const char *base;
+    /* Longest chain of XOR deltas a frame may need (default 8): a frame
+     * whose base frame already needs full_every - 1 is stored whole (or
+     * as a reference).  1 = references only; at most 64. */
+    int full_every;
 } ckpt_write_opts;
 
 /* Sets *o to the defaults, and o->size. */
@@ -386,6 +403,42 @@ typedef void (*ckpt_fault_fn)(void *arg, const ckpt_fault *fault);
 int64_t ckpt_verify(ckpt_reader *r, ckpt_fault_fn fn, void *arg,
                     void (*progress)(void *arg, uint64_t done, uint64_t total),
                     ckpt_error *err);
+
+/* What ckpt_diff finds of one tensor. */
+typedef enum ckpt_diff_status {
+    CKPT_DIFF_EQUAL = 0,      /* the same dtype, shape and bytes */
+    CKPT_DIFF_CHANGED = 1,    /* the same name, other bytes (or dtype/shape) */
+    CKPT_DIFF_ONLY_A = 2,     /* in the first checkpoint only */
+    CKPT_DIFF_ONLY_B = 3      /* in the second checkpoint only */
+} ckpt_diff_status;
+
+typedef struct ckpt_diff_entry {
+    const char *fqn;
+    ckpt_diff_status status;
+    int same_type;            /* dtype and shape agree */
+    int same_layout;          /* the same chunks and frames: frames were
+                                 compared by their checksums, no decode */
+    uint64_t frames;          /* frames of the tensor (in B when in both) */
+    uint64_t changed_frames;  /* same_layout: frames whose checksums
+                                 differ; else the frames of B holding a
+                                 changed element */
+    uint64_t changed_elems;   /* elements whose bytes differ */
+    int has_stats;            /* a float tensor compared element-wise: */
+    double max_abs;           /* max |b - a| (NaN where either is NaN) */
+    double rel_l2;            /* ||b - a||_2 / ||a||_2 (inf when ||a|| = 0
+                                 and b differs) */
+} ckpt_diff_entry;
+
+typedef void (*ckpt_diff_fn)(void *arg, const ckpt_diff_entry *e);
+
+/* Compares the tensors of checkpoints a and b, in FQN order, calling fn
+ * once per tensor.  Tensors stored with the same chunks and frames are
+ * compared frame by frame by checksum (XXH3-64): an equal one costs no
+ * decode; a changed one is read whole from both for its element counts
+ * and, for f64/f32/f16/bf16/fp8, the float differences.  Returns the
+ * number of tensors that are not equal, or a negative error. */
+int64_t ckpt_diff(ckpt_reader *a, ckpt_reader *b, ckpt_diff_fn fn,
+                  void *arg, ckpt_error *err);
 
 typedef struct ckpt_stats {
     uint64_t frames_decoded;

@@ -21,6 +21,7 @@ static const command COMMANDS[] = {
     { "info", cmd_info, "show a checkpoint's summary, or a tensor's layout" },
     { "cat", cmd_cat, "write a tensor's bytes, or a slice's, to stdout" },
     { "verify", cmd_verify, "check every frame, checksum and coverage" },
+    { "diff", cmd_diff, "what changed between two checkpoints, per tensor" },
     { "gc", cmd_gc, "remove the uncommitted saves of a root" },
     { "commit", cmd_commit, "commit what the writers of a save left" },
     { "import", cmd_import, "convert a PyTorch DCP or safetensors checkpoint" },

@@ -50,6 +50,7 @@ int cmd_ls(int argc, char **argv);
 int cmd_info(int argc, char **argv);
 int cmd_cat(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+int cmd_diff(int argc, char **argv);
 int cmd_gc(int argc, char **argv);
 int cmd_commit(int argc, char **argv);
 int cmd_import(int argc, char **argv);

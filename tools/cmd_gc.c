@@ -271,8 +271,10 @@ typedef struct committed {
 
 static void committed_free(committed *c)
 {
-    for (size_t i = 0; i < c->n; i++)
+    for (size_t i = 0; i < c->n; i++) {
         free((char *)c->v[i].name);
+        ckpt_retain_item_free_bases(&c->v[i]);
+    }
     free(c->v);
 }
 
@@ -314,6 +316,8 @@ static int add_committed(committed *c, const char *root, const char *name)
     }
     ckpt_error err = { 0 };
     int rc = ckpt_retain_probe(path, it, &err);
+    if (rc == 0)
+        rc = ckpt_retain_bases(path, it, &err);
     free(path);
     if (rc) {
         free((char *)it->name);
@@ -325,9 +329,12 @@ static int add_committed(committed *c, const char *root, const char *name)
 }
 
 static void print_kept(const gc_opts *o, const ckpt_retain_item *it,
-                       ckpt_retain_why why)
+                       ckpt_retain_why why, const ckpt_retain_item *user)
 {
-    if (why == CKPT_RETAIN_LATEST)
+    if (why == CKPT_RETAIN_BASE)
+        printf("kept %s: a base of %s, a delta checkpoint kept (its frames "
+               "refer to %s's)\n", it->name, user->name, it->name);
+    else if (why == CKPT_RETAIN_LATEST)
         printf("kept %s: the newest checkpoint (latest)\n", it->name);
     else if (why == CKPT_RETAIN_LAST)
         printf("kept %s: one of the %d newest (--keep-last)\n", it->name,
@@ -341,17 +348,20 @@ static void print_kept(const gc_opts *o, const ckpt_retain_item *it,
 static int retain(const gc_opts *o, const char *root, committed *c)
 {
     ckpt_retain_why *why = calloc(c->n ? c->n : 1, sizeof *why);
-    if (!why || ckpt_retain_select(c->v, c->n, o->keep_last, o->keep_every,
-                                   why)) {
+    size_t *user = calloc(c->n ? c->n : 1, sizeof *user);
+    if (!why || !user || ckpt_retain_select(c->v, c->n, o->keep_last,
+                                            o->keep_every, why)) {
         free(why);
+        free(user);
         return cli_fail("out of memory");
     }
+    ckpt_retain_keep_bases(c->v, c->n, why, user);
     int rc = CLI_OK;
     for (size_t i = 0; i < c->n; i++) {
         const ckpt_retain_item *it = &c->v[i];
         if (why[i] != CKPT_RETAIN_DROP) {
-            if (o->dry_run)
-                print_kept(o, it, why[i]);
+            if (o->dry_run || why[i] == CKPT_RETAIN_BASE)
+                print_kept(o, it, why[i], &c->v[user[i]]);
             continue;
         }
         ckpt_error err = { 0 };
@@ -368,6 +378,7 @@ static int retain(const gc_opts *o, const char *root, committed *c)
         fflush(stdout);
     }
     free(why);
+    free(user);
     return rc;
 }
 

@@ -20,6 +20,7 @@
 #include "progress.h"
 #include "common/region.h"
 #include "common/shape.h"
+#include "write/wopts.h"
 
 #include <ctype.h>
 #include <dirent.h>
@@ -45,8 +46,8 @@ static const cli_help HELP = {
     "pack",
     "ckpt pack [--grid RxC[x...]] [--codec CODEC[:LEVEL]] "
     "[--frame-size N[K|M]]\n"
-    "                 [--threads N] [--meta KEY=VALUE]... OUT "
-    "NAME=FILE.npy...\n"
+    "                 [--threads N] [--base DIR [--full-every K]]\n"
+    "                 [--meta KEY=VALUE]... OUT NAME=FILE.npy...\n"
     "                 [NAME=FILE:DTYPE:D0,D1,...]... [NAME=FILE]...",
     "Makes the checkpoint directory OUT (it must not exist, or be empty) from\n"
     "NumPy .npy files (little-endian, C or Fortran order), raw files\n"
@@ -68,6 +69,12 @@ static const cli_help HELP = {
     "                       at least 4K)\n"
     "  --threads N          encoder threads per writer (default 0: one per\n"
     "                       online CPU)\n"
+    "  --base DIR           a delta save: frames equal to the committed\n"
+    "                       checkpoint DIR's (a sibling of OUT) are stored\n"
+    "                       as references, changed ones as XOR deltas when\n"
+    "                       smaller (docs/FORMAT.md, \"Delta checkpoints\")\n"
+    "  --full-every K       with --base: store a frame whole once K-1 deltas\n"
+    "                       would be needed to read it (1..64, default 8)\n"
     "  --meta KEY=VALUE     checkpoint metadata, e.g. step=100 (repeatable)\n"
     "  -h, --help           show this help\n",
 };
@@ -154,11 +161,17 @@ static int add_meta(pack_job *job, char *kv)
 static int take_option(void *ctx, int c, char **argv)
 {
     pack_job *job = ctx;
+    ckpt_error e = { 0 };
     switch (c) {
     case 'g': return parse_grid(job, optarg);
     case 'c': case 'f': case 't':
         return cli_write_opt(&HELP, &job->wopts, c, optarg);
     case 'm': return add_meta(job, optarg);
+    case 'b': job->wopts.base = optarg; return CLI_OK;
+    case 'F':
+        if (ckpt_write_opt_parse(&job->wopts, "full_every", optarg, &e))
+            return cli_usage(&HELP, "%s", e.msg);
+        return CLI_OK;
     default: return cli_bad_option(&HELP, c, argv);
     }
 }
@@ -791,6 +804,8 @@ static int parse_args(pack_job *job, int argc, char **argv)
         { "frame-size", required_argument, NULL, 'f' },
         { "threads", required_argument, NULL, 't' },
         { "meta", required_argument, NULL, 'm' },
+        { "base", required_argument, NULL, 'b' },
+        { "full-every", required_argument, NULL, 'F' },
         { "help", no_argument, NULL, 'h' },
         { NULL, 0, NULL, 0 },
     };

@@ -21,6 +21,7 @@ docs/PYTHON.md is the reference.
 """
 from . import _capi
 from ._api import load, save
+from ._diff import diff
 from ._async import SaveHandle, Saver
 from ._export import export
 from ._errors import (CheckpointError, Error, MismatchError, MissingKeyError,
@@ -34,7 +35,7 @@ LIBRARY = _capi.LIBRARY_PATH
 """The path of the libckptfs that was loaded."""
 
 __all__ = [
-    "save", "load", "open", "export", "Saver", "SaveHandle", "Raw",
+    "save", "load", "open", "diff", "export", "Saver", "SaveHandle", "Raw",
     "CheckpointFile", "TensorSlice", "TensorInfo", "ChunkInfo", "FrameInfo",
     "Error", "CheckpointError", "UnsupportedError", "MismatchError",
     "MissingKeyError", "TreeError", "TREE_MAX_DEPTH", "TREE_MAX_NODES",

@@ -31,12 +31,15 @@ def prepare(state, allow_pickle, meta, device_ok=False, **write):
 
 
 def save(path, state, *, codec="auto", level=None, frame_size=None,
-         meta=None, threads=None, allow_pickle=False, sync=True):
+         meta=None, threads=None, allow_pickle=False, sync=True, base=None,
+         full_every=None):
     """Saves `state` as the new checkpoint `path`, and returns once it is
-    committed.  See docs/PYTHON.md."""
+    committed; with `base` (a committed checkpoint beside `path`), a delta
+    save.  See docs/PYTHON.md."""
     pieces, opts = prepare(state, allow_pickle, meta, codec=codec,
                            level=level, frame_size=frame_size,
-                           threads=threads, sync=sync)
+                           threads=threads, sync=sync, base=base,
+                           full_every=full_every)
     err = C.Error()
     check(C.lib.ckpt_save_sync(C.fsencode(path), pieces.array, pieces.n,
                                ctypes.byref(opts.c), ctypes.byref(err)), err)

@@ -98,7 +98,8 @@ class Saver(object):
 
     def save_async(self, path, state, *, codec="auto", level=None,
                    frame_size=None, meta=None, threads=None,
-                   allow_pickle=False, sync=True):
+                   allow_pickle=False, sync=True, base=None,
+                   full_every=None):
         """Starts saving `state` as the new checkpoint `path` (arguments as
         for ckptfs.save) and returns a SaveHandle as soon as the state is
         staged: the caller may then overwrite its tensors.  Errors found
@@ -109,7 +110,7 @@ class Saver(object):
         pieces, opts = prepare(state, allow_pickle, meta,
                                device_ok=self.cuda, codec=codec, level=level,
                                frame_size=frame_size, threads=threads,
-                               sync=sync)
+                               sync=sync, base=base, full_every=full_every)
         if pieces.device:
             # the library copies on its own streams: let torch's pending
             # work on these tensors finish first

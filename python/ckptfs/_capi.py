@@ -11,8 +11,9 @@ what the C compiler gives (tests/python/abi_layout.c) and fails on any
 drift.
 """
 import os
-from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p, c_int, c_int64,
-                    c_long, c_size_t, c_uint64, c_void_p)
+from ctypes import (CFUNCTYPE, POINTER, Structure, c_char, c_char_p,
+                    c_double, c_int, c_int64, c_long, c_size_t, c_uint64,
+                    c_void_p)
 
 from . import _library
 
@@ -52,7 +53,8 @@ class Error(Structure):
 class WriteOpts(Structure):
     _fields_ = [("size", c_size_t),
                 ("codec", c_int), ("level", c_int), ("frame_size", c_size_t),
-                ("threads", c_int), ("sync", c_int), ("drop_cache", c_int)]
+                ("threads", c_int), ("sync", c_int), ("drop_cache", c_int),
+                ("base", c_char_p), ("full_every", c_int)]
 
 
 class Piece(Structure):
@@ -109,6 +111,17 @@ class SaveOpts(Structure):
                 ("meta_values", POINTER(c_char_p)), ("nmeta", c_size_t)]
 
 
+class DiffEntry(Structure):
+    _fields_ = [("fqn", c_char_p), ("status", c_int), ("same_type", c_int),
+                ("same_layout", c_int), ("frames", c_uint64),
+                ("changed_frames", c_uint64), ("changed_elems", c_uint64),
+                ("has_stats", c_int), ("max_abs", c_double),
+                ("rel_l2", c_double)]
+
+
+DIFF_FN = CFUNCTYPE(None, c_void_p, POINTER(DiffEntry))
+
+
 class ReadItem(Structure):
     _fields_ = [("idx", c_size_t), ("offsets", I64P), ("sizes", I64P),
                 ("dst", c_void_p)]
@@ -139,7 +152,8 @@ STRUCTS = {
     "ckpt_tensor_info": TensorInfo, "ckpt_chunk_info": ChunkInfo,
     "ckpt_frame_info": FrameInfo, "ckpt_stats": Stats,
     "ckpt_saver_opts": SaverOpts, "ckpt_save_opts": SaveOpts,
-    "ckpt_read_item": ReadItem, "ckpt_export_opts": ExportOpts,
+    "ckpt_read_item": ReadItem, "ckpt_diff_entry": DiffEntry,
+    "ckpt_export_opts": ExportOpts,
 }
 
 _ERR = POINTER(Error)
@@ -191,6 +205,7 @@ _SIGNATURES = {
     "ckpt_read_batch": (c_int, [_P, POINTER(ReadItem), c_size_t, _ERR]),
     "ckpt_load_region": (c_int, [_P, c_size_t, I64P, I64P, c_void_p, _ERR]),
     "ckpt_reader_stats": (None, [_P, POINTER(Stats)]),
+    "ckpt_diff": (c_int64, [_P, _P, DIFF_FN, c_void_p, _ERR]),
     # asynchronous saves
     "ckpt_saver_opts_init": (None, [POINTER(SaverOpts)]),
     "ckpt_saver_create": (c_int, [_PP, POINTER(SaverOpts), _ERR]),

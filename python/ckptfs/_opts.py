@@ -26,8 +26,9 @@ def parse_codec(spec):
 
 
 def write_opts(codec="auto", level=None, frame_size=None, threads=None,
-               sync=True):
-    """A ckpt_write_opts from the library's defaults and these values."""
+               sync=True, base=None, full_every=None):
+    """A ckpt_write_opts from the library's defaults and these values.
+    base: a committed checkpoint (path) to save a delta against."""
     o = C.WriteOpts()
     C.lib.ckpt_write_opts_init(ctypes.byref(o))
     o.codec, spec_level = parse_codec(codec)
@@ -40,6 +41,10 @@ def write_opts(codec="auto", level=None, frame_size=None, threads=None,
     if threads is not None:
         o.threads = int(threads)
     o.sync = 1 if sync else 0
+    if base is not None:
+        o.base = C.fsencode(base)
+    if full_every is not None:
+        o.full_every = int(full_every)
     return o
 
 

@@ -169,19 +169,23 @@ class StorageWriter(_dcp.StorageWriter):
     """Writes a DCP save as a ckptfs checkpoint at `path` (a directory
     that must not be a checkpoint yet, of ckptfs or another format).
     codec, level, frame_size, threads and sync are those of ckptfs.save;
-    meta is checkpoint metadata (str -> str) set by the coordinator.
-    overwrite=True (FileSystemWriter's) is refused: see OVERWRITE_HOW."""
+    meta is checkpoint metadata (str -> str) set by the coordinator; base
+    (and full_every) make it a delta save against that committed
+    checkpoint, as in ckptfs.save.  overwrite=True (FileSystemWriter's) is
+    refused: see OVERWRITE_HOW."""
 
     def __init__(self, path=None, codec="auto", *, level=None,
                  frame_size=None, threads=None, sync=True, meta=None,
-                 overwrite=False):
+                 overwrite=False, base=None, full_every=None):
         super().__init__()
         if overwrite:
             raise ValueError("ckptfs.torch.StorageWriter(overwrite=True): "
                              + OVERWRITE_HOW)
         self.path = os.fspath(path) if path is not None else None
         self._write = dict(codec=codec, level=level, frame_size=frame_size,
-                           threads=threads, sync=sync)
+                           threads=threads, sync=sync,
+                           base=None if base is None else os.fspath(base),
+                           full_every=full_every)
         write_opts(**self._write)          # bad options fail here
         self.meta = dict(meta or {})
         self.save_id = None

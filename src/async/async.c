@@ -42,6 +42,7 @@ struct ckpt_save {
     ckpt_saver *sv;
     ckpt_save *next;             /* in the saver's queue */
     char *dir, *writer;
+    char *base;                  /* write.base, copied */
     int commit, made_dir;
     ckpt_write_opts write;
     char **keys, **values;
@@ -106,6 +107,7 @@ static void job_free(ckpt_save *j)
     free(j->values);
     free(j->dir);
     free(j->writer);
+    free(j->base);
     free(j);
 }
 
@@ -441,8 +443,12 @@ static int job_new(ckpt_saver *sv, const ckpt_async_desc *d, ckpt_save **out,
     j->dir = strdup(d->dir);
     j->writer = strdup(d->writer);
     j->pieces = calloc(d->n + 1, sizeof *j->pieces);
+    /* The caller's base path need not outlive the call. */
+    j->base = j->write.base ? strdup(j->write.base) : NULL;
+    j->write.base = j->base;
     int rc = 0;
-    if (!j->dir || !j->writer || !j->pieces)
+    if (!j->dir || !j->writer || !j->pieces ||
+        (d->write && d->write->base && !j->base))
         rc = ckpt_err(err, -ENOMEM, "out of memory");
     if (rc == 0)
         rc = copy_meta(j, d, err);

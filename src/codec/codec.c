@@ -138,6 +138,10 @@ const char *ckpt_codec_name(int codec)
 {
     if (codec == CKPT_CODEC_AUTO)
         return "auto";
+    if (codec == CKPT_CODEC_REF)
+        return "ref";
+    if (codec == CKPT_CODEC_XOR)
+        return "xor";
     return ckpt_codec_known(codec) ? CODECS[codec].name : "unknown";
 }
 
@@ -936,6 +940,9 @@ int ckpt_codec_decode(ckpt_codec_ctx *c, int codec, const void *src,
         return ckpt_err(err, -EINVAL, "decode: missing buffer");
     if (codec == CKPT_CODEC_RAW)
         return decode_raw(src, stored_n, dst, raw_n, err);
+    if (codec == CKPT_CODEC_REF || codec == CKPT_CODEC_XOR)
+        return ckpt_err(err, -EINVAL, "a '%s' frame is decoded with its "
+                        "base frame (format/delta.c)", ckpt_codec_name(codec));
     if (!ckpt_codec_known(codec))
         return ckpt_err(err, -ENOTSUP,
                         "unknown codec id %d (this build knows ids 0..%d: "

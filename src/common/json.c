@@ -226,7 +226,7 @@ static int add_slot(json_val *v, size_t *cap, int object)
 {
     if (v->n < *cap)
         return 0;
-    size_t n = *cap ? *cap * 2 : 8;
+    size_t n = *cap ? *cap * 2 : 2;   /* most are [a, b] or {k: v, ...} */
     json_val *items = realloc(v->items, n * sizeof *items);
     if (!items)
         return -ENOMEM;

@@ -167,6 +167,25 @@ int ckpt_foreign_add_chunk(ckpt_foreign *f, size_t t, const int64_t *offsets,
     return 0;
 }
 
+int ckpt_foreign_add_zstd_chunk(ckpt_foreign *f, size_t t,
+                                const int64_t *offsets, const int64_t *sizes,
+                                const char *file, const ckpt_zstd_src *z,
+                                const int64_t *stride, ckpt_error *err)
+{
+    int64_t none[CKPT_MAX_DIMS] = { 0 };
+    int rc = ckpt_foreign_add_chunk(f, t, offsets, sizes, file, z->offset,
+                                    stride ? stride : none, z->length, err);
+    if (rc)
+        return rc;
+    ckpt_strided *sd = f->pend[f->npend - 1].strided;
+    sd->row_major = stride == NULL;
+    sd->zstd = 1;
+    sd->skip = z->skip;
+    sd->span = z->span;
+    sd->decoded = z->decoded;
+    return 0;
+}
+
 int ckpt_foreign_refuse(ckpt_foreign *f, size_t t, const char *why,
                         ckpt_error *err)
 {
@@ -333,13 +352,15 @@ static int make_frames(const ckpt_foreign_chunk *c, uint64_t raw,
         return -ENOMEM;
     if (c->strided && raw) {
         (*out)[0] = (ckpt_frame_rec){ c->data_offset, c->span, 0, raw, 0,
-                                      CKPT_CODEC_RAW };
+                                      c->strided->zstd ? CKPT_CODEC_ZSTD
+                                                       : CKPT_CODEC_RAW,
+                                      0 };
         return 0;
     }
     for (uint64_t i = 0; i < *n; i++) {
         uint64_t off = i * step, len = raw - off < step ? raw - off : step;
         (*out)[i] = (ckpt_frame_rec){ c->data_offset + off, len, off, len, 0,
-                                      CKPT_CODEC_RAW };
+                                      CKPT_CODEC_RAW, 0 };
     }
     return 0;
 }
@@ -370,7 +391,7 @@ static int fill_tensor(ckpt_foreign *f, ckpt_index_tensor *t,
         t->stored_bytes += ch->stored_bytes;
         t->nframes += ch->nframes;
         if (ch->nframes)
-            t->codec_mask |= 1u << CKPT_CODEC_RAW;
+            t->codec_mask |= 1u << f->frames[*g][0].codec;
         uint64_t fsize = f->d.files[ch->file].size;
         if (ch->stored_bytes && (c->data_offset > fsize ||
                                  fsize - c->data_offset < c->span))

@@ -27,11 +27,25 @@ typedef enum ckpt_foreign_kind {
                                    pytorch_model.bin.index.json or not) */
 } ckpt_foreign_kind;
 
-/* Where the elements of a strided chunk are, relative to its first
- * frame's file offset (in elements). */
+/* A chunk read through its one frame's whole stored range: where its
+ * elements are, relative to the start of that range (or of what the
+ * range decodes to), in elements. */
 typedef struct ckpt_strided {
     int64_t stride[CKPT_MAX_DIMS];
+    int row_major;          /* the elements lie in order: stride unused */
+    /* DCP's ZStandard extension: the stored range is one zstd stream
+     * (codec/zstream.h) decoding to `decoded` bytes, the elements from
+     * decoded byte `skip` on, `span` bytes of them. */
+    int zstd;
+    uint64_t skip, span, decoded;
 } ckpt_strided;
+
+/* A chunk inside a zstd stream (ckpt_foreign_add_zstd_chunk). */
+typedef struct ckpt_zstd_src {
+    uint64_t offset, length;   /* the stream's bytes in the file */
+    uint64_t decoded;          /* what it decodes to */
+    uint64_t skip, span;       /* the elements' bytes in that */
+} ckpt_zstd_src;
 
 /* A pending chunk, before ckpt_foreign_finish orders everything. */
 typedef struct ckpt_foreign_chunk {
@@ -78,6 +92,13 @@ int ckpt_foreign_add_chunk(ckpt_foreign *f, size_t t, const int64_t *offsets,
                            const int64_t *sizes, const char *file,
                            uint64_t data_offset, const int64_t *stride,
                            uint64_t span, ckpt_error *err);
+/* Adds a chunk of tensor `t` whose bytes are inside the zstd stream z of
+ * `file`: row-major when `stride` is NULL, else with these strides.
+ * Reading any of it decodes the stream (once per read). */
+int ckpt_foreign_add_zstd_chunk(ckpt_foreign *f, size_t t,
+                                const int64_t *offsets, const int64_t *sizes,
+                                const char *file, const ckpt_zstd_src *z,
+                                const int64_t *stride, ckpt_error *err);
 /* Keeps tensor `t` listed but unreadable: drops the chunks added for it
  * and records `why` (a message naming it), which every read of it
  * returns; the rest of the checkpoint serves.  It keeps the dtype and

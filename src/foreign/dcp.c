@@ -25,6 +25,9 @@
 
 #include "common/error.h"
 #include "common/fileio.h"
+#include "common/shape.h"
+#include "foreign/dcpst.h"
+#include "foreign/dcpzs.h"
 #include "foreign/pickle.h"
 #include "foreign/torchsave.h"
 
@@ -49,6 +52,7 @@ typedef struct dcp {
     char *cur_path;
     int cur_fd;
     uint64_t cur_size;
+    dcp_st_cache st;        /* safetensors blobs (dcpst.h) */
     ckpt_error *err;
 } dcp;
 
@@ -142,11 +146,12 @@ static int item_read(void *arg, void *buf, size_t n, uint64_t off,
     return ckpt_pread_full(s->fd, buf, n, s->base + off, s->path, err);
 }
 
-/* Where an item is: its file (checked to lie inside dir), offset, length;
- * refuses items stored through a transform (compression). */
+/* Where an item is: its file (checked to lie inside dir), offset, length,
+ * and whether it is a zstd stream (refusing other transforms). */
 typedef struct item_loc {
     const char *file;
     uint64_t offset, length;
+    int zstd;               /* through DCP's ZStandard extension */
 } item_loc;
 
 static int locate(dcp *x, const char *fqn, const pk_val *info,
@@ -162,16 +167,12 @@ static int locate(dcp *x, const char *fqn, const pk_val *info,
         return ckpt_err(x->err, -EINVAL, "%s/.metadata: tensor '%s': its "
                         "storage is not described by a _StorageInfo "
                         "(relative_path, offset, length)", x->dir, fqn);
-    if (tr && tr->type != PK_NONE && !((tr->type == PK_LIST ||
-                                        tr->type == PK_TUPLE) && tr->n == 0))
-        return ckpt_err(x->err, -ENOTSUP, "tensor '%s': its item is stored "
-                        "through a transform (transform_descriptors, e.g. "
-                        "zstd streams of newer PyTorch), which ckptfs does not "
-                        "read", fqn);
-    int rc = ckpt_foreign_check_relpath(p->s, ".metadata", x->err);
+    int zstd, rc = dcp_zs_transforms(tr, fqn, &zstd, x->err);
+    if (rc == 0)
+        rc = ckpt_foreign_check_relpath(p->s, ".metadata", x->err);
     if (rc)
         return rc;
-    *loc = (item_loc){ p->s, (uint64_t)o->i, (uint64_t)l->i };
+    *loc = (item_loc){ p->s, (uint64_t)o->i, (uint64_t)l->i, zstd };
     return 0;
 }
 
@@ -227,6 +228,68 @@ static ckpt_dtype props_dtype(const pk_val *props)
     return dt ? ckpt_torch_dtype(pk_global_of(dt)) : CKPT_DTYPE_INVALID;
 }
 
+/* The tensor an item's archive holds matches its chunk in .metadata. */
+static int check_archive(dcp *x, const char *what, const ckpt_torch_tensor *tt,
+                         ckpt_dtype dt, int ndim, const int64_t *size)
+{
+    if (tt->dtype != dt)
+        return ckpt_err(x->err, -EINVAL, "%s: holds %s data where .metadata "
+                        "says %s", what, ckpt_dtype_name(tt->dtype),
+                        ckpt_dtype_name(dt));
+    int same = tt->ndim == ndim;
+    for (int k = 0; same && k < ndim; k++)
+        same = tt->size[k] == size[k];
+    if (!same)
+        return ckpt_err(x->err, -EINVAL, "%s: its tensor's sizes differ from "
+                        "the chunk's in .metadata", what);
+    return 0;
+}
+
+/* A chunk whose item is a zstd stream of a torch.save archive. */
+static int add_zstd_chunk(dcp *x, long t, const char *what, ckpt_dtype dt,
+                          int ndim, const int64_t *off, const int64_t *size,
+                          const item_loc *loc, const item_src *src)
+{
+    uint64_t nbytes;
+    ckpt_torch_tensor tt;
+    ckpt_zstd_src z;
+    dcp_zs_item it = { src->fd, src->path, what, loc->offset, loc->length };
+    int rc = ckpt_shape_nbytes(dt, ndim, size, &nbytes, what, x->err);
+    if (rc == 0)
+        rc = dcp_zs_tensor(&it, nbytes, &tt, &z, x->err);
+    if (rc == 0)
+        rc = check_archive(x, what, &tt, dt, ndim, size);
+    if (rc)
+        return rc;
+    return ckpt_foreign_add_zstd_chunk(x->f, (size_t)t, off, size, loc->file,
+                                       &z, tt.contiguous ? NULL : tt.stride,
+                                       x->err);
+}
+
+/* A chunk whose item may be a safetensors blob's (dcpst.h): added, 1;
+ * not one, 0. */
+static int add_st_chunk(dcp *x, long t, const char *fqn, ckpt_dtype dt,
+                        int ndim, const int64_t *off, const int64_t *size,
+                        const item_loc *loc, const item_src *src)
+{
+    unsigned char head[9];
+    size_t nh = sizeof head;
+    if (x->cur_size - loc->offset < nh)
+        return 0;   /* a blob's header runs past a short item, not a file */
+    int rc = ckpt_pread_full(src->fd, head, nh, loc->offset, src->path,
+                             x->err);
+    if (rc || !dcp_st_looks_like(head, nh))
+        return rc;
+    uint64_t at;
+    dcp_st_item it = { fqn, dt, ndim, off, size, loc->file, src->path,
+                       src->fd, loc->offset, loc->length };
+    if ((rc = dcp_st_locate(&x->st, &it, &at, x->err)) != 0)
+        return rc;
+    rc = ckpt_foreign_add_chunk(x->f, (size_t)t, off, size, loc->file, at,
+                                NULL, loc->length, x->err);
+    return rc ? rc : 1;
+}
+
 static int add_chunk(dcp *x, long t, const char *fqn, ckpt_dtype dt,
                      int ndim, const pk_val *chunk)
 {
@@ -254,19 +317,14 @@ static int add_chunk(dcp *x, long t, const char *fqn, ckpt_dtype dt,
     snprintf(what, sizeof what, "tensor '%.200s': item at bytes %llu..%llu "
              "of %.200s", fqn, (unsigned long long)loc.offset,
              (unsigned long long)(loc.offset + loc.length), loc.file);
+    if (loc.zstd)
+        return add_zstd_chunk(x, t, what, dt, ndim, off, size, &loc, &src);
+    if ((rc = add_st_chunk(x, t, fqn, dt, ndim, off, size, &loc, &src)))
+        return rc < 0 ? rc : 0;
     if ((rc = ckpt_torch_tensor_read(item_read, &src, loc.length, what, &tt,
-                                     x->err)) != 0)
+                                     x->err)) != 0 ||
+        (rc = check_archive(x, what, &tt, dt, ndim, size)) != 0)
         return rc;
-    if (tt.dtype != dt)
-        return ckpt_err(x->err, -EINVAL, "%s: holds %s data where .metadata "
-                        "says %s", what, ckpt_dtype_name(tt.dtype),
-                        ckpt_dtype_name(dt));
-    int same = tt.ndim == ndim;
-    for (int k = 0; same && k < ndim; k++)
-        same = tt.size[k] == size[k];
-    if (!same)
-        return ckpt_err(x->err, -EINVAL, "%s: its tensor's sizes differ from "
-                        "the chunk's in .metadata", what);
     return ckpt_foreign_add_chunk(x->f, (size_t)t, off, size, loc.file,
                                   loc.offset + tt.data_offset,
                                   tt.contiguous ? NULL : tt.stride,
@@ -320,10 +378,21 @@ static int add_bytes(dcp *x, const char *fqn)
         rc = open_item(x, fqn, &loc, &src);
     if (rc)
         return rc;
-    int64_t len = (int64_t)loc.length, zero = 0;
+    ckpt_zstd_src z;
+    char what[600];
+    snprintf(what, sizeof what, "byte item '%.200s' at bytes %llu..%llu of "
+             "%.200s", fqn, (unsigned long long)loc.offset,
+             (unsigned long long)(loc.offset + loc.length), loc.file);
+    dcp_zs_item it = { src.fd, src.path, what, loc.offset, loc.length };
+    if (loc.zstd && (rc = dcp_zs_bytes(&it, &z, x->err)) != 0)
+        return rc;
+    int64_t len = (int64_t)(loc.zstd ? z.decoded : loc.length), zero = 0;
     long t = ckpt_foreign_add_tensor(x->f, fqn, CKPT_BYTES, 1, &len, x->err);
     if (t < 0)
         return (int)t;
+    if (loc.zstd)
+        return ckpt_foreign_add_zstd_chunk(x->f, (size_t)t, &zero, &len,
+                                           loc.file, &z, NULL, x->err);
     return ckpt_foreign_add_chunk(x->f, (size_t)t, &zero, &len, loc.file,
                                   loc.offset, NULL, loc.length, x->err);
 }
@@ -396,6 +465,7 @@ int ckpt_dcp_open(const char *dir, ckpt_foreign *f, ckpt_error *err)
         rc = set_planner_data(f, pk_attr(root, "planner_data"), err);
     if (x.cur_fd >= 0)
         close(x.cur_fd);
+    dcp_st_cache_free(&x.st);
     free(x.cur_path);
     free(x.items);
     pk_free(ctx);

@@ -77,6 +77,43 @@ static int has_subdir(const char *dir)
     return found;
 }
 
+/* DCP's HuggingFaceStorageWriter(p, enable_consolidation=True) writes the
+ * ranks' files to p/sharded (with their model.safetensors.index.json) and,
+ * when several ranks saved, the consolidated files to p itself.  A p that
+ * holds no checkpoint of its own but such a sharded/ is that checkpoint:
+ * *sub receives "p/sharded". */
+static int hf_sharded(const char *path, char *sub, size_t cap)
+{
+    int n = snprintf(sub, cap, "%s/" CKPT_HF_SHARDED, path);
+    return n > 0 && (size_t)n < cap &&
+           is_file(sub, "model.safetensors.index.json", NULL, 0) &&
+           !is_file(sub, ".metadata", NULL, 0);
+}
+
+/* The probe of a directory that is itself the checkpoint. */
+static ckpt_foreign_kind probe_dir(const char *path, char *stamp, size_t cap)
+{
+    if (is_file(path, ".metadata", stamp, cap))
+        return CKPT_FOREIGN_DCP;
+    if (is_file(path, "model.safetensors.index.json", stamp, cap))
+        return CKPT_FOREIGN_SAFETENSORS;
+    if (has_file(path, safetensors_name)) {
+        snprintf(stamp, cap, "%s", path);
+        return CKPT_FOREIGN_SAFETENSORS;
+    }
+    if (is_file(path, CKPT_TORCH_INDEX_JSON, stamp, cap))
+        return CKPT_FOREIGN_TORCH;
+    if (is_file(path, "pytorch_model.bin", stamp, cap))
+        return CKPT_FOREIGN_TORCH;
+    /* Other archives make a checkpoint of a folder with no folders in it:
+     * a root of checkpoints with a stray optimizer.pt stays a root. */
+    if (has_file(path, ckpt_torchfile_name) && !has_subdir(path)) {
+        snprintf(stamp, cap, "%s", path);
+        return CKPT_FOREIGN_TORCH;
+    }
+    return CKPT_FOREIGN_NONE;
+}
+
 ckpt_foreign_kind ckpt_foreign_probe(const char *path, char *stamp,
                                      size_t cap)
 {
@@ -100,25 +137,11 @@ ckpt_foreign_kind ckpt_foreign_probe(const char *path, char *stamp,
     }
     if (!S_ISDIR(st.st_mode))
         return CKPT_FOREIGN_NONE;
-    if (is_file(path, ".metadata", stamp, cap))
-        return CKPT_FOREIGN_DCP;
-    if (is_file(path, "model.safetensors.index.json", stamp, cap))
-        return CKPT_FOREIGN_SAFETENSORS;
-    if (has_file(path, safetensors_name)) {
-        snprintf(stamp, cap, "%s", path);
-        return CKPT_FOREIGN_SAFETENSORS;
-    }
-    if (is_file(path, CKPT_TORCH_INDEX_JSON, stamp, cap))
-        return CKPT_FOREIGN_TORCH;
-    if (is_file(path, "pytorch_model.bin", stamp, cap))
-        return CKPT_FOREIGN_TORCH;
-    /* Other archives make a checkpoint of a folder with no folders in it:
-     * a root of checkpoints with a stray optimizer.pt stays a root. */
-    if (has_file(path, ckpt_torchfile_name) && !has_subdir(path)) {
-        snprintf(stamp, cap, "%s", path);
-        return CKPT_FOREIGN_TORCH;
-    }
-    return CKPT_FOREIGN_NONE;
+    ckpt_foreign_kind k = probe_dir(path, stamp, cap);
+    char sub[4096];
+    if (k == CKPT_FOREIGN_NONE && hf_sharded(path, sub, sizeof sub))
+        k = probe_dir(sub, stamp, cap);
+    return k;
 }
 
 int ckpt_foreign_open(const char *path, int follow, ckpt_foreign *f,
@@ -139,11 +162,16 @@ int ckpt_foreign_open(const char *path, int follow, ckpt_foreign *f,
     struct stat st;
     char *real = stat(path, &st) == 0 && S_ISREG(st.st_mode)
                      ? realpath(path, NULL) : NULL;
+    char sub[4096];
+    int hf = !real && probe_dir(path, stamp, sizeof stamp) ==
+                          CKPT_FOREIGN_NONE &&
+             hf_sharded(path, sub, sizeof sub);
     int rc = f->kind == CKPT_FOREIGN_DCP
                  ? ckpt_dcp_open(path, f, err)
              : f->kind == CKPT_FOREIGN_TORCH
                  ? ckpt_torchfile_open(real ? real : path, f, err)
-                 : ckpt_safetensors_open(real ? real : path, f, err);
+             : hf ? ckpt_safetensors_open_hf(path, f, err)
+                  : ckpt_safetensors_open(real ? real : path, f, err);
     free(real);
     if (rc == 0)
         rc = ckpt_foreign_finish(f, err);

@@ -107,10 +107,9 @@ static int check_tiling(span *v, size_t n, uint64_t data_len,
     return 0;
 }
 
-/* One tensor entry of the header. */
-static int add_entry(ckpt_foreign *f, const char *path, const char *file,
-                     const char *name, const json_val *e, uint64_t data_start,
-                     uint64_t data_len, span *sp, ckpt_error *err)
+int ckpt_st_entry_parse(const ckpt_st_header *h, const char *path,
+                        const char *name, const json_val *e,
+                        ckpt_st_entry *out, ckpt_error *err)
 {
     const json_val *dt = json_get(e, "dtype"), *sh = json_get(e, "shape");
     const json_val *off = json_get(e, "data_offsets");
@@ -127,7 +126,6 @@ static int add_entry(ckpt_foreign *f, const char *path, const char *file,
     if (sh->n > CKPT_MAX_DIMS)
         return ckpt_err(err, -EINVAL, "%s: tensor '%s': %zu dims (at most "
                         "%d)", path, name, sh->n, CKPT_MAX_DIMS);
-    int64_t shape[CKPT_MAX_DIMS], zero[CKPT_MAX_DIMS] = { 0 };
     uint64_t numel = 1;
     for (size_t k = 0; k < sh->n; k++) {
         const json_val *x = &sh->items[k];
@@ -135,7 +133,7 @@ static int add_entry(ckpt_foreign *f, const char *path, const char *file,
             __builtin_mul_overflow(numel, (uint64_t)x->i, &numel))
             return ckpt_err(err, -EINVAL, "%s: tensor '%s': bad shape", path,
                             name);
-        shape[k] = x->i;
+        out->shape[k] = x->i;
     }
     const json_val *b = &off->items[0], *en = &off->items[1];
     uint64_t nbytes;
@@ -143,24 +141,42 @@ static int add_entry(ckpt_foreign *f, const char *path, const char *file,
         en->type != JSON_NUMBER || !en->is_int || en->i < b->i)
         return ckpt_err(err, -EINVAL, "%s: tensor '%s': bad data_offsets",
                         path, name);
-    if ((uint64_t)en->i > data_len)
+    if ((uint64_t)en->i > h->data_len)
         return ckpt_err(err, -EINVAL, "%s: tensor '%s': data_offsets "
                         "[%lld, %lld] run past the end of the data (%llu "
                         "bytes)", path, name, (long long)b->i,
-                        (long long)en->i, (unsigned long long)data_len);
+                        (long long)en->i, (unsigned long long)h->data_len);
     if (__builtin_mul_overflow(numel, ckpt_dtype_size(d), &nbytes) ||
         nbytes != (uint64_t)(en->i - b->i))
         return ckpt_err(err, -EINVAL, "%s: tensor '%s': data_offsets span "
                         "%lld bytes, but its dtype and shape need %llu", path,
                         name, (long long)(en->i - b->i),
                         (unsigned long long)nbytes);
-    *sp = (span){ name, (uint64_t)b->i, (uint64_t)en->i };
-    long t = ckpt_foreign_add_tensor(f, name, d, (int)sh->n, shape, err);
+    out->dtype = d;
+    out->ndim = (int)sh->n;
+    out->begin = (uint64_t)b->i;
+    out->end = (uint64_t)en->i;
+    return 0;
+}
+
+/* One tensor entry of the header, added to f. */
+static int add_entry(ckpt_foreign *f, const ckpt_st_header *h,
+                     const char *path, const char *file, const char *name,
+                     const json_val *e, span *sp, ckpt_error *err)
+{
+    ckpt_st_entry en;
+    int64_t zero[CKPT_MAX_DIMS] = { 0 };
+    int rc = ckpt_st_entry_parse(h, path, name, e, &en, err);
+    if (rc)
+        return rc;
+    *sp = (span){ name, en.begin, en.end };
+    long t = ckpt_foreign_add_tensor(f, name, en.dtype, en.ndim, en.shape,
+                                     err);
     if (t < 0)
         return (int)t;
-    return ckpt_foreign_add_chunk(f, (size_t)t, zero, shape, file,
-                                  data_start + (uint64_t)b->i, NULL,
-                                  nbytes, err);
+    return ckpt_foreign_add_chunk(f, (size_t)t, zero, en.shape, file,
+                                  h->data_start + en.begin, NULL,
+                                  en.end - en.begin, err);
 }
 
 static int add_metadata(ckpt_foreign *f, const char *path,
@@ -180,6 +196,61 @@ static int add_metadata(ckpt_foreign *f, const char *path,
     return 0;
 }
 
+int ckpt_st_header_read(int fd, const char *path, uint64_t base,
+                        ckpt_st_header *h, ckpt_error *err)
+{
+    memset(h, 0, sizeof *h);
+    struct stat st;
+    unsigned char lenbuf[8];
+    char *hdr = NULL;
+    uint64_t n = 0, size = 0;
+    int rc = 0;
+    if (fstat(fd, &st) != 0)
+        rc = ckpt_err_sys(err, -errno, "%s", path);
+    else if ((size = (uint64_t)st.st_size) < base || size - base < 8)
+        rc = ckpt_err(err, -EINVAL, "%s: %llu bytes from byte %llu: too "
+                      "short for a safetensors header", path,
+                      (unsigned long long)(size > base ? size - base : 0),
+                      (unsigned long long)base);
+    if (rc == 0)
+        rc = ckpt_pread_full(fd, lenbuf, 8, base, path, err);
+    for (int i = 7; rc == 0 && i >= 0; i--)
+        n = n << 8 | lenbuf[i];
+    if (rc == 0 && n > ST_MAX_HEADER)
+        rc = ckpt_err(err, -EINVAL, "%s: header of %llu bytes is over the "
+                      "format's limit of %llu", path, (unsigned long long)n,
+                      (unsigned long long)ST_MAX_HEADER);
+    else if (rc == 0 && n > size - base - 8)
+        rc = ckpt_err(err, -EINVAL, "%s: header of %llu bytes is longer than "
+                      "the file (%llu bytes)", path, (unsigned long long)n,
+                      (unsigned long long)size);
+    if (rc == 0 && !(hdr = malloc(n + 1)))
+        rc = ckpt_err(err, -ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = ckpt_pread_full(fd, hdr, n, base + 8, path, err);
+    if (rc == 0 && (n == 0 || hdr[0] != '{'))
+        rc = ckpt_err(err, -EINVAL, "%s: the header is not a JSON object",
+                      path);
+    if (rc == 0)
+        rc = json_parse(hdr, n, path, &h->j, err);
+    if (rc == 0 && h->j.type != JSON_OBJECT)
+        rc = ckpt_err(err, -EINVAL, "%s: the header is not a JSON object",
+                      path);
+    free(hdr);
+    if (rc) {
+        json_free(&h->j);
+        return rc;
+    }
+    h->data_start = base + 8 + n;
+    h->data_len = size - h->data_start;
+    return 0;
+}
+
+void ckpt_st_header_free(ckpt_st_header *h)
+{
+    json_free(&h->j);
+}
+
 /* Reads the header of file `file` (in f->dir) and adds its tensors. */
 static int add_file(ckpt_foreign *f, const char *file, ckpt_error *err)
 {
@@ -190,57 +261,26 @@ static int add_file(ckpt_foreign *f, const char *file, ckpt_error *err)
     int fd = ckpt_foreign_openat(f, file, err);
     if (fd < 0)
         return fd;
-    struct stat st;
-    unsigned char lenbuf[8];
-    char *hdr = NULL;
-    json_val j = { 0 };
+    ckpt_st_header h;
     span *spans = NULL;
     size_t nspans = 0;
-    uint64_t n = 0, size = 0;
-    if (fstat(fd, &st) != 0)
-        rc = ckpt_err_sys(err, -errno, "%s", path);
-    else if ((size = (uint64_t)st.st_size) < 8)
-        rc = ckpt_err(err, -EINVAL, "%s: %llu bytes: too short for a "
-                      "safetensors file", path, (unsigned long long)size);
-    if (rc == 0)
-        rc = ckpt_pread_full(fd, lenbuf, 8, 0, path, err);
-    for (int i = 7; rc == 0 && i >= 0; i--)
-        n = n << 8 | lenbuf[i];
-    if (rc == 0 && n > ST_MAX_HEADER)
-        rc = ckpt_err(err, -EINVAL, "%s: header of %llu bytes is over the "
-                      "format's limit of %llu", path, (unsigned long long)n,
-                      (unsigned long long)ST_MAX_HEADER);
-    else if (rc == 0 && n > size - 8)
-        rc = ckpt_err(err, -EINVAL, "%s: header of %llu bytes is longer than "
-                      "the file (%llu bytes)", path, (unsigned long long)n,
-                      (unsigned long long)size);
-    if (rc == 0 && !(hdr = malloc(n + 1)))
-        rc = ckpt_err(err, -ENOMEM, "out of memory");
-    if (rc == 0)
-        rc = ckpt_pread_full(fd, hdr, n, 8, path, err);
+    rc = ckpt_st_header_read(fd, path, 0, &h, err);
     close(fd);
-    if (rc == 0 && (n == 0 || hdr[0] != '{'))
-        rc = ckpt_err(err, -EINVAL, "%s: the header is not a JSON object",
-                      path);
-    if (rc == 0)
-        rc = json_parse(hdr, n, path, &j, err);
-    if (rc == 0 && j.type != JSON_OBJECT)
-        rc = ckpt_err(err, -EINVAL, "%s: the header is not a JSON object",
-                      path);
-    if (rc == 0 && !(spans = calloc(j.n + 1, sizeof *spans)))
+    if (rc)
+        return rc;
+    if (!(spans = calloc(h.j.n + 1, sizeof *spans)))
         rc = ckpt_err(err, -ENOMEM, "out of memory");
-    for (size_t i = 0; rc == 0 && i < j.n; i++) {
-        if (strcmp(j.keys[i], "__metadata__") == 0)
-            rc = add_metadata(f, path, &j.items[i], err);
+    for (size_t i = 0; rc == 0 && i < h.j.n; i++) {
+        if (strcmp(h.j.keys[i], "__metadata__") == 0)
+            rc = add_metadata(f, path, &h.j.items[i], err);
         else
-            rc = add_entry(f, path, file, j.keys[i], &j.items[i], 8 + n,
-                           size - 8 - n, &spans[nspans++], err);
+            rc = add_entry(f, &h, path, file, h.j.keys[i], &h.j.items[i],
+                           &spans[nspans++], err);
     }
     if (rc == 0)
-        rc = check_tiling(spans, nspans, size - 8 - n, path, err);
+        rc = check_tiling(spans, nspans, h.data_len, path, err);
     free(spans);
-    json_free(&j);
-    free(hdr);
+    ckpt_st_header_free(&h);
     return rc;
 }
 
@@ -277,10 +317,13 @@ static int index_files(const json_val *wm, const char *path, char ***out,
     return 0;
 }
 
-/* Every weight_map entry must be a tensor of the file it names. */
+/* Every weight_map entry must be a tensor of the file it names (under
+ * `sub`/, when not NULL). */
 static int check_weight_map(const ckpt_foreign *f, const json_val *wm,
-                            const char *path, ckpt_error *err)
+                            const char *sub, const char *path,
+                            ckpt_error *err)
 {
+    size_t skip = sub ? strlen(sub) + 1 : 0;
     span *v = calloc(f->npend + 1, sizeof *v);
     if (!v)
         return ckpt_err(err, -ENOMEM, "out of memory");
@@ -295,7 +338,7 @@ static int check_weight_map(const ckpt_foreign *f, const json_val *wm,
             rc = ckpt_err(err, -EINVAL, "%s: tensor '%s' is not in %s, the "
                           "file its weight_map names", path, wm->keys[i],
                           wm->items[i].s);
-        else if (strcmp(f->pend[s->b].file, wm->items[i].s) != 0)
+        else if (strcmp(f->pend[s->b].file + skip, wm->items[i].s) != 0)
             rc = ckpt_err(err, -EINVAL, "%s: tensor '%s' is in %s, not in %s "
                           "as its weight_map says", path, wm->keys[i],
                           f->pend[s->b].file, wm->items[i].s);
@@ -327,15 +370,18 @@ static int add_index_meta(ckpt_foreign *f, const json_val *m,
     return 0;
 }
 
-static int open_indexed(ckpt_foreign *f, const char *dir, ckpt_error *err)
+/* The checkpoint that dir's (or, with `sub`, dir/sub's) index names; its
+ * files are named relative to dir either way. */
+static int open_indexed(ckpt_foreign *f, const char *dir, const char *sub,
+                        ckpt_error *err)
 {
-    char path[4096], *text = NULL, **files = NULL;
+    char path[4096], rel[4096], *text = NULL, **files = NULL;
     size_t len = 0, nfiles = 0;
     json_val j = { 0 };
-    int rc = ckpt_path_join(path, sizeof path, dir, INDEX_JSON, err);
-    f->index_file = INDEX_JSON;
+    f->index_file = sub ? CKPT_HF_SHARDED "/" INDEX_JSON : INDEX_JSON;
+    int rc = ckpt_path_join(path, sizeof path, dir, f->index_file, err);
     if (rc == 0)
-        rc = ckpt_foreign_slurp(f, INDEX_JSON, ST_MAX_INDEX, &text, &len,
+        rc = ckpt_foreign_slurp(f, f->index_file, ST_MAX_INDEX, &text, &len,
                                 err);
     if (rc == 0)
         rc = json_parse(text, len, path, &j, err);
@@ -348,11 +394,13 @@ static int open_indexed(ckpt_foreign *f, const char *dir, ckpt_error *err)
         rc = index_files(wm, path, &files, &nfiles, err);
     for (size_t i = 0; rc == 0 && i < nfiles; i++) {
         rc = ckpt_foreign_check_relpath(files[i], path, err);
+        if (rc == 0 && sub)
+            rc = ckpt_path_join(rel, sizeof rel, sub, files[i], err);
         if (rc == 0)
-            rc = add_file(f, files[i], err);
+            rc = add_file(f, sub ? rel : files[i], err);
     }
     if (rc == 0)
-        rc = check_weight_map(f, wm, path, err);
+        rc = check_weight_map(f, wm, sub, path, err);
     free(files);
     json_free(&j);
     free(text);
@@ -376,8 +424,19 @@ static int open_all(ckpt_foreign *f, const char *dir, ckpt_error *err)
     }
     free(ents);
     if (rc == 0)
-        rc = check_weight_map(f, &(json_val){ .type = JSON_OBJECT }, dir,
-                              err);
+        rc = check_weight_map(f, &(json_val){ .type = JSON_OBJECT }, NULL,
+                              dir, err);
+    return rc;
+}
+
+int ckpt_safetensors_open_hf(const char *dir, ckpt_foreign *f,
+                             ckpt_error *err)
+{
+    if (!(f->dir = strdup(dir)))
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    int rc = open_indexed(f, dir, CKPT_HF_SHARDED, err);
+    if (rc == 0)
+        rc = ckpt_foreign_set_meta(f, "source_format", "safetensors", err);
     return rc;
 }
 
@@ -400,7 +459,7 @@ int ckpt_safetensors_open(const char *path, ckpt_foreign *f, ckpt_error *err)
         char idx[4096];
         int n = snprintf(idx, sizeof idx, "%s/%s", path, INDEX_JSON);
         rc = n > 0 && (size_t)n < sizeof idx && access(idx, F_OK) == 0
-                 ? open_indexed(f, path, err) : open_all(f, path, err);
+                 ? open_indexed(f, path, NULL, err) : open_all(f, path, err);
     }
     if (rc == 0)
         rc = ckpt_foreign_set_meta(f, "source_format", "safetensors", err);

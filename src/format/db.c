@@ -149,7 +149,7 @@ int ckpt_db_create(sqlite3 **out, const char *path, uint32_t app_id,
                  "PRAGMA journal_mode=%s;PRAGMA synchronous=%s;"
                  "PRAGMA application_id=%d;PRAGMA user_version=%d;",
                  journal, sync ? "FULL" : "OFF", (int)(int32_t)app_id,
-                 CKPT_FORMAT_VERSION);
+                 CKPT_DB_VERSION);
         rc = ckpt_db_exec(db, sql, path, err);
     }
     if (rc) {

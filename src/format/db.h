@@ -12,6 +12,9 @@
 
 #define CKPT_INDEX_APP_ID 0x636b7074   /* "ckpt": index.db */
 #define CKPT_PLAN_APP_ID  0x636b706c   /* "ckpl": a writer's plan file */
+/* The user_version a new index or plan starts with; an index whose frames
+ * refer to a base checkpoint's is raised to CKPT_FORMAT_VERSION (2). */
+#define CKPT_DB_VERSION 1
 
 struct sqlite3;
 struct sqlite3_stmt;
@@ -33,7 +36,7 @@ int ckpt_db_exec(struct sqlite3 *db, const char *sql, const char *path,
                  ckpt_error *err);
 /* Creates `path` (which must not exist) as a new SQLite file with page size
  * 4096, the given journal mode, synchronous FULL (sync) or OFF,
- * application_id `app_id` and user_version CKPT_FORMAT_VERSION.  On error
+ * application_id `app_id` and user_version CKPT_DB_VERSION.  On error
  * the file is removed. */
 int ckpt_db_create(struct sqlite3 **out, const char *path, uint32_t app_id,
                    const char *journal, int sync, ckpt_error *err);

@@ -57,6 +57,13 @@ static const char INDEX_SCHEMA[] =
     " raw_size INTEGER NOT NULL, codec INTEGER NOT NULL REFERENCES codecs(id),"
     " checksum INTEGER NOT NULL, PRIMARY KEY(chunk_id, seq)) WITHOUT ROWID;";
 
+/* A delta checkpoint's (user_version 2): the checkpoints its frames
+ * refer to, and which one each frame uses. */
+static const char INDEX_DELTA_SCHEMA[] =
+    "CREATE TABLE bases(id INTEGER PRIMARY KEY, path TEXT NOT NULL UNIQUE,"
+    " identity TEXT NOT NULL);"
+    "ALTER TABLE frames ADD COLUMN base INTEGER REFERENCES bases(id);";
+
 /* Built after the frames are in: faster than maintaining it row by row. */
 static const char INDEX_FRAMES_BY_RAW[] =
     "CREATE UNIQUE INDEX frames_by_raw ON frames(chunk_id, raw_offset);";
@@ -67,7 +74,8 @@ static const char *const INDEX_TABLES[] = {
 
 /* -------------------------------------------------------------- writing */
 
-enum { ST_FILE, ST_CODEC, ST_TENSOR, ST_CHUNK, ST_FRAME, ST_META, NSTMT };
+enum { ST_FILE, ST_CODEC, ST_TENSOR, ST_CHUNK, ST_FRAME, ST_META, ST_BASE,
+       NSTMT };
 
 static const char *const INSERT_SQL[NSTMT] = {
     "INSERT INTO files(id, path, size, writer) VALUES(?,?,?,?)",
@@ -80,7 +88,13 @@ static const char *const INSERT_SQL[NSTMT] = {
     "INSERT INTO frames(chunk_id, seq, file_offset, stored_size, raw_offset,"
     " raw_size, codec, checksum) VALUES(?,?,?,?,?,?,?,?)",
     "INSERT INTO meta(key, value) VALUES(?,?)",
+    "INSERT INTO bases(id, path, identity) VALUES(?,?,?)",
 };
+
+/* The frames insert of a delta checkpoint. */
+static const char INSERT_DELTA_FRAME[] =
+    "INSERT INTO frames(chunk_id, seq, file_offset, stored_size, raw_offset,"
+    " raw_size, codec, checksum, base) VALUES(?,?,?,?,?,?,?,?,?)";
 
 typedef struct file_ent {
     const char *path;
@@ -100,6 +114,8 @@ typedef struct iwrite {
     size_t *file_pos;       /* per string id of a shard path: its position
                                in files */
     uint32_t codec_mask;    /* codec ids the kept frames use */
+    const ckpt_index_base *bases;   /* a delta checkpoint's, else none */
+    size_t nbases;
     sqlite3_stmt *st[NSTMT];
     ckpt_error *err;
 } iwrite;
@@ -205,6 +221,32 @@ static int write_files(iwrite *w)
     return 0;
 }
 
+static int has_base(const ckpt_index_base *v, size_t n, int64_t id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (v[i].id == id)
+            return 1;
+    return 0;
+}
+
+/* A delta frame (ref or xor) names one of the index's bases, any other
+ * frame none; a ref stores no bytes. */
+static int check_frame_base(iwrite *w, const ckpt_frame_rec *fr,
+                            const char *fqn, size_t seq, size_t k)
+{
+    int delta = fr->codec == CKPT_CODEC_REF || fr->codec == CKPT_CODEC_XOR;
+    if (delta ? !has_base(w->bases, w->nbases, fr->base) : fr->base != 0)
+        return ckpt_err(w->err, -EINVAL, "tensor '%s' chunk %zu: frame %zu "
+                        "(codec %s) names base %lld, which the save %s", fqn,
+                        seq, k, ckpt_codec_name(fr->codec),
+                        (long long)fr->base,
+                        delta ? "does not have" : "cannot use");
+    if (fr->codec == CKPT_CODEC_REF && fr->stored_size != 0)
+        return ckpt_err(w->err, -EINVAL, "tensor '%s' chunk %zu: ref frame "
+                        "%zu stores bytes", fqn, seq, k);
+    return 0;
+}
+
 /* Frames must tile the piece's raw bytes in order, each non-empty, lie in
  * the shard file, and add up to the piece's stored byte count. */
 static int check_frames(iwrite *w, size_t i, size_t seq, const file_ent *f,
@@ -240,6 +282,9 @@ static int check_frames(iwrite *w, size_t i, size_t seq, const file_ent *f,
             return ckpt_err(w->err, -EINVAL, "tensor '%s' chunk %zu: frame "
                             "%zu has codec id %d (0..%d allowed)", fqn, seq,
                             k, fr->codec, MAX_CODEC_ID);
+        int rc = check_frame_base(w, fr, fqn, seq, k);
+        if (rc)
+            return rc;
         *mask |= 1u << fr->codec;
         raw += fr->raw_size;
         stored += fr->stored_size;
@@ -264,8 +309,9 @@ static int write_frames(iwrite *w, size_t i, int64_t chunk_id)
             CKPT_DB_INT(f->file_offset), CKPT_DB_INT(f->stored_size),
             CKPT_DB_INT(f->raw_offset), CKPT_DB_INT(f->raw_size),
             CKPT_DB_INT(f->codec), CKPT_DB_INT((int64_t)f->checksum),
+            f->base ? CKPT_DB_INT(f->base) : CKPT_DB_TEXT(NULL),
         };
-        int rc = run(w, ST_FRAME, v, 8);
+        int rc = run(w, ST_FRAME, v, w->nbases ? 9 : 8);
         if (rc)
             return rc;
     }
@@ -391,16 +437,50 @@ static int write_meta(iwrite *w, const ckpt_kv *meta, size_t nmeta)
     return rc;
 }
 
+static int write_bases(iwrite *w)
+{
+    for (size_t i = 0; i < w->nbases; i++) {
+        const ckpt_index_base *b = &w->bases[i];
+        ckpt_db_val v[] = { CKPT_DB_INT(b->id), CKPT_DB_TEXT(b->path),
+                            CKPT_DB_TEXT(b->identity) };
+        int rc = run(w, ST_BASE, v, 3);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+/* The schema and statements: a delta checkpoint's (with bases) has the
+ * bases table, frames.base and user_version 2. */
+static int write_schema(iwrite *w)
+{
+    int rc = ckpt_db_exec(w->db, INDEX_SCHEMA, w->path, w->err);
+    if (!rc && w->nbases) {
+        char sql[64];
+        snprintf(sql, sizeof sql, "PRAGMA user_version=%d",
+                 CKPT_FORMAT_VERSION);
+        rc = ckpt_db_exec(w->db, INDEX_DELTA_SCHEMA, w->path, w->err);
+        if (!rc)
+            rc = ckpt_db_exec(w->db, sql, w->path, w->err);
+    }
+    for (int i = 0; !rc && i < NSTMT; i++) {
+        const char *sql = INSERT_SQL[i];
+        if (i == ST_FRAME && w->nbases)
+            sql = INSERT_DELTA_FRAME;
+        if (i == ST_BASE && !w->nbases)
+            continue;
+        rc = ckpt_db_prepare(w->db, sql, &w->st[i], w->path, w->err);
+    }
+    return rc ? rc : write_bases(w);
+}
+
 static int write_all(iwrite *w, const ckpt_kv *meta, size_t nmeta)
 {
     /* A large page cache: the file is written once, in one transaction. */
     int rc = ckpt_db_exec(w->db, "PRAGMA cache_size=-65536; BEGIN", w->path,
                           w->err);
     if (!rc)
-        rc = ckpt_db_exec(w->db, INDEX_SCHEMA, w->path, w->err);
-    for (int i = 0; !rc && i < NSTMT; i++)
-        rc = ckpt_db_prepare(w->db, INSERT_SQL[i], &w->st[i], w->path,
-                             w->err);
+        rc = write_schema(w);
     if (!rc)
         rc = write_files(w);
     int64_t chunk_id = 0;
@@ -435,8 +515,18 @@ int ckpt_index_write_pieces(const char *path, const char *ckpt_dir,
                             const ckpt_kv *meta, size_t nmeta, int sync,
                             ckpt_error *err)
 {
+    return ckpt_index_write_delta(path, ckpt_dir, tab, plan, meta, nmeta,
+                                  NULL, 0, sync, err);
+}
+
+int ckpt_index_write_delta(const char *path, const char *ckpt_dir,
+                           const ckpt_pieces *tab, const ckpt_plan *plan,
+                           const ckpt_kv *meta, size_t nmeta,
+                           const ckpt_index_base *bases, size_t nbases,
+                           int sync, ckpt_error *err)
+{
     iwrite w = { .path = path, .dir = ckpt_dir, .tab = tab, .plan = plan,
-                 .err = err };
+                 .bases = bases, .nbases = nbases, .err = err };
     int rc = collect_files(&w);
     if (!rc)
         rc = ckpt_db_create(&w.db, path, CKPT_INDEX_APP_ID, "OFF", sync, err);
@@ -489,6 +579,7 @@ struct ckpt_index {
     sqlite3_stmt *frames;   /* frames of one chunk, by seq */
     sqlite3_stmt *chunks;   /* chunks of one tensor, by seq */
     int has_totals;         /* tensors holds nframes and codec_mask */
+    int version;            /* PRAGMA user_version: 2 with bases */
     id_map files;           /* files.id -> position in the loaded files */
 };
 
@@ -546,6 +637,20 @@ static int check_tables(ckpt_index *ix, ckpt_error *err)
     return rc;
 }
 
+/* Whether the index has table `name`. */
+static int has_table(ckpt_index *ix, const char *name)
+{
+    sqlite3_stmt *st;
+    if (sqlite3_prepare_v2(ix->db, "SELECT 1 FROM sqlite_schema WHERE "
+                           "type = 'table' AND name = ?", -1, &st,
+                           NULL) != SQLITE_OK)
+        return 0;
+    int yes = sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC) ==
+                  SQLITE_OK && sqlite3_step(st) == SQLITE_ROW;
+    sqlite3_finalize(st);
+    return yes;
+}
+
 /* Whether tensors has the nframes and codec_mask columns (indexes written
  * before they were added have not). */
 static int has_totals(sqlite3 *db)
@@ -560,12 +665,20 @@ static int has_totals(sqlite3 *db)
 /* The statements that later loads run, prepared once. */
 static int prepare_reads(ckpt_index *ix, ckpt_error *err)
 {
-    int rc = ckpt_db_prepare(ix->db, "SELECT f.seq, f.file_offset, "
-                             "f.stored_size, f.raw_offset, f.raw_size, "
-                             "f.codec, f.checksum, c.codec_mask "
-                             "FROM frames AS f JOIN chunks AS c ON "
-                             "c.id = f.chunk_id WHERE f.chunk_id = ? "
-                             "ORDER BY f.seq", &ix->frames, ix->path, err);
+    int rc = ckpt_db_prepare(ix->db, ix->version >= 2
+                             ? "SELECT f.seq, f.file_offset, "
+                               "f.stored_size, f.raw_offset, f.raw_size, "
+                               "f.codec, f.checksum, c.codec_mask, "
+                               "coalesce(f.base, 0) "
+                               "FROM frames AS f JOIN chunks AS c ON "
+                               "c.id = f.chunk_id WHERE f.chunk_id = ? "
+                               "ORDER BY f.seq"
+                             : "SELECT f.seq, f.file_offset, "
+                               "f.stored_size, f.raw_offset, f.raw_size, "
+                               "f.codec, f.checksum, c.codec_mask, 0 "
+                               "FROM frames AS f JOIN chunks AS c ON "
+                               "c.id = f.chunk_id WHERE f.chunk_id = ? "
+                               "ORDER BY f.seq", &ix->frames, ix->path, err);
     if (!rc)
         rc = ckpt_db_prepare(ix->db, "SELECT id, tensor_id, seq, offsets, "
                              "sizes, file_id, raw_bytes, stored_bytes, "
@@ -575,6 +688,22 @@ static int prepare_reads(ckpt_index *ix, ckpt_error *err)
     if (rc)
         return ckpt_err_wrap(err, -EINVAL, "%s is not a valid ckptfs index",
                              ix->path);
+    return 0;
+}
+
+static int read_version(ckpt_index *ix, ckpt_error *err)
+{
+    sqlite3_stmt *st;
+    int rc = ckpt_db_prepare(ix->db, "PRAGMA user_version", &st, ix->path,
+                             err);
+    if (rc)
+        return rc;
+    if (sqlite3_step(st) == SQLITE_ROW)
+        ix->version = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    if (ix->version >= 2 && !has_table(ix, "bases"))
+        return damaged(err, ix->path, "format version %d without a bases "
+                       "table", ix->version);
     return 0;
 }
 
@@ -599,6 +728,8 @@ static int open_db(ckpt_index *ix, ckpt_error *err)
     if (rc != SQLITE_OK)
         return ckpt_db_err(err, ix->db, rc, ix->path, "cannot open index");
     rc = ckpt_db_check_id(ix->db, ix->path, CKPT_INDEX_APP_ID, err);
+    if (!rc)
+        rc = read_version(ix, err);
     if (!rc)
         rc = check_tables(ix, err);
     if (!rc) {
@@ -1198,9 +1329,17 @@ static int frame_row(sqlite3_stmt *st, uint64_t k, uint64_t raw_bytes,
         return -1;
     f->codec = (int)codec;
     f->checksum = (uint64_t)sqlite3_column_int64(st, 6);
+    f->base = sqlite3_column_int64(st, 8);
+    int delta = codec == CKPT_CODEC_REF || codec == CKPT_CODEC_XOR;
+    if (delta ? f->base <= 0 : f->base != 0)
+        return -1;
+    if (codec == CKPT_CODEC_REF && f->stored_size != 0)
+        return -1;
+    size_t bound = ckpt_codec_bound((size_t)f->raw_size) +
+                   (codec == CKPT_CODEC_XOR ? 2 : 0);
     if (f->raw_offset != *raw || f->raw_size == 0 ||
         f->raw_size > raw_bytes - *raw || f->raw_size > CKPT_MAX_FRAME_SIZE ||
-        f->stored_size > ckpt_codec_bound((size_t)f->raw_size) ||
+        f->stored_size > bound ||
         f->stored_size > (uint64_t)INT64_MAX - f->file_offset)
         return -1;
     *raw += f->raw_size;
@@ -1255,5 +1394,70 @@ int ckpt_index_load_frames(ckpt_index *ix, int64_t chunk_id,
         return rc;
     }
     *frames = f;
+    return 0;
+}
+
+int ckpt_index_version(const ckpt_index *ix)
+{
+    return ix->version;
+}
+
+static void bases_free(ckpt_index_base *v, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(v[i].path);
+        free(v[i].identity);
+    }
+    free(v);
+}
+
+void ckpt_index_bases_free(ckpt_index_base *v, size_t n)
+{
+    bases_free(v, n);
+}
+
+typedef struct bases_load {
+    ckpt_index *ix;
+    ckpt_index_base *v;
+    size_t n, cap;
+    ckpt_error *err;
+} bases_load;
+
+static int base_row(void *arg, sqlite3_stmt *st)
+{
+    bases_load *l = arg;
+    int64_t id = sqlite3_column_int64(st, 0);
+    const char *path = col_text(st, 1), *ident = col_text(st, 2);
+    if (id <= 0 || !path || !*path || !ident || !*ident)
+        return damaged(l->err, l->ix->path, "base %lld has no path or "
+                       "identity", (long long)id);
+    if (grow((void **)&l->v, &l->cap, l->n, sizeof *l->v))
+        return oom(l->err, l->ix);
+    ckpt_index_base *b = &l->v[l->n];
+    b->id = id;
+    b->path = strdup(path);
+    b->identity = strdup(ident);
+    l->n++;
+    if (!b->path || !b->identity)
+        return oom(l->err, l->ix);
+    return 0;
+}
+
+int ckpt_index_bases(ckpt_index *ix, ckpt_index_base **out, size_t *n,
+                     ckpt_error *err)
+{
+    *out = NULL;
+    *n = 0;
+    if (ix->version < 2)
+        return 0;
+    bases_load l = { .ix = ix, .err = err };
+    int rc = ckpt_db_each(ix->db, "SELECT id, path, identity FROM bases "
+                          "ORDER BY id", ix->path, base_row, &l, err);
+    if (rc) {
+        bases_free(l.v, l.n);
+        return rc;
+    }
+    *out = l.v;
+    *n = l.n;
     return 0;
 }

@@ -29,6 +29,22 @@ int ckpt_index_write_pieces(const char *path, const char *ckpt_dir,
                             const ckpt_kv *meta, size_t nmeta, int sync,
                             ckpt_error *err);
 
+/* A base checkpoint of a delta checkpoint (a row of its bases table). */
+typedef struct ckpt_index_base {
+    int64_t id;             /* what frames.base names */
+    char *path;             /* relative to the root: a sibling's name */
+    char *identity;         /* the base's meta 'identity' when saved */
+} ckpt_index_base;
+
+/* ckpt_index_write_pieces for a delta checkpoint: with bases (nbases > 0)
+ * the index gets the bases table, frames.base and user_version 2; every
+ * ref or xor frame must name one of them. */
+int ckpt_index_write_delta(const char *path, const char *ckpt_dir,
+                           const ckpt_pieces *tab, const ckpt_plan *plan,
+                           const ckpt_kv *meta, size_t nmeta,
+                           const ckpt_index_base *bases, size_t nbases,
+                           int sync, ckpt_error *err);
+
 /* A read-only handle on a committed index.  Safe for use by one thread at a
  * time (callers serialise). */
 typedef struct ckpt_index ckpt_index;
@@ -113,5 +129,13 @@ int ckpt_index_tensor_alloc_chunks(ckpt_index_tensor *t, size_t n);
 int ckpt_index_load_frames(ckpt_index *ix, int64_t chunk_id,
                            uint64_t expect_frames, uint64_t raw_bytes,
                            ckpt_frame_rec **frames, ckpt_error *err);
+
+/* The index's PRAGMA user_version (1, or 2 for a delta checkpoint). */
+int ckpt_index_version(const ckpt_index *ix);
+/* Loads the bases table (none below version 2) into a malloc'd array,
+ * ordered by id; release with ckpt_index_bases_free. */
+int ckpt_index_bases(ckpt_index *ix, ckpt_index_base **out, size_t *n,
+                     ckpt_error *err);
+void ckpt_index_bases_free(ckpt_index_base *v, size_t n);
 
 #endif

@@ -18,6 +18,9 @@ typedef struct ckpt_frame_rec {
     uint64_t raw_size;
     uint64_t checksum;      /* XXH3-64 of the raw bytes */
     int codec;
+    int64_t base;           /* delta frames (codec ref or xor): the id, in
+                               the checkpoint's bases, of the base whose
+                               frame at the same place they use; else 0 */
 } ckpt_frame_rec;
 
 typedef struct ckpt_piece_rec {

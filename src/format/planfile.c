@@ -38,7 +38,8 @@ static const char PLAN_SCHEMA[] =
     " seq INTEGER NOT NULL, file_offset INTEGER NOT NULL,"
     " stored_size INTEGER NOT NULL, raw_offset INTEGER NOT NULL,"
     " raw_size INTEGER NOT NULL, codec INTEGER NOT NULL,"
-    " checksum INTEGER NOT NULL, PRIMARY KEY(piece_id, seq)) WITHOUT ROWID;";
+    " checksum INTEGER NOT NULL, base INTEGER NOT NULL DEFAULT 0,"
+    " PRIMARY KEY(piece_id, seq)) WITHOUT ROWID;";
 
 /* Tensors declared in the save (a file created or described through a
  * mount) and why their piece failed: a commit refuses one without any
@@ -57,7 +58,7 @@ static const char *const PLAN_SQL[PS_N] = {
     "INSERT INTO pieces(fqn, dtype, shape, offsets, sizes, file, raw_bytes,"
     " stored_bytes, data_hash) VALUES(?,?,?,?,?,?,?,?,?)",
     "INSERT INTO frames(piece_id, seq, file_offset, stored_size, raw_offset,"
-    " raw_size, codec, checksum) VALUES(?,?,?,?,?,?,?,?)",
+    " raw_size, codec, checksum, base) VALUES(?,?,?,?,?,?,?,?,?)",
     "INSERT OR REPLACE INTO meta(key, value) VALUES(?,?)",
 };
 
@@ -177,9 +178,9 @@ static int append_frames(ckpt_planfile *pf, const ckpt_piece_rec *p,
             CKPT_DB_INT(id), CKPT_DB_INT(k), CKPT_DB_INT(f->file_offset),
             CKPT_DB_INT(f->stored_size), CKPT_DB_INT(f->raw_offset),
             CKPT_DB_INT(f->raw_size), CKPT_DB_INT(f->codec),
-            CKPT_DB_INT((int64_t)f->checksum),
+            CKPT_DB_INT((int64_t)f->checksum), CKPT_DB_INT(f->base),
         };
-        int rc = run(pf, PS_FRAME, v, 8, err);
+        int rc = run(pf, PS_FRAME, v, 9, err);
         if (rc)
             return rc;
     }
@@ -374,6 +375,9 @@ static int frame_row(void *arg, sqlite3_stmt *st)
         return plan_damaged(r, "bad frame", id);
     f.codec = (int)codec;
     f.checksum = (uint64_t)sqlite3_column_int64(st, 7);
+    f.base = sqlite3_column_int64(st, 8);
+    if (f.base < 0)
+        return plan_damaged(r, "bad frame base", id);
     if (ckpt_pieces_add_frame(r->tab, i, &f))
         return ckpt_err(r->err, -ENOMEM, "%s: out of memory", r->path);
     return 0;
@@ -426,10 +430,20 @@ static int read_all(sqlite3 *db, preader *r)
         rc = ckpt_db_each(db, "SELECT id, fqn, dtype, shape, offsets, sizes,"
                           " file, raw_bytes, stored_bytes, data_hash FROM "
                           "pieces ORDER BY id", r->path, piece_row, r, r->err);
+    /* Plans older than delta saves have no frames.base. */
+    int has_base = 0;
     if (!rc)
-        rc = ckpt_db_each(db, "SELECT piece_id, seq, file_offset, "
-                          "stored_size, raw_offset, raw_size, codec, checksum"
-                          " FROM frames ORDER BY piece_id, seq", r->path,
+        rc = ckpt_db_each(db, "SELECT 1 FROM pragma_table_info('frames') "
+                          "WHERE name = 'base'", r->path, table_row,
+                          &has_base, r->err);
+    if (!rc)
+        rc = ckpt_db_each(db, has_base
+                          ? "SELECT piece_id, seq, file_offset, stored_size,"
+                            " raw_offset, raw_size, codec, checksum, base"
+                            " FROM frames ORDER BY piece_id, seq"
+                          : "SELECT piece_id, seq, file_offset, stored_size,"
+                            " raw_offset, raw_size, codec, checksum, 0"
+                            " FROM frames ORDER BY piece_id, seq", r->path,
                           frame_row, r, r->err);
     if (!rc)
         rc = ckpt_db_each(db, "SELECT key, value FROM meta ORDER BY key",

@@ -33,12 +33,15 @@
 
 #include "read/cache.h"
 #include "codec/codec.h"
+#include "codec/zstream.h"
 #include "common/confine.h"
 #include "common/error.h"
 #include "common/fileio.h"
 #include "common/grow.h"
 #include "foreign/foreign.h"
 #include "format/index.h"
+#include "format/delta.h"
+#include "codec/xorframe.h"
 #include "common/perm.h"
 #include "format/plan.h"
 #include "common/pool.h"
@@ -55,6 +58,7 @@ typedef struct scratch {
     struct scratch *next;
     ckpt_codec_ctx *codec;
     ckpt_sio *io;
+    ckpt_delta_scratch delta;       /* delta frames: base frames' bytes */
 } scratch;
 
 /* What the reader keeps of a tensor once its chunks are loaded. */
@@ -74,6 +78,7 @@ struct ckpt_reader {
     ckpt_confine root;              /* dir: where files are opened */
     ckpt_read_opts opts;
     ckpt_index *ix;
+    ckpt_bases *bases;              /* a delta checkpoint's, else NULL */
     pthread_mutex_t ix_mu;          /* the index handle, lazy loads */
     ckpt_index_data d;              /* tensors' chunks: see ts */
     /* Per tensor: NULL until its chunks are loaded (on first use, once,
@@ -164,6 +169,7 @@ static void scratch_free_all(ckpt_reader *r)
         r->free_scratch = s->next;
         ckpt_codec_ctx_free(s->codec);
         ckpt_sio_free(s->io);
+        ckpt_delta_scratch_free(&s->delta);
         free(s);
     }
 }
@@ -355,6 +361,16 @@ static const ckpt_strided *strided_of(const ckpt_reader *r, size_t t,
     return s->strided ? s->strided[c] : NULL;
 }
 
+/* The strides of chunk (t, c) when its storage is in its file, read in
+ * place (mapped); NULL when row-major or inside a zstd stream (DCP's
+ * ZStandard extension), which is decoded as a frame. */
+static const ckpt_strided *mapped_of(const ckpt_reader *r, size_t t,
+                                     size_t c)
+{
+    const ckpt_strided *sd = strided_of(r, t, c);
+    return sd && !sd->zstd ? sd : NULL;
+}
+
 /* The storage of strided chunk (t, c) (its one frame's bytes), mapped
  * on first use (once: of two threads mapping it, one keeps its
  * mapping). */
@@ -393,6 +409,62 @@ static int strided_map(ckpt_reader *r, size_t t, size_t c,
     return 0;
 }
 
+/* The stored bytes of a zstd-stream frame, read as the stream asks. */
+typedef struct zs_in {
+    int fd;
+    uint64_t base;
+    const char *file;
+} zs_in;
+
+static int zs_pread(void *arg, void *buf, size_t n, uint64_t off,
+                    ckpt_error *err)
+{
+    const zs_in *in = arg;
+    return ckpt_pread_full(in->fd, buf, n, in->base + off, in->file, err);
+}
+
+/* Decodes the zstd stream of frame fr (DCP's ZStandard extension: one
+ * stream per item) and keeps its decoded bytes [sd->skip, + sd->span) in
+ * out: the whole stream is decoded, and must decode to the size it had
+ * when the checkpoint was opened. */
+static int decode_stream(const frame_ref *fr, int fd, const ckpt_strided *sd,
+                         unsigned char *out, ckpt_error *err)
+{
+    const ckpt_frame_rec *f = fr->f;
+    zs_in in = { fd, f->file_offset, file_of(fr->r, fr->t, fr->c) };
+    ckpt_zs_window w = { sd->skip, sd->span, out };
+    uint64_t total;
+    int rc = ckpt_zstream_decode(zs_pread, &in, f->stored_size,
+                                 ckpt_zs_window_out, &w, sd->decoded, &total,
+                                 in.file, err);
+    if (rc == 0 && total != sd->decoded)
+        rc = ckpt_err(err, -EIO, "%s: the item's zstd stream decodes to "
+                      "%llu bytes, not the %llu it did when the checkpoint "
+                      "was opened", in.file, (unsigned long long)total,
+                      (unsigned long long)sd->decoded);
+    return rc;
+}
+
+/* Reads the chunk of frame fr that lies in a zstd stream (its one frame):
+ * the stream decoded once, the elements kept (gathered when strided). */
+static int read_zstd(const frame_ref *fr, int fd, const ckpt_strided *sd,
+                     void *dst, ckpt_error *err)
+{
+    if (sd->row_major)
+        return decode_stream(fr, fd, sd, dst, err);
+    const ckpt_index_tensor *t = tensor_at(fr->r, fr->t);
+    unsigned char *tmp = malloc(sd->span ? sd->span : 1);
+    if (!tmp)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    int rc = decode_stream(fr, fd, sd, tmp, err);
+    if (rc == 0)
+        ckpt_strided_gather(dst, tmp, t->ndim,
+                            chunk_at(fr->r, fr->t, fr->c)->sizes, sd->stride,
+                            ckpt_dtype_size(t->dtype), 0, fr->f->raw_size);
+    free(tmp);
+    return rc;
+}
+
 /* Copies bytes [src, src + n) of strided chunk (t, c)'s row-major image
  * to dst, element by element from its mapped storage (strided.h). */
 static int copy_strided(ckpt_reader *r, size_t t, size_t c, uint64_t src,
@@ -408,6 +480,45 @@ static int copy_strided(ckpt_reader *r, size_t t, size_t c, uint64_t src,
                         ckpt_dtype_size(tt->dtype), src, n);
     atomic_fetch_add(&r->bytes_decoded, n);
     return 0;
+}
+
+/* A delta frame (ref or xor) of fr into dst: the base frame at its
+ * place, XORed with its own bytes for an xor frame. */
+static int decode_delta(const frame_ref *fr, int fd, void *dst, scratch *s,
+                        uint64_t *sum, int *summed, ckpt_error *err)
+{
+    ckpt_reader *r = fr->r;
+    const ckpt_frame_rec *f = fr->f;
+    const ckpt_index_tensor *t = tensor_at(r, fr->t);
+    const ckpt_index_chunk *ch = chunk_at(r, fr->t, fr->c);
+    ckpt_chunk_loc loc = { t->fqn, t->dtype, t->ndim, t->shape, ch->offsets,
+                           ch->sizes };
+    if (!r->bases)
+        return ckpt_err(err, -EIO, "a '%s' frame in a checkpoint without "
+                        "bases", ckpt_codec_name(f->codec));
+    if (f->codec == CKPT_CODEC_REF) {
+        /* The bytes are the base frame's, checked against its checksum,
+         * which must be this frame's too. */
+        *summed = 1;
+        return ckpt_bases_read(r->bases, f->base, &loc, fr->i, f->raw_offset,
+                               f->raw_size, dst, s->codec, &s->delta, sum,
+                               err);
+    }
+    const unsigned char *src;
+    int rc = ckpt_sio_stored(s->io, fd, f->stored_size, f->file_offset, &src,
+                             file_of(r, fr->t, fr->c), err);
+    unsigned char *base = rc ? NULL
+                          : ckpt_delta_scratch_at(&s->delta, 0, f->raw_size);
+    if (!rc && !base)
+        rc = ckpt_err(err, -ENOMEM, "out of memory");
+    if (!rc)
+        rc = ckpt_bases_read(r->bases, f->base, &loc, fr->i, f->raw_offset,
+                             f->raw_size, base, s->codec, &s->delta, NULL,
+                             err);
+    if (!rc)
+        rc = ckpt_xor_decode(s->codec, src, f->stored_size, base, dst,
+                             f->raw_size, err);
+    return rc;
 }
 
 /* Reads and decodes frame fr into dst (raw_size bytes) and checks its
@@ -427,8 +538,12 @@ static int decode_frame(const frame_ref *fr, void *dst, scratch *s,
         return frame_fail(fr, err, fd);
     int rc = 0, summed = 0;
     uint64_t sum = 0;
-    if (sd) {
+    if (sd && sd->zstd) {
+        rc = read_zstd(fr, fd, sd, dst, err);
+    } else if (sd) {
         rc = copy_strided(r, fr->t, fr->c, 0, f->raw_size, dst, err);
+    } else if (f->codec == CKPT_CODEC_REF || f->codec == CKPT_CODEC_XOR) {
+        rc = decode_delta(fr, fd, dst, s, &sum, &summed, err);
     } else if (f->codec == CKPT_CODEC_RAW) {
         if (f->stored_size != f->raw_size)
             rc = ckpt_err(err, -EIO, "raw frame stores %llu bytes for %llu",
@@ -659,7 +774,7 @@ static int copy_segment(ckpt_reader *r, size_t t, const segment *sg,
     int rc = chunk_frames(r, t, sg->c, &frames, err);
     if (rc)
         return rc;
-    if (strided_of(r, t, sg->c))
+    if (mapped_of(r, t, sg->c))
         return copy_strided(r, t, sg->c, sg->src, sg->n, sg->dst, err);
     uint64_t src = sg->src, n = sg->n;
     unsigned char *dst = sg->dst;
@@ -1210,6 +1325,7 @@ void ckpt_reader_close(ckpt_reader *r)
         if (atomic_load(&r->fds[i]) >= 0)
             close(atomic_load(&r->fds[i]));
     scratch_free_all(r);
+    ckpt_bases_free(r->bases);
     if (r->ix)
         ckpt_index_close(r->ix);
     ckpt_index_data_free(&r->d);
@@ -1325,6 +1441,9 @@ int ckpt_reader_open(ckpt_reader **out, const char *dir,
             rc = ckpt_index_open(&r->ix, path, err);
         if (rc == 0)
             rc = ckpt_index_load_tensors(r->ix, &r->d, err);
+        if (rc == 0)
+            rc = ckpt_bases_open(&r->bases, dir, r->ix,
+                                 ckpt_index_identity(&r->d), err);
         if (rc == 0)
             rc = alloc_tables(r, err);
     }
@@ -1662,7 +1781,7 @@ static void verify_frames(verifier *v, size_t t, size_t c, scratch *s,
         report(v, t, (long)c, -1, file, 0, e.msg);
         return;
     }
-    if (strided_of(r, t, c)) {
+    if (mapped_of(r, t, c)) {
         /* no checksum to check: its storage is in the file (mapped), and
          * gathering it whole would cost its declared size */
         const ckpt_strided_map *m;

@@ -22,6 +22,7 @@
 #include "common/error.h"
 #include "common/fileio.h"
 #include "common/shape.h"
+#include "format/db.h"
 #include "format/index.h"
 #include "format/planfile.h"
 #include "format/lease.h"
@@ -29,6 +30,7 @@
 #include "format/model.h"
 #include "format/plan.h"
 #include "write/writer.h"
+#include "write/deltasave.h"
 #include "common/optsize.h"
 
 void ckpt_commit_opts_init(ckpt_commit_opts *o)
@@ -370,14 +372,18 @@ static int merge_meta(const ckpt_manifest *in, ckpt_manifest *out,
 static int add_system_meta(ckpt_manifest *meta, size_t writers,
                            ckpt_error *err)
 {
-    char created[64], nbuf[32], fmt[16];
+    char created[64], nbuf[32], fmt[16], ident[33];
+    int rc = ckpt_identity_new(ident, err);
+    if (rc)
+        return rc;
     time_t now = time(NULL);
     struct tm tm;
     gmtime_r(&now, &tm);
     strftime(created, sizeof created, "%Y-%m-%dT%H:%M:%SZ", &tm);
     snprintf(nbuf, sizeof nbuf, "%zu", writers);
-    snprintf(fmt, sizeof fmt, "%d", CKPT_FORMAT_VERSION);
+    snprintf(fmt, sizeof fmt, "%d", CKPT_DB_VERSION);
     if (ckpt_manifest_set_meta(meta, "format_version", fmt, NULL) ||
+        ckpt_manifest_set_meta(meta, "identity", ident, NULL) ||
         ckpt_manifest_set_meta(meta, "created", created, NULL) ||
         ckpt_manifest_set_meta(meta, "producer", "ckptfs " CKPT_VERSION_STRING,
                                NULL) ||
@@ -483,6 +489,9 @@ static int commit_locked(const char *dir, const char *pending,
     ckpt_pieces all;
     ckpt_manifest all_meta, meta;
     ckpt_plan plan = { 0 };
+    ckpt_bases *bases = NULL;
+    ckpt_index_base *used = NULL;
+    size_t nused = 0;
     ckpt_pieces_init(&all);
     ckpt_manifest_init(&all_meta);
     ckpt_manifest_init(&meta);
@@ -521,8 +530,15 @@ static int commit_locked(const char *dir, const char *pending,
         rc = sync_shards(dir, &all, err);
     if (rc == 0) {
         unlink(tmp);   /* left by a committer that died; we hold the lock */
-        rc = ckpt_index_write_pieces(tmp, dir, &all, &plan, meta.meta,
-                                     meta.nmeta, o->sync, err);
+        rc = ckpt_delta_commit_bases(dir, meta.meta, meta.nmeta, &all,
+                                     &bases, &used, &nused, err);
+        if (rc == 0 && nused && ckpt_manifest_set_meta(&meta,
+                                    "format_version", "2", NULL))
+            rc = ckpt_err(err, -ENOMEM, "out of memory");
+        if (rc == 0)
+            rc = ckpt_index_write_delta(tmp, dir, &all, &plan, meta.meta,
+                                        meta.nmeta, used, nused, o->sync,
+                                        err);
         if (rc) {
             ckpt_err_wrap(err, rc, "cannot write the index");
             unlink(tmp);
@@ -531,6 +547,8 @@ static int commit_locked(const char *dir, const char *pending,
     if (rc == 0)
         rc = publish(dir, tmp, final, o->sync, err);
     ckpt_plan_free(&plan);
+    free(used);
+    ckpt_bases_free(bases);
     ckpt_pieces_free(&all);
     ckpt_manifest_free(&all_meta);
     ckpt_manifest_free(&meta);

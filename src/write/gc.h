@@ -86,6 +86,10 @@ typedef struct ckpt_retain_item {
     int64_t key;             /* its step: see ckpt_retain_key */
     int64_t committed_ns;    /* its commit time: index.db's modification
                                 time, in ns since the epoch */
+    /* A delta checkpoint's bases (names in the root: ckpt_retain_bases),
+     * which retention keeps as long as it keeps this one. */
+    char **bases;
+    size_t nbases;
 } ckpt_retain_item;
 
 /* A `step` metadata value that is a decimal integer (blanks around
@@ -113,7 +117,8 @@ typedef enum ckpt_retain_why {
     CKPT_RETAIN_DROP = 0,    /* not kept: retire it */
     CKPT_RETAIN_LATEST,      /* the newest, which `latest` points to */
     CKPT_RETAIN_LAST,        /* one of the keep_last newest */
-    CKPT_RETAIN_EVERY        /* its step is a multiple of keep_every */
+    CKPT_RETAIN_EVERY,       /* its step is a multiple of keep_every */
+    CKPT_RETAIN_BASE         /* a kept delta checkpoint refers to it */
 } ckpt_retain_why;
 
 /* Decides, for each of v[0..n), whether retention keeps it: the newest
@@ -121,5 +126,23 @@ typedef enum ckpt_retain_why {
  * checkpoint whose step is a multiple of keep_every.  -ENOMEM or 0. */
 int ckpt_retain_select(const ckpt_retain_item *v, size_t n, int keep_last,
                        int64_t keep_every, ckpt_retain_why *why);
+
+/* ------------------------------------------------------------ delta bases
+ * (src/write/gcbases.c) */
+
+/* Sets item->bases to the names of the checkpoints whose frames the
+ * committed checkpoint at dir refers to (its index's bases table, none
+ * for a checkpoint that is not a delta), read without opening them. */
+int ckpt_retain_bases(const char *dir, ckpt_retain_item *item,
+                      ckpt_error *err);
+void ckpt_retain_item_free_bases(ckpt_retain_item *item);
+
+/* After ckpt_retain_select: every checkpoint of v[0..n) that a kept one
+ * refers to, directly or through its bases, is kept too (why[i] =
+ * CKPT_RETAIN_BASE, needed_by[i] = the position of a kept checkpoint that
+ * names it).  So gc never removes what a kept delta needs; keep_last
+ * counted only the checkpoints retention chose. */
+void ckpt_retain_keep_bases(const ckpt_retain_item *v, size_t n,
+                            ckpt_retain_why *why, size_t *needed_by);
 
 #endif

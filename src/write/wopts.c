@@ -73,6 +73,14 @@ int ckpt_write_opt_parse(ckpt_write_opts *o, const char *name,
         o->frame_size = (size_t)v;
         return 0;
     }
+    if (strcmp(name, "full_every") == 0) {
+        long n;
+        if (parse_count(value, 64, &n) || n < 1)
+            return ckpt_err(err, -EINVAL, "bad full_every '%s': expected 1 "
+                            "to 64", value);
+        o->full_every = (int)n;
+        return 0;
+    }
     if (strcmp(name, "threads") == 0) {
         long n;
         if (parse_count(value, CKPT_MAX_THREADS, &n))
@@ -96,6 +104,9 @@ int ckpt_write_opts_check(const ckpt_write_opts *o, ckpt_error *err)
     if (o->threads > CKPT_MAX_THREADS)
         return ckpt_err(err, -EINVAL, "%d encoder threads asked for, at "
                         "most %d allowed", o->threads, CKPT_MAX_THREADS);
+    if (o->full_every < 1 || o->full_every > 64)
+        return ckpt_err(err, -EINVAL, "full_every %d: 1 to 64 (the longest "
+                        "chain of deltas a frame may need)", o->full_every);
     if (o->drop_cache < -1 || o->drop_cache > 1)
         return ckpt_err(err, -EINVAL, "drop_cache %d: 1, 0 or -1 (only for "
                         "asynchronous saves)", o->drop_cache);

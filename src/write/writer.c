@@ -12,6 +12,8 @@
 #include "ckptfs.h"
 
 #include <errno.h>
+#include <stdatomic.h>
+#include <stddef.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +35,8 @@
 #include "format/index.h"
 #include "common/optsize.h"
 #include "write/wopts.h"
+#include "write/deltasave.h"
+#include "codec/xorframe.h"
 
 #define MAX_NAME_LEN 128
 
@@ -48,6 +52,7 @@ struct ckpt_writer {
     ckpt_write_opts opts;
     ckpt_pool *pool;
     ckpt_codec_ctx **ctx;        /* one per pool worker */
+    ckpt_delta_scratch *dsc;     /* one per pool worker: base frames */
     int nworkers;
     ckpt_error failure;          /* sticky: set once the shard is broken */
     /* Frame buffers of the ring (copy and encoded output per slot), kept
@@ -55,6 +60,8 @@ struct ckpt_writer {
      * mount writes many small pieces. */
     unsigned char **spare;       /* 2 per slot: own, enc */
     int nspare;
+    char *base;                  /* opts.base, copied */
+    ckpt_bases *bases;           /* a delta save's (opts.base), or NULL */
 };
 
 /* One frame in flight. */
@@ -66,6 +73,10 @@ typedef struct slot {
     size_t n, enc_n;
     int codec;
     uint64_t checksum;
+    uint64_t seq;                /* frame number in the piece */
+    int64_t base;                /* a delta frame's base id, else 0 */
+    unsigned char *xbuf;         /* delta saves: the base frame, XORed */
+    unsigned char *xenc;         /* delta saves: the xor frame */
     int rc;
     int done;
     ckpt_error err;
@@ -86,6 +97,10 @@ struct ckpt_stream {
     int borrowed;                /* submitted slots point into caller data */
     int lend;                    /* the caller's data outlives the stream:
                                     encode whole frames from it, uncopied */
+    ckpt_base_frame *bf;         /* delta saves: the base chunk's frames */
+    size_t nbf;
+    _Atomic int xor_lost;        /* xor frames tried and not kept in a
+                                    row: past XOR_GIVE_UP, none tried */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int rc;                      /* first error, sticky */
@@ -104,6 +119,8 @@ void ckpt_write_opts_init(ckpt_write_opts *o)
     o->threads = 0;
     o->sync = 1;
     o->drop_cache = -1;
+    o->base = NULL;
+    o->full_every = 8;
 }
 
 /* ---------------------------------------------------------------- helpers */
@@ -172,7 +189,8 @@ static int make_workers(ckpt_writer *w, ckpt_error *err)
         return rc;
     w->nworkers = ckpt_pool_threads(w->pool);
     w->ctx = calloc((size_t)w->nworkers, sizeof *w->ctx);
-    if (!w->ctx)
+    w->dsc = calloc((size_t)w->nworkers, sizeof *w->dsc);
+    if (!w->ctx || !w->dsc)
         return ckpt_err(err, -ENOMEM, "out of memory");
     for (int i = 0; i < w->nworkers; i++)
         if (!(w->ctx[i] = ckpt_codec_ctx_new()))
@@ -189,12 +207,17 @@ static void writer_free(ckpt_writer *w)
         ckpt_pool_destroy(w->pool);
     for (int i = 0; w->ctx && i < w->nworkers; i++)
         ckpt_codec_ctx_free(w->ctx[i]);
+    for (int i = 0; w->dsc && i < w->nworkers; i++)
+        ckpt_delta_scratch_free(&w->dsc[i]);
     free(w->ctx);
+    free(w->dsc);
     if (w->shard)
         ckpt_shard_close(w->shard, NULL);
     if (w->plan)
         ckpt_planfile_close(w->plan);
     ckpt_manifest_free(&w->pending);
+    ckpt_bases_free(w->bases);
+    free(w->base);
     ckpt_lease_drop(w->lease);
     pthread_mutex_destroy(&w->mu);
     free(w->dir);
@@ -204,6 +227,27 @@ static void writer_free(ckpt_writer *w)
 }
 
 /* ---------------------------------------------------------------- writer */
+
+/* A delta save: opens the base and records it in the save's metadata
+ * (the committer checks every writer saw the same one). */
+static int open_base(ckpt_writer *w, ckpt_error *err)
+{
+    int rc = ckpt_bases_for_save(&w->bases, w->dir, w->base, err);
+    if (rc)
+        return ckpt_err_wrap(err, rc, "delta save into %s", w->dir);
+    size_t n;
+    const ckpt_index_base *list = ckpt_bases_list(w->bases, &n);
+    for (size_t i = 0; i < n; i++) {
+        if (list[i].id != ckpt_bases_top(w->bases))
+            continue;
+        if (ckpt_manifest_set_meta(&w->pending, CKPT_META_BASE,
+                                   list[i].path, w->name) ||
+            ckpt_manifest_set_meta(&w->pending, CKPT_META_BASE_IDENTITY,
+                                   list[i].identity, w->name))
+            return ckpt_err(err, -ENOMEM, "out of memory");
+    }
+    return 0;
+}
 
 int ckpt_writer_open(ckpt_writer **out, const char *dir, const char *name,
                      const ckpt_write_opts *opts, ckpt_error *err)
@@ -229,10 +273,14 @@ int ckpt_writer_open_on(ckpt_writer **out, const char *dir, const char *name,
     pthread_mutex_init(&w->mu, NULL);
     ckpt_manifest_init(&w->pending);
     ckpt_write_opts_init(&w->opts);
-    /* Its one layout so far is the oldest one a caller may pass. */
+    /* The oldest layout a caller may pass ends before the delta fields. */
     if (opts)
-        rc = ckpt_opts_take(&w->opts, sizeof w->opts, opts, sizeof *opts,
+        rc = ckpt_opts_take(&w->opts, sizeof w->opts, opts,
+                            offsetof(ckpt_write_opts, base),
                             "ckpt_write_opts", err);
+    if (rc == 0 && w->opts.base && !(w->base = strdup(w->opts.base)))
+        rc = ckpt_err(err, -ENOMEM, "out of memory");
+    w->opts.base = w->base;
     w->dir = strdup(dir);
     w->name = strdup(name);
     if (!w->dir || !w->name)
@@ -243,6 +291,8 @@ int ckpt_writer_open_on(ckpt_writer **out, const char *dir, const char *name,
         rc = ckpt_save_begin_on(&w->lease, dir, h, err);
     if (rc == 0)
         rc = open_files(w, err);
+    if (rc == 0 && w->base)
+        rc = open_base(w, err);
     if (rc == 0)
         rc = make_workers(w, err);
     if (rc) {
@@ -257,7 +307,8 @@ int ckpt_writer_set_meta(ckpt_writer *w, const char *key, const char *value,
                          ckpt_error *err)
 {
     static const char *const reserved[] = {
-        "format_version", "created", "producer", "world_size", NULL
+        "format_version", "created", "producer", "world_size", "identity",
+        CKPT_META_BASE, CKPT_META_BASE_IDENTITY, NULL
     };
     if (!w)
         return ckpt_err_null(err, "ckpt_writer_set_meta", "writer");
@@ -404,15 +455,115 @@ void ckpt_writer_abort(ckpt_writer *w)
 
 /* ---------------------------------------------------------------- encode */
 
+/* The base frame at sl's place, when a delta save has one of sl's size. */
+static const ckpt_base_frame *base_frame(const slot *sl)
+{
+    const ckpt_stream *s = sl->s;
+    if (sl->seq >= s->nbf)
+        return NULL;
+    const ckpt_base_frame *bf = &s->bf[sl->seq];
+    return bf->raw_offset == sl->seq * s->frame && bf->raw_size == sl->n
+           ? bf : NULL;
+}
+
+static ckpt_chunk_loc loc_of(const ckpt_stream *s)
+{
+    return (ckpt_chunk_loc){ s->rec.fqn, s->rec.dtype, s->rec.ndim,
+                             s->rec.shape, s->rec.offsets, s->rec.sizes };
+}
+
+/* The xor frame of sl against bf into sl->xenc: its stored size, or 0
+ * (and sl->rc set) on error. */
+static size_t encode_xor(slot *sl, const ckpt_base_frame *bf, int worker)
+{
+    ckpt_stream *s = sl->s;
+    ckpt_writer *w = s->w;
+    size_t cap = CKPT_XOR_HEAD + ckpt_codec_bound(s->frame);
+    if (!sl->xbuf)
+        sl->xbuf = malloc(s->frame);
+    if (!sl->xenc)
+        sl->xenc = malloc(cap);
+    if (!sl->xbuf || !sl->xenc) {
+        sl->rc = ckpt_err(&sl->err, -ENOMEM, "out of memory");
+        return 0;
+    }
+    ckpt_chunk_loc loc = loc_of(s);
+    sl->rc = ckpt_bases_read(w->bases, bf->holder, &loc, sl->seq,
+                             bf->raw_offset, sl->n, sl->xbuf,
+                             w->ctx[worker], &w->dsc[worker], NULL,
+                             &sl->err);
+    if (sl->rc)
+        return 0;
+    ckpt_xor_bytes(sl->xbuf, sl->xbuf, sl->src, sl->n);
+    size_t n = 0;
+    int codec = s->codec == CKPT_CODEC_RAW ? CKPT_CODEC_ZSTD : s->codec;
+    sl->rc = ckpt_xor_encode(w->ctx[worker], codec, w->opts.level,
+                             s->itemsize, sl->xbuf, sl->n, sl->xenc, cap, &n,
+                             &sl->err);
+    return sl->rc ? 0 : n;
+}
+
+/* An xor frame costs a read a second decode (its base frame's): it is
+ * kept only when it saves XOR_GAIN tenths of the frame stored whole. */
+#define XOR_GAIN 1
+/* After this many xor frames in a row not kept, a stream stops trying
+ * them (the tensor changes too much for deltas to pay). */
+#define XOR_GIVE_UP 4
+
+/* 1 when an xor frame of xn bytes is worth keeping over a whole frame of
+ * `whole` bytes. */
+static int xor_pays(size_t xn, size_t whole)
+{
+    return xn && xn * 10 <= whole * (10 - XOR_GAIN);
+}
+
+/* A delta save's choice for sl: a ref when the base frame at its place is
+ * identical (same size and XXH3-64), else its xor frame when that pays
+ * (xor_pays) against the base frame's own stored size, a fair guess of
+ * what this frame costs whole, so that the frame need not be coded twice;
+ * *xor_n is the xor frame's size (0: none tried).  Returns 1 when the
+ * slot is settled (a ref, an xor frame, or an error). */
+static int choose_delta(slot *sl, int worker, size_t *xor_n)
+{
+    ckpt_stream *s = sl->s;
+    const ckpt_base_frame *bf = base_frame(sl);
+    *xor_n = 0;
+    if (!bf)
+        return 0;
+    if (bf->checksum == sl->checksum) {
+        sl->codec = CKPT_CODEC_REF;
+        sl->enc_n = 0;
+        sl->base = bf->holder;
+        return 1;
+    }
+    if (bf->depth + 1 >= s->w->opts.full_every ||
+        atomic_load(&s->xor_lost) >= XOR_GIVE_UP)
+        return 0;
+    *xor_n = encode_xor(sl, bf, worker);
+    if (sl->rc)
+        return 1;
+    sl->base = bf->holder;
+    if (xor_pays(*xor_n, bf->plain_size ? bf->plain_size : sl->n / 4)) {
+        sl->codec = CKPT_CODEC_XOR;
+        sl->enc_n = *xor_n;
+        atomic_store(&s->xor_lost, 0);
+        return 1;
+    }
+    return 0;
+}
+
 static void encode_task(void *arg, int worker)
 {
     slot *sl = arg;
     ckpt_stream *s = sl->s;
     ckpt_writer *w = s->w;
-    size_t out_n = 0;
+    size_t out_n = 0, xor_n = 0;
     int out_codec = CKPT_CODEC_RAW;
     sl->checksum = ckpt_checksum(sl->src, sl->n);
     sl->rc = 0;
+    sl->base = 0;
+    if (s->nbf && choose_delta(sl, worker, &xor_n))
+        goto done;
     if (s->codec != CKPT_CODEC_RAW)
         sl->rc = ckpt_codec_encode(w->ctx[worker], s->codec,
                                    w->opts.level, s->itemsize, sl->src,
@@ -420,6 +571,16 @@ static void encode_task(void *arg, int worker)
                                    &out_n, &out_codec, &sl->err);
     sl->codec = out_codec;
     sl->enc_n = out_codec == CKPT_CODEC_RAW ? sl->n : out_n;
+    if (xor_pays(xor_n, sl->enc_n)) {
+        sl->codec = CKPT_CODEC_XOR;
+        sl->enc_n = xor_n;
+        atomic_store(&s->xor_lost, 0);
+    } else {
+        sl->base = 0;
+        if (xor_n)
+            atomic_fetch_add(&s->xor_lost, 1);
+    }
+done:
     pthread_mutex_lock(&s->mu);
     sl->done = 1;
     pthread_cond_broadcast(&s->cv);
@@ -458,12 +619,14 @@ static void drain_one(ckpt_stream *s)
     ckpt_frame_rec f = {
         .stored_size = sl->enc_n, .raw_offset = s->raw_pos,
         .raw_size = sl->n, .checksum = sl->checksum, .codec = sl->codec,
+        .base = sl->base,
     };
-    const void *data = sl->codec == CKPT_CODEC_RAW ? sl->src : sl->enc;
+    const void *data = sl->codec == CKPT_CODEC_RAW ? sl->src
+                       : sl->codec == CKPT_CODEC_XOR ? sl->xenc : sl->enc;
     ckpt_error e = { 0 };
     pthread_mutex_lock(&w->mu);
     int rc = writer_failed(w, &e);
-    if (rc == 0) {
+    if (rc == 0 && sl->codec != CKPT_CODEC_REF) {
         rc = ckpt_shard_append(w->shard, data, sl->enc_n, &f.file_offset, &e);
         if (rc)
             w->failure = e;   /* the shard's tail is now unknown */
@@ -492,6 +655,7 @@ static void submit_slot(ckpt_stream *s, const unsigned char *src, size_t n)
     slot *sl = &s->ring[s->tail % (uint64_t)s->depth];
     sl->src = src;
     sl->n = n;
+    sl->seq = s->tail;
     sl->done = 0;
     XXH3_64bits_update(s->hash, src, n);
     s->tail++;
@@ -559,7 +723,10 @@ static void stream_free(ckpt_stream *s)
     for (int i = 0; s->ring && i < s->depth; i++) {
         free(s->ring[i].own);
         free(s->ring[i].enc);
+        free(s->ring[i].xbuf);
+        free(s->ring[i].xenc);
     }
+    free(s->bf);
     free(s->ring);
     if (s->hash)
         XXH3_freeState(s->hash);
@@ -642,6 +809,10 @@ int ckpt_writer_begin(ckpt_writer *w, const ckpt_piece *desc,
         if (!s->hash || XXH3_64bits_reset(s->hash) != XXH_OK)
             rc = ckpt_err(err, -ENOMEM, "out of memory");
     }
+    if (rc == 0 && w->bases) {
+        ckpt_chunk_loc loc = loc_of(s);
+        rc = ckpt_bases_chunk(w->bases, &loc, &s->bf, &s->nbf, err);
+    }
     if (rc == 0)
         rc = alloc_ring(s, err);
     if (rc) {
@@ -720,6 +891,15 @@ static int restate_piece(ckpt_stream *s, const ckpt_piece *actual,
         rc = ckpt_err(err, -EINVAL, "tensor '%s': a stream begun as %s "
                       "cannot end as %s", r.fqn, ckpt_dtype_name(s->rec.dtype),
                       ckpt_dtype_name(r.dtype));
+    /* Delta frames were matched to the base chunk of the box begun with. */
+    for (size_t k = 0; rc == 0 && k < s->rec.nframes; k++)
+        if (s->rec.frames[k].base && (strcmp(r.fqn, s->rec.fqn) ||
+            r.ndim != s->rec.ndim ||
+            memcmp(r.shape, s->rec.shape, sizeof r.shape) ||
+            memcmp(r.offsets, s->rec.offsets, sizeof r.offsets) ||
+            memcmp(r.sizes, s->rec.sizes, sizeof r.sizes)))
+            rc = ckpt_err(err, -EINVAL, "tensor '%s': a delta stream cannot "
+                          "end as another piece than it began", r.fqn);
     if (rc == 0) {
         free(s->rec.fqn);
         s->rec.fqn = r.fqn;

@@ -15,8 +15,11 @@ mapfile -t PACKARGS < <(pack_args "$MAN")
 NT=$(wc -l <"$MAN")
 HDR=$CKPT_SRCDIR/src/ckptfs.h
 VERSION=$(sed -n 's/^#define CKPT_VERSION_STRING "\(.*\)"$/\1/p' "$CKPT_BUILDDIR/ckptfs_version.h")
-FORMAT=$(sed -n 's/^#define CKPT_FORMAT_VERSION \([0-9]*\)$/\1/p' "$HDR")
-[ -n "$VERSION" ] && [ -n "$FORMAT" ] || { echo "ERROR: cannot read versions from $HDR"; exit 99; }
+# The newest format read is CKPT_FORMAT_VERSION; a checkpoint without
+# bases (not a delta) is written as version 1 (docs/FORMAT.md).
+NEWEST=$(sed -n 's/^#define CKPT_FORMAT_VERSION \([0-9]*\)$/\1/p' "$HDR")
+FORMAT=1
+[ -n "$VERSION" ] && [ -n "$NEWEST" ] || { echo "ERROR: cannot read versions from $HDR"; exit 99; }
 
 ROOT=$TMP/root
 mkdir -p "$ROOT"

@@ -14,35 +14,12 @@ with "has no ckptfs equivalent" after leaving a half-made save behind).
 Runs in the torch 2.x roots (all six dtypes with torch 2.7+) and with torch
 1.13 (the three complex types).  Exit 0 pass, 1 fail, 77 skip."""
 import os
-import subprocess
-import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                "..", "python"))
-import numpy as np  # noqa: E402
+import numpy as np
 
+from torch2util import need_torch, raw  # first: it finds the build
 import ckptfs  # noqa: E402
-
-# BUILD/python/ckptfs/__init__.py: the build whose `ckpt` to run
-os.environ.setdefault("CKPT_BUILDDIR", os.path.abspath(os.path.join(
-    os.path.dirname(ckptfs.__file__), "..", "..")))
 import util  # noqa: E402
-
-
-
-def need_torch():
-    """torch, its DCP importable (the 1.13 import fix only for torch 1.x:
-    it breaks newer torch on Python 3.14), or exit 77."""
-    try:
-        import torch
-    except ImportError:
-        util.skip_all("no torch here")
-    if torch.__version__.startswith("1."):
-        from ckptfs._torch_compat import allow_unhashable_dataclass_defaults
-        allow_unhashable_dataclass_defaults()
-    import torch.distributed  # noqa: F401
-    return torch
-
 
 torch = need_torch()
 
@@ -51,11 +28,6 @@ NEW = ["complex64", "complex128", "complex32", "float8_e4m3fnuz",
 NAMES = {"complex64": "c64", "complex128": "c128", "complex32": "c32",
          "float8_e4m3fnuz": "f8e4m3fnuz", "float8_e5m2fnuz": "f8e5m2fnuz",
          "float8_e8m0fnu": "f8e8m0"}
-
-
-def raw(t):
-    t = t.detach().contiguous().reshape(-1)
-    return t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
 
 
 def make(name):

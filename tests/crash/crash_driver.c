@@ -11,7 +11,9 @@
  *   crash_driver gen DIR SEED            w.npy, b.npy, m.npy for ckpt pack
  *   crash_driver lib CKPT SEED N [nocommit]
  *                                        N writers in this process, then
- *                                        ckpt_commit (unless nocommit)
+ *                                        ckpt_commit (unless nocommit); a
+ *                                        delta save against the checkpoint
+ *                                        $CKPT_CRASH_BASE when it is set
  *   crash_driver async CKPT SEED         ckpt_save_async, 64 KiB staging cap
  *   crash_driver mount SAVE SEED RANK WORLD
  *                                        rank RANK's rows (and model.b for
@@ -99,6 +101,7 @@ static ckpt_write_opts small_frames(void)
     ckpt_write_opts_init(&o);
     o.frame_size = FRAME;
     o.threads = 1;
+    o.base = getenv("CKPT_CRASH_BASE");
     return o;
 }
 

@@ -2,8 +2,9 @@
  * fuzz_frames.c - libFuzzer target for the frame decoders: every codec's
  * decoder (zstd, the byte-grouped frames' header, plane table, stored,
  * constant, packed, Huffman and zstd planes) on arbitrary frame bytes, the
- * Huffman stream decoder alone, and a round trip (encode, decode, compare)
- * of arbitrary raw bytes through every codec.
+ * Huffman stream decoder alone, a delta checkpoint's xor frames (header,
+ * inner codec, XOR with a base frame), and a round trip (encode, decode,
+ * compare) of arbitrary raw bytes through every codec and as an xor frame.
  *
  * Input: byte 0 picks the mode and codec, bytes 1-3 the raw size (at most
  * 2^20, so a frame decodes into a bounded buffer, as the reader's frames
@@ -24,16 +25,18 @@
 #include "codec/codec.h"
 #include "common/error.h"
 #include "codec/huff.h"
+#include "codec/xorframe.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 #define MAX_RAW ((size_t)1 << 20)
 #define NCODEC 9        /* ids 0..8 */
+#define XOR_SEL (NCODEC + 1)   /* selector of an xor frame (id 10) */
 
 static ckpt_codec_ctx *ctx;
 static ckpt_huf_dtable dtable;
-static uint8_t *raw, *enc, *back;
+static uint8_t *raw, *enc, *back, *basef;
 
 static size_t itemsize_of(int codec)
 {
@@ -80,8 +83,39 @@ static void fill(uint8_t *p, size_t n, int codec, uint64_t seed)
     }
 }
 
+/* The base frame an xor frame is applied to: a fixed pattern. */
+static void fill_base(void)
+{
+    for (size_t i = 0; i < MAX_RAW; i++)
+        basef[i] = (uint8_t)(i * 131 + (i >> 9));
+}
+
+/* A seed xor frame: the base with every 7th byte changed, as bgf32. */
+static void write_xor_seed(const char *dir, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        raw[i] = (uint8_t)(i % 7 ? 0 : 0x5a);    /* the XOR itself */
+    size_t out_n;
+    ckpt_error err = { 0 };
+    if (ckpt_xor_encode(ctx, 4, 1, 4, raw, n, enc,
+                        CKPT_XOR_HEAD + ckpt_codec_bound(n), &out_n, &err))
+        return;
+    char path[4200];
+    snprintf(path, sizeof path, "%s/xor-%zu", dir, n);
+    FILE *f = fopen(path, "wb");
+    if (!f)
+        return;
+    uint8_t head[4] = { (uint8_t)(XOR_SEL * 2), (uint8_t)n, (uint8_t)(n >> 8),
+                        (uint8_t)(n >> 16) };
+    fwrite(head, 1, 4, f);
+    fwrite(enc, 1, out_n, f);
+    fclose(f);
+}
+
 static void write_seeds(const char *dir)
 {
+    write_xor_seed(dir, 4096);
+    write_xor_seed(dir, 65536);
     static const size_t sizes[] = { 4096, 65536, 4093, 8 };
     for (int codec = 0; codec < NCODEC; codec++)
         for (int k = 0; k < 4; k++) {
@@ -99,8 +133,10 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     raw = malloc(MAX_RAW + 8);
     enc = malloc(ckpt_codec_bound(MAX_RAW) + 64);
     back = malloc(MAX_RAW + 8);
-    if (!ctx || !raw || !enc || !back)
+    basef = malloc(MAX_RAW + 8);
+    if (!ctx || !raw || !enc || !back || !basef)
         abort();
+    fill_base();
     const char *seeds = getenv("CKPT_FUZZ_WRITE_SEEDS");
     if (seeds) {
         write_seeds(seeds);
@@ -114,7 +150,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 4)
         return 0;
     int mode = data[0] % 2;
-    int codec = (data[0] / 2) % (NCODEC + 1);   /* NCODEC: unknown id */
+    /* NCODEC: an id with no decoder of its own (ref); XOR_SEL: xor */
+    int codec = (data[0] / 2) % (XOR_SEL + 1);
     size_t n = ((size_t)data[1] | (size_t)data[2] << 8 |
                 (size_t)data[3] << 16) % (MAX_RAW + 1);
     const uint8_t *in = data + 4;
@@ -126,7 +163,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         uint8_t *dst = malloc(n ? n : 1);
         if (!dst)
             return 0;
-        int rc = ckpt_codec_decode(ctx, codec, in, in_n, dst, n, &err);
+        int rc = codec == XOR_SEL
+                 ? ckpt_xor_decode(ctx, in, in_n, basef, dst, n, &err)
+                 : ckpt_codec_decode(ctx, codec, in, in_n, dst, n, &err);
         if (rc == 0 && codec == NCODEC)
             abort();   /* an unknown codec decoded */
         free(dst);
@@ -142,6 +181,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     /* round trip of the input as raw bytes */
     if (codec == NCODEC)
         return 0;
+    if (codec == XOR_SEL) {
+        /* the input as a new frame over the base: XOR, code, decode */
+        size_t rn = in_n < MAX_RAW ? in_n : MAX_RAW, out_n;
+        int inner = (int)(n % NCODEC);
+        ckpt_xor_bytes(raw, in, basef, rn);
+        if (ckpt_xor_encode(ctx, inner, 1, itemsize_of(inner), raw, rn, enc,
+                            CKPT_XOR_HEAD + ckpt_codec_bound(rn), &out_n,
+                            &err))
+            abort();
+        if (ckpt_xor_decode(ctx, enc, out_n, basef, back, rn, &err) != 0 ||
+            memcmp(back, in, rn) != 0)
+            abort();
+        return 0;
+    }
     size_t isz = itemsize_of(codec), rn = in_n < MAX_RAW ? in_n : MAX_RAW;
     size_t out_n;
     int used;

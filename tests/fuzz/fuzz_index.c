@@ -3,16 +3,20 @@
  * checkpoint it did not write: the committed index (index.db) and the
  * writers' local plans (.pending/<writer>.plan).
  *
- * At start it writes a small real checkpoint (two writers, a tensor split
- * between them, several dtypes and codecs, a scalar, a byte object, an
- * empty tensor) into a temporary directory.  The first input byte picks
- * what the rest replaces:
- *   even: index.db of the committed checkpoint; the checkpoint is then
- *         opened, listed (tensors, chunks, frames, metadata), read (bytes
- *         and a region of every tensor, bounded) and verified;
- *   odd:  rank0's plan of an uncommitted copy; the save is then committed
- *         (the planner runs on what the plan says) and, if that succeeds,
- *         the result is opened, read and verified the same way.
+ * At start it writes a small real checkpoint `base` (two writers, a tensor
+ * split between them, several dtypes and codecs, a scalar, a byte object,
+ * an empty tensor) into a temporary directory, a copy `plain` of it, and
+ * `ck`, a delta checkpoint against `base` (docs/FORMAT.md, "Delta
+ * checkpoints": ref and xor frames, the bases table).  The first input
+ * byte picks what the rest replaces:
+ *   0 mod 4: index.db of the delta `ck`; the checkpoint is then opened
+ *         (its base with it), listed (tensors, chunks, frames, metadata),
+ *         read (bytes and a region of every tensor, bounded) and verified;
+ *   2 mod 4: index.db of `plain` (a version-1 index), the same way;
+ *   odd:  rank0's plan of an uncommitted copy of the delta save; the save
+ *         is then committed (the planner and the committer's bases run on
+ *         what the plan says) and, if that succeeds, the result is
+ *         opened, read and verified the same way.
  * Any crash, sanitizer report, leak or hang is a finding; refusals are
  * the expected outcome for most inputs.
  *
@@ -41,8 +45,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 #define REGION_CAP 4096
 
 static char top[4096];          /* the temporary directory */
-static char committed[4200];    /* a committed checkpoint; index.db fuzzed */
-static char pending[4200];      /* its save before commit (data/ only) */
+static char committed[4200];    /* the delta checkpoint; index.db fuzzed */
+static char base_dir[4200];     /* its base */
+static char plain[4200];        /* a copy of the base; index.db fuzzed */
+static char pending[4200];      /* the delta save before commit */
 static char *plan0, *plan1;     /* the two writers' plans */
 static size_t plan0_len, plan1_len;
 
@@ -75,14 +81,17 @@ static void spill(const char *path, const void *buf, size_t n)
         die(path, NULL);
 }
 
-/* Writes the pieces of writer `rank` into dir (not committed). */
-static void write_rank(const char *dir, int rank)
+/* Writes the pieces of writer `rank` into dir (not committed), against
+ * `base` (a delta save) unless NULL; the delta's tensors differ a little
+ * from the base's. */
+static void write_rank(const char *dir, int rank, const char *base)
 {
     ckpt_write_opts o;
     ckpt_write_opts_init(&o);
     o.sync = 0;
     o.threads = 1;
     o.frame_size = 4096;   /* several frames per chunk */
+    o.base = base;
     ckpt_writer *w;
     ckpt_error err = { 0 };
     char name[16];
@@ -93,7 +102,8 @@ static void write_rank(const char *dir, int rank)
     static uint16_t bv[3000];
     static int64_t step = 7;
     for (int i = 0; i < 64 * 40; i++)
-        wv[i] = (float)((i * 7919) % 1000) / 37.0f - 12.0f;
+        wv[i] = (float)((i * 7919) % 1000) / 37.0f - 12.0f +
+                (base && i % 700 == 0 ? 0.5f : 0.0f);
     for (int i = 0; i < 3000; i++)
         bv[i] = (uint16_t)(0x3f80 + (i % 97));
     int64_t wshape[2] = { 64, 40 }, woff[2] = { 32 * rank, 0 };
@@ -133,9 +143,23 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     if (!mkdtemp(top))
         die("mkdtemp", NULL);
     snprintf(committed, sizeof committed, "%s/ck", top);
+    snprintf(base_dir, sizeof base_dir, "%s/base", top);
+    snprintf(plain, sizeof plain, "%s/plain", top);
     snprintf(pending, sizeof pending, "%s/save", top);
-    write_rank(committed, 0);
-    write_rank(committed, 1);
+    ckpt_error err = { 0 };
+    ckpt_commit_opts co;
+    ckpt_commit_opts_init(&co);
+    co.sync = 0;
+    write_rank(base_dir, 0, NULL);
+    write_rank(base_dir, 1, NULL);
+    if (ckpt_commit(base_dir, &co, &err))
+        die("commit", &err);
+    char cmd[9000];
+    snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", base_dir, plain);
+    if (system(cmd) != 0)
+        die(cmd, NULL);
+    write_rank(committed, 0, base_dir);
+    write_rank(committed, 1, base_dir);
     char p[4400];
     path_in(p, sizeof p, committed, ".pending/rank0.plan");
     plan0 = slurp(p, &plan0_len);
@@ -143,14 +167,9 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     plan1 = slurp(p, &plan1_len);
     /* The save to commit again and again: the same shards, plans put
      * back before each commit. */
-    ckpt_error err = { 0 };
-    char cmd[9000];
     snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", committed, pending);
     if (system(cmd) != 0)
         die(cmd, NULL);
-    ckpt_commit_opts co;
-    ckpt_commit_opts_init(&co);
-    co.sync = 0;
     if (ckpt_commit(committed, &co, &err))
         die("commit", &err);
     const char *seeds = getenv("CKPT_FUZZ_WRITE_SEEDS");
@@ -167,6 +186,15 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         memcpy(buf + 1, plan0, plan0_len);
         path_in(p, sizeof p, seeds, "plan-rank0");
         spill(p, buf, plan0_len + 1);
+        free(buf);
+        free(idx);
+        path_in(p, sizeof p, plain, "index.db");
+        idx = slurp(p, &n);
+        buf = malloc(n + 1);
+        buf[0] = 2;
+        memcpy(buf + 1, idx, n);
+        path_in(p, sizeof p, seeds, "index-db-plain");
+        spill(p, buf, n + 1);
         free(buf);
         free(idx);
         ckpt_remove_tree(top, NULL);
@@ -252,9 +280,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         return 0;
     char p[4400];
     if (data[0] % 2 == 0) {
-        path_in(p, sizeof p, committed, "index.db");
+        const char *dir = data[0] % 4 == 0 ? committed : plain;
+        path_in(p, sizeof p, dir, "index.db");
         spill(p, data + 1, size - 1);
-        exercise(committed);
+        exercise(dir);
         return 0;
     }
     if (reset_save(data + 1, size - 1))

@@ -4,19 +4,30 @@
  * its values), the zip directory reader with torch.save's tensor
  * description on top, a whole torch.save archive (its pickled tree
  * walked, every tensor in it described and its first bytes gathered with
- * its strides, as torchfile.c and read/strided.c do), and the JSON
- * reader of safetensors headers.  The
- * first input byte picks the parser; the rest is its input.  Built and run
- * by tests/fuzz/run_fuzz.sh.
+ * its strides, as torchfile.c and read/strided.c do), the JSON reader of
+ * safetensors headers, and the readers of torch 2.x DCP items: a .distcp
+ * file ending in a safetensors blob (the header read at an offset, each
+ * tensor located by name as dcpst.c does), a zstd item (codec/zstream.c's
+ * bounded stream decode, then dcpzs.c's description of the torch.save
+ * archive inside), and the transform_descriptors of a _StorageInfo.  The
+ * first input byte picks the parser; the rest is its input.  Built and
+ * run by tests/fuzz/run_fuzz.sh.
  */
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include "codec/zstream.h"
 #include "common/error.h"
 #include "common/json.h"
+#include "foreign/dcpst.h"
+#include "foreign/dcpzs.h"
 #include "foreign/pickle.h"
+#include "foreign/safetensors.h"
 #include "foreign/torchsave.h"
 #include "foreign/zipread.h"
 #include "read/strided.h"
@@ -52,6 +63,68 @@ static void poke(const pk_val *root)
             (void)pk_dims(pk_attr(pk_item(ch, k), "offsets"), dims);
     }
     (void)pk_dict_get(pk_attr(root, "storage_data"), "x");
+}
+
+/* The input as a file (the DCP item readers read descriptors). */
+static int mem_file(const uint8_t *p, size_t n)
+{
+    int fd = memfd_create("fuzz", MFD_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    if (write(fd, p, n) != (ssize_t)n) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* A .distcp file ending in a safetensors blob at byte 0: every entry
+ * located as a DCP item of its own dtype and shape would be. */
+static void dcp_blob(const uint8_t *p, size_t n)
+{
+    int fd = mem_file(p, n);
+    if (fd < 0)
+        return;
+    ckpt_error err = { 0 };
+    ckpt_st_header h;
+    dcp_st_cache c = { 0 };
+    if (ckpt_st_header_read(fd, "fuzz", 0, &h, &err) == 0) {
+        for (size_t i = 0; i < h.j.n && i < 64; i++) {
+            ckpt_st_entry e;
+            int64_t zero[CKPT_MAX_DIMS] = { 0 };
+            uint64_t at;
+            if (ckpt_st_entry_parse(&h, "fuzz", h.j.keys[i], &h.j.items[i],
+                                    &e, &err))
+                continue;
+            dcp_st_item it = { h.j.keys[i], e.dtype, e.ndim, zero, e.shape,
+                               "f", "fuzz", fd, 0, e.end - e.begin };
+            (void)dcp_st_locate(&c, &it, &at, &err);
+        }
+        ckpt_st_header_free(&h);
+    }
+    dcp_st_cache_free(&c);
+    close(fd);
+}
+
+/* A zstd item: the stream decoded into a window, and described as a
+ * tensor item (a torch.save archive inside) and as a byte item. */
+static void dcp_zstd(const uint8_t *p, size_t n)
+{
+    ckpt_error err = { 0 };
+    mem m = { p, n };
+    unsigned char win[256];
+    ckpt_zs_window w = { 7, sizeof win, win };
+    uint64_t total;
+    (void)ckpt_zstream_decode(mem_read, &m, n, ckpt_zs_window_out, &w,
+                              (uint64_t)4 << 20, &total, "fuzz", &err);
+    int fd = mem_file(p, n);
+    if (fd < 0)
+        return;
+    dcp_zs_item it = { fd, "fuzz", "fuzz", 0, n };
+    ckpt_torch_tensor tt;
+    ckpt_zstd_src z;
+    (void)dcp_zs_tensor(&it, 1 << 16, &tt, &z, &err);
+    close(fd);
 }
 
 /* Describes every tensor of a torch.save archive's tree (an explicit
@@ -98,17 +171,27 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ckpt_error err = { 0 };
     const uint8_t *in = data + 1;
     size_t n = size - 1;
-    switch (data[0] % 4) {
+    switch (data[0] % 6) {
     case 0: {
         pk_ctx *ctx;
         pk_val *root;
         if (pk_load(in, n, 64 * n + (1 << 20), "fuzz", &ctx, &root,
                     &err) == 0) {
+            int zstd;
             poke(root);
+            (void)dcp_zs_transforms(root, "fuzz", &zstd, &err);
+            (void)dcp_zs_transforms(pk_attr(root, "transform_descriptors"),
+                                    "fuzz", &zstd, &err);
             pk_free(ctx);
         }
         break;
     }
+    case 4:
+        dcp_blob(in, n);
+        break;
+    case 5:
+        dcp_zstd(in, n);
+        break;
     case 1: {
         mem m = { in, n };
         ckpt_torch_tensor t;
@@ -118,7 +201,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     case 3:
         archive(in, n);
         break;
-    default: {
+    case 2: {
         json_val v;
         if (json_parse((const char *)in, n, "fuzz", &v, &err) == 0)
             json_free(&v);

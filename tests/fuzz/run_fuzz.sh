@@ -2,17 +2,22 @@
 # run_fuzz.sh - builds the libFuzzer targets of tests/fuzz/ with clang
 # (plus AddressSanitizer and UndefinedBehaviorSanitizer) and fuzzes each
 # for a bounded time, from seed corpora of real inputs:
-#   fuzz_parsers  the pickle, zip/torch.save and JSON parsers, seeded with
+#   fuzz_parsers  the pickle, zip/torch.save and JSON parsers, and the
+#                 torch 2.x DCP item readers (safetensors blobs in .distcp
+#                 files, zstd items, transform descriptors), seeded with
 #                 DCP .metadata and .distcp items PyTorch writes (when
 #                 /usr/bin/python3 has torch), torch.save archives,
-#                 safetensors headers (CKPT_FUZZ_SECONDS, default 20)
-#   fuzz_index    a ckptfs checkpoint's index.db and .pending plans, then
-#                 open, list, read, verify (and commit, for plans); seeded
-#                 with the real files of a checkpoint the target writes
+#                 safetensors headers and files, zstd-compressed items
+#                 (CKPT_FUZZ_SECONDS, default 20)
+#   fuzz_index    a ckptfs checkpoint's index.db (a delta's and a plain
+#                 one's) and .pending plans, then open, list, read, verify
+#                 (and commit, for plans); seeded with the real files of
+#                 the checkpoints the target writes
 #                 (CKPT_FUZZ_SECONDS, default 10)
-#   fuzz_frames   every codec's frame decoder on arbitrary frame bytes, and
-#                 encode/decode round trips; seeded with real frames of
-#                 every codec (CKPT_FUZZ_SECONDS, default 8)
+#   fuzz_frames   every codec's frame decoder and xor frames on arbitrary
+#                 frame bytes, and encode/decode round trips; seeded with
+#                 real frames of every codec and xor frames
+#                 (CKPT_FUZZ_SECONDS, default 8)
 #   fuzz_control  a writable mount's control files: a save's .pending/ made
 #                 of the input (files, links out, FIFOs), read for the
 #                 status and .ckptfs/errors, and the attribute values users
@@ -40,19 +45,16 @@ echo 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n) { return 0; }' 
 mkdir -p "$BUILD/tests/fuzz"
 CFLAGS=(-std=c11 -g -O1 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined
         -fno-sanitize-recover=undefined -I"$BUILD" -I"$SRC/src" -I"$SRC/fs")
-# The library's sources a target needs (for fuzz_index, every layer but
-# mpi/ and async/: MPI, CUDA staging and the asynchronous and one-call
-# savers).
+# The library's sources a target needs (for fuzz_index, fuzz_control and
+# fuzz_parsers, every layer but mpi/ and async/: MPI, CUDA staging and the
+# asynchronous and one-call savers).
 sources_of() {
     local s
     case $1 in
-    fuzz_parsers)
-        for s in foreign/pickle foreign/zipread foreign/torchsave common/json \
-                 common/error common/dtype read/strided; do echo "$SRC/src/$s.c"; done ;;
     fuzz_frames)
-        for s in codec/codec codec/bytegroup codec/huff common/error common/dtype; do
+        for s in codec/codec codec/bytegroup codec/huff codec/xorframe common/error common/dtype; do
             echo "$SRC/src/$s.c"; done ;;
-    fuzz_index|fuzz_control)
+    fuzz_index|fuzz_control|fuzz_parsers)   # (the DCP item readers sit on the builder)
         for s in "$SRC"/src/*/*.c; do
             case ${s#"$SRC"/src/} in mpi/*|async/*) ;; *) echo "$s" ;; esac
         done
@@ -63,9 +65,8 @@ sources_of() {
 }
 libs_of() {
     case $1 in
-    fuzz_parsers) ;;
     fuzz_frames) echo "-lzstd -lxxhash -lm" ;;
-    fuzz_index|fuzz_control) echo "-lzstd -lxxhash -lsqlite3 -lpthread -lm" ;;
+    fuzz_index|fuzz_control|fuzz_parsers) echo "-lzstd -lxxhash -lsqlite3 -lpthread -lm" ;;
     esac
 }
 # Compiles the targets two at a time (the machines that run the suite
@@ -92,7 +93,8 @@ for t in $TARGETS; do
 done
 
 # Seed corpora.  fuzz_parsers: selector byte (0 pickle, 1 zip item, 2
-# JSON, 3 torch.save archive) + input.
+# JSON, 3 torch.save archive, 4 .distcp with a safetensors blob, 5 zstd
+# item) + input.
 seed_parsers() {
     local CORPUS=$1
     seed() {   # seed SELECTOR FILE
@@ -118,6 +120,18 @@ seed_parsers() {
             seed 03 "$f"
         done
     fi
+    # torch 2.x items: a .distcp ending in a safetensors blob (one at
+    # byte 0 here), zstd items (torch.save archives and bytes), and
+    # transform_descriptors lists.
+    for f in "$WORK"/st/*.safetensors; do [ -e "$f" ] && seed 04 "$f"; done
+    for f in "$WORK"/dcp/__*.distcp; do
+        [ -e "$f" ] && zstd -q -c "$f" >"$WORK/item.zst" 2>/dev/null &&
+            seed 05 "$WORK/item.zst"
+    done
+    printf 'hello, bytes' | zstd -q -c >"$WORK/bytes.zst" 2>/dev/null &&
+        seed 05 "$WORK/bytes.zst"
+    "$PY" -c 'import pickle, sys; sys.stdout.buffer.write(pickle.dumps(["stream.zstd/1"], protocol=2))' \
+        >"$WORK/tr.pkl" && seed 00 "$WORK/tr.pkl"
     printf '\x00\x80\x02}q\x00.' >"$CORPUS/min-pickle"
     printf '\x02{"a":[1,2.5e3,"\\u00e9\\ud83d\\ude00",true,null]}' >"$CORPUS/min-json"
 }

@@ -31,7 +31,8 @@ int main(void)
     printf("{\"structs\": {");
     STRUCT(ckpt_error) FIELD(code) FIELD(msg) END
     STRUCT(ckpt_write_opts) FIELD(size) FIELD(codec) FIELD(level) FIELD(frame_size)
-        FIELD(threads) FIELD(sync) FIELD(drop_cache) END
+        FIELD(threads) FIELD(sync) FIELD(drop_cache) FIELD(base)
+        FIELD(full_every) END
     STRUCT(ckpt_piece) FIELD(fqn) FIELD(dtype) FIELD(ndim) FIELD(shape)
         FIELD(offsets) FIELD(sizes) FIELD(data) END
     STRUCT(ckpt_commit_opts) FIELD(size) FIELD(expect_writers) FIELD(sync)
@@ -54,6 +55,10 @@ int main(void)
     STRUCT(ckpt_save_opts) FIELD(size) FIELD(write) FIELD(meta_keys) FIELD(meta_values)
         FIELD(nmeta) END
     STRUCT(ckpt_read_item) FIELD(idx) FIELD(offsets) FIELD(sizes) FIELD(dst) END
+    STRUCT(ckpt_diff_entry) FIELD(fqn) FIELD(status) FIELD(same_type)
+        FIELD(same_layout) FIELD(frames) FIELD(changed_frames)
+        FIELD(changed_elems) FIELD(has_stats) FIELD(max_abs) FIELD(rel_l2)
+        END
     STRUCT(ckpt_export_opts) FIELD(size) FIELD(format) FIELD(torch_major)
         FIELD(max_shard_size) FIELD(flat) FIELD(convert) FIELD(bytes_as_u8)
         FIELD(sync) FIELD(follow_links) FIELD(threads) FIELD(tensors)

@@ -382,7 +382,12 @@ START_TEST(test_unknown_codec)
     for (int c = CKPT_CODEC_BG_BF16; c <= CKPT_CODEC_BG_8; c++)
         ck_assert_str_eq(ckpt_codec_name(c), names[c - CKPT_CODEC_BG_BF16]);
     ck_assert_str_eq(ckpt_codec_name(CKPT_CODEC_AUTO), "auto");
-    ck_assert_str_eq(ckpt_codec_name(9), "unknown");
+    /* Delta frames' ids have names but are no codec a writer may pick. */
+    ck_assert_str_eq(ckpt_codec_name(CKPT_CODEC_REF), "ref");
+    ck_assert_str_eq(ckpt_codec_name(CKPT_CODEC_XOR), "xor");
+    ck_assert_int_eq(ckpt_codec_known(CKPT_CODEC_REF), 0);
+    ck_assert_int_eq(ckpt_codec_parse("ref", NULL, NULL, &err), -EINVAL);
+    ck_assert_str_eq(ckpt_codec_name(11), "unknown");
     ck_assert_str_eq(ckpt_codec_name(-3), "unknown");
     /* auto is resolved by the writer, never encoded as such. */
     ck_assert_int_eq(ckpt_codec_encode(cx, CKPT_CODEC_AUTO, 1, 4, a, 8, b, 8,

@@ -366,13 +366,13 @@ END_TEST
 START_TEST(test_retain_select)
 {
     ckpt_retain_item v[] = {
-        { "step-4", 1, 4, 4000 },
-        { "best", 0, 0, 99000 },                      /* no step: oldest */
-        { "step-2", 1, 2, 2000 },
-        { "step-10", 1, 10, 10000 },
-        { "step-8", 1, 8, 8000 },
-        { "step-6", 1, 6, 6000 },
-        { "step-6b", 1, 6, 7000 },                    /* same step, later */
+        { "step-4", 1, 4, 4000, NULL, 0 },
+        { "best", 0, 0, 99000, NULL, 0 },                      /* no step: oldest */
+        { "step-2", 1, 2, 2000, NULL, 0 },
+        { "step-10", 1, 10, 10000, NULL, 0 },
+        { "step-8", 1, 8, 8000, NULL, 0 },
+        { "step-6", 1, 6, 6000, NULL, 0 },
+        { "step-6b", 1, 6, 7000, NULL, 0 },                    /* same step, later */
     };
     size_t n = sizeof v / sizeof *v;
     ckpt_retain_why why[7];

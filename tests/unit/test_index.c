@@ -97,7 +97,7 @@ static ckpt_piece_rec *piece(ckpt_manifest *m, const char *fqn,
 static void frame(ckpt_piece_rec *p, uint64_t file_off, uint64_t stored,
                   uint64_t raw_off, uint64_t raw, int codec, uint64_t sum)
 {
-    ckpt_frame_rec f = { file_off, stored, raw_off, raw, sum, codec };
+    ckpt_frame_rec f = { file_off, stored, raw_off, raw, sum, codec, 0 };
     ck_assert_int_eq(ckpt_piece_add_frame(p, &f), 0);
     p->stored_bytes += stored;
 }
@@ -531,9 +531,9 @@ START_TEST(test_open_refusals)
     open_fails(p, -EINVAL, "(application_id 0x00000000 is not ckptfs's)");
 
     snprintf(p, sizeof p, "%s/newer.db", fx.dir);
-    make_db(p, CKPT_INDEX_APP_ID, 2);
-    open_fails(p, -ENOTSUP, "format version 2 is newer than this ckptfs "
-                            "supports (1)");
+    make_db(p, CKPT_INDEX_APP_ID, CKPT_FORMAT_VERSION + 1);
+    open_fails(p, -ENOTSUP, "format version 3 is newer than this ckptfs "
+                            "supports (2)");
 
     snprintf(p, sizeof p, "%s/notables.db", fx.dir);
     make_db(p, CKPT_INDEX_APP_ID, 1);

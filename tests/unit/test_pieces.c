@@ -61,7 +61,8 @@ static void random_rec(ckpt_piece_rec *p, rng *g)
     p->frames = p->nframes ? calloc(p->nframes, sizeof *p->frames) : NULL;
     for (size_t f = 0; f < p->nframes; f++)
         p->frames[f] = (ckpt_frame_rec){ rnd(g), rnd(g), rnd(g), rnd(g),
-                                         rnd(g), (int)rnd_in(g, 0, 8) };
+                                         rnd(g), (int)rnd_in(g, 0, 8),
+                                         0 };
 }
 
 static void rec_eq(const ckpt_piece_rec *a, const ckpt_piece_rec *b)
@@ -126,7 +127,7 @@ START_TEST(test_table_frame_order)
                          .dtype = CKPT_U8, .shape = { 4 }, .sizes = { 4 } };
     ck_assert_int_eq(ckpt_pieces_add(&tab, &p), 0);
     ck_assert_int_eq(ckpt_pieces_add(&tab, &p), 0);
-    ckpt_frame_rec f = { 0, 2, 0, 2, 7, 0 };
+    ckpt_frame_rec f = { 0, 2, 0, 2, 7, 0, 0 };
     ck_assert_int_eq(ckpt_pieces_add_frame(&tab, 0, &f), 0);
     f.raw_offset = 2;
     ck_assert_int_eq(ckpt_pieces_add_frame(&tab, 0, &f), 0);

@@ -1,0 +1,36 @@
+/*
+ * xorframe.h - the stored bytes of an "xor" frame (codec id 10) of a delta
+ * checkpoint: the XOR of the frame's raw bytes with its base frame's, coded
+ * by one of the ordinary codecs, behind a two-byte header (docs/FORMAT.md,
+ * "Delta checkpoints").  Unchanged elements become zero bytes, and so do
+ * the unchanged sign and exponent bits of floats that moved a little, which
+ * the byte-grouped codecs then store in almost nothing.
+ */
+#ifndef CKPT_XORFRAME_H
+#define CKPT_XORFRAME_H
+
+#include <stddef.h>
+
+#include "codec/codec.h"
+
+/* Header: version (1), then the codec id of the XOR bytes' stream. */
+#define CKPT_XOR_HEAD 2
+
+/* dst[i] = a[i] ^ b[i] for i < n (dst may be a or b). */
+void ckpt_xor_bytes(void *dst, const void *a, const void *b, size_t n);
+
+/* Codes `diff` (the n XOR bytes) with `codec` at `level` into dst (cap
+ * bytes, at least CKPT_XOR_HEAD + ckpt_codec_bound(n)); *out_n is the
+ * stored size, header included.  Returns 0 or a negative errno. */
+int ckpt_xor_encode(ckpt_codec_ctx *c, int codec, int level,
+                    size_t itemsize, const void *diff, size_t n, void *dst,
+                    size_t cap, size_t *out_n, ckpt_error *err);
+
+/* Decodes an xor frame (src, stored_n bytes) against the base frame's raw
+ * bytes `base` into exactly raw_n bytes at dst.  -EIO when it is corrupt
+ * (bad header, unknown inner codec, wrong length). */
+int ckpt_xor_decode(ckpt_codec_ctx *c, const void *src, size_t stored_n,
+                    const void *base, void *dst, size_t raw_n,
+                    ckpt_error *err);
+
+#endif

@@ -1,0 +1,374 @@
+#!/usr/bin/python3
+"""delta_bench.py - delta saves in `make bench` (issue 28): three workloads
+generated here, each saved whole and as a delta against the checkpoint
+before it, then loaded from both, cold and warm:
+
+  (a) frozen: a model whose bytes are 90% frozen (f32), saved after the
+      other 10% trained a few steps.  Targets: bytes written <= the
+      changed tensors' bytes + 1% of the checkpoint; save time <= 0.15x a
+      full save.
+  (b) embedding: f32 tables of 128-wide rows (CKPT_BENCH_DELTA_MB, default
+      1024 MiB), 5% of the rows updated, uniformly at random.  Target:
+      bytes written <= 0.12x a full save's.
+  (c) dense: a small transformer trained on the CPU with torch (AdamW,
+      CKPT_BENCH_DELTA_STEPS + 20 steps, 320), consecutive checkpoints of its bf16 weights and
+      f32 Adam moments (every tensor changes).  Reported: the delta's size
+      against the full save with the default codec; target: save time <=
+      1.1x a full save.
+  Every case: load of the delta >= 0.8x the load of the full checkpoint
+  (ratio of rates: full load time / delta load time), cold and warm.
+
+Saves are ckptfs.save (sync on); loads ckptfs.load into preallocated
+arrays.  Cold: every file of the checkpoint and its bases is dropped from
+the page cache (fsync, then POSIX_FADV_DONTNEED) before the load.  Each
+measurement is the median of CKPT_BENCH_REPS runs (default 3), full and
+delta alternating.  The machine may be shared: the load average is printed.
+
+    delta_bench.py           run everything (make bench)
+    CKPT_BENCH_DELTA=a,b     a subset; CKPT_BENCH_DIR scratch parent;
+    CKPT_BENCH_STRICT=1      exit 1 when a target is missed
+"""
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+import ckptfs
+
+REPS = int(os.environ.get("CKPT_BENCH_REPS", "3"))
+MB = int(os.environ.get("CKPT_BENCH_DELTA_MB", "1024"))
+MISSED = []
+# The dense case's transformer: layers (CKPT_BENCH_DELTA_LAYERS, 2) and
+# training steps (CKPT_BENCH_DELTA_STEPS, 300: checkpoints at it and 20
+# steps later).
+LAYERS = int(os.environ.get("CKPT_BENCH_DELTA_LAYERS", "2"))
+STEPS = int(os.environ.get("CKPT_BENCH_DELTA_STEPS", "300"))
+
+
+def files_of(path):
+    for root, _, names in os.walk(path):
+        for n in names:
+            yield os.path.join(root, n)
+
+
+def stored_bytes(path):
+    return sum(os.path.getsize(os.path.join(path, "data", f))
+               for f in os.listdir(os.path.join(path, "data")))
+
+
+def drop(paths):
+    """Evicts the files of these checkpoints from the page cache."""
+    for p in paths:
+        for f in files_of(p):
+            fd = os.open(f, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def timed(fn):
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
+def verdict(name, value, target, ok):
+    if not ok:
+        MISSED.append(name)
+    print("  %-44s %10s   target %-12s %s" % (name, value, target,
+                                               "met" if ok else "MISSED"))
+
+
+class Case(object):
+    """One workload: a base state, the next state, saved whole and as a
+    delta against the base's checkpoint; loads of both."""
+
+    def __init__(self, work, name, base_state, next_state, codec="auto"):
+        self.dir = os.path.join(work, name)
+        os.makedirs(self.dir)
+        self.base = os.path.join(self.dir, "s0")
+        self.next = next_state
+        self.codec = codec
+        ckptfs.save(self.base, base_state, codec=codec)
+        self.raw = sum(v.nbytes for v in next_state.values())
+
+    def save(self, kind):
+        path = os.path.join(self.dir, kind)
+        shutil.rmtree(path, ignore_errors=True)
+        kw = {"base": self.base} if kind == "delta" else {}
+        secs = timed(lambda: ckptfs.save(path, self.next, codec=self.codec,
+                                         **kw))
+        return secs, stored_bytes(path)
+
+    def load(self, kind, cold, into):
+        path = os.path.join(self.dir, kind)
+        if cold:
+            drop([path, self.base])
+        secs = timed(lambda: ckptfs.load(path, into=into))
+        for k, v in self.next.items():
+            if into[k].tobytes() != v.tobytes():
+                sys.exit("delta_bench: %s %s: %s read back wrong" %
+                         (self.dir, kind, k))
+        return secs
+
+    def run(self):
+        t = {"full": [], "delta": []}
+        size = {}
+        for _ in range(REPS):
+            for kind in ("full", "delta"):
+                secs, size[kind] = self.save(kind)
+                t[kind].append(secs)
+        into = {k: np.empty_like(v) for k, v in self.next.items()}
+        loads = {}
+        for cold in (True, False):
+            for kind in ("full", "delta"):
+                loads[(kind, cold)] = []
+            if not cold:
+                for kind in ("full", "delta"):
+                    self.load(kind, False, into)      # warm the cache
+            for _ in range(REPS):
+                for kind in ("full", "delta"):
+                    loads[(kind, cold)].append(self.load(kind, cold, into))
+        self.t = {k: statistics.median(v) for k, v in t.items()}
+        self.size = size
+        self.loads = {k: statistics.median(v) for k, v in loads.items()}
+        print("  raw %.1f MiB; full save %.3f s, %.1f MiB written; delta "
+              "save %.3f s, %.1f MiB written" % (
+                  self.raw / 2**20, self.t["full"], size["full"] / 2**20,
+                  self.t["delta"], size["delta"] / 2**20))
+        for cold in (True, False):
+            w = "cold" if cold else "warm"
+            print("  load %s: full %.3f s (%.0f MiB/s), delta %.3f s "
+                  "(%.0f MiB/s)" % (
+                      w, self.loads[("full", cold)],
+                      self.raw / 2**20 / self.loads[("full", cold)],
+                      self.loads[("delta", cold)],
+                      self.raw / 2**20 / self.loads[("delta", cold)]))
+
+    def load_verdicts(self):
+        for cold in (True, False):
+            r = self.loads[("full", cold)] / self.loads[("delta", cold)]
+            verdict("load %s: delta rate / full rate" %
+                    ("cold" if cold else "warm"), "%.2fx" % r, ">= 0.80x",
+                    r >= 0.8)
+
+    def cleanup(self):
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def case_frozen(work, rng):
+    """(a): 90% of the bytes frozen; the rest trained."""
+    total = max(64, MB // 2) << 20
+    frozen_n = int(total * 0.9) // 4
+    train_n = (total - frozen_n * 4) // 4
+    cols = 1024
+    s0 = {}
+    for i in range(9):
+        s0["tower.%d.weight" % i] = rng.standard_normal(
+            (frozen_n // 9 // cols, cols)).astype(np.float32)
+    for i in range(3):
+        s0["head.%d.weight" % i] = rng.standard_normal(
+            (train_n // 3 // cols, cols)).astype(np.float32)
+    s1 = dict(s0)
+    changed = 0
+    for i in range(3):
+        k = "head.%d.weight" % i
+        w = s0[k].copy()
+        for _ in range(5):               # a few SGD-like steps
+            w -= np.float32(1e-3) * rng.standard_normal(w.shape).astype(
+                np.float32)
+        s1[k] = w
+        changed += w.nbytes
+    c = Case(work, "frozen", s0, s1)
+    print("(a) frozen: %.0f MiB, %.0f%% frozen, the rest trained" % (
+        c.raw / 2**20, 100.0 * (c.raw - changed) / c.raw))
+    c.run()
+    limit = changed + 0.01 * c.raw
+    verdict("bytes written, delta", "%.1f MiB" % (c.size["delta"] / 2**20),
+            "<= %.1f MiB" % (limit / 2**20), c.size["delta"] <= limit)
+    r = c.t["delta"] / c.t["full"]
+    verdict("save time, delta / full", "%.3fx" % r, "<= 0.15x", r <= 0.15)
+    c.load_verdicts()
+    c.cleanup()
+
+
+def case_embedding(work, rng):
+    """(b): f32 embedding tables, 128-wide rows, 5% of rows updated."""
+    rows = (MB << 20) // (128 * 4) // 4
+    s0 = {"emb.%d" % i: rng.standard_normal((rows, 128)).astype(np.float32)
+          for i in range(4)}
+    s1 = {}
+    for k, v in s0.items():
+        w = v.copy()
+        idx = rng.choice(rows, rows // 20, replace=False)
+        w[idx] -= np.float32(0.01) * rng.standard_normal(
+            (len(idx), 128)).astype(np.float32)
+        s1[k] = w
+    c = Case(work, "embedding", s0, s1)
+    print("(b) embedding: %.0f MiB of f32 tables, 128-wide rows, 5%% of "
+          "rows updated" % (c.raw / 2**20))
+    c.run()
+    r = c.size["delta"] / c.size["full"]
+    verdict("bytes written, delta / full", "%.3fx" % r, "<= 0.12x",
+            r <= 0.12)
+    c.load_verdicts()
+    c.cleanup()
+
+
+def train_transformer(steps_a, steps_b):
+    """The states (bf16 weights, f32 Adam moments) of a small transformer
+    after steps_a and steps_b steps of AdamW on a synthetic task."""
+    import torch
+    torch.manual_seed(0)
+    torch.set_num_threads(max(1, os.cpu_count() or 1))
+    vocab, d, seq, batch = 2048, 256, 32, 8
+    layer = torch.nn.TransformerEncoderLayer(d, 4, 4 * d, dropout=0.0,
+                                             batch_first=True)
+    model = torch.nn.ModuleDict({
+        "emb": torch.nn.Embedding(vocab, d),
+        "enc": torch.nn.TransformerEncoder(layer, LAYERS),
+        "out": torch.nn.Linear(d, vocab)})
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    g = torch.Generator().manual_seed(1)
+    states = []
+
+    def snapshot():
+        st = {}
+        for name, p in model.named_parameters():
+            st["model." + name] = p.detach().to(torch.bfloat16).view(
+                torch.int16).numpy().copy()
+            s = opt.state.get(p, {})
+            for m in ("exp_avg", "exp_avg_sq"):
+                if m in s:
+                    st["optim.%s.%s" % (name, m)] = s[m].numpy().copy()
+        return st
+
+    for step in range(1, steps_b + 1):
+        x = torch.randint(0, vocab, (batch, seq), generator=g)
+        y = (x * 7 + 3) % vocab
+        h = model["enc"](model["emb"](x))
+        loss = torch.nn.functional.cross_entropy(
+            model["out"](h).reshape(-1, vocab), y.reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step in (steps_a, steps_b):
+            states.append(snapshot())
+    return states, float(loss)
+
+
+def case_dense(work, rng):
+    """(c): consecutive checkpoints of a transformer in training."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("(c) dense: SKIP (no torch)")
+        return
+    t0 = time.perf_counter()
+    (s0, s1), loss = train_transformer(STEPS, STEPS + 20)
+    print("(c) dense: transformer (%d layers, d=256, vocab 2048) trained %d "
+          "steps on the CPU in %.0f s (loss %.2f); checkpoints of steps %d "
+          "and %d: bf16 weights, f32 Adam moments" % (
+              LAYERS, STEPS + 20, time.perf_counter() - t0, loss, STEPS,
+              STEPS + 20))
+    # bf16 weights are saved as their 16-bit patterns: the bf16 codec
+    s0 = {k: ckptfs.Raw(v, "bf16") if k.startswith("model.") else v
+          for k, v in s0.items()}
+    nxt = {k: ckptfs.Raw(v, "bf16") if k.startswith("model.") else v
+           for k, v in s1.items()}
+    c = DenseCase(work, "dense", s0, nxt, s1)
+    c.run()
+    r = c.size["delta"] / c.size["full"]
+    print("  size, delta / full (default codec): %.3fx (raw / full %.2f, "
+          "raw / delta %.2f)" % (r, c.raw / c.size["full"],
+                                 c.raw / c.size["delta"]))
+    r = c.t["delta"] / c.t["full"]
+    verdict("save time, delta / full", "%.3fx" % r, "<= 1.10x", r <= 1.10)
+    c.load_verdicts()
+    c.cleanup()
+
+
+class DenseCase(Case):
+    """The dense case's state holds ckptfs.Raw items; loads compare the
+    plain arrays."""
+
+    def __init__(self, work, name, base_state, next_state, plain_next):
+        self.plain = plain_next
+        Case.__init__(self, work, name, base_state, next_state)
+        self.raw = sum(v.nbytes for v in plain_next.values())
+
+    def load(self, kind, cold, into):
+        path = os.path.join(self.dir, kind)
+        if cold:
+            drop([path, self.base])
+        secs = timed(lambda: ckptfs.load(path, into=into))
+        for k, v in self.plain.items():
+            if into[k].tobytes() != v.tobytes():
+                sys.exit("delta_bench: dense %s: %s read back wrong" %
+                         (kind, k))
+        return secs
+
+    def run(self):
+        saved = self.next
+        self.next = self.plain        # run() makes `into` from it
+        self.next, nxt = saved, self.next
+        t = {"full": [], "delta": []}
+        size = {}
+        for _ in range(REPS):
+            for kind in ("full", "delta"):
+                secs, size[kind] = self.save(kind)
+                t[kind].append(secs)
+        into = {k: np.empty_like(v) for k, v in nxt.items()}
+        loads = {}
+        for cold in (True, False):
+            if not cold:
+                for kind in ("full", "delta"):
+                    self.load(kind, False, into)
+            for kind in ("full", "delta"):
+                loads[(kind, cold)] = [self.load(kind, cold, into)
+                                       for _ in range(REPS)]
+        self.t = {k: statistics.median(v) for k, v in t.items()}
+        self.size = size
+        self.loads = {k: statistics.median(v) for k, v in loads.items()}
+        print("  raw %.1f MiB; full save %.3f s, %.1f MiB written; delta "
+              "save %.3f s, %.1f MiB written" % (
+                  self.raw / 2**20, self.t["full"], size["full"] / 2**20,
+                  self.t["delta"], size["delta"] / 2**20))
+        for cold in (True, False):
+            print("  load %s: full %.3f s, delta %.3f s" % (
+                "cold" if cold else "warm", self.loads[("full", cold)],
+                self.loads[("delta", cold)]))
+
+
+def main():
+    which = os.environ.get("CKPT_BENCH_DELTA", "a,b,c").split(",")
+    parent = os.environ.get("CKPT_BENCH_DIR") or None
+    work = tempfile.mkdtemp(prefix="ckpt-delta-bench-", dir=parent)
+    rng = np.random.default_rng(28)
+    print("ckptfs delta-save benchmark: scratch %s, %d CPUs, %d reps "
+          "(medians), load average at start %s" % (
+              work, os.cpu_count(), REPS,
+              " ".join(open("/proc/loadavg").read().split()[:3])))
+    try:
+        for w, fn in (("a", case_frozen), ("b", case_embedding),
+                      ("c", case_dense)):
+            if w in which:
+                fn(work, rng)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print("load average at end: %s" % " ".join(
+        open("/proc/loadavg").read().split()[:3]))
+    if MISSED:
+        print("delta bench: missed: %s" % ", ".join(MISSED))
+        if os.environ.get("CKPT_BENCH_STRICT") == "1":
+            sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

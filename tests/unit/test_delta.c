@@ -1,0 +1,447 @@
+/*
+ * test_delta.c - delta saves (src/format/delta.c, src/codec/xorframe.c,
+ * the writer's choice in src/write/writer.c, the committer's bases in
+ * src/write/deltasave.c): round trips bit-exact against the data the test
+ * saved, whole and by region, with the frame kinds the writer should pick;
+ * chains at the full_every bound; and each refusal: a base missing,
+ * changed since, outside the root, a reference cycle, a base that changed
+ * during the save.
+ */
+#include <check.h>
+#include <errno.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckptfs.h"
+#include "common/fileio.h"
+#include "write/gc.h"
+#include "unit_util.h"
+
+#define ROWS 64
+#define COLS 256                      /* 1 KiB rows of f32 */
+#define FRAME 4096                    /* 4 rows a frame: 16 frames */
+#define N (ROWS * COLS)
+
+static void join(char *buf, const char *a, const char *b)
+{
+    int n = snprintf(buf, 4096, "%s/%s", a, b);
+    ck_assert(n > 0 && n < 4096);
+}
+
+/* A deterministic f32 tensor. */
+static void fill(float *v, uint64_t seed)
+{
+    rng r = { seed };
+    for (int i = 0; i < N; i++)
+        v[i] = (float)((int64_t)(rnd(&r) % 20001) - 10000) / 1000.0f;
+}
+
+/* Saves {"w": w (ROWS x COLS f32), "b": 100 bytes of b} into root/name
+ * against `base` (a name in root, or NULL), committed; returns 0 or the
+ * error of the open (err set). */
+static int save(const char *root, const char *name, const char *base,
+                int full_every, const float *w, const unsigned char *b,
+                ckpt_error *err)
+{
+    char dir[4096], bpath[4096];
+    join(dir, root, name);
+    ckpt_write_opts o;
+    ckpt_write_opts_init(&o);
+    o.frame_size = FRAME;
+    o.sync = 0;
+    if (base) {
+        join(bpath, root, base);
+        o.base = bpath;
+    }
+    if (full_every)
+        o.full_every = full_every;
+    ckpt_writer *wr;
+    int rc = ckpt_writer_open(&wr, dir, "rank0", &o, err);
+    if (rc)
+        return rc;
+    int64_t shape[2] = { ROWS, COLS };
+    ckpt_piece p = { "w", CKPT_F32, 2, shape, NULL, NULL, w };
+    ck_assert_msg(ckpt_writer_put(wr, &p, err) == 0, "%s", err->msg);
+    ck_assert_msg(ckpt_writer_put_bytes(wr, "b", b, 100, err) == 0, "%s",
+                  err->msg);
+    ck_assert_msg(ckpt_writer_close(wr, err) == 0, "%s", err->msg);
+    ckpt_commit_opts co;
+    ckpt_commit_opts_init(&co);
+    co.sync = 0;
+    return ckpt_commit(dir, &co, err);
+}
+
+static ckpt_reader *open_ck(const char *root, const char *name)
+{
+    char dir[4096];
+    join(dir, root, name);
+    ckpt_reader *r;
+    ckpt_error err = { 0 };
+    ck_assert_msg(ckpt_reader_open(&r, dir, NULL, &err) == 0, "%s", err.msg);
+    return r;
+}
+
+/* Reads "w" whole and checks it bit for bit, and "b". */
+static void check_read(const char *root, const char *name, const float *w,
+                       const unsigned char *b)
+{
+    ckpt_reader *r = open_ck(root, name);
+    ckpt_error err = { 0 };
+    float *got = xmalloc(sizeof(float) * N);
+    long t = ckpt_reader_find(r, "w");
+    ck_assert_int_ge(t, 0);
+    ck_assert_msg(ckpt_read(r, (size_t)t, got, 0, sizeof(float) * N, &err) ==
+                  (int64_t)(sizeof(float) * N), "%s: %s", name, err.msg);
+    ck_assert_msg(memcmp(got, w, sizeof(float) * N) == 0, "%s: w differs",
+                  name);
+    unsigned char gb[100];
+    t = ckpt_reader_find(r, "b");
+    ck_assert_int_eq(ckpt_read(r, (size_t)t, gb, 0, 100, &err), 100);
+    ck_assert(memcmp(gb, b, 100) == 0);
+    ck_assert_int_eq(ckpt_verify(r, NULL, NULL, NULL, &err), 0);
+    free(got);
+    ckpt_reader_close(r);
+}
+
+/* The codec of frame k of "w" in root/name. */
+static int codec_of(const char *root, const char *name, uint64_t k)
+{
+    ckpt_reader *r = open_ck(root, name);
+    ckpt_error err = { 0 };
+    ckpt_frame_info fi;
+    long t = ckpt_reader_find(r, "w");
+    ck_assert_msg(ckpt_reader_frame(r, (size_t)t, 0, k, &fi, &err) == 0,
+                  "%s", err.msg);
+    ckpt_reader_close(r);
+    return fi.codec;
+}
+
+/* Runs sql on root/name/index.db (a test tampering with a checkpoint). */
+static void tamper(const char *root, const char *name, const char *sql)
+{
+    char dir[4096], path[4096];
+    join(dir, root, name);
+    join(path, dir, "index.db");
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+    char *msg = NULL;
+    int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
+    ck_assert_msg(rc == SQLITE_OK, "%s: %s", sql, msg ? msg : "");
+    sqlite3_close(db);
+}
+
+/* ckpt_reader_open of root/name fails with `code` and a message holding
+ * `words`. */
+static void refused(const char *root, const char *name, int code,
+                    const char *words)
+{
+    char dir[4096];
+    join(dir, root, name);
+    ckpt_reader *r = NULL;
+    ckpt_error err = { 0 };
+    int rc = ckpt_reader_open(&r, dir, NULL, &err);
+    ck_assert_msg(rc == code, "%s: %d (%s), expected %d", name, rc, err.msg,
+                  code);
+    ck_assert_msg(strstr(err.msg, words), "'%s' lacks '%s'", err.msg, words);
+}
+
+typedef struct state {
+    char *root;
+    float *w0, *w1;
+    unsigned char b[100];
+} state;
+
+/* s0 full; s1 against s0: rows 0-3 unchanged, rows 4-7 nudged, rows
+ * 8-11 replaced. */
+static void two_saves(state *s)
+{
+    ckpt_error err = { 0 };
+    s->root = make_tmpdir_tagged("delta");
+    s->w0 = xmalloc(sizeof(float) * N);
+    s->w1 = xmalloc(sizeof(float) * N);
+    fill(s->w0, 7);
+    memcpy(s->w1, s->w0, sizeof(float) * N);
+    for (int i = 4 * COLS; i < 8 * COLS; i += 3)
+        s->w1[i] += 0.001f;
+    float *fresh = xmalloc(sizeof(float) * N);
+    fill(fresh, 99);
+    memcpy(s->w1 + 8 * COLS, fresh, sizeof(float) * (N - 8 * COLS));
+    free(fresh);                  /* rows 8.. all new */
+    for (int i = 0; i < 100; i++)
+        s->b[i] = (unsigned char)(i * 7);
+    ck_assert_msg(save(s->root, "s0", NULL, 0, s->w0, s->b, &err) == 0, "%s",
+                  err.msg);
+    ck_assert_msg(save(s->root, "s1", "s0", 0, s->w1, s->b, &err) == 0, "%s",
+                  err.msg);
+}
+
+static void state_free(state *s)
+{
+    remove_tmpdir(s->root);
+    free(s->w0);
+    free(s->w1);
+}
+
+START_TEST(round_trip)
+{
+    state s;
+    two_saves(&s);
+    check_read(s.root, "s0", s.w0, s.b);
+    check_read(s.root, "s1", s.w1, s.b);
+    ck_assert_int_eq(codec_of(s.root, "s1", 0), CKPT_CODEC_REF);
+    ck_assert_int_eq(codec_of(s.root, "s1", 1), CKPT_CODEC_XOR);
+    int c = codec_of(s.root, "s1", 3);
+    ck_assert_msg(c != CKPT_CODEC_REF && c != CKPT_CODEC_XOR,
+                  "a new frame is stored whole, got codec %d", c);
+    /* A region crossing a ref, an xor and a whole frame. */
+    ckpt_reader *r = open_ck(s.root, "s1");
+    ckpt_error err = { 0 };
+    int64_t off[2] = { 2, 5 }, sz[2] = { 9, 100 };
+    float got[9 * 100];
+    ck_assert_msg(ckpt_read_region(r, (size_t)ckpt_reader_find(r, "w"), off,
+                                   sz, got, &err) == 0, "%s", err.msg);
+    for (int i = 0; i < 9; i++)
+        ck_assert(memcmp(&got[i * 100], &s.w1[(2 + i) * COLS + 5],
+                         100 * sizeof(float)) == 0);
+    ckpt_reader_close(r);
+    state_free(&s);
+}
+END_TEST
+
+START_TEST(depth_bound)
+{
+    /* full_every 3: a frame changed in every save is xor, xor, whole,
+     * xor...; the unchanged frame 0 stays a ref to s0, whatever the
+     * chain. */
+    ckpt_error err = { 0 };
+    char *root = make_tmpdir_tagged("delta");
+    float *w = xmalloc(sizeof(float) * N);
+    float *hist[6];
+    unsigned char b[100] = { 1, 2, 3 };
+    fill(w, 3);
+    const int expect[6] = { -1, CKPT_CODEC_XOR, CKPT_CODEC_XOR, -1,
+                            CKPT_CODEC_XOR, CKPT_CODEC_XOR };
+    for (int k = 0; k < 6; k++) {
+        char name[16], base[16];
+        snprintf(name, sizeof name, "s%d", k);
+        snprintf(base, sizeof base, "s%d", k - 1);
+        if (k)
+            for (int i = 4 * COLS; i < 8 * COLS; i += 5)
+                w[i] += 0.01f;
+        hist[k] = xmalloc(sizeof(float) * N);
+        memcpy(hist[k], w, sizeof(float) * N);
+        ck_assert_msg(save(root, name, k ? base : NULL, 3, w, b, &err) == 0,
+                      "%s", err.msg);
+        int c = codec_of(root, name, 1);
+        if (expect[k] < 0)
+            ck_assert_msg(c != CKPT_CODEC_XOR && c != CKPT_CODEC_REF,
+                          "s%d frame 1 should be whole, is %d", k, c);
+        else
+            ck_assert_msg(c == expect[k], "s%d frame 1: %d", k, c);
+        if (k)
+            ck_assert_int_eq(codec_of(root, name, 0), CKPT_CODEC_REF);
+    }
+    for (int k = 0; k < 6; k++) {
+        char name[16];
+        snprintf(name, sizeof name, "s%d", k);
+        check_read(root, name, hist[k], b);
+        free(hist[k]);
+    }
+    /* s5's frame 0 refers to s0, which holds its bytes. */
+    char dir[4096], path[4096];
+    join(dir, root, "s5");
+    join(path, dir, "index.db");
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_prepare_v2(db, "SELECT b.path FROM frames AS f "
+                     "JOIN bases AS b ON b.id = f.base WHERE f.seq = 0 AND "
+                     "f.chunk_id = (SELECT c.id FROM chunks AS c JOIN tensors"
+                     " AS t ON t.id = c.tensor_id WHERE t.fqn = 'w')", -1,
+                     &st, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+    ck_assert_str_eq((const char *)sqlite3_column_text(st, 0), "s0");
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    free(w);
+    remove_tmpdir(root);
+}
+END_TEST
+
+START_TEST(refuse_missing)
+{
+    state s;
+    two_saves(&s);
+    char a[4096], b[4096];
+    join(a, s.root, "s0");
+    join(b, s.root, "gone");
+    ck_assert_int_eq(rename(a, b), 0);
+    refused(s.root, "s1", -ENOENT, "'s0' is missing");
+    state_free(&s);
+}
+END_TEST
+
+START_TEST(refuse_changed)
+{
+    state s;
+    two_saves(&s);
+    ckpt_error err = { 0 };
+    char a[4096];
+    join(a, s.root, "s0");
+    ck_assert_int_eq(ckpt_remove_tree(a, NULL), 0);
+    /* The same bytes saved again: another checkpoint all the same. */
+    ck_assert_int_eq(save(s.root, "s0", NULL, 0, s.w0, s.b, &err), 0);
+    refused(s.root, "s1", -ESTALE, "changed since");
+    state_free(&s);
+}
+END_TEST
+
+START_TEST(refuse_outside)
+{
+    state s;
+    two_saves(&s);
+    tamper(s.root, "s1", "UPDATE bases SET path = '../s0'");
+    refused(s.root, "s1", -EXDEV, "outside");
+    /* At save time: a base that is not a sibling. */
+    char *other = make_tmpdir_tagged("delta-other");
+    ckpt_error err = { 0 };
+    char base[4096], dir[4096];
+    join(base, s.root, "s0");
+    join(dir, other, "s2");
+    ckpt_write_opts o;
+    ckpt_write_opts_init(&o);
+    o.base = base;
+    ckpt_writer *w;
+    ck_assert_int_eq(ckpt_writer_open(&w, dir, "rank0", &o, &err), -EXDEV);
+    ck_assert_msg(strstr(err.msg, "not in the save's root"), "%s", err.msg);
+    remove_tmpdir(other);
+    state_free(&s);
+}
+END_TEST
+
+START_TEST(refuse_cycle)
+{
+    state s;
+    two_saves(&s);
+    /* s1 names itself as its base: following it never ends. */
+    tamper(s.root, "s1", "UPDATE bases SET path = 's1', identity = "
+           "(SELECT value FROM meta WHERE key = 'identity')");
+    refused(s.root, "s1", -ELOOP, "cycle");
+    state_free(&s);
+}
+END_TEST
+
+START_TEST(refuse_base_changed_during_save)
+{
+    state s;
+    two_saves(&s);
+    ckpt_error err = { 0 };
+    char dir[4096], base[4096];
+    join(dir, s.root, "s2");
+    join(base, s.root, "s1");
+    ckpt_write_opts o;
+    ckpt_write_opts_init(&o);
+    o.frame_size = FRAME;
+    o.base = base;
+    ckpt_writer *w;
+    ck_assert_msg(ckpt_writer_open(&w, dir, "rank0", &o, &err) == 0, "%s",
+                  err.msg);
+    int64_t shape[2] = { ROWS, COLS };
+    ckpt_piece p = { "w", CKPT_F32, 2, shape, NULL, NULL, s.w1 };
+    ck_assert_int_eq(ckpt_writer_put(w, &p, &err), 0);
+    ck_assert_int_eq(ckpt_writer_close(w, &err), 0);
+    ck_assert_int_eq(ckpt_remove_tree(base, NULL), 0);
+    ck_assert_int_eq(save(s.root, "s1", NULL, 0, s.w1, s.b, &err), 0);
+    ck_assert_int_eq(ckpt_commit(dir, NULL, &err), -ESTALE);
+    ck_assert_msg(strstr(err.msg, "changed while"), "%s", err.msg);
+    state_free(&s);
+}
+END_TEST
+
+START_TEST(old_reader_version)
+{
+    /* A delta index says version 2; a plain one stays 1. */
+    state s;
+    two_saves(&s);
+    char path[4096];
+    const char *names[2] = { "s0", "s1" };
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/%s/index.db", s.root, names[k]);
+        sqlite3 *db;
+        sqlite3_stmt *st;
+        ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+        ck_assert_int_eq(sqlite3_prepare_v2(db, "PRAGMA user_version", -1,
+                                            &st, NULL), SQLITE_OK);
+        ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+        ck_assert_int_eq(sqlite3_column_int(st, 0), k + 1);
+        sqlite3_finalize(st);
+        sqlite3_close(db);
+    }
+    state_free(&s);
+}
+END_TEST
+
+START_TEST(gc_keeps_bases)
+{
+    /* s3 (kept, newest) names s2, which names s1: both kept; s0, which
+     * nothing kept names, goes; keep_last counted only s3. */
+    char *b3[] = { (char *)"s2" }, *b2[] = { (char *)"s1" };
+    char *b0[] = { (char *)"gone" };
+    ckpt_retain_item v[] = {
+        { "s0", 1, 0, 0, b0, 1 }, { "s1", 1, 1, 0, NULL, 0 },
+        { "s2", 1, 2, 0, b2, 1 }, { "s3", 1, 3, 0, b3, 1 },
+    };
+    ckpt_retain_why why[4];
+    size_t user[4] = { 9, 9, 9, 9 };
+    ck_assert_int_eq(ckpt_retain_select(v, 4, 1, 0, why), 0);
+    ckpt_retain_keep_bases(v, 4, why, user);
+    ck_assert_int_eq(why[3], CKPT_RETAIN_LATEST);
+    ck_assert_int_eq(why[2], CKPT_RETAIN_BASE);
+    ck_assert_int_eq(user[2], 3);
+    ck_assert_int_eq(why[1], CKPT_RETAIN_BASE);
+    ck_assert_int_eq(user[1], 2);
+    ck_assert_int_eq(why[0], CKPT_RETAIN_DROP);
+    /* And from a real root: the bases a delta's index names. */
+    state s;
+    two_saves(&s);
+    char dir[4096];
+    join(dir, s.root, "s1");
+    ckpt_retain_item it = { .name = "s1" };
+    ckpt_error err = { 0 };
+    ck_assert_msg(ckpt_retain_bases(dir, &it, &err) == 0, "%s", err.msg);
+    ck_assert_uint_eq(it.nbases, 1);
+    ck_assert_str_eq(it.bases[0], "s0");
+    ckpt_retain_item_free_bases(&it);
+    join(dir, s.root, "s0");
+    ck_assert_int_eq(ckpt_retain_bases(dir, &it, &err), 0);
+    ck_assert_uint_eq(it.nbases, 0);
+    state_free(&s);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("delta");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, round_trip);
+    tcase_add_test(tc, depth_bound);
+    tcase_add_test(tc, refuse_missing);
+    tcase_add_test(tc, refuse_changed);
+    tcase_add_test(tc, refuse_outside);
+    tcase_add_test(tc, refuse_cycle);
+    tcase_add_test(tc, refuse_base_changed_during_save);
+    tcase_add_test(tc, old_reader_version);
+    tcase_add_test(tc, gc_keeps_bases);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return unit_run(suite());
+}

@@ -14,13 +14,20 @@ process reads only the regions it needs.  Every value is checked.
 
 The processes talk over gloo (CPU) with a file:// rendezvous.  Runs with
 PyTorch 1.13 (torch.distributed._shard.checkpoint) and 2.x
-(torch.distributed.checkpoint).  Afterwards: `ckpt ls CKPT_DIR`,
+(torch.distributed.checkpoint).  Each process's output goes to a log
+file, printed when the step ends; a step that is not done within
+DCP_EXAMPLE_TIMEOUT seconds (default 120), or one rank failing, ends the
+step: the other ranks are killed (a rank whose peer died waits forever in
+a collective), a hung rank first printing its Python stack.  Afterwards: `ckpt ls CKPT_DIR`,
 `ckpt verify CKPT_DIR`, or mount it with `ckptfs CKPT_DIR /mnt/ck`.
 """
+import faulthandler
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 import torch
 import torch.distributed as dist
@@ -51,6 +58,8 @@ from torch.distributed._shard.sharded_tensor import (Shard,
                                                      init_from_local_shards)
 
 LAYERS, DIM = 4, 96
+TIMEOUT = float(os.environ.get("DCP_EXAMPLE_TIMEOUT", "120"))
+GRACE = 10      # seconds the other ranks get to end after one failed
 
 
 def full_weight(layer):
@@ -84,6 +93,8 @@ def state(rank, world, empty):
 
 
 def worker(cmd, path, rank, world, init):
+    # a rank still here just before run() kills it shows where it hangs
+    faulthandler.dump_traceback_later(TIMEOUT * 0.6, exit=False)
     dist.init_process_group("gloo", init_method="file://" + init, rank=rank,
                             world_size=world)
     if cmd == "save":
@@ -103,18 +114,48 @@ def worker(cmd, path, rank, world, init):
     dist.destroy_process_group()
 
 
+def wait_all(procs):
+    """Exit statuses of procs once all ended; a rank failing or the step
+    passing TIMEOUT kills the ranks still running (status "killed")."""
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        codes = [p.poll() for p in procs]
+        if None not in codes:
+            return codes
+        now = time.monotonic()
+        if any(c not in (None, 0) for c in codes):
+            deadline = min(deadline, now + GRACE)
+        if now >= deadline:
+            for p, c in zip(procs, codes):
+                if c is None:
+                    p.kill()
+                    p.wait()
+            return ["killed" if c is None else c for c in codes]
+        time.sleep(0.1)
+
+
 def run(cmd, path, world):
-    fd, init = tempfile.mkstemp(prefix="dcp-init-")
-    os.close(fd)
-    os.unlink(init)
-    procs = [subprocess.Popen([sys.executable, __file__, cmd, path, str(r),
-                               str(world), init]) for r in range(world)]
-    codes = [p.wait() for p in procs]
-    if os.path.exists(init):
-        os.unlink(init)
+    tmp = tempfile.mkdtemp(prefix="dcp-%s-" % cmd)
+    try:
+        logs = [open(os.path.join(tmp, "rank%d.log" % r), "w+")
+                for r in range(world)]
+        procs = [subprocess.Popen([sys.executable, __file__, cmd, path,
+                                   str(r), str(world),
+                                   os.path.join(tmp, "init")],
+                                  stdout=logs[r], stderr=subprocess.STDOUT)
+                 for r in range(world)]
+        codes = wait_all(procs)
+        for r, log in enumerate(logs):
+            log.seek(0)
+            for line in log:
+                print("[%s rank %d] %s" % (cmd, r, line), end="")
+            log.close()
+        sys.stdout.flush()
+    finally:
+        shutil.rmtree(tmp)
     if any(codes):
-        sys.exit("%s on %d ranks failed: exit statuses %s" % (cmd, world,
-                                                              codes))
+        sys.exit("%s on %d ranks failed (timeout %g s): exit statuses %s"
+                 % (cmd, world, TIMEOUT, codes))
 
 
 def main(argv):

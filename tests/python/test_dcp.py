@@ -14,6 +14,7 @@ import io
 import os
 import pickle
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -193,13 +194,24 @@ class Api2x(util.TempDir):
 
 class Example(util.TempDir):
     def test_example_two_save_three_load(self):
+        # Each step (save on 2, load on 3) kills its ranks after 120 s and
+        # prints their output (a rank left waiting on a dead peer waits
+        # forever); past both, this kills the example and all it started.
         ex = os.path.join(util.SRCDIR, "examples", "torch_dcp_backend.py")
-        p = subprocess.run([sys.executable, ex, self.path("ck")],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           timeout=600)
-        out = p.stdout.decode()
+        step = 120
+        p = subprocess.Popen([sys.executable, ex, self.path("ck")],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             env=dict(os.environ,
+                                      DCP_EXAMPLE_TIMEOUT=str(step)),
+                             start_new_session=True)
+        try:
+            text, _ = p.communicate(timeout=2 * step + 60)
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)
+            text, _ = p.communicate()
+        out = text.decode("utf-8", "replace")
         print(out)
-        self.assertEqual(p.returncode, 0)
+        self.assertEqual(p.returncode, 0, "the example failed or hung")
         self.assertIn("3 ranks loaded", out)
         self.assertEqual(util.ckpt("verify", self.path("ck")).returncode, 0)
 

@@ -222,6 +222,24 @@ int ckpt_foreign_refuse(ckpt_foreign *f, size_t t, const char *why,
     return 0;
 }
 
+int ckpt_foreign_set_dir(ckpt_foreign *f, const char *path,
+                         const char **file, ckpt_error *err)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return ckpt_err_sys(err, -errno, "%s", path);
+    *file = NULL;
+    if (S_ISREG(st.st_mode)) {
+        const char *slash = strrchr(path, '/');
+        f->dir = slash ? strndup(path, (size_t)(slash - path + (slash == path)))
+                       : strdup(".");
+        *file = slash ? slash + 1 : path;
+    } else {
+        f->dir = strdup(path);
+    }
+    return f->dir ? 0 : ckpt_err(err, -ENOMEM, "out of memory");
+}
+
 int ckpt_foreign_set_meta(ckpt_foreign *f, const char *key,
                           const char *value, ckpt_error *err)
 {

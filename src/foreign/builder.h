@@ -110,6 +110,11 @@ int ckpt_foreign_refuse(ckpt_foreign *f, size_t t, const char *why,
                         ckpt_error *err);
 int ckpt_foreign_set_meta(ckpt_foreign *f, const char *key,
                           const char *value, ckpt_error *err);
+/* The directory of a checkpoint given as one file or as a folder: sets
+ * f->dir to path's folder (a regular file's parent, else path itself) and
+ * *file to the file's name within it, or NULL for a folder. */
+int ckpt_foreign_set_dir(ckpt_foreign *f, const char *path,
+                         const char **file, ckpt_error *err);
 /* Sorts tensors by FQN (refusing duplicates), chunks by offsets, records
  * the files with their sizes, and cuts row-major chunks into frames. */
 int ckpt_foreign_finish(ckpt_foreign *f, ckpt_error *err);

@@ -450,20 +450,11 @@ int ckpt_safetensors_open_hf(const char *dir, ckpt_foreign *f,
 
 int ckpt_safetensors_open(const char *path, ckpt_foreign *f, ckpt_error *err)
 {
-    struct stat st;
-    if (stat(path, &st) != 0)
-        return ckpt_err_sys(err, -errno, "%s", path);
-    int rc;
-    if (S_ISREG(st.st_mode)) {
-        const char *slash = strrchr(path, '/');
-        f->dir = slash ? strndup(path, (size_t)(slash - path + (slash == path)))
-                       : strdup(".");
-        if (!f->dir)
-            return ckpt_err(err, -ENOMEM, "out of memory");
-        rc = add_file(f, slash ? slash + 1 : path, err);
-    } else {
-        if (!(f->dir = strdup(path)))
-            return ckpt_err(err, -ENOMEM, "out of memory");
+    const char *file;
+    int rc = ckpt_foreign_set_dir(f, path, &file, err);
+    if (rc == 0 && file) {
+        rc = add_file(f, file, err);
+    } else if (rc == 0) {
         char idx[4096];
         int n = snprintf(idx, sizeof idx, "%s/%s", path, INDEX_JSON);
         rc = n > 0 && (size_t)n < sizeof idx && access(idx, F_OK) == 0

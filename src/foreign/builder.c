@@ -25,19 +25,17 @@
 
 void ckpt_foreign_free(ckpt_foreign *f)
 {
-    for (size_t i = 0; i < f->nchunks; i++) {
-        if (f->frames)
-            free(f->frames[i]);
-        if (f->strided)
-            free(f->strided[i]);
-    }
+    for (size_t i = 0; f->src && i < f->nchunks; i++)
+        free(f->src[i].strided);
     for (size_t i = 0; i < f->npend; i++) {
-        free(f->pend[i].file);
+        free(f->pend[i].dims);
         free(f->pend[i].strided);
     }
     free(f->pend);
-    free(f->frames);
-    free(f->strided);
+    for (size_t i = 0; i < f->nnames; i++)
+        free(f->names[i]);
+    free(f->names);
+    free(f->src);
     ckpt_index_data_free(&f->d);
     if (f->root.dir)
         ckpt_confine_close(&f->root);
@@ -111,7 +109,8 @@ static int grow(void **v, size_t *cap, size_t need, size_t sz)
     void *p = realloc(*v, n * sz);
     if (!p)
         return -ENOMEM;
-    memset((char *)p + *cap * sz, 0, (n - *cap) * sz);
+    /* the spare room is not zeroed: each element is set when added, and
+     * pages never touched cost no memory */
     *v = p;
     *cap = n;
     return 0;
@@ -129,13 +128,39 @@ long ckpt_foreign_add_tensor(ckpt_foreign *f, const char *fqn,
         return ckpt_err(err, -ENOMEM, "out of memory");
     ckpt_index_tensor *t = &f->d.tensors[f->d.ntensors];
     memset(t, 0, sizeof *t);
-    if (!(t->fqn = strdup(fqn)))
+    if (ckpt_index_tensor_name(t, fqn, ndim, shape))
         return ckpt_err(err, -ENOMEM, "out of memory");
     t->dtype = dt;
-    t->ndim = ndim;
-    for (int k = 0; k < ndim; k++)
-        t->shape[k] = shape[k];
     return (long)f->d.ntensors++;
+}
+
+/* The pooled copy of file name `file`: the chunks of one file come
+ * together, so the last name is the one asked for again. */
+static const char *pool_name(ckpt_foreign *f, const char *file)
+{
+    if (f->nnames && strcmp(f->names[f->nnames - 1], file) == 0)
+        return f->names[f->nnames - 1];
+    if (grow((void **)&f->names, &f->names_cap, f->nnames + 1,
+             sizeof *f->names))
+        return NULL;
+    char *s = strdup(file);
+    if (s)
+        f->names[f->nnames++] = s;
+    return s;
+}
+
+/* Chunk c's offsets and sizes (t its tensor), whether kept or implied
+ * (the whole tensor). */
+static const int64_t *chunk_offsets(const ckpt_foreign_chunk *c)
+{
+    static const int64_t zero[CKPT_MAX_DIMS];
+    return c->dims ? c->dims : zero;
+}
+
+static const int64_t *chunk_sizes(const ckpt_index_tensor *t,
+                                  const ckpt_foreign_chunk *c)
+{
+    return c->dims ? c->dims + t->ndim : t->shape;
 }
 
 int ckpt_foreign_add_chunk(ckpt_foreign *f, size_t t, const int64_t *offsets,
@@ -147,16 +172,21 @@ int ckpt_foreign_add_chunk(ckpt_foreign *f, size_t t, const int64_t *offsets,
         return ckpt_err(err, -ENOMEM, "out of memory");
     ckpt_foreign_chunk *c = &f->pend[f->npend];
     memset(c, 0, sizeof *c);
-    int nd = f->d.tensors[t].ndim;
+    const ckpt_index_tensor *ti = &f->d.tensors[t];
+    int nd = ti->ndim, whole = 1;
+    for (int k = 0; k < nd; k++)
+        whole &= offsets[k] == 0 && sizes[k] == ti->shape[k];
     c->tensor = t;
-    for (int k = 0; k < nd; k++) {
-        c->offsets[k] = offsets[k];
-        c->sizes[k] = sizes[k];
-    }
     c->data_offset = data_offset;
     c->span = span;
-    if (!(c->file = strdup(file)))
+    if (!(c->file = pool_name(f, file)))
         return ckpt_err(err, -ENOMEM, "out of memory");
+    if (!whole && !(c->dims = malloc(2 * (size_t)nd * sizeof *c->dims)))
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    for (int k = 0; !whole && k < nd; k++) {
+        c->dims[k] = offsets[k];
+        c->dims[nd + k] = sizes[k];
+    }
     f->npend++;
     if (stride) {
         if (!(c->strided = calloc(1, sizeof *c->strided)))
@@ -192,7 +222,7 @@ int ckpt_foreign_refuse(ckpt_foreign *f, size_t t, const char *why,
     size_t k = 0;
     for (size_t i = 0; i < f->npend; i++) {
         if (f->pend[i].tensor == t) {
-            free(f->pend[i].file);
+            free(f->pend[i].dims);
             free(f->pend[i].strided);
         } else {
             f->pend[k++] = f->pend[i];
@@ -240,18 +270,12 @@ int ckpt_foreign_set_dir(ckpt_foreign *f, const char *path,
     return f->dir ? 0 : ckpt_err(err, -ENOMEM, "out of memory");
 }
 
+/* Appended, whether the key is set already or not: finish keeps the
+ * last value of each key (a search here would make a header of many keys
+ * cost their square). */
 int ckpt_foreign_set_meta(ckpt_foreign *f, const char *key,
                           const char *value, ckpt_error *err)
 {
-    for (size_t i = 0; i < f->d.nmeta; i++)
-        if (strcmp(f->d.meta[i].key, key) == 0) {
-            char *v = strdup(value);
-            if (!v)
-                return ckpt_err(err, -ENOMEM, "out of memory");
-            free(f->d.meta[i].value);
-            f->d.meta[i].value = v;
-            return 0;
-        }
     if (grow((void **)&f->d.meta, &f->meta_cap, f->d.nmeta + 1,
              sizeof *f->d.meta))
         return ckpt_err(err, -ENOMEM, "out of memory");
@@ -272,24 +296,68 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static int cmp_kv(const void *a, const void *b)
+/* A metadata entry and when it was set, for meta_finish's sort. */
+typedef struct kv_at {
+    const ckpt_kv *kv;
+    size_t at;
+} kv_at;
+
+static int cmp_kv_at(const void *pa, const void *pb)
 {
-    return strcmp(((const ckpt_kv *)a)->key, ((const ckpt_kv *)b)->key);
+    const kv_at *a = pa, *b = pb;
+    int c = strcmp(a->kv->key, b->kv->key);
+    return c ? c : a->at < b->at ? -1 : a->at > b->at;
+}
+
+/* Sorts the metadata by key, keeping of a key set several times the
+ * value set last. */
+static int meta_finish(ckpt_foreign *f, ckpt_error *err)
+{
+    size_t n = f->d.nmeta, k = 0;
+    kv_at *v = calloc(n + 1, sizeof *v);
+    ckpt_kv *out = calloc(n + 1, sizeof *out);
+    if (!v || !out) {
+        free(v);
+        free(out);
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < n; i++)
+        v[i] = (kv_at){ &f->d.meta[i], i };
+    qsort(v, n, sizeof *v, cmp_kv_at);
+    for (size_t i = 0; i < n; i++) {
+        ckpt_kv *kv = (ckpt_kv *)v[i].kv;
+        if (i + 1 < n && strcmp(kv->key, v[i + 1].kv->key) == 0) {
+            free(kv->key);      /* set again later */
+            free(kv->value);
+            free(kv->writer);
+        } else {
+            out[k++] = *kv;
+        }
+    }
+    free(v);
+    free(f->d.meta);
+    f->d.meta = out;
+    f->d.nmeta = k;
+    f->meta_cap = n + 1;
+    return 0;
 }
 
 
 /* Records the distinct files of the chunks, sorted, with their sizes. */
 static int build_files(ckpt_foreign *f, ckpt_error *err)
 {
-    char **names = calloc(f->npend + 1, sizeof *names);
+    /* the chunks' names, once per run of chunks of one file */
+    const char **names = calloc(f->npend + 1, sizeof *names);
     if (!names)
         return ckpt_err(err, -ENOMEM, "out of memory");
+    size_t n = 0;
     for (size_t i = 0; i < f->npend; i++)
-        names[i] = f->pend[i].file;
-    qsort(names, f->npend, sizeof *names, cmp_str);
-    f->d.files = calloc(f->npend + 1, sizeof *f->d.files);
+        if (n == 0 || names[n - 1] != f->pend[i].file)
+            names[n++] = f->pend[i].file;
+    qsort(names, n, sizeof *names, cmp_str);
+    f->d.files = calloc(n + 1, sizeof *f->d.files);
     int rc = f->d.files ? 0 : ckpt_err(err, -ENOMEM, "out of memory");
-    for (size_t i = 0; rc == 0 && i < f->npend; i++) {
+    for (size_t i = 0; rc == 0 && i < n; i++) {
         if (f->d.nfiles && strcmp(f->d.files[f->d.nfiles - 1].path,
                                   names[i]) == 0)
             continue;
@@ -312,7 +380,7 @@ static int build_files(ckpt_foreign *f, ckpt_error *err)
         fi->size = (uint64_t)st.st_size;
         f->d.nfiles++;
     }
-    free(names);
+    free((void *)names);
     return rc;
 }
 
@@ -332,84 +400,191 @@ static int file_index(const ckpt_foreign *f, const char *name)
     return -1;
 }
 
+/* The kept chunks of the tensors that have any, tensors in FQN order:
+ * tensor i's are chunk[start[i] .. start[i + 1]) (indices into f->pend),
+ * in row-major order of their offsets. */
+typedef struct groups {
+    size_t n;
+    size_t *start;
+    size_t *chunk;
+} groups;
+
+static void groups_free(groups *g)
+{
+    free(g->start);
+    free(g->chunk);
+    memset(g, 0, sizeof *g);
+}
+
+static int groups_alloc(groups *g, size_t n, size_t nchunks)
+{
+    g->n = n;
+    g->start = calloc(n + 1, sizeof *g->start);
+    g->chunk = calloc(nchunks + 1, sizeof *g->chunk);
+    return g->start && g->chunk ? 0 : -ENOMEM;
+}
+
 /* Runs the planner over all chunks: bounds, overlaps, coverage, dtype and
  * shape agreement; chunks that are replicas of others are dropped. */
-static int plan_chunks(ckpt_foreign *f, ckpt_plan *plan, ckpt_error *err)
+static int plan_chunks(ckpt_foreign *f, groups *g, ckpt_error *err)
 {
     ckpt_piece_rec *p = calloc(f->npend + 1, sizeof *p);
     if (!p)
         return ckpt_err(err, -ENOMEM, "out of memory");
     for (size_t i = 0; i < f->npend; i++) {
-        const ckpt_index_tensor *t = &f->d.tensors[f->pend[i].tensor];
+        const ckpt_foreign_chunk *c = &f->pend[i];
+        const ckpt_index_tensor *t = &f->d.tensors[c->tensor];
+        size_t nd = (size_t)t->ndim * sizeof *t->shape;
         p[i].fqn = t->fqn;
         p[i].dtype = t->dtype;
         p[i].ndim = t->ndim;
-        memcpy(p[i].shape, t->shape, sizeof p[i].shape);
-        memcpy(p[i].offsets, f->pend[i].offsets, sizeof p[i].offsets);
-        memcpy(p[i].sizes, f->pend[i].sizes, sizeof p[i].sizes);
+        memcpy(p[i].shape, t->shape, nd);
+        memcpy(p[i].offsets, chunk_offsets(c), nd);
+        memcpy(p[i].sizes, chunk_sizes(t, c), nd);
         p[i].raw_bytes = ckpt_box_numel(t->ndim, p[i].sizes) *
                          ckpt_dtype_size(t->dtype);
-        p[i].file = f->pend[i].file;
-        p[i].writer = f->pend[i].file;
+        p[i].file = (char *)c->file;
+        p[i].writer = (char *)c->file;
     }
     ckpt_plan_opts po = { 0 };
-    int rc = ckpt_plan_build(p, f->npend, &po, plan, err);
+    ckpt_plan plan;
+    int rc = ckpt_plan_build(p, f->npend, &po, &plan, err);
     free(p);
+    if (rc)
+        return rc;
+    size_t kept = 0;
+    for (size_t i = 0; i < plan.ntensors; i++)
+        kept += plan.tensors[i].nchunks;
+    if (groups_alloc(g, plan.ntensors, kept))
+        rc = ckpt_err(err, -ENOMEM, "out of memory");
+    for (size_t i = 0, k = 0; rc == 0 && i < plan.ntensors; i++) {
+        g->start[i] = k;
+        for (size_t j = 0; j < plan.tensors[i].nchunks; j++)
+            g->chunk[k++] = plan.tensors[i].chunks[j];
+        g->start[i + 1] = k;
+    }
+    ckpt_plan_free(&plan);
     return rc;
 }
 
-/* Frames of pending chunk c: one per ~1 MiB of a row-major chunk, one
- * for a strided chunk. */
-static int make_frames(const ckpt_foreign_chunk *c, uint64_t raw,
-                       size_t isz, ckpt_frame_rec **out, uint64_t *n)
+/* A tensor's name and its one chunk, for the sort of whole_chunks. */
+typedef struct named {
+    const char *fqn;
+    size_t chunk;
+} named;
+
+static int cmp_named(const void *a, const void *b)
+{
+    return strcmp(((const named *)a)->fqn, ((const named *)b)->fqn);
+}
+
+/* What the planner would make of chunks that are each a whole tensor, one
+ * per tensor, under distinct names (a safetensors or torch.save
+ * checkpoint): each kept, tensors in name order, after the same checks of
+ * each one alone (name, dtype, shape).  Costs a few words per tensor,
+ * where the planner's records cost a kilobyte.  Returns 1 when it made
+ * *g, 0 when the chunks are not so (the planner decides), or a negative
+ * errno. */
+static int whole_chunks(ckpt_foreign *f, groups *g, ckpt_error *err)
+{
+    for (size_t i = 0; i < f->npend; i++)
+        if (f->pend[i].dims)
+            return 0;
+    unsigned char *seen = calloc(f->d.ntensors + 1, 1);
+    named *v = calloc(f->npend + 1, sizeof *v);
+    int rc = seen && v ? 1 : ckpt_err(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; rc == 1 && i < f->npend; i++) {
+        size_t t = f->pend[i].tensor;
+        if (seen[t]++)
+            rc = 0;   /* replicas */
+        v[i] = (named){ f->d.tensors[t].fqn, i };
+    }
+    free(seen);
+    if (rc == 1)
+        qsort(v, f->npend, sizeof *v, cmp_named);
+    for (size_t i = 1; rc == 1 && i < f->npend; i++)
+        if (strcmp(v[i - 1].fqn, v[i].fqn) == 0)
+            rc = 0;   /* one name, several tensors */
+    ckpt_piece_rec p = { 0 };
+    for (size_t i = 0; rc == 1 && i < f->npend; i++) {
+        const ckpt_foreign_chunk *c = &f->pend[v[i].chunk];
+        const ckpt_index_tensor *t = &f->d.tensors[c->tensor];
+        p.fqn = t->fqn;
+        p.dtype = t->dtype;
+        p.ndim = t->ndim;
+        memcpy(p.shape, t->shape, (size_t)t->ndim * sizeof *t->shape);
+        p.writer = (char *)c->file;
+        if (ckpt_plan_check_piece(&p, err))
+            rc = -EINVAL;
+    }
+    if (rc == 1 && groups_alloc(g, f->npend, f->npend))
+        rc = ckpt_err(err, -ENOMEM, "out of memory");
+    for (size_t i = 0; rc == 1 && i < f->npend; i++) {
+        g->start[i] = i;
+        g->chunk[i] = v[i].chunk;
+    }
+    if (rc == 1)
+        g->start[f->npend] = f->npend;
+    else
+        groups_free(g);
+    free(v);
+    return rc;
+}
+
+int ckpt_foreign_frames(const ckpt_foreign_src *src, uint64_t raw,
+                        size_t isz, ckpt_frame_rec **out, uint64_t *n)
 {
     uint64_t step = CKPT_DEFAULT_FRAME_SIZE / isz * isz;
-    *n = raw == 0 ? 0 : c->strided ? 1 : (raw + step - 1) / step;
-    *out = calloc(*n + 1, sizeof **out);
-    if (!*out)
+    const ckpt_strided *sd = src->strided;
+    *n = raw == 0 ? 0 : sd ? 1 : (raw + step - 1) / step;
+    if (!out)
+        return 0;
+    if (*n > SIZE_MAX / sizeof **out ||
+        !(*out = calloc(*n ? (size_t)*n : 1, sizeof **out)))
         return -ENOMEM;
-    if (c->strided && raw) {
-        (*out)[0] = (ckpt_frame_rec){ c->data_offset, c->span, 0, raw, 0,
-                                      c->strided->zstd ? CKPT_CODEC_ZSTD
-                                                       : CKPT_CODEC_RAW,
-                                      0 };
+    if (sd && raw) {
+        (*out)[0] = (ckpt_frame_rec){ src->data_offset, src->span, 0, raw, 0,
+                                      sd->zstd ? CKPT_CODEC_ZSTD
+                                               : CKPT_CODEC_RAW, 0 };
         return 0;
     }
     for (uint64_t i = 0; i < *n; i++) {
         uint64_t off = i * step, len = raw - off < step ? raw - off : step;
-        (*out)[i] = (ckpt_frame_rec){ c->data_offset + off, len, off, len, 0,
-                                      CKPT_CODEC_RAW, 0 };
+        (*out)[i] = (ckpt_frame_rec){ src->data_offset + off, len, off, len,
+                                      0, CKPT_CODEC_RAW, 0 };
     }
     return 0;
 }
 
-/* Moves the kept chunks of plan tensor pt into tensor t. */
+/* Moves the kept chunks `chunk` (n of them) into tensor t. */
 static int fill_tensor(ckpt_foreign *f, ckpt_index_tensor *t,
-                       const ckpt_plan_tensor *pt, size_t *g,
+                       const size_t *chunk, size_t n, size_t *g,
                        ckpt_error *err)
 {
     size_t isz = ckpt_dtype_size(t->dtype);
-    if (ckpt_index_tensor_alloc_chunks(t, pt->nchunks))
+    size_t nd = (size_t)t->ndim * sizeof *t->shape;
+    if (ckpt_index_tensor_alloc_chunks(t, n))
         return ckpt_err(err, -ENOMEM, "out of memory");
     t->nbytes = ckpt_box_numel(t->ndim, t->shape) * isz;
-    for (size_t k = 0; k < pt->nchunks; k++, (*g)++) {
-        ckpt_foreign_chunk *c = &f->pend[pt->chunks[k]];
+    for (size_t k = 0; k < n; k++, (*g)++) {
+        ckpt_foreign_chunk *c = &f->pend[chunk[k]];
         ckpt_index_chunk *ch = &t->chunks[k];
         ch->id = (int64_t)*g;
-        memcpy(ch->offsets, c->offsets, (size_t)t->ndim * sizeof *c->offsets);
-        memcpy(ch->sizes, c->sizes, (size_t)t->ndim * sizeof *c->sizes);
+        memcpy(ch->offsets, chunk_offsets(c), nd);
+        memcpy(ch->sizes, chunk_sizes(t, c), nd);
         ch->file = file_index(f, c->file);
-        ch->raw_bytes = ckpt_box_numel(t->ndim, c->sizes) * isz;
-        if (make_frames(c, ch->raw_bytes, isz, &f->frames[*g], &ch->nframes))
-            return ckpt_err(err, -ENOMEM, "out of memory");
-        for (uint64_t i = 0; i < ch->nframes; i++)
-            ch->stored_bytes += f->frames[*g][i].stored_size;
-        f->strided[*g] = c->strided;
+        ch->raw_bytes = ckpt_box_numel(t->ndim, ch->sizes) * isz;
+        ckpt_foreign_src *src = &f->src[*g];
+        *src = (ckpt_foreign_src){ c->data_offset, c->span, c->strided };
         c->strided = NULL;
+        ckpt_foreign_frames(src, ch->raw_bytes, isz, NULL, &ch->nframes);
+        ch->stored_bytes = !ch->nframes ? 0
+                           : src->strided ? src->span : ch->raw_bytes;
         t->stored_bytes += ch->stored_bytes;
         t->nframes += ch->nframes;
         if (ch->nframes)
-            t->codec_mask |= 1u << f->frames[*g][0].codec;
+            t->codec_mask |= 1u << (src->strided && src->strided->zstd
+                                        ? CKPT_CODEC_ZSTD : CKPT_CODEC_RAW);
         uint64_t fsize = f->d.files[ch->file].size;
         if (ch->stored_bytes && (c->data_offset > fsize ||
                                  fsize - c->data_offset < c->span))
@@ -442,64 +617,96 @@ static int merge_refused(ckpt_foreign *f, ckpt_error *err)
     return 0;
 }
 
+/* The pending chunks and their file names, once finish has made the
+ * model: nothing needs them any more. */
+static void drop_pending(ckpt_foreign *f)
+{
+    for (size_t i = 0; i < f->npend; i++) {
+        free(f->pend[i].dims);
+        free(f->pend[i].strided);
+    }
+    free(f->pend);
+    f->pend = NULL;
+    f->npend = f->pend_cap = 0;
+    for (size_t i = 0; i < f->nnames; i++)
+        free(f->names[i]);
+    free(f->names);
+    f->names = NULL;
+    f->nnames = f->names_cap = 0;
+}
+
+/* Puts tensor perm[i] at place i, for every i, in place (perm is a
+ * permutation; it is consumed): a copy of the records would double
+ * them. */
+static void permute_tensors(ckpt_index_tensor *v, size_t *perm, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (perm[i] == SIZE_MAX || perm[i] == i)
+            continue;
+        ckpt_index_tensor tmp = v[i];
+        size_t j = i;
+        while (perm[j] != i) {
+            size_t k = perm[j];
+            v[j] = v[k];
+            perm[j] = SIZE_MAX;   /* placed */
+            j = k;
+        }
+        v[j] = tmp;
+        perm[j] = SIZE_MAX;
+    }
+}
+
 int ckpt_foreign_finish(ckpt_foreign *f, ckpt_error *err)
 {
-    ckpt_plan plan;
+    groups gr = { 0 };
     int rc = build_files(f, err);
-    if (rc == 0)
-        rc = plan_chunks(f, &plan, err);
-    if (rc)
+    if (rc == 0 && (rc = whole_chunks(f, &gr, err)) == 0)
+        rc = plan_chunks(f, &gr, err);
+    if (rc < 0)
         return rc;
+    rc = 0;
     /* Tensors with no chunk at all are not in the plan: refuse them too
      * (a plan tensor exists for every tensor that has a chunk), unless
      * they are refused already. */
     size_t nrefused = 0;
     for (size_t i = 0; i < f->d.ntensors; i++)
         nrefused += f->d.tensors[i].refused != NULL;
-    if (plan.ntensors + nrefused != f->d.ntensors) {
-        ckpt_plan_free(&plan);
+    if (gr.n + nrefused != f->d.ntensors) {
+        groups_free(&gr);
         return ckpt_err(err, -EINVAL, "%zu of the %zu tensors have no data "
                         "in the checkpoint's files",
-                        f->d.ntensors - nrefused - plan.ntensors,
-                        f->d.ntensors);
+                        f->d.ntensors - nrefused - gr.n, f->d.ntensors);
     }
-    size_t kept = 0;
-    for (size_t i = 0; i < plan.ntensors; i++)
-        kept += plan.tensors[i].nchunks;
-    f->frames = calloc(kept + 1, sizeof *f->frames);
-    f->strided = calloc(kept + 1, sizeof *f->strided);
-    ckpt_index_tensor *sorted = calloc(f->d.ntensors + 1, sizeof *sorted);
-    if (!f->frames || !f->strided || !sorted) {
-        free(sorted);
-        ckpt_plan_free(&plan);
+    size_t kept = gr.start[gr.n];
+    f->src = calloc(kept + 1, sizeof *f->src);
+    size_t *perm = calloc(f->d.ntensors + 1, sizeof *perm);
+    if (!f->src || !perm) {
+        free(perm);
+        groups_free(&gr);
         return ckpt_err(err, -ENOMEM, "out of memory");
     }
     f->nchunks = kept;
-    /* plan tensors are in fqn order; find each one's tensor record */
-    for (size_t i = 0; i < plan.ntensors; i++) {
-        size_t src = f->pend[plan.tensors[i].chunks[0]].tensor;
-        sorted[i] = f->d.tensors[src];
-        f->d.tensors[src].fqn = NULL;
-    }
-    /* the refused ones after them, merged in by merge_refused */
-    for (size_t i = 0, k = plan.ntensors; i < f->d.ntensors; i++)
+    /* the groups are in fqn order: each one's tensor record goes to its
+     * place, the refused ones after them (merged in by merge_refused) */
+    for (size_t i = 0; i < gr.n; i++)
+        perm[i] = f->pend[gr.chunk[gr.start[i]]].tensor;
+    for (size_t i = 0, k = gr.n; i < f->d.ntensors; i++)
         if (f->d.tensors[i].refused) {
-            sorted[k] = f->d.tensors[i];
-            sorted[k++].chunks_loaded = 1;   /* it has none */
-            f->d.tensors[i].fqn = NULL;
-            f->d.tensors[i].refused = NULL;
+            f->d.tensors[i].chunks_loaded = 1;   /* it has none */
+            perm[k++] = i;
         }
-    for (size_t i = 0; i < f->d.ntensors; i++)
-        free(f->d.tensors[i].fqn);
-    free(f->d.tensors);
-    f->d.tensors = sorted;
-    f->tensors_cap = f->d.ntensors;
+    permute_tensors(f->d.tensors, perm, f->d.ntensors);
+    free(perm);
     size_t g = 0;
-    for (size_t i = 0; rc == 0 && i < plan.ntensors; i++)
-        rc = fill_tensor(f, &f->d.tensors[i], &plan.tensors[i], &g, err);
-    ckpt_plan_free(&plan);
+    for (size_t i = 0; rc == 0 && i < gr.n; i++)
+        rc = fill_tensor(f, &f->d.tensors[i], gr.chunk + gr.start[i],
+                         gr.start[i + 1] - gr.start[i], &g, err);
+    groups_free(&gr);
+    if (rc == 0)
+        drop_pending(f);
     if (rc == 0 && nrefused)
         rc = merge_refused(f, err);
-    qsort(f->d.meta, f->d.nmeta, sizeof *f->d.meta, cmp_kv);
+    if (rc == 0)
+        rc = meta_finish(f, err);
     return rc;
 }

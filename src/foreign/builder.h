@@ -47,15 +47,28 @@ typedef struct ckpt_zstd_src {
     uint64_t skip, span;       /* the elements' bytes in that */
 } ckpt_zstd_src;
 
-/* A pending chunk, before ckpt_foreign_finish orders everything. */
+/* A pending chunk, before ckpt_foreign_finish orders everything: as
+ * small as its tensor's rank allows (a safetensors or torch.save file
+ * has one whole chunk per tensor, and hundreds of thousands of them). */
 typedef struct ckpt_foreign_chunk {
     size_t tensor;
-    int64_t offsets[CKPT_MAX_DIMS], sizes[CKPT_MAX_DIMS];
-    char *file;
+    int64_t *dims;          /* offsets then sizes, ndim each; NULL for the
+                               whole tensor (offsets 0, sizes its shape) */
+    const char *file;       /* in f->names: shared by a file's chunks */
     uint64_t data_offset;   /* of its first element in the file */
     uint64_t span;          /* bytes from there to past its last element */
     ckpt_strided *strided;  /* NULL when stored row-major */
 } ckpt_foreign_chunk;
+
+/* Where a described chunk's bytes are in its file: its frames are made
+ * from this when it is first read (ckpt_foreign_frames), so that a
+ * checkpoint of many small tensors costs a few words per chunk until
+ * then. */
+typedef struct ckpt_foreign_src {
+    uint64_t data_offset;   /* of its first element */
+    uint64_t span;          /* bytes from there to past its last element */
+    ckpt_strided *strided;  /* NULL when stored row-major (owned) */
+} ckpt_foreign_src;
 
 typedef struct ckpt_foreign {
     ckpt_foreign_kind kind;
@@ -70,12 +83,14 @@ typedef struct ckpt_foreign {
                                checkpoint (.metadata, the .safetensors
                                file, the index json) */
     ckpt_index_data d;      /* as ckpt_index_load gives it */
-    ckpt_frame_rec **frames;     /* per chunk, tensor by tensor */
-    ckpt_strided **strided;      /* per chunk: NULL when row-major */
+    ckpt_foreign_src *src;  /* per chunk (by its id): where its bytes are,
+                               what its frames are made from on first use */
     size_t nchunks;
     /* building */
     ckpt_foreign_chunk *pend;
     size_t npend, pend_cap, tensors_cap, meta_cap;
+    char **names;           /* the chunks' file names, each kept once */
+    size_t nnames, names_cap;
 } ckpt_foreign;
 
 /* Frees everything f holds and zeroes it (safe on a zeroed f). */
@@ -115,6 +130,12 @@ int ckpt_foreign_set_meta(ckpt_foreign *f, const char *key,
  * *file to the file's name within it, or NULL for a folder. */
 int ckpt_foreign_set_dir(ckpt_foreign *f, const char *path,
                          const char **file, ckpt_error *err);
+/* The frames of a chunk of `raw` bytes of elements of `isz` bytes stored
+ * at *src: one per ~1 MiB of a row-major chunk, one for a strided chunk
+ * (none when raw is 0).  Sets *n; with out, also a new array of them
+ * (room for one at least).  -ENOMEM. */
+int ckpt_foreign_frames(const ckpt_foreign_src *src, uint64_t raw,
+                        size_t isz, ckpt_frame_rec **out, uint64_t *n);
 /* Sorts tensors by FQN (refusing duplicates), chunks by offsets, records
  * the files with their sizes, and cuts row-major chunks into frames. */
 int ckpt_foreign_finish(ckpt_foreign *f, ckpt_error *err);

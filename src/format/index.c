@@ -791,6 +791,24 @@ void ckpt_index_data_free(ckpt_index_data *d)
     memset(d, 0, sizeof *d);
 }
 
+int ckpt_index_tensor_name(ckpt_index_tensor *t, const char *fqn, int ndim,
+                           const int64_t *shape)
+{
+    size_t len = strlen(fqn) + 1, at = (len + 7) & ~(size_t)7;
+    size_t nd = ndim > 0 ? (size_t)ndim : 1;
+    char *p = malloc(at + nd * sizeof *t->shape);
+    if (!p)
+        return -ENOMEM;
+    memcpy(p, fqn, len);
+    t->fqn = p;
+    t->shape = (int64_t *)(void *)(p + at);
+    t->shape[0] = 0;
+    t->ndim = ndim;
+    for (int k = 0; k < ndim; k++)
+        t->shape[k] = shape[k];
+    return 0;
+}
+
 /* Points chunk k's offsets and sizes at its place in dims. */
 static void point_dims(ckpt_index_chunk *v, size_t n, int64_t *dims, int ndim)
 {
@@ -805,19 +823,16 @@ int ckpt_index_tensor_alloc_chunks(ckpt_index_tensor *t, size_t n)
     size_t per = 2 * (size_t)t->ndim;
     if (n > SIZE_MAX / sizeof *t->chunks / (per ? per : 1))
         return -ENOMEM;
-    size_t ndims = n * per;
-    ckpt_index_chunk *v = calloc(n ? n : 1, sizeof *v);
-    int64_t *dims = calloc(ndims ? ndims : 1, sizeof *dims);
-    if (!v || !dims) {
-        free(v);
-        free(dims);
+    /* one allocation: the chunks, then their dims (t->dims stays NULL) */
+    size_t nv = n ? n : 1, ndims = n * per;
+    ckpt_index_chunk *v = calloc(1, nv * sizeof *v + ndims * sizeof(int64_t));
+    if (!v)
         return -ENOMEM;
-    }
-    point_dims(v, n, dims, t->ndim);
+    point_dims(v, n, (int64_t *)(void *)(v + nv), t->ndim);
     free(t->chunks);
     free(t->dims);
     t->chunks = v;
-    t->dims = dims;
+    t->dims = NULL;
     t->nchunks = n;
     t->chunks_loaded = 1;
     return 0;
@@ -965,10 +980,7 @@ static int tensor_fields(loader *l, sqlite3_stmt *st, ckpt_index_tensor *t)
     if (t->dtype == CKPT_DTYPE_INVALID)
         return damaged(l->err, path, "tensor '%s' has unknown dtype '%s'",
                        t->fqn, dt ? dt : "NULL");
-    int ndim = ckpt_db_dims(col_text(st, 3), t->shape, path, what, l->err);
-    if (ndim < 0)
-        return ndim;
-    t->ndim = ndim;
+    int ndim = t->ndim;
     uint64_t numel, nbytes, want_numel, want_nbytes, nchunks;
     if (ckpt_shape_numel(ndim, t->shape, &want_numel, what, l->err) ||
         ckpt_shape_nbytes(t->dtype, ndim, t->shape, &want_nbytes, what,
@@ -1022,13 +1034,21 @@ static int tensor_row(void *arg, sqlite3_stmt *st)
     int rc = tensor_name(l, st, fqn);
     if (rc)
         return rc;
+    /* the shape first: the record is made as long as its rank needs */
+    int64_t shape[CKPT_MAX_DIMS];
+    char what[300];
+    snprintf(what, sizeof what, "tensor '%.200s' shape", fqn);
+    int ndim = ckpt_db_dims(col_text(st, 3), shape, l->ix->path, what,
+                            l->err);
+    if (ndim < 0)
+        return ndim;
     size_t n = d->ntensors;
     if (grow((void **)&d->tensors, &l->tensors_cap, n, sizeof *d->tensors))
         return oom(l->err, l->ix);
     ckpt_index_tensor *t = &d->tensors[n];
     memset(t, 0, sizeof *t);
     t->id = sqlite3_column_int64(st, 0);
-    if (!(t->fqn = strdup(fqn)))
+    if (ckpt_index_tensor_name(t, fqn, ndim, shape))
         return oom(l->err, l->ix);
     d->ntensors++;
     return tensor_fields(l, st, t);

@@ -59,10 +59,11 @@ typedef struct ckpt_index_chunk {
 
 typedef struct ckpt_index_tensor {
     int64_t id;
-    char *fqn;
+    char *fqn;              /* and shape: one allocation, set by
+                               ckpt_index_tensor_name, freed with fqn */
+    int64_t *shape;         /* ndim entries (room for at least one) */
     ckpt_dtype dtype;
     int ndim;
-    int64_t shape[CKPT_MAX_DIMS];
     uint64_t nbytes, stored_bytes, nframes;
     unsigned codec_mask;    /* bit c set when some frame uses codec c */
     size_t nchunks;         /* what the tensor records; its chunks hold as
@@ -70,7 +71,10 @@ typedef struct ckpt_index_tensor {
     /* Its chunks, in row-major order of their offsets, once loaded
      * (chunks_loaded); NULL before. */
     ckpt_index_chunk *chunks;
-    int64_t *dims;          /* the chunks' offsets and sizes */
+    int64_t *dims;          /* the chunks' offsets and sizes when held
+                               apart from chunks (the loader's), else
+                               NULL (ckpt_index_tensor_alloc_chunks puts
+                               them in the chunks' allocation) */
     int chunks_loaded;
     char *refused;          /* foreign checkpoints: why this tensor cannot
                                be read (listed, every read of it fails so),
@@ -120,9 +124,15 @@ int ckpt_index_tensor_files(ckpt_index *ix, const ckpt_index_data *d,
 /* ckpt_index_load_tensors, then every tensor's chunks. */
 int ckpt_index_load(ckpt_index *ix, ckpt_index_data *out, ckpt_error *err);
 void ckpt_index_data_free(ckpt_index_data *d);
+/* Sets t's fqn, ndim and shape (a copy of fqn and of shape's ndim
+ * entries, in one allocation that free(t->fqn) releases; room for at
+ * least one dim).  A tensor's record is so as small as its rank and name
+ * allow.  -ENOMEM on failure (t unchanged). */
+int ckpt_index_tensor_name(ckpt_index_tensor *t, const char *fqn, int ndim,
+                           const int64_t *shape);
 /* For builders of a ckpt_index_data other than the loader: gives t (whose
- * ndim is set) n zeroed chunks whose offsets and sizes point into new
- * dims, and marks them loaded.  -ENOMEM on failure. */
+ * ndim is set) n zeroed chunks whose offsets and sizes point into the
+ * same allocation, and marks them loaded.  -ENOMEM on failure. */
 int ckpt_index_tensor_alloc_chunks(ckpt_index_tensor *t, size_t n);
 /* Loads the frames of chunk `chunk_id` in order into a malloc'd array.
  * Checks they tile the chunk's raw bytes exactly (-EIO otherwise). */

@@ -97,6 +97,11 @@ struct ckpt_reader {
                                        before the first read */
     int foreign;                    /* not a ckptfs checkpoint: frames have
                                        no checksums */
+    /* Foreign: per chunk (by its id), where its bytes are, until its
+     * tensor's state makes its frames on first use: opening costs no
+     * state per tensor. */
+    ckpt_foreign_src *fsrc;
+    size_t nfchunks;
     const char *index_file;         /* names the tensors: "index.db",
                                        ".metadata", ..., or NULL */
     int names_in_files;             /* safetensors: every file's header
@@ -220,6 +225,45 @@ static void state_free(tensor_state *s, size_t nchunks)
     free(s);
 }
 
+/* A foreign tensor's state: its chunks' frames, made from where their
+ * bytes are, and their strides, taken from the reader.  -ENOMEM or -EIO
+ * with nothing taken. */
+static int take_foreign(ckpt_reader *r, const ckpt_index_tensor *tt,
+                        tensor_state *s)
+{
+    size_t n = tt->nchunks, isz = ckpt_dtype_size(tt->dtype);
+    if (!(s->strided = calloc(n + 1, sizeof *s->strided)) ||
+        !(s->maps = calloc(n + 1, sizeof *s->maps)))
+        return -ENOMEM;
+    int rc = 0;
+    for (size_t c = 0; rc == 0 && c < n; c++) {
+        const ckpt_index_chunk *ch = &tt->chunks[c];
+        ckpt_frame_rec *fr = NULL;
+        uint64_t nf;
+        if (ch->id < 0 || (uint64_t)ch->id >= r->nfchunks)
+            rc = -EIO;
+        else
+            rc = ckpt_foreign_frames(&r->fsrc[ch->id], ch->raw_bytes, isz,
+                                     &fr, &nf);
+        if (rc == 0 && nf != ch->nframes)
+            rc = -EIO;
+        if (rc)
+            free(fr);
+        else
+            atomic_store(&s->frames[c], fr);
+        atomic_init(&s->maps[c], NULL);
+    }
+    for (size_t c = 0; rc && c < n; c++) {
+        free(atomic_load(&s->frames[c]));
+        atomic_store(&s->frames[c], NULL);
+    }
+    for (size_t c = 0; rc == 0 && c < n; c++) {
+        s->strided[c] = r->fsrc[tt->chunks[c].id].strided;
+        r->fsrc[tt->chunks[c].id].strided = NULL;
+    }
+    return rc;
+}
+
 /* A state for tensor t, whose chunks are in r->d, taking the next cache
  * keys (called under ix_mu, or before the reader is shared). */
 static tensor_state *state_new(ckpt_reader *r, size_t t)
@@ -240,6 +284,10 @@ static tensor_state *state_new(ckpt_reader *r, size_t t)
         s->frame0[c] = frames;
         frames += tt->chunks[c].nframes;
         atomic_init(&s->frames[c], NULL);
+    }
+    if (r->fsrc && take_foreign(r, tt, s)) {
+        state_free(s, 0);
+        return NULL;
     }
     s->key0 = r->next_key;
     r->next_key += frames;
@@ -1052,7 +1100,7 @@ static int tensor_tiling(const ckpt_index_tensor *t, ckpt_error *err)
                         (unsigned long long)numel);
     /* one record, copied into a compact table chunk by chunk */
     ckpt_piece_rec p = { .fqn = t->fqn, .dtype = t->dtype, .ndim = t->ndim };
-    memcpy(p.shape, t->shape, sizeof t->shape);
+    memcpy(p.shape, t->shape, (size_t)t->ndim * sizeof *t->shape);
     ckpt_pieces tab;
     ckpt_pieces_init(&tab);
     int rc = 0;
@@ -1280,7 +1328,8 @@ static void describe_codecs(unsigned mask, char *buf, size_t cap)
 }
 
 /* Per-tensor and per-file tables; then a state for every tensor whose
- * chunks are already loaded (a foreign checkpoint's, an old index's). */
+ * chunks are already loaded (an old index's; a foreign checkpoint's
+ * tensors get theirs on first use, like a new index's). */
 static int alloc_tables(ckpt_reader *r, ckpt_error *err)
 {
     size_t nt = r->d.ntensors;
@@ -1300,7 +1349,7 @@ static int alloc_tables(ckpt_reader *r, ckpt_error *err)
     }
     for (size_t i = 0; i < r->d.nfiles; i++)
         atomic_init(&r->fds[i], -1);
-    for (size_t t = 0; t < nt; t++) {
+    for (size_t t = 0; t < nt && !r->foreign; t++) {
         if (!r->d.tensors[t].chunks_loaded)
             continue;
         tensor_state *s = state_new(r, t);
@@ -1324,6 +1373,9 @@ void ckpt_reader_close(ckpt_reader *r)
     for (size_t i = 0; r->fds && i < r->d.nfiles; i++)
         if (atomic_load(&r->fds[i]) >= 0)
             close(atomic_load(&r->fds[i]));
+    for (size_t i = 0; i < r->nfchunks; i++)
+        free(r->fsrc[i].strided);
+    free(r->fsrc);
     scratch_free_all(r);
     ckpt_bases_free(r->bases);
     if (r->ix)
@@ -1347,7 +1399,8 @@ void ckpt_reader_close(ckpt_reader *r)
 }
 
 /* Takes the model of a foreign checkpoint (see foreign.h) in place of an
- * index: tensors, files and metadata, and every chunk's frames. */
+ * index: tensors, files and metadata, and every chunk's frames (handed to
+ * each tensor's state on its first use). */
 static int open_foreign(ckpt_reader *r, const char *path, ckpt_error *err)
 {
     ckpt_foreign f;
@@ -1363,23 +1416,11 @@ static int open_foreign(ckpt_reader *r, const char *path, ckpt_error *err)
     free(r->dir);
     r->dir = f.dir;
     f.dir = NULL;
+    r->fsrc = f.src;
+    r->nfchunks = f.nchunks;
+    f.src = NULL;
+    f.nchunks = 0;
     rc = alloc_tables(r, err);
-    /* f's frames and strides are per chunk, tensor by tensor. */
-    for (size_t t = 0, g = 0; rc == 0 && t < r->d.ntensors; t++) {
-        tensor_state *s = state_of(r, t);
-        size_t n = r->d.tensors[t].nchunks;
-        if (!(s->strided = calloc(n + 1, sizeof *s->strided)) ||
-            !(s->maps = calloc(n + 1, sizeof *s->maps))) {
-            rc = ckpt_err(err, -ENOMEM, "out of memory");
-            break;
-        }
-        for (size_t c = 0; c < n; c++, g++) {
-            atomic_store(&s->frames[c], f.frames[g]);
-            f.frames[g] = NULL;
-            s->strided[c] = f.strided[g];
-            f.strided[g] = NULL;
-        }
-    }
     ckpt_foreign_free(&f);
     return rc;
 }

@@ -19,12 +19,16 @@ typedef struct parser {
     const char *p, *start, *end;
     const char *what;
     ckpt_error *err;
+    uint64_t base;          /* the text's offset of start (json_walk) */
 } parser;
 
 static int fail(parser *ps, const char *why)
 {
-    return ckpt_err(ps->err, -EINVAL, "%s: bad JSON at byte %zu: %s",
-                    ps->what, (size_t)(ps->p - ps->start), why);
+    return ckpt_err(ps->err, -EINVAL, "%s: bad JSON at byte %llu: %s",
+                    ps->what,
+                    (unsigned long long)(ps->base + (uint64_t)(ps->p -
+                                                               ps->start)),
+                    why);
 }
 
 static void skip_ws(parser *ps)
@@ -336,7 +340,7 @@ int json_parse(const char *text, size_t len, const char *what,
                json_val *out, ckpt_error *err)
 {
     memset(out, 0, sizeof *out);
-    parser ps = { text, text, text + len, what, err };
+    parser ps = { text, text, text + len, what, err, 0 };
     int rc = parse_value(&ps, out, 0);
     if (rc == 0) {
         skip_ws(&ps);
@@ -345,6 +349,210 @@ int json_parse(const char *text, size_t len, const char *what,
     }
     if (rc)
         json_free(out);
+    return rc;
+}
+
+/* ------------------------------------------------------------ the walk */
+
+/* What json_walk has of the text: buf[lo..hi) is read and not yet
+ * walked; `off` is the text's offset of buf[0]; `left` bytes are still
+ * to be read. */
+typedef struct window {
+    char *buf;
+    size_t cap, lo, hi;
+    uint64_t off, left;
+    json_read_fn rd;
+    void *rarg;
+    const char *what;
+    ckpt_error *err;
+} window;
+
+#define WALK_WINDOW ((size_t)1 << 18)
+/* A step that ends this near the end of what is read may have been cut
+ * short by it (a number): it is tried again with more. */
+#define WALK_SLACK 8
+
+/* Moves the unwalked bytes to the front, doubles the window when they
+ * fill half of it, and reads more. */
+static int refill(window *w)
+{
+    size_t keep = w->hi - w->lo;
+    memmove(w->buf, w->buf + w->lo, keep);
+    w->off += w->lo;
+    w->lo = 0;
+    w->hi = keep;
+    if (keep > w->cap / 2) {
+        size_t cap = w->cap * 2;
+        char *b = cap > w->cap ? realloc(w->buf, cap) : NULL;
+        if (!b)
+            return ckpt_err(w->err, -ENOMEM, "out of memory");
+        w->buf = b;
+        w->cap = cap;
+    }
+    size_t want = w->cap - w->hi;
+    if (want > w->left)
+        want = (size_t)w->left;
+    int rc = w->rd(w->rarg, w->buf + w->hi, want, w->off + w->hi, w->err);
+    if (rc)
+        return rc;
+    w->hi += want;
+    w->left -= want;
+    return 0;
+}
+
+/* One step of the walk over the unwalked bytes. */
+typedef int (*step_fn)(parser *ps, void *ctx);
+
+/* Runs `step` on the unwalked bytes, reading more (and running it again)
+ * as long as it failed or ended within WALK_SLACK bytes of what is read
+ * while more remains: an error is so reported only once the text's end
+ * is in the window (where the error is, is not looked at: a string cut
+ * by the window fails at its start), which costs a window as large as
+ * the rest of the text, on that path only.  `undo` (or NULL) clears what
+ * a step made before it runs again.  On success the step's bytes are
+ * walked. */
+static int walk_step(window *w, step_fn step, void (*undo)(void *), void *ctx)
+{
+    for (;;) {
+        parser ps = { w->buf + w->lo, w->buf + w->lo, w->buf + w->hi,
+                      w->what, w->err, w->off + w->lo };
+        int rc = step(&ps, ctx);
+        int short_read = w->left > 0 &&
+                         (rc != 0 || (size_t)(ps.end - ps.p) < WALK_SLACK + 1);
+        if (!short_read) {
+            if (rc == 0)
+                w->lo = (size_t)(ps.p - w->buf);
+            return rc;
+        }
+        if (undo)
+            undo(ctx);
+        if ((rc = refill(w)) != 0)
+            return rc;
+    }
+}
+
+static int step_open(parser *ps, void *ctx)
+{
+    (void)ctx;
+    skip_ws(ps);
+    if (ps->p >= ps->end || *ps->p != '{')
+        return fail(ps, "expected an object");
+    ps->p++;
+    return 0;
+}
+
+/* The first member's key, or the object's '}' (ctx: int *closed). */
+static int step_first(parser *ps, void *ctx)
+{
+    skip_ws(ps);
+    *(int *)ctx = ps->p < ps->end && *ps->p == '}';
+    if (*(int *)ctx)
+        ps->p++;
+    return 0;
+}
+
+/* ',' before another member, or '}' (ctx: int *closed). */
+static int step_next(parser *ps, void *ctx)
+{
+    skip_ws(ps);
+    if (ps->p < ps->end && (*ps->p == ',' || *ps->p == '}')) {
+        *(int *)ctx = *ps->p++ == '}';
+        return 0;
+    }
+    return fail(ps, "expected ',' or '}'");
+}
+
+typedef struct key_ctx {
+    char *key;
+    int object;             /* the value begins with '{' */
+} key_ctx;
+
+static void key_undo(void *ctx)
+{
+    key_ctx *k = ctx;
+    free(k->key);
+    k->key = NULL;
+}
+
+static int step_key(parser *ps, void *ctx)
+{
+    key_ctx *k = ctx;
+    size_t len;
+    skip_ws(ps);
+    if (ps->p >= ps->end || *ps->p != '"')
+        return fail(ps, "expected a string key");
+    int rc = parse_string(ps, &k->key, &len);
+    if (rc)
+        return rc;
+    skip_ws(ps);
+    if (ps->p >= ps->end || *ps->p != ':')
+        return fail(ps, "expected ':'");
+    ps->p++;
+    skip_ws(ps);
+    k->object = ps->p < ps->end && *ps->p == '{';
+    return 0;
+}
+
+static void value_undo(void *ctx)
+{
+    json_free(ctx);
+}
+
+static int step_value(parser *ps, void *ctx)
+{
+    return parse_value(ps, ctx, 2);
+}
+
+static int step_end(parser *ps, void *ctx)
+{
+    (void)ctx;
+    skip_ws(ps);
+    return ps->p == ps->end ? 0 : fail(ps, "text after the value");
+}
+
+/* Walks the object at the window's start: each member to fn, except the
+ * one whose key is `nested` (when not NULL, and its value an object),
+ * whose members go to fn one by one with that key as `outer`. */
+static int walk_object(window *w, const char *nested, const char *outer,
+                       json_member_fn fn, void *arg)
+{
+    int closed = 0;
+    int rc = walk_step(w, step_open, NULL, NULL);
+    if (rc == 0)
+        rc = walk_step(w, step_first, NULL, &closed);
+    while (rc == 0 && !closed) {
+        key_ctx k = { 0 };
+        json_val v = { 0 };
+        rc = walk_step(w, step_key, key_undo, &k);
+        if (rc == 0 && nested && k.object && strcmp(k.key, nested) == 0) {
+            rc = walk_object(w, NULL, k.key, fn, arg);
+        } else if (rc == 0) {
+            rc = walk_step(w, step_value, value_undo, &v);
+            if (rc == 0)
+                rc = fn(arg, outer, k.key, &v, w->err);
+        }
+        json_free(&v);
+        free(k.key);
+        if (rc == 0)
+            rc = walk_step(w, step_next, NULL, &closed);
+    }
+    return rc;
+}
+
+int json_walk(uint64_t len, json_read_fn rd, void *rarg, const char *what,
+              const char *nested, json_member_fn fn, void *arg,
+              ckpt_error *err)
+{
+    window w = { NULL, len < WALK_WINDOW ? (size_t)len + 1 : WALK_WINDOW,
+                 0, 0, 0, len, rd, rarg, what, err };
+    if (!(w.buf = malloc(w.cap)))
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    int rc = refill(&w);
+    if (rc == 0)
+        rc = walk_object(&w, nested, NULL, fn, arg);
+    if (rc == 0)
+        rc = walk_step(&w, step_end, NULL, NULL);
+    free(w.buf);
     return rc;
 }
 

@@ -187,30 +187,13 @@ static int add_entry(ckpt_foreign *f, const ckpt_st_header *h,
                                   en.end - en.begin, err);
 }
 
-static int add_metadata(ckpt_foreign *f, const char *path,
-                        const json_val *m, ckpt_error *err)
+/* The header's length at byte `base` of fd (in *len), refusing one over
+ * the format's limit or past the file; sets h's data range. */
+static int header_bounds(int fd, const char *path, uint64_t base,
+                         ckpt_st_header *h, uint64_t *len, ckpt_error *err)
 {
-    if (m->type != JSON_OBJECT)
-        return ckpt_err(err, -EINVAL, "%s: __metadata__ is not an object",
-                        path);
-    for (size_t i = 0; i < m->n; i++) {
-        if (m->items[i].type != JSON_STRING)
-            return ckpt_err(err, -EINVAL, "%s: __metadata__ value of '%s' is "
-                            "not a string", path, m->keys[i]);
-        int rc = ckpt_foreign_set_meta(f, m->keys[i], m->items[i].s, err);
-        if (rc)
-            return rc;
-    }
-    return 0;
-}
-
-int ckpt_st_header_read(int fd, const char *path, uint64_t base,
-                        ckpt_st_header *h, ckpt_error *err)
-{
-    memset(h, 0, sizeof *h);
     struct stat st;
     unsigned char lenbuf[8];
-    char *hdr = NULL;
     uint64_t n = 0, size = 0;
     int rc = 0;
     if (fstat(fd, &st) != 0)
@@ -232,26 +215,51 @@ int ckpt_st_header_read(int fd, const char *path, uint64_t base,
         rc = ckpt_err(err, -EINVAL, "%s: header of %llu bytes is longer than "
                       "the file (%llu bytes)", path, (unsigned long long)n,
                       (unsigned long long)size);
+    if (rc)
+        return rc;
+    h->data_start = base + 8 + n;
+    h->data_len = size - h->data_start;
+    *len = n;
+    return 0;
+}
+
+/* The header begins as a JSON object: '{' is its first byte. */
+static int header_starts(int fd, const char *path, uint64_t base,
+                         uint64_t n, ckpt_error *err)
+{
+    char c = 0;
+    int rc = n ? ckpt_pread_full(fd, &c, 1, base + 8, path, err) : 0;
+    if (rc == 0 && c != '{')
+        rc = ckpt_err(err, -EINVAL, "%s: the header is not a JSON object",
+                      path);
+    return rc;
+}
+
+int ckpt_st_header_read(int fd, const char *path, uint64_t base,
+                        ckpt_st_header *h, ckpt_error *err)
+{
+    memset(h, 0, sizeof *h);
+    char *hdr = NULL;
+    uint64_t n;
+    int rc = header_bounds(fd, path, base, h, &n, err);
+    if (rc == 0)
+        rc = header_starts(fd, path, base, n, err);
     if (rc == 0 && !(hdr = malloc(n + 1)))
         rc = ckpt_err(err, -ENOMEM, "out of memory");
     if (rc == 0)
         rc = ckpt_pread_full(fd, hdr, n, base + 8, path, err);
-    if (rc == 0 && (n == 0 || hdr[0] != '{'))
-        rc = ckpt_err(err, -EINVAL, "%s: the header is not a JSON object",
-                      path);
-    if (rc == 0)
-        rc = json_parse(hdr, n, path, &h->j, err);
+    if (rc) {
+        free(hdr);
+        return rc;
+    }
+    rc = json_parse(hdr, n, path, &h->j, err);
     if (rc == 0 && h->j.type != JSON_OBJECT)
         rc = ckpt_err(err, -EINVAL, "%s: the header is not a JSON object",
                       path);
     free(hdr);
-    if (rc) {
+    if (rc)
         json_free(&h->j);
-        return rc;
-    }
-    h->data_start = base + 8 + n;
-    h->data_len = size - h->data_start;
-    return 0;
+    return rc;
 }
 
 void ckpt_st_header_free(ckpt_st_header *h)
@@ -259,7 +267,63 @@ void ckpt_st_header_free(ckpt_st_header *h)
     json_free(&h->j);
 }
 
-/* Reads the header of file `file` (in f->dir) and adds its tensors. */
+/* What the walk of one file's header adds its members to. */
+typedef struct file_walk {
+    ckpt_foreign *f;
+    const ckpt_st_header *h;
+    const char *path, *file;
+    int fd;
+    span *spans;
+    size_t nspans, cap;
+} file_walk;
+
+/* The header's text (from byte 8 of the file), piece by piece, for
+ * json_walk. */
+static int read_text(void *arg, char *buf, size_t n, uint64_t off,
+                     ckpt_error *err)
+{
+    const file_walk *w = arg;
+    return ckpt_pread_full(w->fd, buf, n, 8 + off, w->path, err);
+}
+
+/* One member of a header: an entry of __metadata__ (outer), a
+ * __metadata__ that is not an object (refused), or a tensor. */
+static int add_member(void *arg, const char *outer, const char *key,
+                      const json_val *v, ckpt_error *err)
+{
+    file_walk *w = arg;
+    if (outer) {
+        if (v->type != JSON_STRING)
+            return ckpt_err(err, -EINVAL, "%s: __metadata__ value of '%s' is "
+                            "not a string", w->path, key);
+        return ckpt_foreign_set_meta(w->f, key, v->s, err);
+    }
+    if (strcmp(key, "__metadata__") == 0)   /* walked when an object */
+        return ckpt_err(err, -EINVAL, "%s: __metadata__ is not an object",
+                        w->path);
+    if (w->nspans == w->cap) {
+        size_t cap = w->cap ? w->cap + w->cap / 2 : 64;
+        span *s = realloc(w->spans, cap * sizeof *s);
+        if (!s)
+            return ckpt_err(err, -ENOMEM, "out of memory");
+        w->spans = s;
+        w->cap = cap;
+    }
+    span *sp = &w->spans[w->nspans];
+    int rc = add_entry(w->f, w->h, w->path, w->file, key, v, sp, err);
+    if (rc == 0) {
+        /* the key dies with the member: name the span by the tensor's
+         * own copy */
+        sp->name = w->f->d.tensors[w->f->d.ntensors - 1].fqn;
+        w->nspans++;
+    }
+    return rc;
+}
+
+/* Reads the header of file `file` (in f->dir) and adds its tensors,
+ * member by member as json_walk reads it: what it holds at a time is the
+ * records made so far, a window of the text and one member, never the
+ * whole header nor a tree of it. */
 static int add_file(ckpt_foreign *f, const char *file, ckpt_error *err)
 {
     char path[4096];
@@ -269,26 +333,19 @@ static int add_file(ckpt_foreign *f, const char *file, ckpt_error *err)
     int fd = ckpt_foreign_openat(f, file, err);
     if (fd < 0)
         return fd;
-    ckpt_st_header h;
-    span *spans = NULL;
-    size_t nspans = 0;
-    rc = ckpt_st_header_read(fd, path, 0, &h, err);
-    close(fd);
-    if (rc)
-        return rc;
-    if (!(spans = calloc(h.j.n + 1, sizeof *spans)))
-        rc = ckpt_err(err, -ENOMEM, "out of memory");
-    for (size_t i = 0; rc == 0 && i < h.j.n; i++) {
-        if (strcmp(h.j.keys[i], "__metadata__") == 0)
-            rc = add_metadata(f, path, &h.j.items[i], err);
-        else
-            rc = add_entry(f, &h, path, file, h.j.keys[i], &h.j.items[i],
-                           &spans[nspans++], err);
-    }
+    ckpt_st_header h = { 0 };
+    uint64_t n;
+    file_walk w = { f, &h, path, file, fd, NULL, 0, 0 };
+    rc = header_bounds(fd, path, 0, &h, &n, err);
     if (rc == 0)
-        rc = check_tiling(spans, nspans, h.data_len, path, err);
-    free(spans);
-    ckpt_st_header_free(&h);
+        rc = header_starts(fd, path, 0, n, err);
+    if (rc == 0)
+        rc = json_walk(n, read_text, &w, path, "__metadata__", add_member,
+                       &w, err);
+    close(fd);
+    if (rc == 0)
+        rc = check_tiling(w.spans, w.nspans, h.data_len, path, err);
+    free(w.spans);
     return rc;
 }
 

@@ -45,6 +45,9 @@ static const cli_help HELP = {
 
 /* ------------------------------------------------------------ checkpoint */
 
+/* One tensor's line, its columns formatted.  A listing makes one at a
+ * time (twice: once for the column widths, once to print), so that it
+ * costs no memory per tensor beyond the reader's. */
 typedef struct ls_row {
     char *fqn;              /* escaped (cli_escape) */
     const char *dtype;
@@ -59,70 +62,79 @@ static int max_int(int a, int b)
     return a > b ? a : b;
 }
 
-/* Prints rows in aligned columns under the header. */
-static void print_rows(const ls_row *rows, size_t n)
-{
-    int w[7] = { 3, 5, 5, 9, 12, 5, 5 };   /* widths of the header words */
-    for (size_t i = 0; i < n; i++) {
-        w[0] = max_int(w[0], (int)strlen(rows[i].fqn));
-        w[1] = max_int(w[1], (int)strlen(rows[i].dtype));
-        w[2] = max_int(w[2], (int)strlen(rows[i].shape));
-        w[3] = max_int(w[3], (int)strlen(rows[i].raw));
-        w[4] = max_int(w[4], (int)strlen(rows[i].stored));
-        w[5] = max_int(w[5], (int)strlen(rows[i].codec));
-        w[6] = max_int(w[6], (int)strlen(rows[i].ratio));
-    }
-    printf("%-*s %-*s %-*s %*s %*s %-*s %*s\n", w[0], "FQN", w[1], "DTYPE",
-           w[2], "SHAPE", w[3], "RAW_BYTES", w[4], "STORED_BYTES", w[5],
-           "CODEC", w[6], "RATIO");
-    for (size_t i = 0; i < n; i++)
-        printf("%-*s %-*s %-*s %*s %*s %-*s %*s\n", w[0], rows[i].fqn, w[1],
-               rows[i].dtype, w[2], rows[i].shape, w[3], rows[i].raw, w[4],
-               rows[i].stored, w[5], rows[i].codec, w[6], rows[i].ratio);
-}
-
 /* The codecs of a tensor's frames, "-" when it has none. */
 static const char *codec_column(const char *codecs)
 {
     return !codecs || !*codecs || strcmp(codecs, "none") == 0 ? "-" : codecs;
 }
 
+/* Formats tensor i's row (its fqn to free); warns once, when `warn`,
+ * about a tensor whose reads fail.  CLI_OK or CLI_FAIL. */
+static int make_row(ckpt_reader *r, const char *path, size_t i, int warn,
+                    ls_row *row)
+{
+    ckpt_tensor_info t;
+    row->fqn = NULL;
+    if (ckpt_reader_info(r, i, &t) != 0)
+        return cli_fail("%s: cannot read tensor %zu", path, i);
+    if (!(row->fqn = cli_escape(t.fqn)))
+        return cli_fail("out of memory");
+    ckpt_error why = { 0 };
+    if (cli_tensor_refused(r, i, &t, &why) && warn)
+        cli_warn("listed, but its reads fail: %s", why.msg);
+    row->dtype = ckpt_dtype_name(t.dtype);
+    cli_format_shape(row->shape, sizeof row->shape, t.ndim, t.shape);
+    snprintf(row->raw, sizeof row->raw, "%" PRIu64, t.nbytes);
+    snprintf(row->stored, sizeof row->stored, "%" PRIu64, t.stored_bytes);
+    row->codec = codec_column(t.codecs);
+    cli_format_ratio(row->ratio, sizeof row->ratio, t.nbytes,
+                     t.stored_bytes);
+    return CLI_OK;
+}
+
+/* Widens w to fit row's columns. */
+static void fit_row(int w[7], const ls_row *row)
+{
+    w[0] = max_int(w[0], (int)strlen(row->fqn));
+    w[1] = max_int(w[1], (int)strlen(row->dtype));
+    w[2] = max_int(w[2], (int)strlen(row->shape));
+    w[3] = max_int(w[3], (int)strlen(row->raw));
+    w[4] = max_int(w[4], (int)strlen(row->stored));
+    w[5] = max_int(w[5], (int)strlen(row->codec));
+    w[6] = max_int(w[6], (int)strlen(row->ratio));
+}
+
+/* Prints the tensors in aligned columns under the header: a first pass
+ * measures the columns, a second prints them. */
 static int list_checkpoint(const char *path)
 {
     ckpt_reader *r;
     if (cli_open_reader(&r, path) != CLI_OK)
         return CLI_FAIL;
     size_t n = ckpt_reader_count(r);
-    ls_row *rows = calloc(n ? n : 1, sizeof *rows);
-    int rc = rows ? CLI_OK : cli_fail("out of memory");
+    int w[7] = { 3, 5, 5, 9, 12, 5, 5 };   /* widths of the header words */
+    int rc = CLI_OK;
+    ls_row row;
     for (size_t i = 0; i < n && rc == CLI_OK; i++) {
-        ckpt_tensor_info t;
-        if (ckpt_reader_info(r, i, &t) != 0) {
-            rc = cli_fail("%s: cannot read tensor %zu", path, i);
-            break;
-        }
-        if (!(rows[i].fqn = cli_escape(t.fqn))) {
-            rc = cli_fail("out of memory");
-            break;
-        }
-        ckpt_error why = { 0 };
-        if (cli_tensor_refused(r, i, &t, &why))
-            cli_warn("listed, but its reads fail: %s", why.msg);
-        rows[i].dtype = ckpt_dtype_name(t.dtype);
-        cli_format_shape(rows[i].shape, sizeof rows[i].shape, t.ndim,
-                         t.shape);
-        snprintf(rows[i].raw, sizeof rows[i].raw, "%" PRIu64, t.nbytes);
-        snprintf(rows[i].stored, sizeof rows[i].stored, "%" PRIu64,
-                 t.stored_bytes);
-        rows[i].codec = codec_column(t.codecs);
-        cli_format_ratio(rows[i].ratio, sizeof rows[i].ratio, t.nbytes,
-                         t.stored_bytes);
+        rc = make_row(r, path, i, 1, &row);
+        if (rc == CLI_OK)
+            fit_row(w, &row);
+        free(row.fqn);
+        row.fqn = NULL;
     }
     if (rc == CLI_OK)
-        print_rows(rows, n);
-    for (size_t i = 0; rows && i < n; i++)
-        free(rows[i].fqn);
-    free(rows);
+        printf("%-*s %-*s %-*s %*s %*s %-*s %*s\n", w[0], "FQN", w[1],
+               "DTYPE", w[2], "SHAPE", w[3], "RAW_BYTES", w[4],
+               "STORED_BYTES", w[5], "CODEC", w[6], "RATIO");
+    for (size_t i = 0; i < n && rc == CLI_OK; i++) {
+        rc = make_row(r, path, i, 0, &row);
+        if (rc == CLI_OK)
+            printf("%-*s %-*s %-*s %*s %*s %-*s %*s\n", w[0], row.fqn, w[1],
+                   row.dtype, w[2], row.shape, w[3], row.raw, w[4],
+                   row.stored, w[5], row.codec, w[6], row.ratio);
+        free(row.fqn);
+        row.fqn = NULL;
+    }
     ckpt_reader_close(r);
     return rc;
 }

@@ -556,27 +556,48 @@ int ckpt_foreign_frames(const ckpt_foreign_src *src, uint64_t raw,
     return 0;
 }
 
-/* Moves the kept chunks `chunk` (n of them) into tensor t. */
-static int fill_tensor(ckpt_foreign *f, ckpt_index_tensor *t,
-                       const size_t *chunk, size_t n, size_t *g,
-                       ckpt_error *err)
+/* Where each kept chunk's bytes are (f->src, in the groups' order) and
+ * its file (file[]); the chunks' strides move there.  Sets *whole when
+ * every chunk is its whole tensor: their pending records are then no
+ * longer needed. */
+static void place_chunks(ckpt_foreign *f, const groups *gr, int *file,
+                         int *whole)
 {
+    *whole = 1;
+    for (size_t k = 0; k < gr->start[gr->n]; k++) {
+        ckpt_foreign_chunk *c = &f->pend[gr->chunk[k]];
+        f->src[k] = (ckpt_foreign_src){ c->data_offset, c->span,
+                                        c->strided };
+        c->strided = NULL;
+        file[k] = file_index(f, c->file);
+        *whole &= c->dims == NULL;
+    }
+}
+
+/* Gives tensor t (the groups' i-th) its n chunks, the kept chunks
+ * *g.. (their pending records in f->pend through gr, unless every
+ * chunk is its whole tensor and they are gone: gr->chunk NULL). */
+static int fill_tensor(ckpt_foreign *f, ckpt_index_tensor *t,
+                       const groups *gr, size_t i, const int *file,
+                       size_t *g, ckpt_error *err)
+{
+    static const int64_t zero[CKPT_MAX_DIMS];
+    size_t n = gr->start[i + 1] - gr->start[i];
     size_t isz = ckpt_dtype_size(t->dtype);
     size_t nd = (size_t)t->ndim * sizeof *t->shape;
     if (ckpt_index_tensor_alloc_chunks(t, n))
         return ckpt_err(err, -ENOMEM, "out of memory");
     t->nbytes = ckpt_box_numel(t->ndim, t->shape) * isz;
     for (size_t k = 0; k < n; k++, (*g)++) {
-        ckpt_foreign_chunk *c = &f->pend[chunk[k]];
+        const ckpt_foreign_chunk *c =
+            gr->chunk ? &f->pend[gr->chunk[gr->start[i] + k]] : NULL;
+        const ckpt_foreign_src *src = &f->src[*g];
         ckpt_index_chunk *ch = &t->chunks[k];
         ch->id = (int64_t)*g;
-        memcpy(ch->offsets, chunk_offsets(c), nd);
-        memcpy(ch->sizes, chunk_sizes(t, c), nd);
-        ch->file = file_index(f, c->file);
+        memcpy(ch->offsets, c ? chunk_offsets(c) : zero, nd);
+        memcpy(ch->sizes, c ? chunk_sizes(t, c) : t->shape, nd);
+        ch->file = file[*g];
         ch->raw_bytes = ckpt_box_numel(t->ndim, ch->sizes) * isz;
-        ckpt_foreign_src *src = &f->src[*g];
-        *src = (ckpt_foreign_src){ c->data_offset, c->span, c->strided };
-        c->strided = NULL;
         ckpt_foreign_frames(src, ch->raw_bytes, isz, NULL, &ch->nframes);
         ch->stored_bytes = !ch->nframes ? 0
                            : src->strided ? src->span : ch->raw_bytes;
@@ -585,15 +606,16 @@ static int fill_tensor(ckpt_foreign *f, ckpt_index_tensor *t,
         if (ch->nframes)
             t->codec_mask |= 1u << (src->strided && src->strided->zstd
                                         ? CKPT_CODEC_ZSTD : CKPT_CODEC_RAW);
-        uint64_t fsize = f->d.files[ch->file].size;
-        if (ch->stored_bytes && (c->data_offset > fsize ||
-                                 fsize - c->data_offset < c->span))
+        const ckpt_index_file *fi = &f->d.files[ch->file];
+        if (ch->stored_bytes && (src->data_offset > fi->size ||
+                                 fi->size - src->data_offset < src->span))
             return ckpt_err(err, -EINVAL, "tensor '%s': chunk at bytes "
                             "%llu..%llu of %s runs past the end of the file "
                             "(%llu bytes)", t->fqn,
-                            (unsigned long long)c->data_offset,
-                            (unsigned long long)(c->data_offset + c->span),
-                            c->file, (unsigned long long)fsize);
+                            (unsigned long long)src->data_offset,
+                            (unsigned long long)(src->data_offset +
+                                                 src->span),
+                            fi->path, (unsigned long long)fi->size);
     }
     return 0;
 }
@@ -697,10 +719,22 @@ int ckpt_foreign_finish(ckpt_foreign *f, ckpt_error *err)
         }
     permute_tensors(f->d.tensors, perm, f->d.ntensors);
     free(perm);
+    int whole, *file = calloc(kept + 1, sizeof *file);
+    if (!file) {
+        groups_free(&gr);
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    }
+    place_chunks(f, &gr, file, &whole);
+    if (whole) {
+        /* nothing left in them: gone before the chunks are made */
+        drop_pending(f);
+        free(gr.chunk);
+        gr.chunk = NULL;
+    }
     size_t g = 0;
     for (size_t i = 0; rc == 0 && i < gr.n; i++)
-        rc = fill_tensor(f, &f->d.tensors[i], gr.chunk + gr.start[i],
-                         gr.start[i + 1] - gr.start[i], &g, err);
+        rc = fill_tensor(f, &f->d.tensors[i], &gr, i, file, &g, err);
+    free(file);
     groups_free(&gr);
     if (rc == 0)
         drop_pending(f);

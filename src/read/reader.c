@@ -90,7 +90,8 @@ struct ckpt_reader {
                                        checkpoint as tensors load */
     _Atomic int *fds;               /* per shard file, -1 until opened */
     pthread_mutex_t fd_mu;
-    char (*codecs)[32];             /* per tensor: "raw+zstd" */
+    char (*codecs)[32];             /* each distinct codec set: "raw+zstd" */
+    uint16_t *codec_of;             /* per tensor: its entry in codecs */
     _Atomic uint64_t *seq_end;      /* per tensor: end of the last read */
     _Atomic int *tiled;             /* per tensor: 1 once its chunks were
                                        found to tile it, -1 when not, 0
@@ -1327,22 +1328,56 @@ static void describe_codecs(unsigned mask, char *buf, size_t cap)
         snprintf(buf, cap, "none");
 }
 
+/* The text of each distinct codec set of the tensors, and each
+ * tensor's: a few strings, not one per tensor.  0 or -ENOMEM. */
+static int codec_table(ckpt_reader *r)
+{
+    size_t nt = r->d.ntensors, n = 0;
+    unsigned top = 0;
+    for (size_t t = 0; t < nt; t++)
+        if (r->d.tensors[t].codec_mask > top)
+            top = r->d.tensors[t].codec_mask;
+    if (top > UINT16_MAX)   /* a set of codec ids no index holds */
+        return -ENOMEM;
+    /* slot[mask]: its entry + 1, 0 before it is seen */
+    uint16_t *slot = calloc((size_t)top + 1, sizeof *slot);
+    r->codec_of = calloc(nt + 1, sizeof *r->codec_of);
+    if (!slot || !r->codec_of) {
+        free(slot);
+        return -ENOMEM;
+    }
+    for (size_t t = 0; t < nt; t++) {
+        unsigned m = r->d.tensors[t].codec_mask;
+        if (!slot[m]) {
+            char (*v)[32] = realloc(r->codecs, (n + 1) * sizeof *v);
+            if (!v) {
+                free(slot);
+                return -ENOMEM;
+            }
+            r->codecs = v;
+            describe_codecs(m, r->codecs[n], sizeof r->codecs[n]);
+            slot[m] = (uint16_t)++n;
+        }
+        r->codec_of[t] = (uint16_t)(slot[m] - 1);
+    }
+    free(slot);
+    return 0;
+}
+
 /* Per-tensor and per-file tables; then a state for every tensor whose
  * chunks are already loaded (an old index's; a foreign checkpoint's
  * tensors get theirs on first use, like a new index's). */
 static int alloc_tables(ckpt_reader *r, ckpt_error *err)
 {
     size_t nt = r->d.ntensors;
-    r->codecs = calloc(nt + 1, sizeof *r->codecs);
+    int crc = codec_table(r);
     r->seq_end = calloc(nt + 1, sizeof *r->seq_end);
     r->ts = calloc(nt + 1, sizeof *r->ts);
     r->tiled = calloc(nt + 1, sizeof *r->tiled);
     r->fds = calloc(r->d.nfiles + 1, sizeof *r->fds);
-    if (!r->codecs || !r->seq_end || !r->ts || !r->tiled || !r->fds)
+    if (crc || !r->seq_end || !r->ts || !r->tiled || !r->fds)
         return ckpt_err(err, -ENOMEM, "out of memory");
     for (size_t t = 0; t < nt; t++) {
-        describe_codecs(r->d.tensors[t].codec_mask, r->codecs[t],
-                        sizeof r->codecs[t]);
         atomic_init(&r->seq_end[t], UINT64_MAX);
         atomic_init(&r->ts[t], NULL);
         atomic_init(&r->tiled[t], 0);
@@ -1384,6 +1419,7 @@ void ckpt_reader_close(ckpt_reader *r)
     free(r->ts);
     free(r->fds);
     free(r->codecs);
+    free(r->codec_of);
     free(r->seq_end);
     free(r->tiled);
     if (r->root.dir)
@@ -1528,7 +1564,7 @@ int ckpt_reader_info(const ckpt_reader *r, size_t idx, ckpt_tensor_info *out)
         .fqn = t->fqn, .dtype = t->dtype, .ndim = t->ndim, .shape = t->shape,
         .numel = ckpt_box_numel(t->ndim, t->shape), .nbytes = t->nbytes,
         .stored_bytes = t->stored_bytes, .nchunks = t->nchunks,
-        .nframes = t->nframes, .codecs = r->codecs[idx],
+        .nframes = t->nframes, .codecs = r->codecs[r->codec_of[idx]],
     };
     return 0;
 }

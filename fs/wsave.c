@@ -33,6 +33,8 @@
 #include "wlimits.h"
 #include "wrank.h"
 #include "wbase.h"
+#include "wattempt.h"
+#include "write/supersede.h"
 
 #define META_PREFIX "user.ckpt.meta."
 #define RANK_ATTR "user.ckpt.rank"
@@ -71,6 +73,7 @@ typedef struct ws_node {
 typedef struct pooled {
     ckpt_writer *wr;
     int rank;
+    int retired;               /* its rank ran again: never taken again */
     char name[160];
 } pooled;
 
@@ -106,6 +109,7 @@ struct ws_save {
     size_t meta_bytes;         /* of their keys and values */
     uid_t creator;             /* who started it through this mount
                                   (-1: joined from the disk) */
+    wa_table *attempts;        /* who wrote what through this mount */
 };
 
 struct ws_set {
@@ -143,6 +147,8 @@ struct ws_file {
     ckpt_writer *writer;       /* while streaming */
     ckpt_stream *stream;
     char who[160];             /* the writer's name, for messages */
+    pid_t starter;             /* the process that began the piece */
+    int rank;                  /* its rank (-1: not known) */
     int started, done;
     int rc;                    /* the piece's error, sticky */
     ckpt_error err;
@@ -261,6 +267,7 @@ static void save_free(ws_save *w)
     }
     free(w->meta);
     free(w->base);
+    wa_free(w->attempts);
     for (uint32_t i = 0; i < w->n; i++)
         node_clear(&w->nodes[i]);
     free(w->nodes);
@@ -281,7 +288,8 @@ static ws_save *save_new(ws_set *s, const char *name, const char *path)
     w->creator = (uid_t)-1;
     w->name = strdup(name);
     w->path = strdup(path);
-    int ok = w->name && w->path && rehash(w, 64) == 0;
+    int ok = w->name && w->path && wa_new(&w->attempts) == 0 &&
+             rehash(w, 64) == 0;
     ok = ok && add_node(w, 0, "", WS_DIR) == 0;
     long ctl = ok ? add_node(w, WS_ROOT, ".ckptfs", WS_DIR) : -1;
     ok = ctl > 0 && add_node(w, (uint32_t)ctl, "commit", WS_COMMIT) > 0 &&
@@ -1294,6 +1302,9 @@ static void give_writer(ws_save *w, ckpt_writer *wr, int ok)
     pthread_mutex_lock(&w->mu);
     if (w->failed)
         ok = 0;         /* a refused save keeps no writer (release_failed) */
+    const pooled *pw = pooled_of(w, wr);
+    if (pw && pw->retired)
+        ok = 0;         /* superseded: its rank runs again (retire) */
     if (w->nidle >= WL_IDLE_WRITERS)
         ok = 0;         /* closed: its pieces are recorded already */
     if (ok && !w->committed && w->nidle == w->capidle) {
@@ -1450,8 +1461,88 @@ static void finish_stream(ws_file *f, int ok)
     }
 }
 
+/* Takes the writers named in sup (comma-separated) out of use: their
+ * rank runs again, and its new pieces go to other writers, whose plans
+ * say which pieces of these they replace. */
+static void retire(ws_save *w, const char *sup)
+{
+    pthread_mutex_lock(&w->mu);
+    for (size_t i = 0; i < w->nall; i++)
+        if (ckpt_supersede_listed(sup, w->all[i].name))
+            w->all[i].retired = 1;
+    for (size_t i = 0; i < w->nidle;) {
+        ckpt_writer *wr = w->idle[i];
+        const pooled *p = pooled_of(w, wr);
+        if (p && p->retired) {
+            w->idle[i] = w->idle[--w->nidle];
+            forget_writer(w, wr);
+            ckpt_writer_abort(wr);      /* its pieces are in its plan */
+        } else {
+            i++;
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* A rank that committed to the save and runs again, none of its earlier
+ * processes through this mount still running: a new attempt of the save
+ * begins (rdv_reopen: every rank's commit is withdrawn, and the writers so
+ * far are listed as superseded).  A rank still running, or one whose
+ * commit completed the set (a repeated commit retries), changes
+ * nothing. */
+static int reopen_if_stale(ws_save *w, int rank, pid_t pid,
+                           ckpt_error *err)
+{
+    if (wa_rank_live(w->attempts, rank, pid))
+        return 0;
+    int had = 0;
+    int rc = rdv_reopen(w->path, rank, w->set->world, &had, err);
+    if (rc || !had)
+        return rc;
+    char by[64], why[600];
+    snprintf(by, sizeof by, "rank %d, process %ld", rank, (long)pid);
+    snprintf(why, sizeof why, "rank %d writes again after it committed, "
+             "and none of its earlier processes runs: a new attempt of the "
+             "save begins; the %d commit%s of the earlier attempt %s "
+             "withdrawn (every rank commits again), and each rank's new "
+             "pieces replace its earlier ones wherever they overlap", rank,
+             had, had == 1 ? "" : "s", had == 1 ? "is" : "are");
+    fuse_log(FUSE_LOG_INFO, "ckptfs: %s: %s\n", w->path, why);
+    rdv_note_error(w->path, w->set->prefix, ".ckptfs/commit", by, why);
+    return 0;
+}
+
+/* Before process pid of rank f->rank begins piece p: whether the rank
+ * runs again (docs/MOUNT.md, "A rank runs again").  Into sup (cap bytes)
+ * the writers whose pieces overlapping p it takes the place of ("": none):
+ * the rank's earlier pieces there through this mount when the processes
+ * that wrote them are gone, and the rank's writers of an attempt given
+ * up; those writers are retired. */
+static int rerun_check(ws_file *f, pid_t pid, const ckpt_piece *p,
+                       char *sup, size_t cap, ckpt_error *err)
+{
+    ws_save *w = f->w;
+    sup[0] = '\0';
+    if (f->rank < 0)
+        return 0;
+    int rc = reopen_if_stale(w, f->rank, pid, err);
+    if (rc == 0 && wa_note_proc(w->attempts, f->rank, pid) != 0)
+        rc = ckpt_err(err, -ENOMEM, "out of memory");
+    if (rc == 0)
+        (void)wa_earlier(w->attempts, f->node, f->rank, pid, p->ndim,
+                         p->offsets, p->sizes, sup, cap);
+    /* An earlier attempt given up (by this mount or another) */
+    if (rc == 0)
+        (void)rdv_superseded(w->path, f->rank, sup, cap);
+    if (rc == 0 && sup[0])
+        retire(w, sup);
+    return rc;
+}
+
 /* Resolves the piece's attributes as pid set them (consuming pid's own
- * copy) and begins its stream. */
+ * copy) and begins its stream: in a writer of its rank that its rank's
+ * earlier, superseded pieces are not in, its plan saying which it
+ * supersedes. */
 static int start_piece(ws_file *f, pid_t pid, ckpt_error *err)
 {
     ws_save *w = f->w;
@@ -1464,11 +1555,21 @@ static int start_piece(ws_file *f, pid_t pid, ckpt_error *err)
     pthread_mutex_unlock(&w->mu);
     ckpt_piece p;
     pattr_to_piece(&f->piece, f->fqn, &p);
+    f->starter = pid;
+    f->rank = wrank_of(w->set->ranks, pid, w->set->world);
+    char sup[1024];
     if (rc == 0)
         rc = ckpt_shape_nbytes(p.dtype, p.ndim, p.sizes, &f->bound, f->fqn,
                                err);
     if (rc == 0)
+        rc = rerun_check(f, pid, &p, sup, sizeof sup, err);
+    if (rc == 0)
         rc = take_writer(w, pid, &f->writer, f->who, sizeof f->who, err);
+    if (rc == 0 && sup[0]) {
+        rc = ckpt_writer_declare_supersede(f->writer, &p, sup, err);
+        if (rc == 0)
+            rc = ckpt_writer_flush(f->writer, err);
+    }
     if (rc == 0)
         rc = ckpt_writer_begin(f->writer, &p, &f->stream, err);
     f->started = 1;
@@ -1488,6 +1589,12 @@ static int end_piece(ws_file *f, ckpt_error *err)
     f->stream = NULL;          /* freed either way */
     if (rc == 0)
         rc = ckpt_writer_flush(f->writer, err);
+    /* Remembered, so that a re-run of the rank is told (rerun_check). */
+    if (rc == 0 && f->rank >= 0 &&
+        wa_note_piece(f->w->attempts, f->node, f->rank, f->starter, f->who,
+                      p.ndim, p.offsets, p.sizes) != 0)
+        fuse_log(FUSE_LOG_ERR, "ckptfs: tensor '%s': out of memory noting "
+                 "its piece\n", f->fqn);
     finish_stream(f, rc == 0);
     return rc ? fail(f, rc, err) : 0;
 }

@@ -31,6 +31,7 @@
 #include "format/plan.h"
 #include "write/writer.h"
 #include "write/deltasave.h"
+#include "write/supersede.h"
 #include "common/optsize.h"
 
 void ckpt_commit_opts_init(ckpt_commit_opts *o)
@@ -303,7 +304,7 @@ static int check_declared(const ckpt_manifest *decl, const ckpt_pieces *all,
     int rc = check_replicas(decl, all, err);
     for (size_t i = 0; rc == 0 && i < decl->ndeclared; i++) {
         const ckpt_kv *d = &decl->declared[i];
-        if (strstr(d->key, CKPT_REPLICA_MARK) ||
+        if (strstr(d->key, CKPT_REPLICA_MARK) || ckpt_supersede_is(d->key) ||
             (nhave && bsearch(&d->key, have, nhave, sizeof *have, cmp_str)))
             continue;
         const char *why = failure_of(decl, d->key);
@@ -513,6 +514,9 @@ static int commit_locked(const char *dir, const char *pending,
                       "%zu", dir, o->expect_writers, plans.n);
     if (rc == 0)
         rc = read_plans(pending, &plans, &all, &all_meta, err);
+    /* A rank that ran again: its earlier attempt's pieces go. */
+    if (rc == 0)
+        rc = ckpt_supersede_apply(&all, &all_meta, NULL, err);
     if (rc == 0)
         rc = check_declared(&all_meta, &all, err);
     if (rc == 0)

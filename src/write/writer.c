@@ -360,31 +360,54 @@ int ckpt_writer_declare(ckpt_writer *w, const char *fqn, const char *reason,
     return rc ? ckpt_err(err, rc, "out of memory") : 0;
 }
 
-int ckpt_writer_declare_replica(ckpt_writer *w, const ckpt_piece *p,
-                                ckpt_error *err)
+/* Declares key "FQN" mark "HEAD;OFFSETS;SIZES" (HEAD NULL: none) for
+ * piece p, with the shape before the offsets when with_shape. */
+static int declare_marked(ckpt_writer *w, const ckpt_piece *p,
+                          const char *mark, const char *head,
+                          int with_shape, ckpt_error *err)
 {
     int64_t zero[CKPT_MAX_DIMS] = { 0 };
     if (!p || !p->fqn || !*p->fqn || !p->shape || p->ndim < 0 ||
         p->ndim > CKPT_MAX_DIMS)
-        return ckpt_err(err, -EINVAL, "replica: no tensor name or shape");
+        return ckpt_err(err, -EINVAL, "piece reference: no tensor name or "
+                        "shape");
     char dims[3][CKPT_MAX_DIMS * 21 + 1];
     ckpt_shape_format(dims[0], sizeof dims[0], p->ndim, p->shape);
     ckpt_shape_format(dims[1], sizeof dims[1], p->ndim,
                       p->offsets ? p->offsets : zero);
     ckpt_shape_format(dims[2], sizeof dims[2], p->ndim,
                       p->sizes ? p->sizes : p->shape);
-    size_t cap = strlen(p->fqn) + sizeof CKPT_REPLICA_MARK + 32 +
+    size_t cap = strlen(p->fqn) + strlen(mark) + strlen(head) + 8 +
                  3 * sizeof dims[0];
     char *key = malloc(cap);
     if (!key)
         return ckpt_err(err, -ENOMEM, "out of memory");
-    snprintf(key, cap, "%s" CKPT_REPLICA_MARK "%s;%s;%s;%s", p->fqn,
-             ckpt_dtype_name(p->dtype), dims[0], dims[1], dims[2]);
+    if (with_shape)
+        snprintf(key, cap, "%s%s%s;%s;%s;%s", p->fqn, mark, head, dims[0],
+                 dims[1], dims[2]);
+    else
+        snprintf(key, cap, "%s%s%s;%s;%s", p->fqn, mark, head, dims[1],
+                 dims[2]);
     pthread_mutex_lock(&w->mu);
     int rc = ckpt_manifest_declare(&w->pending, key, "", w->name);
     pthread_mutex_unlock(&w->mu);
     free(key);
     return rc ? ckpt_err(err, rc, "out of memory") : 0;
+}
+
+int ckpt_writer_declare_replica(ckpt_writer *w, const ckpt_piece *p,
+                                ckpt_error *err)
+{
+    return declare_marked(w, p, CKPT_REPLICA_MARK,
+                          p ? ckpt_dtype_name(p->dtype) : "", 1, err);
+}
+
+int ckpt_writer_declare_supersede(ckpt_writer *w, const ckpt_piece *p,
+                                  const char *writers, ckpt_error *err)
+{
+    if (!writers || !*writers || strpbrk(writers, ";"))
+        return ckpt_err(err, -EINVAL, "supersede: no writer names");
+    return declare_marked(w, p, CKPT_SUPERSEDE_MARK, writers, 0, err);
 }
 
 int ckpt_writer_flush(ckpt_writer *w, ckpt_error *err)

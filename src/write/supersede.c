@@ -55,9 +55,10 @@ static int parse(const ckpt_kv *d, supersession *s, ckpt_error *err)
         ns = ckpt_shape_parse(part[2], s->size, NULL);
     }
     if (nd < 0 || nd != ns) {
+        ckpt_err(err, -EINVAL, "tensor '%s': a supersession in writer %s's "
+                 "plan is damaged", s->fqn, s->by);
         free(s->buf);
-        return ckpt_err(err, -EINVAL, "tensor '%s': a supersession in writer "
-                        "%s's plan is damaged", s->fqn, s->by);
+        return -EINVAL;
     }
     s->ndim = nd;
     return 1;

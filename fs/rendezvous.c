@@ -220,8 +220,12 @@ int rdv_reopen(const char *dir, int rank, int world, int *had,
 int rdv_superseded(const char *dir, int rank, char *out, size_t cap)
 {
     size_t len = strlen(out);
+    struct stat st;
     int pfd = ckpt_pending_open(dir, 1, NULL);
-    char *buf = pfd >= 0 ? malloc(CKPT_CONTROL_MAX + 1) : NULL;
+    /* Read only where there is one (a piece's start asks every time). */
+    char *buf = pfd >= 0 && fstatat(pfd, SUPERSEDED_FILE, &st,
+                                    AT_SYMLINK_NOFOLLOW) == 0
+                ? malloc(CKPT_CONTROL_MAX + 1) : NULL;
     int n = 0;
     if (buf && ckpt_pending_read(pfd, SUPERSEDED_FILE, buf,
                                  CKPT_CONTROL_MAX + 1)) {

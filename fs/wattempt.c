@@ -29,6 +29,7 @@ typedef struct wa_proc {
 
 typedef struct wa_piece {
     uint32_t node;
+    size_t next;               /* the next piece of its bucket + 1, or 0 */
     int rank;
     proc_id by;
     char writer[160];
@@ -36,12 +37,17 @@ typedef struct wa_piece {
     int64_t off[CKPT_MAX_DIMS], size[CKPT_MAX_DIMS];
 } wa_piece;
 
+/* Pieces are chained by file (node % WA_BUCKETS): a piece's start looks
+ * at the pieces of its file only. */
+#define WA_BUCKETS 1024
+
 struct wa_table {
     pthread_mutex_t mu;
-    wa_proc *procs;
+    wa_proc *procs;            /* processes that may still run */
     size_t nprocs, capprocs;
     wa_piece *pieces;
     size_t npieces, cappieces;
+    size_t *heads;             /* WA_BUCKETS first pieces + 1 (0: none) */
 };
 
 int wa_new(wa_table **out)
@@ -61,6 +67,7 @@ void wa_free(wa_table *t)
     pthread_mutex_destroy(&t->mu);
     free(t->procs);
     free(t->pieces);
+    free(t->heads);
     free(t);
 }
 
@@ -114,9 +121,11 @@ static int proc_runs(proc_id id)
            start == id.start && state != 'Z' && state != 'X';
 }
 
+/* A process the daemon cannot see (another PID namespace: FUSE reports
+ * no pid) is no process: it counts as ended. */
 static int same_proc(proc_id a, proc_id b)
 {
-    return a.tgid == b.tgid && a.start == b.start;
+    return a.tgid && a.tgid == b.tgid && a.start == b.start;
 }
 
 int wa_note_proc(wa_table *t, int rank, pid_t pid)
@@ -159,9 +168,15 @@ int wa_note_piece(wa_table *t, uint32_t node, int rank, pid_t pid,
     int rc = 0;
     wa_piece *v = ckpt_grow(t->pieces, t->npieces, &t->cappieces, sizeof *v,
                             16);
-    if (v) {
+    if (v)
         t->pieces = v;
+    if (!t->heads)
+        t->heads = calloc(WA_BUCKETS, sizeof *t->heads);
+    if (v && t->heads) {
+        size_t *head = &t->heads[node % WA_BUCKETS];
+        p.next = *head;
         t->pieces[t->npieces++] = p;
+        *head = t->npieces;
     } else {
         rc = -ENOMEM;
     }
@@ -174,9 +189,16 @@ int wa_rank_live(wa_table *t, int rank, pid_t pid)
     proc_id me = proc_of(pid);
     pthread_mutex_lock(&t->mu);
     int live = 0;
-    for (size_t i = 0; !live && i < t->nprocs; i++)
-        live = t->procs[i].rank == rank && !same_proc(t->procs[i].id, me) &&
-               proc_runs(t->procs[i].id);
+    for (size_t i = 0; !live && i < t->nprocs;) {
+        const wa_proc *q = &t->procs[i];
+        if (q->rank != rank || same_proc(q->id, me)) {
+            i++;
+        } else if (proc_runs(q->id)) {
+            live = 1;
+        } else {                      /* gone for good: forgotten */
+            t->procs[i] = t->procs[--t->nprocs];
+        }
+    }
     pthread_mutex_unlock(&t->mu);
     return live;
 }
@@ -204,8 +226,9 @@ int wa_earlier(wa_table *t, uint32_t node, int rank, pid_t pid, int ndim,
     if (cap)
         out[0] = '\0';
     pthread_mutex_lock(&t->mu);
-    for (size_t i = 0; !live && i < t->npieces; i++) {
-        const wa_piece *p = &t->pieces[i];
+    size_t first = t->heads ? t->heads[node % WA_BUCKETS] : 0;
+    for (size_t i = first; !live && i; i = t->pieces[i - 1].next) {
+        const wa_piece *p = &t->pieces[i - 1];
         int64_t o[CKPT_MAX_DIMS], z[CKPT_MAX_DIMS];
         if (p->node != node || p->rank != rank || p->ndim != ndim ||
             !ckpt_box_intersect(ndim, p->off, p->size, off, size, o, z))

@@ -124,7 +124,10 @@ int rdv_mark(const char *dir, int rank, int world, int *complete,
         *complete = count == world;
     if (rc == 0 && again)
         rc = ckpt_err(err, -EALREADY, "%s: rank %d has already committed "
-                      "(%d of %d ranks are in)", dir, rank, count, world);
+                      "(%d of %d ranks are in); a run of the rank that "
+                      "writes a piece after its commit begins a new attempt "
+                      "of the save (docs/MOUNT.md, \"A rank runs again\")",
+                      dir, rank, count, world);
     return rc;
 }
 

@@ -191,9 +191,9 @@ int wa_rank_live(wa_table *t, int rank, pid_t pid)
     int live = 0;
     for (size_t i = 0; !live && i < t->nprocs;) {
         const wa_proc *q = &t->procs[i];
-        if (q->rank != rank || same_proc(q->id, me)) {
+        if (q->rank != rank) {
             i++;
-        } else if (proc_runs(q->id)) {
+        } else if (same_proc(q->id, me) || proc_runs(q->id)) {
             live = 1;
         } else {                      /* gone for good: forgotten */
             t->procs[i] = t->procs[--t->nprocs];

@@ -25,7 +25,8 @@ int wa_note_proc(wa_table *t, int rank, pid_t pid);
 int wa_note_piece(wa_table *t, uint32_t node, int rank, pid_t pid,
                   const char *writer, int ndim, const int64_t *off,
                   const int64_t *size);
-/* 1 when a process noted for rank (other than pid's) still runs. */
+/* 1 when a process noted for rank still runs (pid's own, when it was
+ * noted: a process that acts for its rank again is the same run). */
 int wa_rank_live(wa_table *t, int rank, pid_t pid);
 /* Before process pid of `rank` writes box (ndim, off, size) of file
  * `node`: into out (cap bytes, comma-separated) the writers whose

@@ -172,6 +172,28 @@ for S in step-000007 step-000008; do
     cmp -s "$IN/y.bin" "$A/$S/w" && cmp -s "$IN/y.bin" "$B/$S/w" &&
         ok "$S: w reads back as the second attempt wrote it, on both nodes" || bad "$S: w differs from the second attempt's bytes"
 done
+# one process of rank 0 that writes, commits, and writes again is the same
+# run: no new attempt
+S=step-000009
+mkdir "$A/$S"
+RANK=0 "$PY" - "$A/$S" "$IN/y.bin" >"$TMP/put.out" 2>&1 <<'PYEOF'
+import os, sys
+ck, src = sys.argv[1], open(sys.argv[2], "rb").read()
+for name in ("w", "v"):
+    fd = os.open(ck + "/" + name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+    os.setxattr(fd, "user.ckpt.dtype", b"f32")
+    os.setxattr(fd, "user.ckpt.shape", b"64,32")
+    os.write(fd, src)
+    os.close(fd)
+    if name == "w":
+        with open(ck + "/.ckptfs/commit", "w") as f:
+            f.write("0")
+print("ok")
+PYEOF
+grep -qx ok "$TMP/put.out" && ok "$S: one process of rank 0 writes w, commits, writes v" || bad "put: $(cat "$TMP/put.out")"
+st=$(cat "$A/$S/.ckptfs/status")
+[ "$st" = "pending 1/2" ] && ! grep -q "new attempt" "$A/$S/.ckptfs/errors" &&
+    ok "$S: its commit stands (status $st, no new attempt)" || bad "$S: status $st, errors $(tr '\n' '~' <"$A/$S/.ckptfs/errors")"
 run_ckpt verify "$R/step-000008"
 expect_ok "ckpt verify of the second attempt"
 umount_ck "$A"

@@ -142,6 +142,7 @@ static void unmark(void *arg, int pfd, const char *name)
 typedef struct plan_names {
     char *buf;
     size_t len, cap;
+    int n;
 } plan_names;
 
 static void add_plan(void *arg, int pfd, const char *name)
@@ -156,6 +157,7 @@ static void add_plan(void *arg, int pfd, const char *name)
     l->len += n - sl;
     l->buf[l->len++] = '\n';
     l->buf[l->len] = '\0';
+    l->n++;
 }
 
 /* Leaves text as control file `name` of dir's .pending/ (written aside
@@ -185,6 +187,24 @@ static int put_control(const char *dir, const char *name, const char *text)
     return rc;
 }
 
+/* Lists every writer with a plan in the .pending/ descriptor pfd in
+ * SUPERSEDED_FILE (as many as a control file holds; none: nothing is
+ * written): 0 with *n the writers, or -errno. */
+static int supersede_all(int pfd, const char *dir, int *n)
+{
+    plan_names l = { malloc(CKPT_CONTROL_MAX + 1), 0, CKPT_CONTROL_MAX, 0 };
+    int rc = l.buf ? 0 : -ENOMEM;
+    if (rc == 0) {
+        l.buf[0] = '\0';
+        rc = each_pending(pfd, add_plan, &l);
+    }
+    if (rc == 0 && l.n)
+        rc = put_control(dir, SUPERSEDED_FILE, l.buf);
+    *n = l.n;
+    free(l.buf);
+    return rc;
+}
+
 int rdv_reopen(const char *dir, int rank, int world, int *had,
                ckpt_error *err)
 {
@@ -202,22 +222,27 @@ int rdv_reopen(const char *dir, int rank, int world, int *had,
         close(pfd);
         return rc;
     }
-    /* Every writer so far is of an earlier attempt: SUPERSEDED_FILE lists
-     * them (as much as a control file holds), then the commits go. */
-    plan_names l = { malloc(CKPT_CONTROL_MAX + 1), 0, CKPT_CONTROL_MAX };
-    rc = l.buf ? 0 : -ENOMEM;
+    /* Every writer so far is of an earlier attempt, then the commits go. */
+    rc = supersede_all(pfd, dir, had);
     if (rc == 0) {
-        l.buf[0] = '\0';
-        rc = each_pending(pfd, add_plan, &l);
-    }
-    if (rc == 0)
-        rc = put_control(dir, SUPERSEDED_FILE, l.buf);
-    if (rc == 0)
+        *had = 0;
         rc = each_pending(pfd, unmark, had);
-    free(l.buf);
+    }
     close(pfd);
     return rc ? ckpt_err_sys(err, rc, "%s: cannot begin a new attempt of "
                              "the save", dir) : 0;
+}
+
+int rdv_supersede_all(const char *dir, int *n, ckpt_error *err)
+{
+    *n = 0;
+    int pfd = ckpt_pending_open(dir, 1, err);
+    if (pfd < 0)
+        return pfd;
+    int rc = supersede_all(pfd, dir, n);
+    close(pfd);
+    return rc ? ckpt_err_sys(err, rc, "%s: cannot list the writers of its "
+                             "earlier attempt", dir) : 0;
 }
 
 int rdv_superseded(const char *dir, int rank, char *out, size_t cap)

@@ -34,6 +34,11 @@ int rdv_mark(const char *dir, int rank, int world, int *complete,
 int rdv_reopen(const char *dir, int rank, int world, int *had,
                ckpt_error *err);
 
+/* Lists every writer with a plan so far in .pending/superseded (of an
+ * earlier attempt): what a mount does that joins a save no writer holds
+ * (its writers are gone).  *n: how many (0: none, nothing written). */
+int rdv_supersede_all(const char *dir, int *n, ckpt_error *err);
+
 /* Appends to the comma-separated list out (cap bytes) the writers of
  * `rank` (rank<R>, rank<R>-<k>) that .pending/superseded lists; returns
  * how many. */

@@ -1159,6 +1159,32 @@ static void start_watch(ws_set *s)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Before this mount takes the lease of a save it joins: when nobody
+ * holds it, every writer so far is gone (killed, its mount unmounted),
+ * and those writers are of an earlier attempt: each rank's new pieces
+ * replace their overlapping ones (docs/MOUNT.md, "A rank runs again"). */
+static void supersede_if_unheld(ws_save *w)
+{
+    int fd = -1, created = 0, n = 0;
+    int rc = ckpt_lease_lock_exclusive(w->path, 0, &fd, &created, NULL);
+    if (rc == 0 && fd >= 0)     /* held: -EBUSY; no locks: -ENOLCK */
+        (void)rdv_supersede_all(w->path, &n, NULL);
+    if (fd >= 0)
+        close(fd);
+    if (n == 0)
+        return;
+    char why[300];
+    snprintf(why, sizeof why, "this mount joins a save that no writer "
+             "holds (its writers are gone): the %d writer%s so far %s of "
+             "an earlier attempt, and each rank's new pieces replace their "
+             "pieces wherever they overlap", n, n == 1 ? "" : "s",
+             n == 1 ? "is" : "are");
+    fuse_log(FUSE_LOG_INFO, "ckptfs: %s: %s\n", w->path, why);
+    char by[128];
+    snprintf(by, sizeof by, "mount %s", w->set->prefix);
+    rdv_note_error(w->path, w->set->prefix, w->name, by, why);
+}
+
 /* This mount is one of the save's writers from its first write on: it
  * holds the save's lease until the save commits or the mount goes. */
 static int hold_lease(ws_save *w, ckpt_error *err)
@@ -1169,6 +1195,7 @@ static int hold_lease(ws_save *w, ckpt_error *err)
     pthread_mutex_unlock(&w->mu);
     if (have)
         return 0;
+    supersede_if_unheld(w);
     ckpt_lease *l;
     int rc = ckpt_lease_take_on(&l, w->path, w->set->beats, err);
     if (rc)

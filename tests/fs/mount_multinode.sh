@@ -15,7 +15,8 @@
 #     rank 1 died) is never joined silently: the job's next attempt, on
 #     the same nodes or on others, begins a new attempt (the earlier
 #     commits withdrawn, every rank's pieces replaced) and commits its own
-#     bytes (docs/MOUNT.md, "A rank runs again");
+#     bytes (docs/MOUNT.md, "A rank runs again"); so does a save whose
+#     writers and mounts are all gone, none of its ranks committed;
 #   - a save whose every rank is in but whose commit was cut short (the
 #     daemon killed during it) is left by gc, with a message saying how it
 #     is finished, and a status read through a mount commits it.
@@ -196,6 +197,34 @@ st=$(cat "$A/$S/.ckptfs/status")
     ok "$S: its commit stands (status $st, no new attempt)" || bad "$S: status $st, errors $(tr '\n' '~' <"$A/$S/.ckptfs/errors")"
 run_ckpt verify "$R/step-000008"
 expect_ok "ckpt verify of the second attempt"
+umount_ck "$A"
+expect_daemon_clean "node A" "$MNT_LOG"
+umount_ck "$B"
+expect_daemon_clean "node B" "$MNT_LOG"
+
+echo "# ---- a save whose writers and mounts are all gone: the next attempt replaces it"
+# The first attempt's ranks wrote, none committed, and both nodes went
+# (unmounted); fresh mounts save the step again with other bytes.
+S=step-000010
+mount_ck "$R" "$A" -o rw,world=2 || exit 1
+mount_ck "$R" "$B" -o rw,world=2 || exit 1
+mkdir "$A/$S"
+put_rows "$A/$S" 0 >"$TMP/put.out" 2>&1 && put_rows "$B/$S" 1 >>"$TMP/put.out" 2>&1 &&
+    ok "$S, first attempt: both ranks wrote, none committed" || bad "$S first attempt: $(cat "$TMP/put.out")"
+umount_ck "$A"
+umount_ck "$B"
+mount_ck "$R" "$A" -o rw,world=2 || exit 1
+mount_ck "$R" "$B" -o rw,world=2 || exit 1
+RANK=0 mkdir -p "$A/$S" && put_y "$A/$S" 0 >"$TMP/put.out" 2>&1 &&
+    "$PY" "$WPUT" commit "$A/$S" 0 >>"$TMP/put.out" 2>&1 &&
+    ok "$S, second attempt: rank 0 writes other bytes and commits" || bad "$S rank 0: $(cat "$TMP/put.out")"
+grep -q "no writer holds (its writers are gone)" "$A/$S/.ckptfs/errors" &&
+    ok "$S: .ckptfs/errors says the earlier writers are gone" || bad "errors: $(tr '\n' '~' <"$A/$S/.ckptfs/errors")"
+put_y "$B/$S" 1 >"$TMP/put.out" 2>&1
+"$PY" "$WPUT" commit "$B/$S" 1 >>"$TMP/put.out" 2>&1
+st=$(cat "$B/$S/.ckptfs/status")
+[ "$st" = committed ] && ok "$S: the second attempt commits" || bad "$S status: $st ($(cat "$TMP/put.out"))"
+cmp -s "$IN/y.bin" "$A/$S/w" && ok "$S: w reads back as the second attempt wrote it" || bad "$S: w differs from the second attempt's bytes"
 umount_ck "$A"
 expect_daemon_clean "node A" "$MNT_LOG"
 umount_ck "$B"

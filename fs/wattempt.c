@@ -1,7 +1,7 @@
 /*
  * wattempt.c - the pieces and processes of each rank seen by a mount in
- * one save (see wattempt.h): two growing arrays under a mutex, and
- * /proc for whether a process still runs.
+ * one save (see wattempt.h): two growing arrays under a mutex (the
+ * pieces chained by file), and /proc for whether a process still runs.
  */
 #include "wattempt.h"
 
@@ -64,11 +64,22 @@ void wa_free(wa_table *t)
 {
     if (!t)
         return;
+    wa_forget(t);
     pthread_mutex_destroy(&t->mu);
+    free(t);
+}
+
+void wa_forget(wa_table *t)
+{
+    pthread_mutex_lock(&t->mu);
     free(t->procs);
     free(t->pieces);
     free(t->heads);
-    free(t);
+    t->procs = NULL;
+    t->pieces = NULL;
+    t->heads = NULL;
+    t->nprocs = t->capprocs = t->npieces = t->cappieces = 0;
+    pthread_mutex_unlock(&t->mu);
 }
 
 /* Field 22 of /proc/PID/stat (the start time) and its state into *state:

@@ -17,6 +17,8 @@ typedef struct wa_table wa_table;
 
 int wa_new(wa_table **out);
 void wa_free(wa_table *t);
+/* Forgets everything (the save committed: nothing more is written). */
+void wa_forget(wa_table *t);
 
 /* Process pid (a thread id) acts for `rank`: it starts a piece. */
 int wa_note_proc(wa_table *t, int rank, pid_t pid);

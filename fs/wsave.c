@@ -650,6 +650,7 @@ int ws_save_committed(ws_save *w)
         c = ckpt_dir_probe(w->path) == CKPT_DIR_COMMITTED;
         if (c) {
             w->committed = 1;
+            wa_forget(w->attempts);
             drop_idle(w);
             ckpt_lease_drop(w->lease);
             w->lease = NULL;

@@ -22,7 +22,8 @@
 
 #define MARKER_PREFIX "rank-"
 #define NOTES_PREFIX "errors."
-/* The writers of the attempts a rank that ran again gave up. */
+/* The writers of earlier attempts of the save (docs/MOUNT.md, "A rank
+ * runs again"): one name a line. */
 #define SUPERSEDED_FILE "superseded"
 
 /* The rank a marker's or a plan's name gives (MARKER_PREFIX "R", or

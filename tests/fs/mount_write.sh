@@ -115,6 +115,20 @@ put "$M/$S/note" "$IN/note.bin" --shape 561
 expect_put "a file with a length and no dtype: a byte object"
 put "$M/$S/scale" "$IN/s.bin" --dtype '<f8' --shape ''
 expect_put "a scalar"
+# model.p: the same bytes, its two pieces each described by one setxattr
+# of user.ckpt.piece (#26: one round trip instead of four)
+half=$((32 * 48 * 4))
+touch "$M/$S/model/p"
+check "setfattr user.ckpt.piece, rows 0..31" setfattr -n user.ckpt.piece \
+    -v "dtype=f32 shape=64,48 offsets=0,0 sizes=32,48" "$M/$S/model/p"
+check "getfattr user.ckpt.piece reads the pairs back" test \
+    "$(xattr_get "$M/$S/model/p" user.ckpt.piece)" = "dtype=f32 shape=64,48 offsets=0,0 sizes=32,48"
+check "getfattr user.ckpt.sizes: the single attribute it set" test \
+    "$(xattr_get "$M/$S/model/p" user.ckpt.sizes)" = 32,48
+check "cat rows 0..31 into model/p" sh -c "head -c $half '$IN/w.bin' > '$M/$S/model/p'"
+check "setfattr user.ckpt.piece, rows 32..63" setfattr -n user.ckpt.piece \
+    -v "offsets=32,0 sizes=32,48" "$M/$S/model/p"
+check "cat rows 32..63 into model/p" sh -c "tail -c +$((half + 1)) '$IN/w.bin' > '$M/$S/model/p'"
 check "set meta step" setfattr -n user.ckpt.meta.step -v 2 "$M/$S"
 check "getfattr reads it back" test "$(xattr_get "$M/$S" user.ckpt.meta.step)" = 2
 "$PY" "$WPUT" setx "$M/$S" user.ckpt.meta.step 3 >"$TMP/put.out"
@@ -132,6 +146,7 @@ check "no .pending left" test ! -e "$R/$S/.pending"
 for t in w bf; do
     cmp -s "$IN/$t.bin" "$M/$S/model/$t" && ok "model/$t reads back as written" || bad "model/$t differs"
 done
+cmp -s "$IN/w.bin" "$M/$S/model/p" && ok "model/p (user.ckpt.piece) reads back as written" || bad "model/p differs"
 cmp -s "$IN/note.bin" "$M/$S/note" && ok "note reads back" || bad "note differs"
 cmp -s "$IN/s.bin" "$M/$S/scale" && ok "the scalar reads back" || bad "scale differs"
 "$PY" -c "import numpy as np,sys; a=np.load(sys.argv[1]); b=np.load(sys.argv[2]); sys.exit(0 if a.dtype==b.dtype and (a==b).all() else 1)" \
@@ -206,6 +221,14 @@ put "$M/$S/x" "$IN/h.bin" --dtype f32 --shape 6,5 --sizes 4,6
 expect_put_err "sizes past the shape" setxattr-sizes EINVAL
 "$PY" "$WPUT" setx "$M/$S/x" user.other v >"$TMP/put.out"
 expect_put_err "an attribute ckptfs does not keep" setxattr ENOTSUP
+mkdir -p "$M/step-000041" && touch "$M/step-000041/y"   # a save of its own
+"$PY" "$WPUT" setx "$M/step-000041/y" user.ckpt.piece "dtype=f32 shape=6,5 offsets=7,0" >"$TMP/put.out"
+expect_put_err "user.ckpt.piece with offsets outside the shape" setxattr EINVAL
+log_says "the log says which pair" "user.ckpt.offsets"
+check "a refused user.ckpt.piece sets none of its pairs" \
+    test -z "$(xattr_get "$M/step-000041/y" user.ckpt.dtype)"
+"$PY" "$WPUT" setx "$M/step-000041/y" user.ckpt.piece "dtype=f32 fqn=z" >"$TMP/put.out"
+expect_put_err "user.ckpt.piece with an unknown key" setxattr EINVAL
 
 echo "# ---- wrong byte counts and out-of-order writes"
 put "$M/$S/x" "$IN/h.bin" --dtype f32 --shape 6,5 --sizes 3,5

@@ -109,8 +109,16 @@ int wops_stat(fs_ctx *c, ws_save *w, uint32_t node, struct stat *st)
 
 /* A save's names never go away (after the commit its inodes lead to the
  * committed checkpoint's, see ops.c), so the kernel may keep them a
- * while; the attributes of its files change as pieces arrive. */
+ * while, and its directories' attributes too (whatever the reply: with
+ * none kept, every path walked through a directory, each mkdir -p of a
+ * tensor's parents, asked for them again); the attributes of its files
+ * change as pieces arrive, and at the commit. */
 #define NAME_TIMEOUT 1.0
+
+static double attr_timeout(const struct stat *st)
+{
+    return S_ISDIR(st->st_mode) ? NAME_TIMEOUT : 0.0;
+}
 
 static void reply_node(fuse_req_t req, ws_save *w, uint32_t node)
 {
@@ -123,7 +131,7 @@ static void reply_node(fuse_req_t req, ws_save *w, uint32_t node)
     }
     e.ino = e.attr.st_ino;
     e.entry_timeout = NAME_TIMEOUT;
-    e.attr_timeout = S_ISDIR(e.attr.st_mode) ? NAME_TIMEOUT : 0.0;
+    e.attr_timeout = attr_timeout(&e.attr);
     fuse_reply_entry(req, &e);
 }
 
@@ -177,7 +185,7 @@ void wops_getattr(fuse_req_t req, ws_save *w, uint32_t node)
     if (rc)
         fuse_reply_err(req, -rc);
     else
-        fuse_reply_attr(req, &st, 0.0);
+        fuse_reply_attr(req, &st, attr_timeout(&st));
 }
 
 /* Truncation to 0 (O_TRUNC, `>`) and times are accepted and change

@@ -1503,7 +1503,7 @@ static int end_piece(ws_file *f, ckpt_error *err)
 }
 
 static int write_locked(ws_file *f, pid_t pid, const void *buf, size_t len,
-                        uint64_t off, ckpt_error *err)
+                        uint64_t off, int lend, ckpt_error *err)
 {
     if (f->rc) {
         if (err)
@@ -1528,7 +1528,8 @@ static int write_locked(ws_file *f, pid_t pid, const void *buf, size_t len,
                       " bytes; writing %zu at %" PRIu64 " goes past its end",
                       f->fqn, f->bound, len, f->received);
     if (rc == 0)
-        rc = ckpt_stream_write(f->stream, buf, len, err);
+        rc = (lend ? ckpt_stream_write_lent : ckpt_stream_write)(
+            f->stream, buf, len, err);
     if (rc) {
         finish_stream(f, 0);
         return fail(f, rc, err);
@@ -1545,10 +1546,10 @@ static int write_locked(ws_file *f, pid_t pid, const void *buf, size_t len,
 }
 
 int ws_write(ws_file *f, pid_t pid, const void *buf, size_t len,
-             uint64_t off, ckpt_error *err)
+             uint64_t off, int lend, ckpt_error *err)
 {
     pthread_mutex_lock(&f->mu);
-    int rc = write_locked(f, pid, buf, len, off, err);
+    int rc = write_locked(f, pid, buf, len, off, lend, err);
     pthread_mutex_unlock(&f->mu);
     return rc;
 }

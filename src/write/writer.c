@@ -495,9 +495,10 @@ static size_t encode_xor(slot *sl, const ckpt_base_frame *bf, int worker)
         return 0;
     }
     ckpt_chunk_loc loc = loc_of(s);
+    uint64_t base_sum;   /* checked: no delta is made over damaged bytes */
     sl->rc = ckpt_bases_read(w->bases, bf->holder, &loc, sl->seq,
                              bf->raw_offset, sl->n, sl->xbuf,
-                             w->ctx[worker], &w->dsc[worker], NULL,
+                             w->ctx[worker], &w->dsc[worker], &base_sum,
                              &sl->err);
     if (sl->rc)
         return 0;

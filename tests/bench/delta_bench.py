@@ -277,8 +277,9 @@ def train_transformer(steps_a, steps_b):
     def snapshot():
         st = {}
         for name, p in model.named_parameters():
+            # bf16 bits as uint16: what ckptfs.load fills for a bf16
             st["model." + name] = p.detach().to(torch.bfloat16).view(
-                torch.int16).numpy().copy()
+                torch.int16).numpy().view(np.uint16).copy()
             s = opt.state.get(p, {})
             for m in ("exp_avg", "exp_avg_sq"):
                 if m in s:

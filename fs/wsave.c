@@ -38,6 +38,7 @@
 
 #define META_PREFIX "user.ckpt.meta."
 #define RANK_ATTR "user.ckpt.rank"
+#define BASE_ATTR "user.ckpt.base"
 #define ERROR_ATTR "user.ckpt.error"
 /* rank<R>, then rank<R>-2 ... when another mount or process has it */
 #define RANK_NAME_TRIES 64
@@ -104,8 +105,11 @@ struct ws_save {
     ckpt_lease *lease;         /* from this mount's first write to the commit */
     kv *meta;                  /* user.ckpt.meta.* set through this mount */
     size_t nmeta;
-    char *base;                /* -o delta=latest: its base, or NULL */
-    int base_chosen;           /* base was looked for */
+    char *base;                /* a delta save's base (root/NAME), from
+                                  user.ckpt.base or -o delta=latest; NULL:
+                                  whole */
+    int base_chosen;           /* base is settled: named, or a writer
+                                  opened */
     size_t meta_bytes;         /* of their keys and values */
     uid_t creator;             /* who started it through this mount
                                   (-1: joined from the disk) */
@@ -977,6 +981,35 @@ static int set_rank(ws_save *w, pid_t pid, const char *value, size_t len,
     return hold_lease(w, err);
 }
 
+/* user.ckpt.base on the save's directory: the checkpoint of the root the
+ * save is a delta against (empty: none, a whole save even with -o
+ * delta=latest).  Settled once set or once the save's first writer opens
+ * here; setting it again to the same base is a no-op. */
+static int set_base(ws_save *w, const char *value, size_t len,
+                    ckpt_error *err)
+{
+    char *path;
+    int rc = wbase_named(w->set->root, w->name, value, len, &path, err);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&w->mu);
+    if (!w->base_chosen) {
+        w->base = path;
+        w->base_chosen = 1;
+        path = NULL;
+    } else if (!path != !w->base || (path && strcmp(path, w->base))) {
+        const char *have = w->base ? strrchr(w->base, '/') + 1 : NULL;
+        rc = ckpt_err(err, -EINVAL, BASE_ATTR " '%.*s': the save's base is "
+                      "settled already (%s%s%s): it is set before the "
+                      "save's first piece or metadata", (int)len, value,
+                      have ? "'" : "", have ? have : "none, a whole save",
+                      have ? "'" : "");
+    }
+    pthread_mutex_unlock(&w->mu);
+    free(path);
+    return rc;
+}
+
 /* Keeps why an attribute or piece of file node was refused (its
  * user.ckpt.error) and notes it in .ckptfs/errors, by `by`. */
 static void note_refusal(ws_save *w, uint32_t node, const char *by,
@@ -1009,13 +1042,15 @@ int ws_setxattr(ws_save *w, uint32_t node, pid_t pid, const char *name,
         return set_meta(w, pid, name + pl, value, len, err);
     if (node == WS_ROOT && strcmp(name, RANK_ATTR) == 0)
         return set_rank(w, pid, value, len, err);
+    if (node == WS_ROOT && strcmp(name, BASE_ATTR) == 0)
+        return set_base(w, value, len, err);
     unsigned key = pattr_key(name);
     if (!key)
         return ckpt_err(err, -ENOTSUP, "attribute '%s' is not one ckptfs "
                         "keeps (user.ckpt.dtype, .shape, .offsets, .sizes, "
                         ".replica, or all in user.ckpt.piece; "
-                        "user.ckpt.meta.KEY and user.ckpt.rank on the "
-                        "checkpoint)", name);
+                        "user.ckpt.meta.KEY, user.ckpt.rank and "
+                        "user.ckpt.base on the checkpoint)", name);
     ckpt_error e = { 0 };
     int rc = set_piece_attr(w, node, pid, key, name, value, len, &e);
     if (rc == -EINVAL) {
@@ -1070,6 +1105,13 @@ int ws_getxattr(ws_save *w, uint32_t node, pid_t pid, const char *name,
     if (node == WS_ROOT && strcmp(name, RANK_ATTR) == 0) {
         int r = wrank_of(w->set->ranks, pid, w->set->world);
         return r >= 0 ? snprintf(buf, cap, "%d", r) : -ENODATA;
+    }
+    if (node == WS_ROOT && strcmp(name, BASE_ATTR) == 0) {
+        pthread_mutex_lock(&w->mu);
+        int n = w->base ? snprintf(buf, cap, "%s", strrchr(w->base, '/') + 1)
+                        : -ENODATA;
+        pthread_mutex_unlock(&w->mu);
+        return n;
     }
     if (strcmp(name, ERROR_ATTR) == 0)
         return ws_piece_error(w, node, buf, cap);
@@ -1241,11 +1283,13 @@ static pooled *pooled_of(ws_save *w, const ckpt_writer *wr)
  * when the rank is not known. */
 static int open_writer(ws_save *w, int rank, pooled *p, ckpt_error *err)
 {
-    /* A delta save's base: the newest checkpoint when its first writer
-     * opens, the same for all its writers (mounts that choose another
-     * are refused at commit: their metadata disagree). */
-    if (w->set->delta_latest && !w->base_chosen) {
-        w->base = wbase_latest(w->set->root, w->name);
+    /* A delta save's base: the one user.ckpt.base named, else with -o
+     * delta=latest the newest checkpoint when its first writer opens; the
+     * same for all its writers (mounts that choose another are refused at
+     * commit: their metadata disagree). */
+    if (!w->base_chosen) {
+        if (w->set->delta_latest)
+            w->base = wbase_latest(w->set->root, w->name);
         w->base_chosen = 1;
     }
     ckpt_write_opts wo = w->set->wo;

@@ -40,6 +40,18 @@
 
 #define MAX_NAME_LEN 128
 
+/* What trying xor frames may cost a writer: each try spends a credit and
+ * each xor frame kept earns XOR_WIN_CREDIT, up to XOR_CREDIT_MAX; without
+ * credit, one candidate in XOR_PROBE is tried, whose win brings xor frames
+ * back.  Where frames change little (rows of a table) nearly every try
+ * wins and every frame is tried; where everything changes (dense
+ * training), the tries stop after a few and cost one base decode in
+ * XOR_PROBE frames. */
+#define XOR_CREDIT 4
+#define XOR_WIN_CREDIT 2
+#define XOR_CREDIT_MAX 64
+#define XOR_PROBE 32
+
 struct ckpt_writer {
     pthread_mutex_t mu;          /* guards everything below but opts/pool */
     char *dir;
@@ -62,6 +74,9 @@ struct ckpt_writer {
     int nspare;
     char *base;                  /* opts.base, copied */
     ckpt_bases *bases;           /* a delta save's (opts.base), or NULL */
+    _Atomic int xor_credit;      /* xor frames this writer may still try
+                                    (xor_try); starts at XOR_CREDIT */
+    _Atomic unsigned xor_skipped;   /* candidates not tried since */
 };
 
 /* One frame in flight. */
@@ -99,8 +114,6 @@ struct ckpt_stream {
                                     encode whole frames from it, uncopied */
     ckpt_base_frame *bf;         /* delta saves: the base chunk's frames */
     size_t nbf;
-    _Atomic int xor_lost;        /* xor frames tried and not kept in a
-                                    row: past XOR_GIVE_UP, none tried */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int rc;                      /* first error, sticky */
@@ -235,6 +248,7 @@ static int open_base(ckpt_writer *w, ckpt_error *err)
     int rc = ckpt_bases_for_save(&w->bases, w->dir, w->base, err);
     if (rc)
         return ckpt_err_wrap(err, rc, "delta save into %s", w->dir);
+    atomic_store(&w->xor_credit, XOR_CREDIT);
     size_t n;
     const ckpt_index_base *list = ckpt_bases_list(w->bases, &n);
     for (size_t i = 0; i < n; i++) {
@@ -518,9 +532,10 @@ static size_t encode_xor(slot *sl, const ckpt_base_frame *bf, int worker)
         return 0;
     }
     ckpt_chunk_loc loc = loc_of(s);
+    uint64_t base_sum;   /* checked: no delta is made over damaged bytes */
     sl->rc = ckpt_bases_read(w->bases, bf->holder, &loc, sl->seq,
                              bf->raw_offset, sl->n, sl->xbuf,
-                             w->ctx[worker], &w->dsc[worker], NULL,
+                             w->ctx[worker], &w->dsc[worker], &base_sum,
                              &sl->err);
     if (sl->rc)
         return 0;
@@ -533,29 +548,43 @@ static size_t encode_xor(slot *sl, const ckpt_base_frame *bf, int worker)
     return sl->rc ? 0 : n;
 }
 
-/* An xor frame costs a read a second decode (its base frame's): it is
- * kept only when it saves XOR_GAIN tenths of the frame stored whole. */
-#define XOR_GAIN 1
-/* After this many xor frames in a row not kept, a stream stops trying
- * them (the tensor changes too much for deltas to pay). */
-#define XOR_GIVE_UP 4
-
-/* 1 when an xor frame of xn bytes is worth keeping over a whole frame of
- * `whole` bytes. */
+/* An xor frame costs each read of it a second decode (its base frame's),
+ * and its save a first: it is kept only when it saves a third of the
+ * frame stored whole.  (Frames of a model trained a few steps, where
+ * every element moves a little, save about a quarter: they stay whole,
+ * and their save and load cost what a full one's do.) */
 static int xor_pays(size_t xn, size_t whole)
 {
-    return xn && xn * 10 <= whole * (10 - XOR_GAIN);
+    return xn && xn * 3 <= whole * 2;
+}
+
+static int xor_try(ckpt_writer *w)
+{
+    if (atomic_load(&w->xor_credit) <= 0 &&
+        atomic_fetch_add(&w->xor_skipped, 1) % XOR_PROBE != XOR_PROBE - 1)
+        return 0;
+    atomic_fetch_sub(&w->xor_credit, 1);
+    return 1;
+}
+
+static void xor_won(ckpt_writer *w)
+{
+    int c = atomic_fetch_add(&w->xor_credit, XOR_WIN_CREDIT);
+    if (c + XOR_WIN_CREDIT > XOR_CREDIT_MAX)
+        atomic_store(&w->xor_credit, XOR_CREDIT_MAX);
 }
 
 /* A delta save's choice for sl: a ref when the base frame at its place is
- * identical (same size and XXH3-64), else its xor frame when that pays
- * (xor_pays) against the base frame's own stored size, a fair guess of
- * what this frame costs whole, so that the frame need not be coded twice;
- * *xor_n is the xor frame's size (0: none tried).  Returns 1 when the
- * slot is settled (a ref, an xor frame, or an error). */
+ * identical (same size and XXH3-64); else, when xor_try allows, its xor
+ * frame when that pays (xor_pays) against the base frame's own stored
+ * size, a fair guess of what this frame costs whole, so that the frame
+ * need not be coded twice.  *xor_n is the xor frame's size (0: none
+ * coded).  Returns 1 when the slot is settled (a ref, an xor frame, or an
+ * error). */
 static int choose_delta(slot *sl, int worker, size_t *xor_n)
 {
     ckpt_stream *s = sl->s;
+    ckpt_writer *w = s->w;
     const ckpt_base_frame *bf = base_frame(sl);
     *xor_n = 0;
     if (!bf)
@@ -566,17 +595,17 @@ static int choose_delta(slot *sl, int worker, size_t *xor_n)
         sl->base = bf->holder;
         return 1;
     }
-    if (bf->depth + 1 >= s->w->opts.full_every ||
-        atomic_load(&s->xor_lost) >= XOR_GIVE_UP)
+    if (bf->depth + 1 >= w->opts.full_every || !xor_try(w))
         return 0;
+    size_t whole = bf->plain_size ? bf->plain_size : sl->n / 4;
     *xor_n = encode_xor(sl, bf, worker);
     if (sl->rc)
         return 1;
     sl->base = bf->holder;
-    if (xor_pays(*xor_n, bf->plain_size ? bf->plain_size : sl->n / 4)) {
+    if (xor_pays(*xor_n, whole)) {
         sl->codec = CKPT_CODEC_XOR;
         sl->enc_n = *xor_n;
-        atomic_store(&s->xor_lost, 0);
+        xor_won(w);
         return 1;
     }
     return 0;
@@ -604,11 +633,9 @@ static void encode_task(void *arg, int worker)
     if (xor_pays(xor_n, sl->enc_n)) {
         sl->codec = CKPT_CODEC_XOR;
         sl->enc_n = xor_n;
-        atomic_store(&s->xor_lost, 0);
+        xor_won(w);
     } else {
         sl->base = 0;
-        if (xor_n)
-            atomic_fetch_add(&s->xor_lost, 1);
     }
 done:
     pthread_mutex_lock(&s->mu);

@@ -1151,6 +1151,25 @@ static void start_watch(ws_set *s)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* The refusal of a write to w once its .pending/ is gone although this
+ * mount still took it for a save in progress: another node committed it
+ * (this node's cached view of the directory lags: attribute and entry
+ * caches of a network file system), or a gc removed it.  Nothing is made
+ * inside: never a .pending/ in a committed checkpoint (issue #25). */
+static int save_ended(ws_save *w, ckpt_error *err)
+{
+    struct stat st;
+    if (stat(w->path, &st) != 0 && errno == ENOENT)
+        return ckpt_err(err, -ESTALE, "%s was removed (by ckpt gc?) while "
+                        "this mount served it", w->path);
+    if (ckpt_dir_probe(w->path) == CKPT_DIR_COMMITTED)
+        (void)ws_save_committed(w);
+    return ckpt_err(err, -EROFS, "%s is no longer a save in progress: it "
+                    "was committed (through another mount; this node's "
+                    "view of the directory may lag behind by its cache "
+                    "timeouts) and is read-only", w->path);
+}
+
 /* This mount is one of the save's writers from its first write on: it
  * holds the save's lease until the save commits or the mount goes. */
 static int hold_lease(ws_save *w, ckpt_error *err)
@@ -1163,6 +1182,8 @@ static int hold_lease(ws_save *w, ckpt_error *err)
         return 0;
     ckpt_lease *l;
     int rc = ckpt_lease_take_on(&l, w->path, w->set->beats, err);
+    if (rc == -ENOENT)
+        rc = save_ended(w, err);
     if (rc)
         return rc;
     struct stat seen;
@@ -1272,6 +1293,13 @@ static int take_writer(ws_save *w, pid_t pid, ckpt_writer **out,
             snprintf(name, cap, "%s", found->name);
     }
     pthread_mutex_unlock(&w->mu);
+    if (rc == -ENOENT || rc == -EEXIST) {
+        int pfd = ckpt_pending_open(w->path, 1, NULL);
+        if (pfd == -ENOENT)
+            rc = save_ended(w, err);
+        else if (pfd >= 0)
+            close(pfd);
+    }
     return rc;
 }
 

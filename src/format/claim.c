@@ -323,8 +323,12 @@ int ckpt_claim_committed(const char *dir)
         ckpt_path_join(pending, sizeof pending, dir, ".pending", NULL) != 0 ||
         lstat(idx, &st) != 0 || !S_ISREG(st.st_mode))
         return 0;
-    if (lstat(pending, &st) != 0 && errno == ENOENT)
+    int pfd = ckpt_pending_open(dir, 1, NULL);
+    if (pfd == -ENOENT)
         return 1;
+    if (pfd < 0)
+        return 0;           /* not this user's to finish */
+    close(pfd);
     char who[128];
     if (ckpt_claim_held(dir, who, sizeof who))
         return 0;

@@ -23,6 +23,7 @@
 
 #include "common/error.h"
 #include "common/fileio.h"
+#include "format/claim.h"
 #include "format/lease.h"
 #include "format/pending.h"
 #include "names.h"
@@ -305,17 +306,16 @@ static int check_save_name(const char *name, ckpt_error *err)
     return 0;
 }
 
-/* 1 when root/name is a save in progress (has .pending/, no index.db)
+/* 1 when root/name is a save in progress (has .pending/, and no index.db
+ * or one its committer may still withdraw)
  * that this mount may join: a directory, not a link, whose .pending/
  * belongs to the user the daemon runs as (docs/TRUST.md, "A shared
  * root": another user's save is not served for writing). */
 static int on_disk_pending(const char *path)
 {
-    char p[4096];
     struct stat st;
     if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) ||
-        ckpt_path_join(p, sizeof p, path, "index.db", NULL) != 0 ||
-        lstat(p, &st) == 0)
+        ckpt_claim_settled(path))
         return 0;
     int pfd = ckpt_pending_open(path, 1, NULL);
     if (pfd < 0)
@@ -639,7 +639,9 @@ int ws_save_committed(ws_save *w)
     pthread_mutex_lock(&w->mu);
     int c = w->committed;
     if (!c) {
-        c = ckpt_dir_probe(w->path) == CKPT_DIR_COMMITTED;
+        /* Committed once index.db is durable: while its committer may
+         * still withdraw it, the save stays a save ("committing"). */
+        c = ckpt_claim_committed(w->path) == 1;
         if (c) {
             w->committed = 1;
             drop_idle(w);
@@ -1162,8 +1164,7 @@ static int save_ended(ws_save *w, ckpt_error *err)
     if (stat(w->path, &st) != 0 && errno == ENOENT)
         return ckpt_err(err, -ESTALE, "%s was removed (by ckpt gc?) while "
                         "this mount served it", w->path);
-    if (ckpt_dir_probe(w->path) == CKPT_DIR_COMMITTED)
-        (void)ws_save_committed(w);
+    (void)ws_save_committed(w);
     return ckpt_err(err, -EROFS, "%s is no longer a save in progress: it "
                     "was committed (through another mount; this node's "
                     "view of the directory may lag behind by its cache "

@@ -315,13 +315,32 @@ static int sync_published(const char *dir, const char *idx)
     return rc ? rc : ckpt_fsync_dir(dir, NULL);
 }
 
+/* 1 when dir/index.db is a regular file. */
+static int has_index(const char *dir, char *idx, size_t cap)
+{
+    struct stat st;
+    return ckpt_path_join(idx, cap, dir, "index.db", NULL) == 0 &&
+           lstat(idx, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+int ckpt_claim_settled(const char *dir)
+{
+    char idx[4096], who[128];
+    if (!has_index(dir, idx, sizeof idx))
+        return 0;
+    int pfd = ckpt_pending_open(dir, 1, NULL);
+    if (pfd < 0)
+        return 1;           /* gone, or not this user's: nobody to wait for */
+    close(pfd);
+    return !ckpt_claim_held(dir, who, sizeof who);
+}
+
 int ckpt_claim_committed(const char *dir)
 {
     char idx[4096], pending[4096];
-    struct stat st;
-    if (ckpt_path_join(idx, sizeof idx, dir, "index.db", NULL) != 0 ||
+    if (!ckpt_claim_settled(dir) ||
         ckpt_path_join(pending, sizeof pending, dir, ".pending", NULL) != 0 ||
-        lstat(idx, &st) != 0 || !S_ISREG(st.st_mode))
+        !has_index(dir, idx, sizeof idx))
         return 0;
     int pfd = ckpt_pending_open(dir, 1, NULL);
     if (pfd == -ENOENT)
@@ -329,9 +348,6 @@ int ckpt_claim_committed(const char *dir)
     if (pfd < 0)
         return 0;           /* not this user's to finish */
     close(pfd);
-    char who[128];
-    if (ckpt_claim_held(dir, who, sizeof who))
-        return 0;
     /* Its committer died after publishing (or finished just now): what it
      * published is made durable here before anyone is told. */
     if (sync_published(dir, idx) != 0)

@@ -56,6 +56,12 @@ void ckpt_claim_drop(ckpt_claim *c);
 int ckpt_claim_tmp(const ckpt_claim *c, char *buf, size_t cap,
                    ckpt_error *err);
 
+/* 1 when dir/index.db exists and no live committer may still withdraw
+ * it: .pending/ is gone, or no live process holds the claim (or
+ * .pending/ is another user's, whose claim cannot be read).  Changes
+ * nothing: what a reader's listing asks. */
+int ckpt_claim_settled(const char *dir);
+
 /* 1 when the save in dir is committed for good: index.db is there and its
  * committer has finished (.pending/ is gone), or no live committer holds
  * the claim any more and index.db and dir were synced now (then the

@@ -66,9 +66,12 @@ void ckpt_lease_drop(ckpt_lease *l);
 
 /* Makes the layout of a save in `dir` if it is missing (the directory
  * with its missing parents, .pending/ and data/) and takes a lease on it
- * with the default heartbeat.  Refuses a committed checkpoint (-EEXIST).
- * A missing directory appears with its .pending/ in one step (made aside
- * under a name starting with CKPT_NEW_PREFIX, then renamed). */
+ * with the default heartbeat.  Refuses a committed checkpoint (-EEXIST):
+ * one with index.db, and one with data/ but no .pending/ (a checkpoint
+ * another node committed, whose index.db a cached view may not show yet:
+ * a .pending/ is never made beside an existing data/).  A missing
+ * directory appears with its .pending/ in one step (made aside under a
+ * name starting with CKPT_NEW_PREFIX, then renamed). */
 int ckpt_save_begin(ckpt_lease **out, const char *dir, ckpt_error *err);
 /* The same, the lease beaten by h (NULL: by a thread of its own). */
 int ckpt_save_begin_on(ckpt_lease **out, const char *dir, ckpt_heartbeat *h,

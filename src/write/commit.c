@@ -411,14 +411,13 @@ static int publish(const char *dir, const char *tmp, const char *final,
     if (rc == 0 && link(tmp, final) != 0) {
         int e = errno;
         struct stat a, b;
-        /* A link whose reply was lost (NFS) did happen. */
-        if (stat(tmp, &a) == 0 && stat(final, &b) == 0 &&
-            a.st_dev == b.st_dev && a.st_ino == b.st_ino)
-            e = 0;
-        else if (e == EEXIST)
+        /* A link whose reply was lost (NFS) did happen: one file. */
+        int linked = stat(tmp, &a) == 0 && stat(final, &b) == 0 &&
+                     a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+        if (!linked && e == EEXIST)
             rc = ckpt_err(err, -EEXIST, "%s was committed by someone "
                           "else meanwhile", dir);
-        else
+        else if (!linked)
             rc = ckpt_err_sys(err, -e, "cannot publish %s", final);
     }
     unlink(tmp);
@@ -642,16 +641,14 @@ int ckpt_commit(const char *dir, const ckpt_commit_opts *opts,
     rc = claim_commit(dir, &claim, err);
     if (rc == 0)
         rc = commit_locked(dir, pending, claim, &o, err);
-    /* Once index.db exists the plans are history (also when a committer
-     * that died after publishing left them: commit_locked said -EEXIST). */
-    if (claim && (rc == 0 || rc == -EEXIST)) {
-        char idx[4096];
-        int fin = ckpt_path_join(idx, sizeof idx, dir, "index.db", NULL);
-        if (fin == 0 && access(idx, F_OK) == 0 &&
-            ckpt_remove_tree(pending, NULL) == 0 && o.sync)
-            ckpt_fsync_dir(dir, NULL);
-    }
+    /* Once index.db exists the plans are history. */
+    if (rc == 0 && ckpt_remove_tree(pending, NULL) == 0 && o.sync)
+        ckpt_fsync_dir(dir, NULL);
     ckpt_claim_drop(claim);
+    /* A committer that died after publishing left its .pending/ (the
+     * claim found index.db there): finished here, index.db synced first. */
+    if (rc == -EEXIST)
+        (void)ckpt_claim_committed(dir);
     close(fd);
     ckpt_lease_drop(lease);
     return rc;

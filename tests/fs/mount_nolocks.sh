@@ -12,6 +12,9 @@
 #     index.db is made, node B's commit succeeds, the poller never reads
 #     `committed` while ROOT has no index.db nor `failed`, index.db stays,
 #     no .pending/ is left, and the checkpoint reads back whole;
+#   - node E's last rank commits, and its sync of the directory after the
+#     link onto index.db is held back, then fails (index.db withdrawn): the
+#     poller never reads `committed` in that window;
 #   - node D sees ROOT through tests/fs/cachefs (names, attributes and
 #     misses cached 30 s): it looked at a save, node A committed it, and a
 #     rank written again through node D fails with EROFS and a message,
@@ -119,13 +122,22 @@ node_start C "$R" LD_PRELOAD="$PRELOAD" CKPT_SHIM_ROOT="$R" CKPT_SHIM_LOG="$LINK
     CKPT_SHIM_DELAY="rename:*/index.db:150" CKPT_SHIM_NOLOCK=1 || exit 1
 # The poller, in node C: reads the status until `stop` appears; each read
 # of "committed" is checked against ROOT at once (index.db there; that it
-# stays there, never withdrawn, is checked once the trial is over).
+# stays there, never withdrawn, is checked once the trial is over).  With
+# a shim log (4th argument) it starts once the committer's delayed sync of
+# the directory has begun, and a "committed" read before that sync ended
+# (the shim logs its failure) is too early.
 POLL='
+if [ -n "${4:-}" ]; then   # from the moment the committer syncs the directory
+    for ((i = 0; i < 400; i++)); do grep -q "^delay dirsync" "$4" && break; sleep 0.05; done
+fi
 while [ ! -e "$1/stop" ]; do
     s=$(cat "$2/.ckptfs/status" 2>&1)
     echo "$s" >>"$1/seen"
     if [ "$s" = committed ] && [ ! -f "$3/index.db" ]; then
         echo "committed while ROOT had: $(ls -A "$3" | tr "\n" " ")" >>"$1/early"
+    fi
+    if [ "$s" = committed ] && [ -n "${4:-}" ] && ! grep -q "^fail dirsync" "$4"; then
+        echo "committed while the committer was still syncing the directory" >>"$1/early"
     fi
 done'
 fails=0
@@ -172,6 +184,40 @@ else
 fi
 run_ckpt verify "$R/step-000001"
 expect_ok "ckpt verify step-000001"
+
+echo "# ---- the last rank's commit cannot sync the directory: never 'committed' before index.db is durable"
+# node E commits; its sync of the checkpoint's directory (after the link
+# onto index.db) is held back 500 ms, then fails: index.db is withdrawn.
+S=sync-000900
+T=$TMP/trial-sync
+mkdir -p "$T"
+SYNCLOG=$TMP/sync.log
+: >"$SYNCLOG"
+node_start E "$R" LD_PRELOAD="$PRELOAD" CKPT_SHIM_ROOT="$R/$S" CKPT_SHIM_LOG="$SYNCLOG" \
+    CKPT_SHIM_DELAY="dirsync:$R/$S:500" CKPT_SHIM_FAIL="dirsync:$R/$S:EIO" || exit 1
+on A mkdir "$M/$S"
+put_rows A "$M/$S" 0 >"$T/put0" 2>&1
+on E env RANK=1 mkdir -p "$M/$S"
+put_rows E "$M/$S" 1 >"$T/put1" 2>&1
+cat "$T/put0" "$T/put1" | grep -qvx ok && bad "puts: $(cat "$T/put0" "$T/put1" | tr '\n' ' ')"
+on A "$PY" "$WPUT" commit "$M/$S" 0 >/dev/null 2>&1
+on C bash -c "$POLL" poll "$T" "$M/$S" "$R/$S" "$SYNCLOG" &
+poller=$!
+on E "$PY" "$WPUT" commit "$M/$S" 1 >"$T/commit1" 2>&1
+sleep 0.3
+touch "$T/stop"
+wait "$poller"
+if grep -q "^fail dirsync" "$SYNCLOG"; then
+    ok "node E's sync of the directory failed after its link onto index.db ($(cat "$T/commit1"))"
+else
+    bad "the shim did not fail node E's directory sync: $(tr '\n' '~' <"$SYNCLOG")"
+fi
+if [ -s "$T/early" ]; then
+    bad "the poller read committed too early: $(head -n 1 "$T/early"); reads: $(uniq -c "$T/seen" | tr -s " \n" " " | head -c 300); shim: $(tr "\n" "~" <"$SYNCLOG"); commit: $(cat "$T/commit1")"
+else
+    ok "the poller never read committed before index.db was durable ($(sort "$T/seen" | uniq -c | tr -s ' \n' ' ' | head -c 200))"
+fi
+node_stop E
 node_stop A
 node_stop B
 node_stop C
@@ -190,7 +236,7 @@ done
 check "cachefs mounts ROOT with a 30 s cache" mountpoint -q "$CV"
 node_start A "$R" || exit 1
 node_start D "$CV" || exit 1
-S=step-000100
+S=stale-000100
 on A mkdir "$M/$S" && ok "node A starts $S"
 put_rows A "$M/$S" 0 >"$TMP/put.out" 2>&1
 grep -qx ok "$TMP/put.out" && ok "node A writes rank 0" || bad "node A: $(cat "$TMP/put.out")"
@@ -207,7 +253,6 @@ on A "$PY" "$WPUT" commit "$M/$S" 1 >"$TMP/commit.out" 2>&1
 st=$(on A cat "$M/$S/.ckptfs/status")
 [ "$st" = committed ] && ok "node A commits $S" || bad "node A's status: $st ($(cat "$TMP/commit.out"))"
 ls -A "$R/$S/data" >"$TMP/data.before"
-check "node D's cached view still shows the save's .pending/" on D test -d "$CV/$S/.pending"
 put_rows D "$M/$S" 1 >"$TMP/put.out" 2>&1
 out=$(cat "$TMP/put.out")
 case "$out" in
@@ -230,7 +275,7 @@ cmp -s "$IN/w.bin" <(on A cat "$M/$S/w") && ok "w reads back whole" || bad "w di
 node_stop D
 
 echo "# ---- gc through a view whose locks do not reach the writers"
-S2=step-000200
+S2=stale-000200
 on A mkdir "$M/$S2" && ok "node A starts $S2 (its lease is locked on ROOT itself)"
 put_rows A "$M/$S2" 0 >"$TMP/put.out" 2>&1
 grep -qx ok "$TMP/put.out" && ok "node A writes rank 0 of $S2" || bad "node A: $(cat "$TMP/put.out")"

@@ -3,8 +3,9 @@
  * time by link(2), a dead holder's claim taken over (its process gone, or
  * its claim untouched too long on another host), a holder that lost its
  * claim finds out before it publishes and never removes the new one, and
- * a status read's "committed" (ckpt_claim_committed) only once no live
- * committer may still withdraw index.db.
+ * a status read's "committed" and a listing's checkpoint
+ * (ckpt_claim_committed, ckpt_claim_settled) only once no live committer
+ * may still withdraw index.db.
  */
 #include <check.h>
 #include <dirent.h>
@@ -194,6 +195,7 @@ START_TEST(test_committed_only_when_settled)
     ckpt_claim *c = NULL;
     ckpt_error err = { 0 };
     ck_assert_msg(ckpt_claim_take(&c, dir, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(ckpt_claim_settled(dir), 0);
     ck_assert_int_eq(ckpt_claim_committed(dir), 0);
     snprintf(p, sizeof p, "%s/.pending", dir);
     struct stat st;
@@ -201,6 +203,8 @@ START_TEST(test_committed_only_when_settled)
     /* no live committer any more (it gave up its claim, or died there):
      * the reader syncs what was published and finishes */
     ckpt_claim_drop(c);
+    ck_assert_int_eq(ckpt_claim_settled(dir), 1);       /* changes nothing */
+    ck_assert_int_eq(stat(p, &st), 0);
     ck_assert_int_eq(ckpt_claim_committed(dir), 1);
     ck_assert_int_ne(stat(p, &st), 0);
     ck_assert_int_eq(ckpt_claim_committed(dir), 1);

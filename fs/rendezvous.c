@@ -17,6 +17,7 @@
 #include "common/confine.h"
 #include "common/error.h"
 #include "common/fileio.h"
+#include "format/claim.h"
 #include "format/lease.h"
 #include "format/pending.h"
 
@@ -287,9 +288,13 @@ static void record_failure(const char *dir, const char *msg)
     (void)put_control(dir, "failed", msg);
 }
 
-/* 1 while some process runs the commit of dir (holds its commit.lock). */
+/* 1 while some process runs the commit of dir: a live committer holds
+ * its claim (format/claim.h), or, where locks work, its commit.lock. */
 static int commit_running(const char *dir)
 {
+    char who[128];
+    if (ckpt_claim_held(dir, who, sizeof who))
+        return 1;
     int pfd = ckpt_pending_open(dir, 1, NULL);
     if (pfd < 0)
         return 0;
@@ -319,7 +324,7 @@ int rdv_commit(const char *dir, int world, ckpt_error *err)
     ckpt_commit_opts_init(&o);
     o.world_size = world;
     int rc = ckpt_commit(dir, &o, err);
-    if (rc && ckpt_dir_probe(dir) == CKPT_DIR_COMMITTED)
+    if (rc && ckpt_claim_committed(dir) == 1)
         return 0;                 /* another mount committed it first */
     if (rc)
         record_failure(dir, err ? err->msg : "commit failed");
@@ -343,8 +348,13 @@ static int failure_of(const char *dir, char *msg, size_t cap)
 int rdv_status(const char *dir, int world, char *buf, size_t cap)
 {
     char msg[1100];
-    if (ckpt_dir_probe(dir) == CKPT_DIR_COMMITTED)
+    /* "committed" only once index.db is durable: its committer finished,
+     * or what a dead one published was synced here.  A committer still at
+     * it may yet withdraw index.db. */
+    if (ckpt_claim_committed(dir) == 1)
         return snprintf(buf, cap, "committed\n");
+    if (ckpt_dir_probe(dir) == CKPT_DIR_COMMITTED)
+        return snprintf(buf, cap, "committing\n");
     if (failure_of(dir, msg, sizeof msg)) {
         msg[strcspn(msg, "\n")] = '\0';
         return snprintf(buf, cap, "failed: %s\n", msg);

@@ -23,6 +23,7 @@
 
 #include "common/error.h"
 #include "common/fileio.h"
+#include "format/claim.h"
 #include "format/lease.h"
 #include "format/pending.h"
 #include "names.h"
@@ -317,17 +318,16 @@ static int check_save_name(const char *name, ckpt_error *err)
     return 0;
 }
 
-/* 1 when root/name is a save in progress (has .pending/, no index.db)
+/* 1 when root/name is a save in progress (has .pending/, and no index.db
+ * or one its committer may still withdraw)
  * that this mount may join: a directory, not a link, whose .pending/
  * belongs to the user the daemon runs as (docs/TRUST.md, "A shared
  * root": another user's save is not served for writing). */
 static int on_disk_pending(const char *path)
 {
-    char p[4096];
     struct stat st;
     if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) ||
-        ckpt_path_join(p, sizeof p, path, "index.db", NULL) != 0 ||
-        lstat(p, &st) == 0)
+        ckpt_claim_settled(path))
         return 0;
     int pfd = ckpt_pending_open(path, 1, NULL);
     if (pfd < 0)
@@ -661,7 +661,10 @@ int ws_save_committed(ws_save *w)
     pthread_mutex_lock(&w->mu);
     int c = w->committed;
     if (!c) {
-        c = has_index(w->path);
+        /* Committed once index.db is durable: while its committer may
+         * still withdraw it, the save stays a save ("committing").  One
+         * lstat while there is no index.db (asked on every request). */
+        c = has_index(w->path) && ckpt_claim_committed(w->path) == 1;
         if (c) {
             w->committed = 1;
             wa_forget(w->attempts);
@@ -1238,6 +1241,24 @@ static void supersede_if_unheld(ws_save *w)
     rdv_note_error(w->path, w->set->prefix, w->name, by, why);
 }
 
+/* The refusal of a write to w once its .pending/ is gone although this
+ * mount still took it for a save in progress: another node committed it
+ * (this node's cached view of the directory lags: attribute and entry
+ * caches of a network file system), or a gc removed it.  Nothing is made
+ * inside: never a .pending/ in a committed checkpoint (issue #25). */
+static int save_ended(ws_save *w, ckpt_error *err)
+{
+    struct stat st;
+    if (stat(w->path, &st) != 0 && errno == ENOENT)
+        return ckpt_err(err, -ESTALE, "%s was removed (by ckpt gc?) while "
+                        "this mount served it", w->path);
+    (void)ws_save_committed(w);
+    return ckpt_err(err, -EROFS, "%s is no longer a save in progress: it "
+                    "was committed (through another mount; this node's "
+                    "view of the directory may lag behind by its cache "
+                    "timeouts) and is read-only", w->path);
+}
+
 /* This mount is one of the save's writers from its first write on: it
  * holds the save's lease until the save commits or the mount goes. */
 static int hold_lease(ws_save *w, ckpt_error *err)
@@ -1251,6 +1272,8 @@ static int hold_lease(ws_save *w, ckpt_error *err)
     supersede_if_unheld(w);
     ckpt_lease *l;
     int rc = ckpt_lease_take_on(&l, w->path, w->set->beats, err);
+    if (rc == -ENOENT)
+        rc = save_ended(w, err);
     if (rc)
         return rc;
     struct stat seen;
@@ -1362,6 +1385,13 @@ static int take_writer(ws_save *w, pid_t pid, ckpt_writer **out,
             snprintf(name, cap, "%s", found->name);
     }
     pthread_mutex_unlock(&w->mu);
+    if (rc == -ENOENT || rc == -EEXIST) {
+        int pfd = ckpt_pending_open(w->path, 1, NULL);
+        if (pfd == -ENOENT)
+            rc = save_ended(w, err);
+        else if (pfd >= 0)
+            close(pfd);
+    }
     return rc;
 }
 

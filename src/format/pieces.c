@@ -132,6 +132,40 @@ int ckpt_pieces_add(ckpt_pieces *t, const ckpt_piece_rec *p)
     return 0;
 }
 
+int ckpt_pieces_append(ckpt_pieces *t, const ckpt_pieces *src)
+{
+    uint32_t *ids = malloc((src->nstr ? src->nstr : 1) * sizeof *ids);
+    int rc = ids ? 0 : -ENOMEM;
+    for (uint32_t k = 0; !rc && k < src->nstr; k++)
+        ids[k] = intern(t, src->arena + src->str_off[k], &rc);
+    if (rc || reserve((void **)&t->v, &t->cap, t->n, src->n, sizeof *t->v) ||
+        reserve((void **)&t->dims, &t->dims_cap, t->ndims,
+                src->ndims ? src->ndims : 1, sizeof *t->dims) ||
+        reserve((void **)&t->frames, &t->frames_cap, t->nframes,
+                src->nframes, sizeof *t->frames)) {
+        free(ids);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < src->n; i++) {
+        ckpt_pieces_rec r = src->v[i];
+        r.fqn = r.fqn == CKPT_PIECES_NONE ? r.fqn : ids[r.fqn];
+        r.file = r.file == CKPT_PIECES_NONE ? r.file : ids[r.file];
+        r.writer = r.writer == CKPT_PIECES_NONE ? r.writer : ids[r.writer];
+        r.dims += t->ndims;
+        r.frame0 += t->nframes;
+        t->v[t->n++] = r;
+    }
+    if (src->ndims)
+        memcpy(t->dims + t->ndims, src->dims, src->ndims * sizeof *t->dims);
+    if (src->nframes)
+        memcpy(t->frames + t->nframes, src->frames,
+               src->nframes * sizeof *t->frames);
+    t->ndims += src->ndims;
+    t->nframes += src->nframes;
+    free(ids);
+    return 0;
+}
+
 int ckpt_pieces_add_frame(ckpt_pieces *t, size_t i, const ckpt_frame_rec *f)
 {
     ckpt_pieces_rec *p = &t->v[i];

@@ -55,6 +55,10 @@ void ckpt_pieces_free(ckpt_pieces *t);
 /* Appends a copy of *p: its strings interned, its dims and frames copied.
  * Returns 0 or -ENOMEM (then nothing was added). */
 int ckpt_pieces_add(ckpt_pieces *t, const ckpt_piece_rec *p);
+/* Appends every piece of src (strings interned anew, dims and frames
+ * copied), in order.  Returns 0 or -ENOMEM (then t may hold new strings
+ * but no new piece). */
+int ckpt_pieces_append(ckpt_pieces *t, const ckpt_pieces *src);
 /* Appends a frame to piece i, whose frames must be the last ones added
  * (frames are added piece after piece).  -EINVAL when they are not,
  * -ENOMEM. */

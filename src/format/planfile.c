@@ -9,6 +9,7 @@
 #include "format/db.h"
 #include "common/error.h"
 #include "common/fileio.h"
+#include "common/pool.h"
 #include "common/shape.h"
 
 #include <errno.h>
@@ -498,6 +499,83 @@ int ckpt_planfile_read_pieces(const char *path, ckpt_pieces *tab,
     ckpt_manifest_free(&r.m);
     free(r.ids);
     free(r.writer);
+    return rc;
+}
+
+/* One plan read by a worker of ckpt_planfile_read_many into its own
+ * table. */
+typedef struct read_slot {
+    char path[4096];
+    ckpt_pieces tab;
+    ckpt_manifest meta;
+    ckpt_error err;
+    int rc;
+    ckpt_taskgroup *g;
+} read_slot;
+
+static void read_task(void *arg, int worker)
+{
+    (void)worker;
+    read_slot *s = arg;
+    s->rc = ckpt_planfile_read_pieces(s->path, &s->tab, &s->meta, &s->err);
+    ckpt_tg_done(s->g);
+}
+
+/* Reads slots[0..m), plans names[0..m) under dir, on the pool, then
+ * appends them in order; the first failure in that order is reported. */
+static int read_batch(ckpt_pool *pool, read_slot *slots, size_t m,
+                      const char *dir, char *const *names, ckpt_pieces *tab,
+                      ckpt_manifest *meta, ckpt_error *err)
+{
+    ckpt_taskgroup g;
+    ckpt_tg_init(&g);
+    int rc = 0;
+    for (size_t k = 0; k < m && !rc; k++) {
+        ckpt_pieces_init(&slots[k].tab);
+        ckpt_manifest_init(&slots[k].meta);
+        slots[k].err = (ckpt_error){ 0 };
+        slots[k].g = &g;
+        rc = ckpt_path_join(slots[k].path, sizeof slots[k].path, dir,
+                            names[k], err);
+    }
+    if (!rc)
+        ckpt_pool_run_tasks(pool, read_task, slots, m, sizeof *slots, &g);
+    ckpt_tg_destroy(&g);
+    for (size_t k = 0; k < m; k++) {
+        if (!rc && slots[k].rc) {
+            *err = slots[k].err;
+            rc = slots[k].rc;
+        }
+        if (!rc && (ckpt_pieces_append(tab, &slots[k].tab) ||
+                    ckpt_manifest_take(meta, &slots[k].meta)))
+            rc = ckpt_err(err, -ENOMEM, "%s: out of memory", slots[k].path);
+        ckpt_pieces_free(&slots[k].tab);
+        ckpt_manifest_free(&slots[k].meta);
+    }
+    return rc;
+}
+
+int ckpt_planfile_read_many(const char *dir, char *const *names, size_t n,
+                            int threads, ckpt_pieces *tab,
+                            ckpt_manifest *meta, ckpt_error *err)
+{
+    if (threads <= 0)
+        threads = ckpt_cpu_count();
+    if ((size_t)threads > n)
+        threads = n ? (int)n : 1;
+    /* A few plans per thread at a time: little memory held twice. */
+    size_t batch = 4 * (size_t)threads;
+    read_slot *slots = calloc(batch, sizeof *slots);
+    ckpt_pool *pool = NULL;
+    if (!slots)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    int rc = ckpt_pool_create(&pool, threads > 1 ? threads - 1 : 1, err);
+    for (size_t at = 0; !rc && at < n; at += batch)
+        rc = read_batch(pool, slots, n - at < batch ? n - at : batch, dir,
+                        names + at, tab, meta, err);
+    if (pool)
+        ckpt_pool_destroy(pool);
+    free(slots);
     return rc;
 }
 

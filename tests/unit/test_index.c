@@ -532,8 +532,11 @@ START_TEST(test_open_refusals)
 
     snprintf(p, sizeof p, "%s/newer.db", fx.dir);
     make_db(p, CKPT_INDEX_APP_ID, CKPT_FORMAT_VERSION + 1);
-    open_fails(p, -ENOTSUP, "format version 3 is newer than this ckptfs "
-                            "supports (2)");
+    char want[96];
+    snprintf(want, sizeof want, "format version %d is newer than this "
+             "ckptfs supports (%d)", CKPT_FORMAT_VERSION + 1,
+             CKPT_FORMAT_VERSION);
+    open_fails(p, -ENOTSUP, want);
 
     snprintf(p, sizeof p, "%s/notables.db", fx.dir);
     make_db(p, CKPT_INDEX_APP_ID, 1);

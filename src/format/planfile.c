@@ -281,7 +281,7 @@ typedef struct preader {
     size_t base;            /* the plan's first piece in tab */
     ckpt_manifest m;        /* its metadata */
     int64_t *ids;           /* pieces.id per piece read, ascending */
-    size_t nids;
+    size_t nids, ids_cap;
     size_t next;            /* frames: the piece being filled */
     ckpt_error *err;
 } preader;
@@ -312,15 +312,18 @@ static int piece_dims(preader *r, sqlite3_stmt *st, ckpt_piece_rec *p,
         return ckpt_err(r->err, -EINVAL, "%s: tensor '%s' (piece %lld): "
                         "unknown dtype '%s'", r->path, p->fqn, (long long)id,
                         dt ? dt : "NULL");
-    char what[300];
-    snprintf(what, sizeof what, "tensor '%.200s' piece %lld", p->fqn,
-             (long long)id);
     int64_t *dims[3] = { p->shape, p->offsets, p->sizes };
     for (int c = 0; c < 3; c++) {
-        int n = ckpt_db_dims((const char *)sqlite3_column_text(st, 3 + c),
-                             dims[c], r->path, what, r->err);
-        if (n < 0)
-            return n;
+        const char *text = (const char *)sqlite3_column_text(st, 3 + c);
+        int n = ckpt_db_dims(text, dims[c], r->path, "", r->err);
+        if (n < 0) {
+            /* Again, for the message: named only when it is needed (a
+             * committer reads millions of pieces). */
+            char what[300];
+            snprintf(what, sizeof what, "tensor '%.200s' piece %lld",
+                     p->fqn, (long long)id);
+            return ckpt_db_dims(text, dims[c], r->path, what, r->err);
+        }
         if (c > 0 && n != p->ndim)
             return plan_damaged(r, "shape, offsets and sizes differ in "
                                 "length", id);
@@ -337,10 +340,10 @@ static int piece_row(void *arg, sqlite3_stmt *st)
     const char *file = (const char *)sqlite3_column_text(st, 6);
     if (!fqn || !file)
         return plan_damaged(r, "piece without fqn or file", id);
-    int64_t *ids = realloc(r->ids, (r->nids + 1) * sizeof *ids);
-    if (!ids)
+    if (ckpt_array_reserve((void **)&r->ids, &r->ids_cap, r->nids + 1,
+                           sizeof *r->ids))
         return ckpt_err(r->err, -ENOMEM, "%s: out of memory", r->path);
-    r->ids = ids;
+    int64_t *ids = r->ids;
     /* A record to copy into the table: its strings are only read. */
     ckpt_piece_rec p = { .fqn = (char *)fqn, .file = (char *)file,
                          .writer = r->writer };

@@ -222,11 +222,13 @@ static void put_box(ckpt_writer *w, size_t t, const int64_t *off,
 }
 
 /* Saves every tensor: as its grid (regular), or cut along dim 0 into
- * slabs of 1, 2, 3, ... rows and the rest whole (irregular). */
-static void save(const char *dir, int regular)
+ * slabs of 1, 2, 3, ... rows and the rest whole (irregular); a delta of
+ * checkpoint `base` when it is not NULL. */
+static void save(const char *dir, int regular, const char *base)
 {
     ckpt_write_opts o;
     ckpt_write_opts_init(&o);
+    o.base = base;
     o.frame_size = CKPT_MIN_FRAME_SIZE;
     o.threads = 1;
     ckpt_writer *w;
@@ -320,8 +322,8 @@ START_TEST(test_packed_region_reads)
     char reg[512], irr[512];
     snprintf(reg, sizeof reg, "%s/regular", tmp);
     snprintf(irr, sizeof irr, "%s/irregular", tmp);
-    save(reg, 1);
-    save(irr, 0);
+    save(reg, 1, NULL);
+    save(irr, 0, NULL);
     /* Grids of 64 chunks or more are packed; the rest are rows. */
     ck_assert_int_eq(sql_int(reg, "PRAGMA user_version"), 3);
     ck_assert_int_eq(sql_int(reg, "SELECT count(*) FROM packs"), 4);
@@ -366,7 +368,7 @@ START_TEST(test_damaged_pack)
     char *tmp = make_tmpdir_tagged("chunkpack");
     char dir[512], path[600];
     snprintf(dir, sizeof dir, "%s/ck", tmp);
-    save(dir, 1);
+    save(dir, 1, NULL);
     snprintf(path, sizeof path, "%s/index.db", dir);
     sqlite3 *db;
     ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
@@ -395,6 +397,27 @@ START_TEST(test_damaged_pack)
 }
 END_TEST
 
+/* A delta saved on a packed base reads its unchanged frames from the
+ * base's packs. */
+START_TEST(test_delta_on_packed_base)
+{
+    char *tmp = make_tmpdir_tagged("chunkpack");
+    char base[512], delta[512];
+    snprintf(base, sizeof base, "%s/step-1", tmp);
+    snprintf(delta, sizeof delta, "%s/step-2", tmp);
+    save(base, 1, NULL);
+    save(delta, 1, base);
+    ck_assert_int_eq(sql_int(base, "PRAGMA user_version"), 3);
+    ck_assert_int_eq(sql_int(delta, "PRAGMA user_version"), 2);
+    ck_assert_int_eq(sql_int(delta, "SELECT count(*) FROM frames WHERE "
+                                    "codec = 9"),
+                     sql_int(delta, "SELECT count(*) FROM frames"));
+    srng r = srng_seeded("delta_on_packed_base", 2);
+    check_regions(delta, &r);
+    remove_tmpdir(tmp);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("chunkpack");
@@ -404,6 +427,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_records_round_trip);
     tcase_add_test(tc, test_packed_region_reads);
     tcase_add_test(tc, test_damaged_pack);
+    tcase_add_test(tc, test_delta_on_packed_base);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -193,6 +193,8 @@ END {
     }
     for (l in last) {
         a = first[l]; b = last[l]
+        if (w[b] < 16384)
+            printf "       %-4s (the commit, second-save and index targets are set at W=16384; the largest W of this run is %d)\n", l, w[b]
         printf "target %-4s commit at W=%d <= 15 s wall: %.2f s, %.2f CPU s (%s)\n",
             l, w[b], commit[b], commitcpu[b], verdict(commit[b] <= 15)
         printf "target %-4s commit at W=%d <= 1 GB resident: %.0f MB (%s)\n",

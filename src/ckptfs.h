@@ -52,9 +52,11 @@ extern "C" {
  * made by configure from configure.ac's version. */
 #include "ckptfs_version.h"
 /* The newest index.db format version this library reads.  It writes 1,
- * and 2 for a delta checkpoint (one whose frames refer to a base's:
- * docs/FORMAT.md, "Delta checkpoints"), which older readers refuse. */
-#define CKPT_FORMAT_VERSION 2
+ * 2 for a delta checkpoint (one whose frames refer to a base's:
+ * docs/FORMAT.md, "Delta checkpoints"), and 3 when tensors of many chunks
+ * in a regular grid are packed (docs/FORMAT.md, "Packed chunks"); older
+ * readers refuse the versions they do not know. */
+#define CKPT_FORMAT_VERSION 3
 /* The most dimensions a tensor may have (NumPy's limit). */
 #define CKPT_MAX_DIMS 32
 /* Default frame size: raw bytes per independently decodable frame. */

@@ -109,19 +109,12 @@ static int list_plans(const char *pending, name_list *out, ckpt_error *err)
 }
 
 /* Reads every plan into one compact table of pieces (a 16k-rank save's
- * plans hold millions) and their metadata into m. */
+ * plans hold millions) and their metadata into m, on a thread per CPU. */
 static int read_plans(const char *pending, const name_list *plans,
                       ckpt_pieces *all, ckpt_manifest *m, ckpt_error *err)
 {
-    char path[4096];
-    for (size_t i = 0; i < plans->n; i++) {
-        int rc = ckpt_path_join(path, sizeof path, pending, plans->v[i], err);
-        if (rc == 0)
-            rc = ckpt_planfile_read_pieces(path, all, m, err);
-        if (rc)
-            return rc;
-    }
-    return 0;
+    return ckpt_planfile_read_many(pending, plans->v, plans->n, 0, all, m,
+                                   err);
 }
 
 /* The reason recorded for a failed piece of fqn, or NULL. */

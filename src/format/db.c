@@ -128,7 +128,7 @@ int ckpt_db_run(sqlite3_stmt *st, const ckpt_db_val *v, int n,
 }
 
 int ckpt_db_create(sqlite3 **out, const char *path, uint32_t app_id,
-                   const char *journal, int sync, ckpt_error *err)
+                   const char *journal, ckpt_error *err)
 {
     *out = NULL;
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -146,10 +146,9 @@ int ckpt_db_create(sqlite3 **out, const char *path, uint32_t app_id,
     } else {
         char sql[256];
         snprintf(sql, sizeof sql, "PRAGMA page_size=4096;"
-                 "PRAGMA journal_mode=%s;PRAGMA synchronous=%s;"
+                 "PRAGMA journal_mode=%s;PRAGMA synchronous=OFF;"
                  "PRAGMA application_id=%d;PRAGMA user_version=%d;",
-                 journal, sync ? "FULL" : "OFF", (int)(int32_t)app_id,
-                 CKPT_DB_VERSION);
+                 journal, (int)(int32_t)app_id, CKPT_DB_VERSION);
         rc = ckpt_db_exec(db, sql, path, err);
     }
     if (rc) {

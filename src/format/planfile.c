@@ -4,6 +4,15 @@
  * one transaction per call (durable when created with sync), the pieces it
  * wrote with their frames, and its metadata.  At commit every plan is read
  * back into one manifest for the planner.
+ *
+ * SQLite never syncs a plan (its journal still undoes an append that a
+ * killed writer left half done).  What the commit needs durable it syncs
+ * itself: a plan tells it how much of its shard the writer synced
+ * already (info 'synced', "BYTES:FILE"), so that each shard is synced
+ * once.  Its info 'unsynced' names the host and boot it was written in:
+ * a power loss may have cost it its last appends (or, synced, its
+ * directory entry), so a commit on that host after a restart refuses it
+ * rather than publish a checkpoint missing pieces.
  */
 #include "format/planfile.h"
 #include "format/db.h"
@@ -22,6 +31,8 @@
 #include <unistd.h>
 
 #define DIMS_JSON_CAP (CKPT_MAX_DIMS * 21 + 3)
+/* "HOST BOOT_ID" */
+#define HOST_BOOT_CAP 320
 /* How long a reader waits for a writer's append to finish. */
 #define BUSY_TIMEOUT_MS 10000
 
@@ -54,7 +65,7 @@ static const char DECLARE_SQL[] =
 enum { PS_INFO, PS_PIECE, PS_FRAME, PS_META, PS_N };
 
 static const char *const PLAN_SQL[PS_N] = {
-    "INSERT INTO info(key, value) VALUES(?,?)",
+    "INSERT OR REPLACE INTO info(key, value) VALUES(?,?)",
     "INSERT INTO pieces(fqn, dtype, shape, offsets, sizes, file, raw_bytes,"
     " stored_bytes, data_hash) VALUES(?,?,?,?,?,?,?,?,?)",
     "INSERT INTO frames(piece_id, seq, file_offset, stored_size, raw_offset,"
@@ -66,9 +77,10 @@ struct ckpt_planfile {
     sqlite3 *db;
     char *path;
     sqlite3_stmt *st[PS_N];
+    char synced[CKPT_PLAN_SYNCED_CAP];  /* "BYTES:FILE" for the next append,
+                                           or "" */
+    char boot[HOST_BOOT_CAP];           /* host_boot(), once */
 };
-
-/* -------------------------------------------------------------- writing */
 
 static int run(ckpt_planfile *pf, int which, const ckpt_db_val *v, int n,
                ckpt_error *err)
@@ -77,23 +89,36 @@ static int run(ckpt_planfile *pf, int which, const ckpt_db_val *v, int n,
                        "cannot write the local plan", err);
 }
 
-/* Makes the new file's directory entry durable. */
-static int sync_parent(const char *path, ckpt_error *err)
+/* Where and when this process runs, "HOST BOOT_ID", into buf; "" when
+ * the boot id cannot be read (then no restart can be told). */
+static void host_boot(char *buf, size_t cap)
 {
-    char dir[PATH_MAX];
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        return ckpt_fsync_dir(".", err);
-    size_t n = slash == path ? 1 : (size_t)(slash - path);
-    if (n >= sizeof dir)
-        return ckpt_err(err, -ENAMETOOLONG, "%s: path too long", path);
-    memcpy(dir, path, n);
-    dir[n] = '\0';
-    return ckpt_fsync_dir(dir, err);
+    char host[HOST_BOOT_CAP - 64] = "", boot[64] = "";
+    buf[0] = '\0';
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+    if (!f)
+        return;
+    int ok = fgets(boot, sizeof boot, f) != NULL;
+    fclose(f);
+    boot[strcspn(boot, "\n")] = '\0';
+    if (!ok || !*boot || gethostname(host, sizeof host - 1) != 0)
+        return;
+    snprintf(buf, cap, "%s %s", host, boot);
 }
 
-static int plan_init(ckpt_planfile *pf, const char *writer, int sync,
-                     ckpt_error *err)
+/* Records (in the caller's transaction) that the plan has changes no sync
+ * made durable yet, with this host and boot. */
+static int mark_unsynced(ckpt_planfile *pf, ckpt_error *err)
+{
+    if (!pf->boot[0])
+        return 0;
+    ckpt_db_val v[] = { CKPT_DB_TEXT("unsynced"), CKPT_DB_TEXT(pf->boot) };
+    return run(pf, PS_INFO, v, 2, err);
+}
+
+/* -------------------------------------------------------------- writing */
+
+static int plan_init(ckpt_planfile *pf, const char *writer, ckpt_error *err)
 {
     int rc = ckpt_db_exec(pf->db, "BEGIN", pf->path, err);
     if (!rc)
@@ -110,9 +135,9 @@ static int plan_init(ckpt_planfile *pf, const char *writer, int sync,
     if (!rc)
         rc = run(pf, PS_INFO, producer, 2, err);
     if (!rc)
+        rc = mark_unsynced(pf, err);
+    if (!rc)
         rc = ckpt_db_exec(pf->db, "COMMIT", pf->path, err);
-    if (!rc && sync)
-        rc = sync_parent(pf->path, err);
     return rc;
 }
 
@@ -126,7 +151,7 @@ static void plan_free(ckpt_planfile *pf)
 }
 
 int ckpt_planfile_create(ckpt_planfile **out, const char *path,
-                         const char *writer, int sync, ckpt_error *err)
+                         const char *writer, ckpt_error *err)
 {
     *out = NULL;
     if (!writer || !*writer)
@@ -137,15 +162,15 @@ int ckpt_planfile_create(ckpt_planfile **out, const char *path,
         free(pf);
         return ckpt_err(err, -ENOMEM, "%s: out of memory", path);
     }
+    host_boot(pf->boot, sizeof pf->boot);
     /* PERSIST: a transaction per flush (a piece closed through a mount)
      * reuses one journal file instead of creating and unlinking one. */
-    int rc = ckpt_db_create(&pf->db, path, CKPT_PLAN_APP_ID, "PERSIST", sync,
-                            err);
+    int rc = ckpt_db_create(&pf->db, path, CKPT_PLAN_APP_ID, "PERSIST", err);
     if (rc) {
         plan_free(pf);
         return rc;
     }
-    rc = plan_init(pf, writer, sync, err);
+    rc = plan_init(pf, writer, err);
     if (rc) {
         plan_free(pf);
         unlink(path);
@@ -210,13 +235,28 @@ static int append_piece(ckpt_planfile *pf, const ckpt_piece_rec *p, size_t i,
 
 int ckpt_planfile_sync(ckpt_planfile *pf, ckpt_error *err)
 {
-    int fd = open(pf->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return ckpt_err_sys(err, -errno, "cannot open %s", pf->path);
-    int rc = fsync(fd) == 0 ? 0 : ckpt_err_sys(err, -errno, "cannot sync %s",
-                                               pf->path);
-    close(fd);
-    return rc ? rc : sync_parent(pf->path, err);
+    return ckpt_fsync_path(pf->path, err);
+}
+
+void ckpt_planfile_note_synced(ckpt_planfile *pf, const char *file,
+                               uint64_t bytes)
+{
+    int n = snprintf(pf->synced, sizeof pf->synced, "%llu:%s",
+                     (unsigned long long)bytes, file);
+    if (n < 0 || (size_t)n >= sizeof pf->synced)
+        pf->synced[0] = '\0';      /* no claim: the commit syncs it */
+}
+
+/* The claim noted by ckpt_planfile_note_synced, in the open transaction. */
+static int write_synced(ckpt_planfile *pf, ckpt_error *err)
+{
+    if (!pf->synced[0])
+        return 0;
+    ckpt_db_val v[] = { CKPT_DB_TEXT("synced"), CKPT_DB_TEXT(pf->synced) };
+    int rc = run(pf, PS_INFO, v, 2, err);
+    if (!rc)
+        pf->synced[0] = '\0';
+    return rc;
 }
 
 int ckpt_planfile_append(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
@@ -224,6 +264,10 @@ int ckpt_planfile_append(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
                          ckpt_error *err)
 {
     int rc = ckpt_db_exec(pf->db, "BEGIN IMMEDIATE", pf->path, err);
+    if (!rc)
+        rc = write_synced(pf, err);
+    if (!rc)
+        rc = mark_unsynced(pf, err);
     for (size_t i = 0; !rc && i < npieces; i++)
         rc = append_piece(pf, &pieces[i], i, err);
     for (size_t i = 0; !rc && i < nmeta; i++) {
@@ -248,6 +292,8 @@ int ckpt_planfile_declare(ckpt_planfile *pf, const ckpt_kv *declared,
 {
     sqlite3_stmt *st = NULL;
     int rc = ckpt_db_exec(pf->db, "BEGIN IMMEDIATE", pf->path, err);
+    if (!rc)
+        rc = mark_unsynced(pf, err);
     if (!rc)
         rc = ckpt_db_prepare(pf->db, DECLARE_SQL, &st, pf->path, err);
     for (size_t i = 0; !rc && i < n; i++) {
@@ -282,6 +328,7 @@ typedef struct preader {
     int64_t *ids;           /* pieces.id per piece read, ascending */
     size_t nids;
     size_t next;            /* frames: the piece being filled */
+    ckpt_plan_synced *synced;   /* its claim, or NULL: not asked */
     ckpt_error *err;
 } preader;
 
@@ -289,6 +336,45 @@ static int plan_damaged(preader *r, const char *what, int64_t id)
 {
     return ckpt_err(r->err, -EIO, "%s: damaged local plan: %s (piece %lld)",
                     r->path, what, (long long)id);
+}
+
+/* A plan last written on this host before it restarted is refused. */
+static int check_unsynced(preader *r, const char *written)
+{
+    char now[HOST_BOOT_CAP];
+    host_boot(now, sizeof now);
+    size_t host = strcspn(now, " ");
+    if (!*now || strncmp(now, written, host + 1) != 0 ||
+        strcmp(now, written) == 0)
+        return 0;
+    return ckpt_err(r->err, -ESTALE, "%s was last written on this host "
+                    "(%.*s) before it restarted: a save is not durable "
+                    "before its commit, so it may have lost pieces; save "
+                    "the step again", r->path, (int)host, now);
+}
+
+/* info 'synced' ("BYTES:FILE") and 'unsynced' ("HOST BOOT_ID"). */
+static int claim_row(void *arg, sqlite3_stmt *st)
+{
+    preader *r = arg;
+    const char *k = (const char *)sqlite3_column_text(st, 0);
+    const char *v = (const char *)sqlite3_column_text(st, 1);
+    if (!k || !v)
+        return plan_damaged(r, "info without key or value", 0);
+    if (strcmp(k, "unsynced") == 0)
+        return check_unsynced(r, v);
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (errno || end == v || *end != ':' ||
+        strlen(end + 1) >= sizeof r->synced->file)
+        return plan_damaged(r, "bad synced claim", 0);
+    if (r->synced) {
+        r->synced->has = 1;
+        r->synced->bytes = n;
+        snprintf(r->synced->file, sizeof r->synced->file, "%s", end + 1);
+    }
+    return 0;
 }
 
 static int info_row(void *arg, sqlite3_stmt *st)
@@ -427,6 +513,10 @@ static int read_all(sqlite3 *db, preader *r)
         rc = ckpt_err(r->err, -EIO, "%s: the local plan has no writer name",
                       r->path);
     if (!rc)
+        rc = ckpt_db_each(db, "SELECT key, value FROM info WHERE key IN "
+                          "('synced', 'unsynced')", r->path, claim_row, r,
+                          r->err);
+    if (!rc)
         rc = ckpt_db_each(db, "SELECT id, fqn, dtype, shape, offsets, sizes,"
                           " file, raw_bytes, stored_bytes, data_hash FROM "
                           "pieces ORDER BY id", r->path, piece_row, r, r->err);
@@ -486,7 +576,17 @@ static int open_plan(sqlite3 **db, const char *path, ckpt_error *err)
 int ckpt_planfile_read_pieces(const char *path, ckpt_pieces *tab,
                               ckpt_manifest *meta, ckpt_error *err)
 {
-    preader r = { .path = path, .tab = tab, .base = tab->n, .err = err };
+    return ckpt_planfile_read_synced(path, tab, meta, NULL, err);
+}
+
+int ckpt_planfile_read_synced(const char *path, ckpt_pieces *tab,
+                              ckpt_manifest *meta, ckpt_plan_synced *synced,
+                              ckpt_error *err)
+{
+    preader r = { .path = path, .tab = tab, .base = tab->n,
+                  .synced = synced, .err = err };
+    if (synced)
+        memset(synced, 0, sizeof *synced);
     ckpt_manifest_init(&r.m);
     sqlite3 *db = NULL;
     int rc = open_plan(&db, path, err);

@@ -1,9 +1,16 @@
 /*
  * commit.c - the commit protocol: join the local plans that writers left in
  * <dir>/.pending, validate them with the planner, and publish index.db
- * atomically (index.db.tmp written and synced in one transaction, linked to
- * index.db so that of two committers only one can win, directory synced,
- * .pending removed).  On any error nothing is published.
+ * atomically (index.db.tmp written in one transaction, linked to index.db
+ * so that of two committers only one can win, .pending removed).  On any
+ * error nothing is published.
+ *
+ * The syncs, in order (docs/GUARANTEES.md, "Which sync makes which
+ * promise"): every shard a plan names, unless its writer synced it and
+ * the plan says so; index.db.tmp; data/ (the shards' names); then the
+ * link, and the checkpoint's directory (index.db's name); then its parent
+ * (the checkpoint's own name).  Nothing else: plans, .pending/ and the
+ * directory after .pending/ goes need not survive a crash.
  */
 #include "ckptfs.h"
 
@@ -103,16 +110,28 @@ static int list_plans(const char *pending, name_list *out, ckpt_error *err)
     return 0;
 }
 
+/* What one plan says of its writer's shard, and where its pieces are in
+ * the table. */
+typedef struct plan_claim {
+    ckpt_plan_synced synced;
+    size_t first, end;          /* its pieces: all[first..end) */
+} plan_claim;
+
 /* Reads every plan into one compact table of pieces (a 16k-rank save's
- * plans hold millions) and their metadata into m. */
+ * plans hold millions), their metadata into m and their claims into
+ * claims[plans->n]. */
 static int read_plans(const char *pending, const name_list *plans,
-                      ckpt_pieces *all, ckpt_manifest *m, ckpt_error *err)
+                      ckpt_pieces *all, ckpt_manifest *m, plan_claim *claims,
+                      ckpt_error *err)
 {
     char path[4096];
     for (size_t i = 0; i < plans->n; i++) {
+        claims[i].first = all->n;
         int rc = ckpt_path_join(path, sizeof path, pending, plans->v[i], err);
         if (rc == 0)
-            rc = ckpt_planfile_read_pieces(path, all, m, err);
+            rc = ckpt_planfile_read_synced(path, all, m, &claims[i].synced,
+                                           err);
+        claims[i].end = all->n;
         if (rc)
             return rc;
     }
@@ -393,9 +412,11 @@ static int add_system_meta(ckpt_manifest *meta, size_t writers,
 }
 
 /* Links tmp to final (fails with -EEXIST if a checkpoint was committed
- * meanwhile), then removes tmp and syncs the directory.  A failure after
- * the link withdraws index.db again: a commit that reports an error has
- * committed nothing (the name might not have survived a crash either). */
+ * meanwhile), then removes tmp and syncs the directory (index.db's name)
+ * and its parent (the directory's, renamed into place when the save
+ * began).  A failure after the link withdraws index.db again: a commit
+ * that reports an error has committed nothing (the name might not have
+ * survived a crash either). */
 static int publish(const char *dir, const char *tmp, const char *final,
                    int sync, ckpt_error *err)
 {
@@ -411,6 +432,8 @@ static int publish(const char *dir, const char *tmp, const char *final,
              : ckpt_err_sys(err, -errno, "cannot remove %s", tmp);
     if (rc == 0 && sync)
         rc = ckpt_fsync_dir(dir, err);
+    if (rc == 0 && sync)
+        rc = ckpt_fsync_parent(dir, err);
     if (rc) {
         unlink(final);
         unlink(tmp);
@@ -449,6 +472,19 @@ static int sync_one(const char *dir, const char *file, ckpt_error *err)
     return rc;
 }
 
+/* The shards' names (data/) are synced before index.db can point to
+ * them; on failure index.db.tmp goes. */
+static int sync_data_dir(const char *dir, const char *tmp, ckpt_error *err)
+{
+    char data[4096];
+    int rc = ckpt_path_join(data, sizeof data, dir, "data", err);
+    if (rc == 0)
+        rc = ckpt_fsync_dir(data, err);
+    if (rc)
+        unlink(tmp);
+    return rc;
+}
+
 /* A save marked unsynced is refused, with the failure that marked it. */
 static int refuse_unsynced(const char *dir, ckpt_error *err)
 {
@@ -461,13 +497,58 @@ static int refuse_unsynced(const char *dir, ckpt_error *err)
                     "disk; save the step again", dir, why);
 }
 
+/* 1 when claim c covers piece i: its file is the one the writer synced,
+ * and every frame stored in it ends within the synced bytes. */
+static int claim_covers(const ckpt_pieces *all, size_t i, const plan_claim *c)
+{
+    const char *file = ckpt_pieces_str(all, all->v[i].file);
+    if (!c->synced.has || !file || strcmp(file, c->synced.file) != 0)
+        return 0;
+    const ckpt_frame_rec *f = ckpt_pieces_frames(all, i);
+    for (uint64_t k = 0; k < all->v[i].nframes; k++)
+        if (f[k].stored_size > c->synced.bytes ||
+            f[k].file_offset > c->synced.bytes - f[k].stored_size)
+            return 0;
+    return 1;
+}
+
+/* Marks done[file] for each shard file whose every piece its plan's claim
+ * covers: its writer synced it, no need to again.  `need` is scratch. */
+static int mark_synced(const ckpt_pieces *all, const plan_claim *claims,
+                       size_t nplans, unsigned char *done)
+{
+    unsigned char *need = calloc((size_t)all->nstr + 1, 1);
+    if (!need)
+        return -ENOMEM;
+    for (size_t p = 0; p < nplans; p++)
+        for (size_t i = claims[p].first; i < claims[p].end; i++) {
+            uint32_t f = all->v[i].file;
+            if (f == CKPT_PIECES_NONE)
+                continue;
+            if (claim_covers(all, i, &claims[p]))
+                done[f] = 1;
+            else
+                need[f] = 1;
+        }
+    for (uint32_t f = 0; f < all->nstr; f++)
+        if (need[f])
+            done[f] = 0;
+    free(need);
+    return 0;
+}
+
+/* Step (1): every shard the index will point into is synced, by its
+ * writer (claims) or here, once each. */
 static int sync_shards(const char *dir, const ckpt_pieces *all,
+                       const plan_claim *claims, size_t nplans,
                        ckpt_error *err)
 {
     /* Each distinct path is one string of the table: once each. */
     unsigned char *done = calloc((size_t)all->nstr + 1, 1);
-    if (!done)
+    if (!done || mark_synced(all, claims, nplans, done)) {
+        free(done);
         return ckpt_err(err, -ENOMEM, "out of memory");
+    }
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < all->n; i++) {
         uint32_t f = all->v[i].file;
@@ -491,6 +572,7 @@ static int commit_locked(const char *dir, const char *pending,
     ckpt_plan plan = { 0 };
     ckpt_bases *bases = NULL;
     ckpt_index_base *used = NULL;
+    plan_claim *claims = NULL;
     size_t nused = 0;
     ckpt_pieces_init(&all);
     ckpt_manifest_init(&all_meta);
@@ -511,8 +593,10 @@ static int commit_locked(const char *dir, const char *pending,
         plans.n != (size_t)o->expect_writers)
         rc = ckpt_err(err, -EINVAL, "%s: expected %d writer plans, found "
                       "%zu", dir, o->expect_writers, plans.n);
+    if (rc == 0 && !(claims = calloc(plans.n, sizeof *claims)))
+        rc = ckpt_err(err, -ENOMEM, "out of memory");
     if (rc == 0)
-        rc = read_plans(pending, &plans, &all, &all_meta, err);
+        rc = read_plans(pending, &plans, &all, &all_meta, claims, err);
     if (rc == 0)
         rc = check_declared(&all_meta, &all, err);
     if (rc == 0)
@@ -527,7 +611,7 @@ static int commit_locked(const char *dir, const char *pending,
             add_failure(&all_meta, err);
     }
     if (rc == 0 && o->sync)
-        rc = sync_shards(dir, &all, err);
+        rc = sync_shards(dir, &all, claims, plans.n, err);
     if (rc == 0) {
         unlink(tmp);   /* left by a committer that died; we hold the lock */
         rc = ckpt_delta_commit_bases(dir, meta.meta, meta.nmeta, &all,
@@ -544,9 +628,12 @@ static int commit_locked(const char *dir, const char *pending,
             unlink(tmp);
         }
     }
+    if (rc == 0 && o->sync)
+        rc = sync_data_dir(dir, tmp, err);
     if (rc == 0)
         rc = publish(dir, tmp, final, o->sync, err);
     ckpt_plan_free(&plan);
+    free(claims);
     free(used);
     ckpt_bases_free(bases);
     ckpt_pieces_free(&all);
@@ -606,11 +693,11 @@ int ckpt_commit(const char *dir, const ckpt_commit_opts *opts,
         return rc;
     }
     rc = commit_locked(dir, pending, &o, err);
-    /* Once index.db exists the plans are history. */
+    /* Once index.db exists the plans are history; a crash that leaves
+     * them is harmless (readers ignore them, gc removes them): no sync. */
     if (rc == 0) {
         ckpt_error rerr = { 0 };
-        if (ckpt_remove_tree(pending, &rerr) == 0 && o.sync)
-            ckpt_fsync_dir(dir, NULL);
+        (void)ckpt_remove_tree(pending, &rerr);
     }
     close(fd);
     ckpt_lease_drop(lease);

@@ -235,10 +235,12 @@ int ckpt_meta_reserved(const char *key);
  * cut by a restart of its host is refused by a commit there
  * (docs/GUARANTEES.md, "Which sync makes which promise"). */
 int ckpt_writer_flush(ckpt_writer *w, ckpt_error *err);
-/* Syncs the shard (fdatasync) and the plan file (fsync), even when the
- * writer was opened with sync = 0, when either changed since the last
- * call: what ckpt_writer_flush recorded so far is on the storage, where a
- * committer on another node reads it. */
+/* Syncs the shard (fdatasync), even when the writer was opened with
+ * sync = 0, and closes and reopens the plan file, when either changed
+ * since the last call: what ckpt_writer_flush recorded so far is where a
+ * committer on another node reads it (close-to-open consistency).  The
+ * commit makes the checkpoint durable; a save cut by a restart of its
+ * host is saved again. */
 int ckpt_writer_sync(ckpt_writer *w, ckpt_error *err);
 /* Flushes and frees the writer.  The writer is freed even on error. */
 int ckpt_writer_close(ckpt_writer *w, ckpt_error *err);

@@ -43,6 +43,10 @@ int ckpt_db_exec(struct sqlite3 *db, const char *sql, const char *path,
  * that a killed process left half done. */
 int ckpt_db_create(struct sqlite3 **out, const char *path, uint32_t app_id,
                    const char *journal, ckpt_error *err);
+/* Opens the existing `path` read-write (no link followed) with the given
+ * journal mode and synchronous OFF, as ckpt_db_create left it. */
+int ckpt_db_open_rw(struct sqlite3 **out, const char *path,
+                    const char *journal, ckpt_error *err);
 /* Refuses a file that is not SQLite, has another application_id, or a
  * user_version newer than CKPT_FORMAT_VERSION (-ENOTSUP). */
 int ckpt_db_check_id(struct sqlite3 *db, const char *path, uint32_t app_id,

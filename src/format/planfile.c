@@ -1,18 +1,18 @@
 /*
  * planfile.c - a writer's local plan, .pending/<writer>.plan (see planfile.h
  * and docs/FORMAT.md): a small SQLite file to which one writer appends, in
- * one transaction per call (durable when created with sync), the pieces it
- * wrote with their frames, and its metadata.  At commit every plan is read
+ * one transaction per call, the pieces it wrote with their frames, and its
+ * metadata.  At commit every plan is read
  * back into one manifest for the planner.
  *
  * SQLite never syncs a plan (its journal still undoes an append that a
  * killed writer left half done).  What the commit needs durable it syncs
  * itself: a plan tells it how much of its shard the writer synced
  * already (info 'synced', "BYTES:FILE"), so that each shard is synced
- * once.  Its info 'unsynced' names the host and boot it was written in:
- * a power loss may have cost it its last appends (or, synced, its
- * directory entry), so a commit on that host after a restart refuses it
- * rather than publish a checkpoint missing pieces.
+ * once.  Its info 'unsynced' names the host and boot it was last written
+ * in: a power loss may have cost it its last appends (or its directory
+ * entry), so a commit on that host after a restart refuses it rather than
+ * publish a checkpoint missing pieces.
  */
 #include "format/planfile.h"
 #include "format/db.h"
@@ -106,8 +106,8 @@ static void host_boot(char *buf, size_t cap)
     snprintf(buf, cap, "%s %s", host, boot);
 }
 
-/* Records (in the caller's transaction) that the plan has changes no sync
- * made durable yet, with this host and boot. */
+/* Records (in the caller's transaction) the host and boot of this
+ * change, which no sync makes durable. */
 static int mark_unsynced(ckpt_planfile *pf, ckpt_error *err)
 {
     if (!pf->boot[0])
@@ -118,6 +118,25 @@ static int mark_unsynced(ckpt_planfile *pf, ckpt_error *err)
 
 /* -------------------------------------------------------------- writing */
 
+static int prepare_all(ckpt_planfile *pf, ckpt_error *err)
+{
+    int rc = 0;
+    for (int i = 0; !rc && i < PS_N; i++)
+        rc = ckpt_db_prepare(pf->db, PLAN_SQL[i], &pf->st[i], pf->path, err);
+    return rc;
+}
+
+/* Closes the connection (its statements first, so that it does close). */
+static void close_db(ckpt_planfile *pf)
+{
+    for (int i = 0; i < PS_N; i++) {
+        sqlite3_finalize(pf->st[i]);
+        pf->st[i] = NULL;
+    }
+    sqlite3_close(pf->db);
+    pf->db = NULL;
+}
+
 static int plan_init(ckpt_planfile *pf, const char *writer, ckpt_error *err)
 {
     int rc = ckpt_db_exec(pf->db, "BEGIN", pf->path, err);
@@ -125,8 +144,8 @@ static int plan_init(ckpt_planfile *pf, const char *writer, ckpt_error *err)
         rc = ckpt_db_exec(pf->db, PLAN_SCHEMA, pf->path, err);
     if (!rc)
         rc = ckpt_db_exec(pf->db, DECLARED_SCHEMA, pf->path, err);
-    for (int i = 0; !rc && i < PS_N; i++)
-        rc = ckpt_db_prepare(pf->db, PLAN_SQL[i], &pf->st[i], pf->path, err);
+    if (!rc)
+        rc = prepare_all(pf, err);
     ckpt_db_val who[] = { CKPT_DB_TEXT("writer"), CKPT_DB_TEXT(writer) };
     ckpt_db_val producer[] = { CKPT_DB_TEXT("producer"),
                                CKPT_DB_TEXT("ckptfs " CKPT_VERSION_STRING) };
@@ -143,9 +162,7 @@ static int plan_init(ckpt_planfile *pf, const char *writer, ckpt_error *err)
 
 static void plan_free(ckpt_planfile *pf)
 {
-    for (int i = 0; i < PS_N; i++)
-        sqlite3_finalize(pf->st[i]);
-    sqlite3_close(pf->db);
+    close_db(pf);
     free(pf->path);
     free(pf);
 }
@@ -233,9 +250,15 @@ static int append_piece(ckpt_planfile *pf, const ckpt_piece_rec *p, size_t i,
                                    err);
 }
 
-int ckpt_planfile_sync(ckpt_planfile *pf, ckpt_error *err)
+int ckpt_planfile_share(ckpt_planfile *pf, ckpt_error *err)
 {
-    return ckpt_fsync_path(pf->path, err);
+    close_db(pf);
+    int rc = ckpt_db_open_rw(&pf->db, pf->path, "PERSIST", err);
+    if (!rc)
+        rc = prepare_all(pf, err);
+    if (rc)
+        close_db(pf);      /* the writer fails for good (writer.c) */
+    return rc;
 }
 
 void ckpt_planfile_note_synced(ckpt_planfile *pf, const char *file,

@@ -27,7 +27,7 @@ typedef struct ckpt_plan_synced {
 } ckpt_plan_synced;
 
 /* Creates `path` (must not exist) for `writer`.  Nothing of a plan is
- * synced but by ckpt_planfile_sync (planfile.c says why). */
+ * synced (planfile.c says why). */
 int ckpt_planfile_create(ckpt_planfile **out, const char *path,
                          const char *writer, ckpt_error *err);
 /* Appends pieces (with frames), metadata and a noted synced-shard claim
@@ -45,10 +45,13 @@ void ckpt_planfile_note_synced(ckpt_planfile *pf, const char *file,
  * one. */
 int ckpt_planfile_declare(ckpt_planfile *pf, const ckpt_kv *declared,
                           size_t n, ckpt_error *err);
-/* fsync of the file: what was appended reaches the storage, where a
- * committer on another node reads it.  A restart of this host still
- * makes the commit refuse the plan (its directory entry is not synced). */
-int ckpt_planfile_sync(ckpt_planfile *pf, ckpt_error *err);
+/* Closes the file and opens it again: by close-to-open consistency, a
+ * committer on another node that opens the plan afterwards reads what was
+ * appended (an NFS client writes it to the server at the close; a local
+ * or coherent file system needs nothing).  The plan is not made durable:
+ * it need not be, a restart of this host makes the commit refuse it.  On
+ * failure the plan is closed for good. */
+int ckpt_planfile_share(ckpt_planfile *pf, ckpt_error *err);
 void ckpt_planfile_close(ckpt_planfile *pf);
 /* Reads a whole plan file, appending its pieces and metadata to m (each
  * piece's and kv's writer set to the plan's writer name).  Refuses files

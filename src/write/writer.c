@@ -438,14 +438,19 @@ int ckpt_writer_sync(ckpt_writer *w, ckpt_error *err)
     int rc = writer_failed(w, err);
     int grew = ckpt_shard_size(w->shard) != w->synced;
     if (rc == 0 && (grew || w->plan_dirty)) {
-        rc = sync_shard(w, err);
-        /* The claim, then the plan: one transaction and one fsync. */
+        ckpt_error e = { 0 };
+        rc = sync_shard(w, &e);
+        /* The claim, then the plan shared with other nodes. */
         if (rc == 0)
-            rc = ckpt_planfile_append(w->plan, NULL, 0, NULL, 0, err);
+            rc = ckpt_planfile_append(w->plan, NULL, 0, NULL, 0, &e);
         if (rc == 0)
-            rc = ckpt_planfile_sync(w->plan, err);
+            rc = ckpt_planfile_share(w->plan, &e);
         if (rc == 0)
             w->plan_dirty = 0;
+        else if (w->failure.code == 0)
+            w->failure = e;     /* the plan may be closed: no more appends */
+        if (rc && err)
+            *err = e;
     }
     pthread_mutex_unlock(&w->mu);
     return rc;

@@ -441,8 +441,9 @@ int ckpt_writer_sync(ckpt_writer *w, ckpt_error *err)
         ckpt_error e = { 0 };
         rc = sync_shard(w, &e);
         /* The claim, then the plan shared with other nodes. */
-        if (rc == 0)
-            rc = ckpt_planfile_append(w->plan, NULL, 0, NULL, 0, &e);
+        if (rc == 0 &&
+            (rc = ckpt_planfile_append(w->plan, NULL, 0, NULL, 0, &e)))
+            ckpt_err_wrap(&e, rc, "cannot record pieces in the local plan");
         if (rc == 0)
             rc = ckpt_planfile_share(w->plan, &e);
         if (rc == 0)

@@ -212,6 +212,12 @@ int ckpt_writer_begin(ckpt_writer *w, const ckpt_piece *desc,
                       ckpt_stream **out, ckpt_error *err);
 int ckpt_stream_write(ckpt_stream *s, const void *buf, size_t len,
                       ckpt_error *err);
+/* Like ckpt_stream_write, but the whole frames in buf are encoded straight
+ * from it, not copied, and the call returns once they are in the shard:
+ * for a caller that has other work to keep the cores busy meanwhile (the
+ * mount, serving several writers at once), the copy buys no overlap. */
+int ckpt_stream_write_lent(ckpt_stream *s, const void *buf, size_t len,
+                           ckpt_error *err);
 int ckpt_stream_end(ckpt_stream *s, ckpt_error *err);   /* frees s */
 /* Like ckpt_stream_end, for a piece whose extent is known only once its
  * bytes have arrived (a file written through the mount, a byte object of

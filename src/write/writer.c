@@ -860,14 +860,16 @@ static int stream_error(ckpt_stream *s, ckpt_error *err)
     return s->rc;
 }
 
-int ckpt_stream_write(ckpt_stream *s, const void *buf, size_t len,
-                      ckpt_error *err)
+/* ckpt_stream_write, and with lend ckpt_stream_write_lent (named `call`
+ * in messages). */
+static int stream_write(ckpt_stream *s, const void *buf, size_t len,
+                        int lend, const char *call, ckpt_error *err)
 {
     const unsigned char *p = buf;
     if (!s)
-        return ckpt_err_null(err, "ckpt_stream_write", "stream");
+        return ckpt_err_null(err, call, "stream");
     if (!buf && len)
-        return ckpt_err_null(err, "ckpt_stream_write", "buf");
+        return ckpt_err_null(err, call, "buf");
     if (s->rc)
         return stream_error(s, err);
     if (len > s->rec.raw_bytes - s->received)
@@ -878,7 +880,7 @@ int ckpt_stream_write(ckpt_stream *s, const void *buf, size_t len,
     s->received += len;
     while (len && !s->rc) {
         if (s->fill == 0 && len >= s->frame &&
-            (s->lend || len >= (size_t)s->depth * s->frame)) {
+            (lend || s->lend || len >= (size_t)s->depth * s->frame)) {
             /* Whole frames straight from the caller's buffer: worth it
              * for a buffer larger than the ring, which copying could not
              * take in without waiting anyway, and for ckpt_writer_put,
@@ -907,6 +909,18 @@ int ckpt_stream_write(ckpt_stream *s, const void *buf, size_t len,
     if (s->borrowed)
         drain_all(s);
     return s->rc ? stream_error(s, err) : 0;
+}
+
+int ckpt_stream_write(ckpt_stream *s, const void *buf, size_t len,
+                      ckpt_error *err)
+{
+    return stream_write(s, buf, len, 0, "ckpt_stream_write", err);
+}
+
+int ckpt_stream_write_lent(ckpt_stream *s, const void *buf, size_t len,
+                           ckpt_error *err)
+{
+    return stream_write(s, buf, len, 1, "ckpt_stream_write_lent", err);
 }
 
 /* Makes s record `actual` instead of the piece it began with (see

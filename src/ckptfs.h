@@ -237,12 +237,18 @@ int ckpt_writer_set_meta(ckpt_writer *w, const char *key, const char *value,
  * (format_version, created, producer, world_size, identity, a delta's
  * base): a copy of a checkpoint's metadata leaves these out. */
 int ckpt_meta_reserved(const char *key);
-/* Makes every recorded piece durable: syncs the shard, then appends the
- * pieces to the local plan and syncs it. */
+/* Records every closed piece in the local plan (after an fdatasync of the
+ * shard, with sync = 1, which the plan notes so that the commit does not
+ * sync it again).  Only ckpt_commit makes a checkpoint durable; a save
+ * cut by a restart of its host is refused by a commit there
+ * (docs/GUARANTEES.md, "Which sync makes which promise"). */
 int ckpt_writer_flush(ckpt_writer *w, ckpt_error *err);
-/* Syncs the shard and the plan file (and their directory entries) even
- * when the writer was opened with sync = 0: what ckpt_writer_flush
- * recorded so far survives a crash of the machine. */
+/* Syncs the shard (fdatasync), even when the writer was opened with
+ * sync = 0, and closes and reopens the plan file, when either changed
+ * since the last call: what ckpt_writer_flush recorded so far is where a
+ * committer on another node reads it (close-to-open consistency).  The
+ * commit makes the checkpoint durable; a save cut by a restart of its
+ * host is saved again. */
 int ckpt_writer_sync(ckpt_writer *w, ckpt_error *err);
 /* Flushes and frees the writer.  The writer is freed even on error. */
 int ckpt_writer_close(ckpt_writer *w, ckpt_error *err);

@@ -640,7 +640,7 @@ int ckpt_index_write_delta(const char *path, const char *ckpt_dir,
             w.version = 3;
     int rc = collect_files(&w);
     if (!rc)
-        rc = ckpt_db_create(&w.db, path, CKPT_INDEX_APP_ID, "OFF", sync, err);
+        rc = ckpt_db_create(&w.db, path, CKPT_INDEX_APP_ID, "OFF", err);
     if (rc) {
         free(w.files);
         free(w.file_pos);
@@ -648,8 +648,8 @@ int ckpt_index_write_delta(const char *path, const char *ckpt_dir,
     }
     rc = write_all(&w, meta, nmeta);
     rc = close_writer(&w, rc);
-    /* synchronous=FULL synced at COMMIT; this makes it explicit and also
-     * covers the header written after the last transaction. */
+    /* Written without a journal or a sync by SQLite (nobody sees the file
+     * before it is linked to index.db): one fsync of the finished file. */
     if (!rc && sync)
         rc = ckpt_fsync_path(path, err);
     if (rc)

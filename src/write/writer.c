@@ -6,8 +6,12 @@
  * are checksummed and encoded on the writer's thread pool while the caller
  * goes on, and appended to the shard in order.  Memory in flight is bounded
  * by a ring of (2 * threads + 2) frame slots per stream.  Closing a stream
- * records the piece in memory; ckpt_writer_flush makes recorded pieces
- * durable (shard fdatasync, then one plan-file transaction).
+ * records the piece in memory; ckpt_writer_flush records them in the plan
+ * file (one transaction) after the shard's fdatasync, which the plan notes
+ * so that the commit does not sync the shard again.  Neither the plan
+ * nor the data/ directory is synced here: the commit syncs what the
+ * index will point to (docs/GUARANTEES.md, "Which sync makes which
+ * promise").
  */
 #include "ckptfs.h"
 
@@ -67,6 +71,8 @@ struct ckpt_writer {
     ckpt_delta_scratch *dsc;     /* one per pool worker: base frames */
     int nworkers;
     ckpt_error failure;          /* sticky: set once the shard is broken */
+    uint64_t synced;             /* shard bytes fdatasynced */
+    int plan_dirty;              /* plan changed since ckpt_writer_sync */
     /* Frame buffers of the ring (copy and encoded output per slot), kept
      * for the next stream: a writer streams one piece at a time, and a
      * mount writes many small pieces. */
@@ -188,7 +194,7 @@ static int open_files(ckpt_writer *w, ckpt_error *err)
     snprintf(rel, sizeof rel, ".pending/%s.plan", w->name);
     rc = ckpt_path_join(path, sizeof path, w->dir, rel, err);
     if (rc == 0) {
-        rc = ckpt_planfile_create(&w->plan, path, w->name, w->opts.sync, err);
+        rc = ckpt_planfile_create(&w->plan, path, w->name, err);
         if (rc)
             ckpt_err_wrap(err, rc, "cannot create the local plan");
     }
@@ -346,15 +352,22 @@ int ckpt_writer_set_meta(ckpt_writer *w, const char *key, const char *value,
     return rc ? ckpt_err(err, rc, "out of memory") : 0;
 }
 
-/* Syncs the shard (under mu).  A failed fdatasync may have cost bytes that
- * a later one would not report: the writer fails for good, and the save
- * is marked so that nobody commits it. */
+/* Syncs the shard (under mu) unless nothing was appended since the last
+ * sync, and notes in the plan how much is synced.  A failed fdatasync may
+ * have cost bytes that a later one would not report: the writer fails for
+ * good, and the save is marked so that nobody commits it. */
 static int sync_shard(ckpt_writer *w, ckpt_error *err)
 {
+    uint64_t size = ckpt_shard_size(w->shard);
+    if (size == w->synced)
+        return 0;
     ckpt_error e = { 0 };
     int rc = ckpt_shard_sync(w->shard, &e);
-    if (rc == 0)
+    if (rc == 0) {
+        w->synced = size;
+        ckpt_planfile_note_synced(w->plan, w->shard_rel, size);
         return 0;
+    }
     ckpt_save_mark_unsynced(w->dir, e.msg);
     if (w->failure.code == 0)
         w->failure = e;
@@ -439,6 +452,8 @@ int ckpt_writer_flush(ckpt_writer *w, ckpt_error *err)
     if (rc == 0 && w->pending.ndeclared)
         rc = ckpt_planfile_declare(w->plan, w->pending.declared,
                                    w->pending.ndeclared, err);
+    if (w->pending.npieces || w->pending.nmeta || w->pending.ndeclared)
+        w->plan_dirty = 1;
     if (rc && w->failure.code == 0 && (w->pending.npieces ||
                                        w->pending.nmeta ||
                                        w->pending.ndeclared))
@@ -458,15 +473,23 @@ int ckpt_writer_sync(ckpt_writer *w, ckpt_error *err)
         return ckpt_err_null(err, "ckpt_writer_sync", "writer");
     pthread_mutex_lock(&w->mu);
     int rc = writer_failed(w, err);
-    if (rc == 0)
-        rc = sync_shard(w, err);
-    char data[4096];
-    if (rc == 0)
-        rc = ckpt_path_join(data, sizeof data, w->dir, "data", err);
-    if (rc == 0)
-        rc = ckpt_fsync_dir(data, err);
-    if (rc == 0)
-        rc = ckpt_planfile_sync(w->plan, err);
+    int grew = ckpt_shard_size(w->shard) != w->synced;
+    if (rc == 0 && (grew || w->plan_dirty)) {
+        ckpt_error e = { 0 };
+        rc = sync_shard(w, &e);
+        /* The claim, then the plan shared with other nodes. */
+        if (rc == 0 &&
+            (rc = ckpt_planfile_append(w->plan, NULL, 0, NULL, 0, &e)))
+            ckpt_err_wrap(&e, rc, "cannot record pieces in the local plan");
+        if (rc == 0)
+            rc = ckpt_planfile_share(w->plan, &e);
+        if (rc == 0)
+            w->plan_dirty = 0;
+        else if (w->failure.code == 0)
+            w->failure = e;     /* the plan may be closed: no more appends */
+        if (rc && err)
+            *err = e;
+    }
     pthread_mutex_unlock(&w->mu);
     return rc;
 }

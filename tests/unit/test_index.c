@@ -545,7 +545,7 @@ START_TEST(test_open_refusals)
     snprintf(p, sizeof p, "%s/x.plan", fx.dir);
     ckpt_planfile *pf;
     ckpt_error err = { 0 };
-    ck_assert_int_eq(ckpt_planfile_create(&pf, p, "rank0", 0, &err), 0);
+    ck_assert_int_eq(ckpt_planfile_create(&pf, p, "rank0", &err), 0);
     ckpt_planfile_close(pf);
     open_fails(p, -EINVAL, "(it is a ckptfs local plan)");
 
@@ -667,7 +667,7 @@ START_TEST(test_planfile_roundtrip)
     snprintf(path, sizeof path, "%s/rank0.plan", fx.dir);
     ckpt_error err = { 0 };
     ckpt_planfile *pf;
-    ck_assert_int_eq(ckpt_planfile_create(&pf, path, "rank0", 1, &err), 0);
+    ck_assert_int_eq(ckpt_planfile_create(&pf, path, "rank0", &err), 0);
     ck_assert_int_eq(ckpt_planfile_append(pf, fx.m.pieces, 3, fx.m.meta, 1,
                                           &err), 0);
     ck_assert_int_eq(ckpt_planfile_append(pf, fx.m.pieces + 3,
@@ -718,7 +718,7 @@ START_TEST(test_planfile_roundtrip)
 
     /* Reading appends: a second plan adds to the same manifest. */
     snprintf(path, sizeof path, "%s/rank1.plan", fx.dir);
-    ck_assert_int_eq(ckpt_planfile_create(&pf, path, "rank1", 0, &err), 0);
+    ck_assert_int_eq(ckpt_planfile_create(&pf, path, "rank1", &err), 0);
     ckpt_kv kv = { (char *)"step", (char *)"101", NULL };
     ck_assert_int_eq(ckpt_planfile_append(pf, fx.m.pieces, 1, &kv, 1, &err),
                      0);
@@ -746,7 +746,7 @@ START_TEST(test_plans_to_index)
     for (int w = 0; w < 2; w++) {
         snprintf(path, sizeof path, "%s/%s.plan", fx.dir, writers[w]);
         ckpt_planfile *pf;
-        ck_assert_int_eq(ckpt_planfile_create(&pf, path, writers[w], 0, &err),
+        ck_assert_int_eq(ckpt_planfile_create(&pf, path, writers[w], &err),
                          0);
         for (size_t i = 0; i < fx.m.npieces; i++)
             if (!strcmp(fx.m.pieces[i].writer, writers[w]))
@@ -816,7 +816,8 @@ START_TEST(test_plans_read_many)
     ckpt_manifest_init(&mm);
     ckpt_manifest_init(&m1);
     ck_assert_msg(ckpt_planfile_read_many(fx.dir, list, NPLANS, 3, &many, &mm,
-                                          &err) == 0, "%s", err.msg);
+                                          NULL, NULL, &err) == 0,
+                  "%s", err.msg);
     for (int w = 0; w < NPLANS; w++) {
         snprintf(path, sizeof path, "%s/%s", fx.dir, names[w]);
         ck_assert_int_eq(ckpt_planfile_read_pieces(path, &one, &m1, &err), 0);
@@ -856,7 +857,7 @@ START_TEST(test_plans_read_many)
     ckpt_pieces_init(&many);
     ckpt_manifest_init(&mm);
     ck_assert_int_eq(ckpt_planfile_read_many(fx.dir, list, NPLANS, 4, &many,
-                                             &mm, &err), -EINVAL);
+                                             &mm, NULL, NULL, &err), -EINVAL);
     ck_assert_msg(strstr(err.msg, "r05.plan") != NULL, "%s", err.msg);
     ckpt_pieces_free(&many);
     ckpt_pieces_free(&one);
@@ -875,17 +876,17 @@ START_TEST(test_planfile_refusals)
     snprintf(path, sizeof path, "%s/a.plan", fx.dir);
     ckpt_error err = { 0 };
     ckpt_planfile *pf;
-    ck_assert_int_eq(ckpt_planfile_create(&pf, path, "", 0, &err), -EINVAL);
-    ck_assert_int_eq(ckpt_planfile_create(&pf, path, "rank0", 0, &err), 0);
+    ck_assert_int_eq(ckpt_planfile_create(&pf, path, "", &err), -EINVAL);
+    ck_assert_int_eq(ckpt_planfile_create(&pf, path, "rank0", &err), 0);
     ckpt_planfile_close(pf);
-    ck_assert_int_eq(ckpt_planfile_create(&pf, path, "rank0", 0, &err),
+    ck_assert_int_eq(ckpt_planfile_create(&pf, path, "rank0", &err),
                      -EEXIST);
     expect_msg(&err, path);
 
     /* A failed append leaves the plan as it was. */
     make_pieces(&fx);
     snprintf(path, sizeof path, "%s/b.plan", fx.dir);
-    ck_assert_int_eq(ckpt_planfile_create(&pf, path, "rank0", 0, &err), 0);
+    ck_assert_int_eq(ckpt_planfile_create(&pf, path, "rank0", &err), 0);
     char *file = fx.m.pieces[1].file;
     fx.m.pieces[1].file = NULL;
     ck_assert_int_eq(ckpt_planfile_append(pf, fx.m.pieces, 2, NULL, 0, &err),
@@ -916,6 +917,72 @@ START_TEST(test_planfile_refusals)
 }
 END_TEST
 
+/* Sets info `key` of plan `path` to `value` behind the plan's back. */
+static void set_info(const char *path, const char *key, const char *value)
+{
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+    char *sql = sqlite3_mprintf("UPDATE info SET value = %Q WHERE key = %Q",
+                                value, key);
+    ck_assert_int_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_changes(db), 1);
+    sqlite3_free(sql);
+    sqlite3_close(db);
+}
+
+/* The synced-shard claim reaches the committer, and a plan last written
+ * on this host in another boot (a restart: its unsynced appends may be
+ * lost) is refused; one written on another host is not. */
+START_TEST(test_planfile_claims)
+{
+    fixture fx;
+    make_dir(&fx, "");
+    make_pieces(&fx);
+    char path[PATH_MAX], host[256] = "";
+    snprintf(path, sizeof path, "%s/rank0.plan", fx.dir);
+    ckpt_error err = { 0 };
+    ckpt_planfile *pf;
+    ck_assert_int_eq(ckpt_planfile_create(&pf, path, "rank0", &err), 0);
+    ckpt_planfile_note_synced(pf, "data/rank0.shard", 123456);
+    ck_assert_int_eq(ckpt_planfile_append(pf, fx.m.pieces, 2, NULL, 0, &err),
+                     0);
+    ckpt_planfile_close(pf);
+
+    ckpt_pieces tab;
+    ckpt_manifest m;
+    ckpt_plan_synced got;
+    ckpt_pieces_init(&tab);
+    ckpt_manifest_init(&m);
+    int rc = ckpt_planfile_read_synced(path, &tab, &m, &got, &err);
+    ck_assert_msg(rc == 0, "read: %s", err.msg);
+    ck_assert_int_eq(got.has, 1);
+    ck_assert_uint_eq(got.bytes, 123456);
+    ck_assert_str_eq(got.file, "data/rank0.shard");
+    ck_assert_uint_eq(tab.n, 2);
+
+    if (access("/proc/sys/kernel/random/boot_id", R_OK) == 0 &&
+        gethostname(host, sizeof host - 1) == 0) {
+        char other[400];
+        snprintf(other, sizeof other, "%s 00000000-0000-0000-0000-0000000"
+                 "00000", host);
+        set_info(path, "unsynced", other);
+        ck_assert_int_eq(ckpt_planfile_read_synced(path, &tab, &m, &got,
+                                                   &err), -ESTALE);
+        expect_msg(&err, "before it restarted");
+        expect_msg(&err, "rank0.plan");
+        snprintf(other, sizeof other, "not-%s 00000000-0000-0000-0000-"
+                 "000000000000", host);
+        set_info(path, "unsynced", other);
+        ck_assert_int_eq(ckpt_planfile_read_synced(path, &tab, &m, &got,
+                                                   &err), 0);
+    }
+    ckpt_pieces_free(&tab);
+    ckpt_manifest_free(&m);
+    ckpt_manifest_free(&fx.m);
+    rm_tree(fx.dir);
+}
+END_TEST
+
 static Suite *index_suite(void)
 {
     Suite *s = suite_create("index");
@@ -934,6 +1001,7 @@ static Suite *index_suite(void)
     tcase_add_test(tc, test_plans_to_index);
     tcase_add_test(tc, test_plans_read_many);
     tcase_add_test(tc, test_planfile_refusals);
+    tcase_add_test(tc, test_planfile_claims);
     suite_add_tcase(s, tc);
     return s;
 }

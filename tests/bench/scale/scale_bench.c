@@ -252,7 +252,7 @@ static void gen_writer(gen_ctx *g, long r)
     ckpt_planfile *pf;
     ckpt_error err = { 0 };
     ckpt_kv meta = { "step", "1000", NULL };
-    if (ckpt_planfile_create(&pf, plan, writer, 0, &err) ||
+    if (ckpt_planfile_create(&pf, plan, writer, &err) ||
         ckpt_planfile_append(pf, g->recs, (size_t)j->tensors, &meta, 1, &err))
         die("%s", err.msg);
     ckpt_planfile_close(pf);

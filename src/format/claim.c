@@ -158,8 +158,14 @@ static int move_aside(int pfd, const char *token, const char *aside)
     return was ? 1 : -EBUSY;
 }
 
-/* Writes who we are into the claim's own file, synced. */
-static int write_claim(ckpt_claim *c, const holder *me, ckpt_error *err)
+/* Writes who we are into the claim's own file, then closes and reopens
+ * it: a close is what makes the bytes visible to other clients of a
+ * network file system (close-to-open), before the link publishes the
+ * name.  Not synced: a claim need not survive a crash (its host's boot id
+ * changes, which makes it dead), and a save makes at most shards + 4 sync
+ * calls (docs/GUARANTEES.md). */
+static int write_claim(ckpt_claim *c, int pfd, const holder *me,
+                       ckpt_error *err)
 {
     char text[512];
     int n = snprintf(text, sizeof text, "ckptfs commit claim\nhost %s\n"
@@ -167,10 +173,18 @@ static int write_claim(ckpt_claim *c, const holder *me, ckpt_error *err)
                      me->host, me->boot, me->pidns, me->pid, c->token,
                      (long long)time(NULL));
     int rc = ckpt_write_full(c->fd, text, (size_t)n, c->own, err);
-    if (rc == 0 && fsync(c->fd) != 0)
-        rc = ckpt_err_sys(err, -errno, "cannot sync %s/.pending/%s",
-                          c->dir, c->own);
-    return rc;
+    if (rc)
+        return rc;
+    int closed = close(c->fd);
+    c->fd = -1;
+    if (closed != 0)
+        return ckpt_err_sys(err, -errno, "cannot write %s/.pending/%s",
+                            c->dir, c->own);
+    int fd = ckpt_pending_file(pfd, c->dir, c->own, O_RDWR, err);
+    if (fd < 0)
+        return fd;
+    c->fd = fd;
+    return 0;
 }
 
 /* The link of the own file to the claim's name, until it holds or a live
@@ -226,7 +240,7 @@ int ckpt_claim_take(ckpt_claim **out, const char *dir, ckpt_error *err)
     if (rc == 0) {
         c->fd = ckpt_pending_file(pfd, dir, c->own,
                                   O_RDWR | O_CREAT | O_EXCL, err);
-        rc = c->fd < 0 ? c->fd : write_claim(c, &me, err);
+        rc = c->fd < 0 ? c->fd : write_claim(c, pfd, &me, err);
     }
     if (rc == 0)
         rc = link_claim(c, pfd, err);

@@ -801,7 +801,7 @@ START_TEST(test_plans_read_many)
         char writer[16];
         snprintf(writer, sizeof writer, "r%02d", w);
         ckpt_planfile *pf;
-        ck_assert_int_eq(ckpt_planfile_create(&pf, path, writer, 0, &err), 0);
+        ck_assert_int_eq(ckpt_planfile_create(&pf, path, writer, &err), 0);
         /* a different number of pieces per plan */
         ck_assert_int_eq(ckpt_planfile_append(pf, fx.m.pieces,
                                               1 + (size_t)w % fx.m.npieces,

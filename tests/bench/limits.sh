@@ -1,0 +1,58 @@
+# limits.sh - sourced by run.sh and mount.sh: a figure judged against the
+# limit of its regime (issue 26),
+#
+#   limit = min(storage speed / stored-raw ratio, codec speed per core x cores)
+#
+# both measured in the same run: the storage speed by cat (reads, cold or
+# warm) or dd conv=fdatasync (writes) of the raw bytes in this regime, the
+# codec speed by bench_core decode (loads) or encode (saves) on one thread.
+# A load that reads fewer bytes than it returns can go faster than the
+# storage by 1 / ratio; it cannot go faster than its decoders.
+
+# limit_header: the column titles of limit_line.
+limit_header() {
+    printf "  %-40s %7s %7s  %-34s %6s %7s %s\n" figure "GB/s" limit \
+        "= min(storage / ratio, codec x n)" "frac" target verdict
+}
+
+# limit_line LABEL FIG_GBPS STORAGE_GBPS RATIO CODEC_MBPS NCPU WANT: prints
+# the figure, its limit and which side bounds it, the fraction and the
+# verdict (met when fraction >= WANT; no verdict for an empty WANT); sets
+# limit_missed=1 on a miss.  An
+# empty figure or storage speed prints "not measured"; an empty codec
+# speed leaves the storage alone as the limit.
+limit_line() {
+    local label=$1 fig=$2 sto=$3 ratio=$4 codec=$5 n=$6 want=$7 out
+    if [[ -z $fig || -z $sto || -z $ratio ]]; then
+        printf "  %-40s not measured\n" "$label"
+        return 0
+    fi
+    out=$(awk -v f="$fig" -v s="$sto" -v r="$ratio" -v c="$codec" -v n="$n" -v w="$want" 'BEGIN {
+        a = s / r; b = (c == "") ? 0 : c * n / 1000
+        lim = (b > 0 && b < a) ? b : a
+        side = (b > 0 && b < a) ? "codec" : "storage"
+        frac = f / lim
+        printf "%7.2f %7.2f  %5.2f/%.3f | %-15s %-7s %5.2fx %7s %s", f, lim, s, r,
+            (c == "") ? "-" : sprintf("%.0f MB/s x %d", c, n), side, frac,
+            (w == "") ? "-" : sprintf("%.2fx", w),
+            (w == "") ? "(information)" : (frac >= w) ? "met" : "NOT MET" }')
+    [[ $out == *"NOT MET" ]] && limit_missed=1
+    printf "  %-40s %s\n" "$label" "$out"
+}
+
+# regime_line: one line saying which regime this run measures.
+regime_line() {
+    if [[ ${CKPT_BENCH_REGIME:-unthrottled} == throttled ]]; then
+        echo "regime: storage throttled to ${CKPT_THROTTLE_MBPS:-?} MB/s (cgroup v1 blkio on ${CKPT_THROTTLE_DEV:-?}: reads, and the writeback of the savers' own syncs)"
+    else
+        echo "regime: unthrottled (the storage's own speed)"
+    fi
+}
+
+# throttle_charged: what the throttled group was charged so far, if any.
+throttle_charged() {
+    local f=${CKPT_THROTTLE_GROUP:-}/blkio.throttle.io_service_bytes
+    [[ -n ${CKPT_THROTTLE_GROUP:-} && -r $f ]] || return 0
+    awk -v d="${CKPT_THROTTLE_DEV:-}" '$1 == d && ($2 == "Read" || $2 == "Write") { v[$2] = $3 }
+        END { printf "bytes charged to the throttled group so far: read %.0f MB, written %.0f MB\n", v["Read"] / 1e6, v["Write"] / 1e6 }' "$f"
+}

@@ -19,7 +19,8 @@
  *       gives; --threads: application threads calling ckpt_read tensor
  *       by tensor, 0 = one ckpt_read_batch of every tensor, as
  *       ckptfs.load does; --reader-threads: the reader's decoder threads,
- *       0 = all CPUs);
+ *       0 = all CPUs; --repeat N: the load N times in a row, the median
+ *       reported: a warm load long enough to profile);
  *       after the clock stops, compares every byte with DIR/state.bin.
  *   bench_core decode DIR|- CKPT [--name NAME] [--tensor FQN]
  *       The per-core decode speed of CKPT's frames: their stored bytes are
@@ -589,16 +590,25 @@ static unsigned char *dest_alloc(uint64_t n)
 }
 
 static int cmd_load(const char *dir, const char *ckpt, const char *name,
-                    int threads, int reader_threads)
+                    int threads, int reader_threads, int repeat)
 {
     state_dict sd;
     state_read(&sd, dir);
     unsigned char *dst = dest_alloc(sd.total);
     if (threads > 64)
         threads = 64;
-    double cpu0 = cpu_s();
-    double secs = timed_load(&sd, ckpt, dst, threads, reader_threads);
-    double cpu = cpu_s() - cpu0;
+    if (repeat < 1 || repeat > 1000)
+        die("--repeat must be 1 to 1000");
+    double *sv = xmalloc((size_t)repeat * sizeof *sv);
+    double *cv = xmalloc((size_t)repeat * sizeof *cv);
+    for (int k = 0; k < repeat; k++) {
+        double cpu0 = cpu_s();
+        sv[k] = timed_load(&sd, ckpt, dst, threads, reader_threads);
+        cv[k] = cpu_s() - cpu0;
+    }
+    double secs = median(sv, repeat), cpu = median(cv, repeat);
+    free(sv);
+    free(cv);
     verify_loaded(&sd, dir, dst);
     printf("RESULT name=%s seconds=%.4f cpu_seconds=%.3f bytes_logical=%llu "
            "bytes_on_disk=%llu threads=%d reader_threads=%d verified=1",
@@ -934,7 +944,7 @@ static void usage(void)
           "       bench_core save DIR OUT --codec raw|zstd|auto [--level L] "
           "[--threads N]\n"
           "       bench_core load DIR CKPT [--name NAME] [--threads N] "
-          "[--reader-threads N]\n"
+          "[--reader-threads N] [--repeat N]\n"
           "       bench_core decode DIR|- CKPT [--name NAME] [--tensor FQN]\n"
           "       bench_core encode DIR --codec raw|zstd|auto [--name NAME]\n"
           "       bench_core copy DIR CKPT [--name NAME] [--threads N]\n"
@@ -950,6 +960,7 @@ typedef struct cli_opts {
     int level;
     int threads;
     int reader_threads;
+    int repeat;
 } cli_opts;
 
 static long parse_num(const char *s, const char *what)
@@ -983,6 +994,8 @@ static void parse_opts(cli_opts *o, int argc, char **argv, int first)
             o->threads = (int)parse_num(v, "--threads");
         else if (strcmp(k, "--reader-threads") == 0)
             o->reader_threads = (int)parse_num(v, "--reader-threads");
+        else if (strcmp(k, "--repeat") == 0)
+            o->repeat = (int)parse_num(v, "--repeat");
         else
             usage();
     }
@@ -990,7 +1003,8 @@ static void parse_opts(cli_opts *o, int argc, char **argv, int first)
 
 int main(int argc, char **argv)
 {
-    cli_opts o = { .mb = 1024, .codec = "zstd", .name = "libckptfs_load" };
+    cli_opts o = { .mb = 1024, .codec = "zstd", .name = "libckptfs_load",
+                   .repeat = 1 };
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 3)
         usage();
@@ -1012,7 +1026,7 @@ int main(int argc, char **argv)
         return cmd_save(argv[2], argv[3], o.codec, o.level, o.threads);
     if (strcmp(cmd, "load") == 0)
         return cmd_load(argv[2], argv[3], o.name, o.threads,
-                        o.reader_threads);
+                        o.reader_threads, o.repeat);
     if (strcmp(cmd, "decode") == 0)
         return cmd_decode(argv[2], argv[3], o.name, o.tensor);
     if (strcmp(cmd, "copy") == 0)

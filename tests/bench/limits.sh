@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # limits.sh - sourced by run.sh and mount.sh: a figure judged against the
 # limit of its regime (issue 26),
 #
@@ -36,6 +37,7 @@ limit_line() {
             (c == "") ? "-" : sprintf("%.0f MB/s x %d", c, n), side, frac,
             (w == "") ? "-" : sprintf("%.2fx", w),
             (w == "") ? "(information)" : (frac >= w) ? "met" : "NOT MET" }')
+    # shellcheck disable=SC2034  # read by the scripts that source this file
     [[ $out == *"NOT MET" ]] && limit_missed=1
     printf "  %-40s %s\n" "$label" "$out"
 }

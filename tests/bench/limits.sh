@@ -12,34 +12,47 @@
 
 # limit_header: the column titles of limit_line.
 limit_header() {
-    printf "  %-40s %7s %7s  %-34s %6s %7s %s\n" figure "GB/s" limit \
-        "= min(storage / ratio, codec x n)" "frac" target verdict
+    printf "  %-40s %7s %7s  %-34s %6s %7s %-8s %s\n" figure "GB/s" limit \
+        "= min(storage / ratio, codec x n)" "frac" target verdict "codec cpu"
 }
 
-# limit_line LABEL FIG_GBPS STORAGE_GBPS RATIO CODEC_MBPS NCPU WANT: prints
-# the figure, its limit and which side bounds it, the fraction and the
-# verdict (met when fraction >= WANT; no verdict for an empty WANT); sets
-# limit_missed=1 on a miss.  An
-# empty figure or storage speed prints "not measured"; an empty codec
-# speed leaves the storage alone as the limit.
+# limit_line LABEL FIG_GBPS STORAGE_GBPS RATIO CODEC_MBPS NCPU WANT
+# [FIG_CPU_S BYTES]: prints the figure, its limit and which side bounds
+# it, the fraction and the verdict (met when fraction >= WANT; no verdict
+# for an empty WANT); sets limit_missed=1 on a miss.  An empty figure or
+# storage speed prints "not measured"; an empty codec speed leaves the
+# storage alone as the limit.  With the figure's CPU seconds and bytes,
+# the last column is the codec's CPU time for those bytes / the figure's
+# (1: the figure spent nothing besides the codec): on a machine whose
+# cores others share, the wall-time fraction of a codec-bound figure
+# measures the neighbours, this share what the figure would reach with its
+# cores free.
 limit_line() {
-    local label=$1 fig=$2 sto=$3 ratio=$4 codec=$5 n=$6 want=$7 out
+    local label=$1 fig=$2 sto=$3 ratio=$4 codec=$5 n=$6 want=$7 cpu=${8:-} bytes=${9:-} out
     if [[ -z $fig || -z $sto || -z $ratio ]]; then
         printf "  %-40s not measured\n" "$label"
         return 0
     fi
-    out=$(awk -v f="$fig" -v s="$sto" -v r="$ratio" -v c="$codec" -v n="$n" -v w="$want" 'BEGIN {
+    out=$(awk -v f="$fig" -v s="$sto" -v r="$ratio" -v c="$codec" -v n="$n" -v w="$want" \
+        -v cpu="$cpu" -v by="$bytes" 'BEGIN {
         a = s / r; b = (c == "") ? 0 : c * n / 1000
         lim = (b > 0 && b < a) ? b : a
         side = (b > 0 && b < a) ? "codec" : "storage"
         frac = f / lim
-        printf "%7.2f %7.2f  %5.2f/%.3f | %-15s %-7s %5.2fx %7s %s", f, lim, s, r,
+        share = (c != "" && cpu + 0 > 0 && by + 0 > 0) ? sprintf("%.2f", by / (c * 1e6) / cpu) : "-"
+        printf "%7.2f %7.2f  %5.2f/%.3f | %-15s %-7s %5.2fx %7s %-8s %s", f, lim, s, r,
             (c == "") ? "-" : sprintf("%.0f MB/s x %d", c, n), side, frac,
             (w == "") ? "-" : sprintf("%.2fx", w),
-            (w == "") ? "(information)" : (frac >= w) ? "met" : "NOT MET" }')
+            (w == "") ? "(info)" : (frac >= w) ? "met" : "NOT MET", share }')
     # shellcheck disable=SC2034  # read by the scripts that source this file
-    [[ $out == *"NOT MET" ]] && limit_missed=1
+    [[ $out == *"NOT MET"* ]] && limit_missed=1
     printf "  %-40s %s\n" "$label" "$out"
+}
+
+# load_note: a warning when other work shared the CPUs (load average above
+# the CPU count): codec-bound fractions are then not to be trusted.
+load_note() {
+    awk -v n="$(nproc)" '{ if ($1 > n) printf "NOTE: load average %s on %d CPUs: other work shared the cores; judge codec-bound figures by their codec cpu share, not their wall-time fraction\n", $1, n }' /proc/loadavg
 }
 
 # regime_line: one line saying which regime this run measures.

@@ -483,6 +483,7 @@ for k in raw zstd auto autobf16; do
     limit_line "${label%, cold}, warm" "$(gb "ckptfs_${k}_warm")" "$(gb flat_warm)" 1 "" "$(nproc)" 0.8
 done
 (( cold )) || echo "  cold reads: not judged (page cache not dropped)"
+load_note
 (( limit_missed )) && missed=1
 throttle_charged
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg) (above $(nproc) means other work shared the CPUs)"

@@ -441,6 +441,9 @@ stored_ratio() { stats_of "libckptfs_save_$1" | awk '{ printf "%.4f", $5 / $4 }'
 # per_core NAME: logical MB per CPU second of a bench_core decode/encode.
 per_core() { stats_of "$1" | awk '{ if ($6 > 0) printf "%.0f", $4 / $6 / 1e6 }'; }
 
+# cpu_of NAME: NAME's median CPU seconds, or nothing.
+cpu_of() { stats_of "$1" | awk '$6 != "-" { print $6 }'; }
+
 # The targets of issue 26: every library save and load against the limit of
 # this regime (limits.sh): saves and cold loads >= 0.9x, warm loads
 # >= 0.85x (the warm auto load's limit is its decoders: item 4).
@@ -452,13 +455,15 @@ regime_targets() {
     limit_header
     for c in auto raw zstd; do
         limit_line "save $c" "$(gbps "libckptfs_save_$c")" "$(gbps flat_write)" \
-            "$(stored_ratio "$c")" "$(per_core "encode_${c}_1core")" "$n" 0.9
+            "$(stored_ratio "$c")" "$(per_core "encode_${c}_1core")" "$n" 0.9 \
+            "$(cpu_of "libckptfs_save_$c")" "$logical"
     done
     if (( cold )); then
         for c in auto raw zstd; do
             limit_line "load $c, cold" "$(gbps "libckptfs_load_${c}_cold")" \
                 "$(gbps flat_read_cold)" "$(stored_ratio "$c")" \
-                "$(per_core "decode_${c}_1core")" "$n" 0.9
+                "$(per_core "decode_${c}_1core")" "$n" 0.9 \
+                "$(cpu_of "libckptfs_load_${c}_cold")" "$logical"
         done
     else
         echo "  cold loads: not measured (page cache not dropped)"
@@ -466,12 +471,14 @@ regime_targets() {
     for c in auto raw zstd; do
         limit_line "load $c, warm" "$(gbps "libckptfs_load_${c}_warm")" \
             "$(gbps flat_read_warm)" "$(stored_ratio "$c")" \
-            "$(per_core "decode_${c}_1core")" "$n" 0.85
+            "$(per_core "decode_${c}_1core")" "$n" 0.85 \
+            "$(cpu_of "libckptfs_load_${c}_warm")" "$logical"
     done
     echo "  for information, DCP (no codec: the storage's speed is its limit):"
     limit_line "DCP save" "$(gbps dcp_save)" "$(gbps flat_write)" 1 "" "$n" ""
     (( cold )) && limit_line "DCP load, cold" "$(gbps dcp_load_cold)" "$(gbps flat_read_cold)" 1 "" "$n" ""
     limit_line "DCP load, warm" "$(gbps dcp_load_warm)" "$(gbps flat_read_warm)" 1 "" "$n" ""
+    load_note
 }
 
 ckpt_summary() {

@@ -599,7 +599,6 @@ static int cmd_load(const char *dir, const char *ckpt, const char *name,
         threads = 64;
     if (repeat < 1 || repeat > 1000)
         die("--repeat must be 1 to 1000");
-    warm_own_files();           /* only the checkpoint is cold */
     double *sv = xmalloc((size_t)repeat * sizeof *sv);
     double *cv = xmalloc((size_t)repeat * sizeof *cv);
     for (int k = 0; k < repeat; k++) {

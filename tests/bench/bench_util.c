@@ -169,28 +169,3 @@ void state_free(state_dict *sd)
     free(sd->data);
     memset(sd, 0, sizeof *sd);
 }
-
-void warm_own_files(void)
-{
-    FILE *maps = fopen("/proc/self/maps", "r");
-    char line[4096], last[4096] = "";
-    static char buf[1 << 20];
-    if (!maps)
-        return;
-    while (fgets(line, sizeof line, maps)) {
-        char *path = strchr(line, '/');
-        if (!path)
-            continue;
-        path[strcspn(path, "\n")] = '\0';
-        if (strcmp(path, last) == 0)
-            continue;
-        snprintf(last, sizeof last, "%s", path);
-        int fd = open(path, O_RDONLY);
-        if (fd < 0)
-            continue;             /* gone, or not ours to read: nothing to warm */
-        while (read(fd, buf, sizeof buf) > 0)
-            ;
-        close(fd);
-    }
-    fclose(maps);
-}

@@ -53,12 +53,6 @@ void pread_full(int fd, void *buf, size_t len, uint64_t off,
 void pwrite_full(int fd, const void *buf, size_t len, uint64_t off,
                  const char *path);
 
-/* Reads every file the process has mapped (its binary, its shared
- * libraries) into the page cache: a cold load's clock then counts the
- * checkpoint's cold bytes, not the first page-in of the loader's code
- * after drop_caches. */
-void warm_own_files(void);
-
 /* Reads DIR/state.idx into *sd (data NULL), or dies naming the line. */
 void state_read(state_dict *sd, const char *dir);
 /* Reads all of DIR/state.bin into sd->data. */

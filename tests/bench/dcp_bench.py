@@ -107,34 +107,10 @@ def verify(state_dir, tensors, state):
                      "saved bytes")
 
 
-def warm_own_files():
-    """Reads every file this process has mapped (the interpreter, torch's
-    and NumPy's libraries, libckptfs) into the page cache, before a
-    cold load's clock starts: after drop_caches they are as cold as the
-    checkpoint, and the code a load touches for the first time would be
-    paged in inside the clock (3.5 s and 0.48 CPU s against 0.46 s and
-    0.06 CPU s for a 256 MiB ckptfs.load, measured): a running job has
-    its libraries in memory, only the checkpoint is cold."""
-    seen = set()
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            parts = line.split(None, 5)
-            path = parts[5].strip() if len(parts) == 6 else ""
-            if path.startswith("/") and path not in seen:
-                seen.add(path)
-                try:
-                    with open(path, "rb") as f:
-                        while f.read(1 << 22):
-                            pass
-                except OSError:
-                    pass          # gone or not a regular file: nothing to warm
-
-
 def cmd_load(state_dir, ckpt, name):
     tensors = read_manifest(state_dir)
     state = {fqn: torch.zeros(shape, dtype=DTYPES[dt][0])
              for fqn, dt, shape, _, _ in tensors}
-    warm_own_files()
     c0, t0 = time.process_time(), time.perf_counter()
     load_state_dict(state, FileSystemReader(ckpt), no_dist=True)
     secs, cpu = time.perf_counter() - t0, time.process_time() - c0

@@ -89,7 +89,6 @@ def _time_load(state_dir, ckpt, name, load):
     db = _dcp_bench()
     tensors = db.read_manifest(state_dir)
     state = _zeros(db, tensors)
-    db.warm_own_files()
     secs, cpu = _timed(lambda: load(db, state))
     db.verify(state_dir, tensors, state)
     db.report(name, secs, cpu, tensors, ckpt, " verified=1")

@@ -13,7 +13,8 @@
 #define CKPT_INDEX_APP_ID 0x636b7074   /* "ckpt": index.db */
 #define CKPT_PLAN_APP_ID  0x636b706c   /* "ckpl": a writer's plan file */
 /* The user_version a new index or plan starts with; an index whose frames
- * refer to a base checkpoint's is raised to CKPT_FORMAT_VERSION (2). */
+ * refer to a base checkpoint's is raised to 2, one with packed tensors to
+ * 3 (CKPT_FORMAT_VERSION). */
 #define CKPT_DB_VERSION 1
 
 struct sqlite3;

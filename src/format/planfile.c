@@ -9,6 +9,7 @@
 #include "format/db.h"
 #include "common/error.h"
 #include "common/fileio.h"
+#include "common/pool.h"
 #include "common/shape.h"
 
 #include <errno.h>
@@ -280,7 +281,7 @@ typedef struct preader {
     size_t base;            /* the plan's first piece in tab */
     ckpt_manifest m;        /* its metadata */
     int64_t *ids;           /* pieces.id per piece read, ascending */
-    size_t nids;
+    size_t nids, ids_cap;
     size_t next;            /* frames: the piece being filled */
     ckpt_error *err;
 } preader;
@@ -311,15 +312,18 @@ static int piece_dims(preader *r, sqlite3_stmt *st, ckpt_piece_rec *p,
         return ckpt_err(r->err, -EINVAL, "%s: tensor '%s' (piece %lld): "
                         "unknown dtype '%s'", r->path, p->fqn, (long long)id,
                         dt ? dt : "NULL");
-    char what[300];
-    snprintf(what, sizeof what, "tensor '%.200s' piece %lld", p->fqn,
-             (long long)id);
     int64_t *dims[3] = { p->shape, p->offsets, p->sizes };
     for (int c = 0; c < 3; c++) {
-        int n = ckpt_db_dims((const char *)sqlite3_column_text(st, 3 + c),
-                             dims[c], r->path, what, r->err);
-        if (n < 0)
-            return n;
+        const char *text = (const char *)sqlite3_column_text(st, 3 + c);
+        int n = ckpt_db_dims(text, dims[c], r->path, "", r->err);
+        if (n < 0) {
+            /* Again, for the message: named only when it is needed (a
+             * committer reads millions of pieces). */
+            char what[300];
+            snprintf(what, sizeof what, "tensor '%.200s' piece %lld",
+                     p->fqn, (long long)id);
+            return ckpt_db_dims(text, dims[c], r->path, what, r->err);
+        }
         if (c > 0 && n != p->ndim)
             return plan_damaged(r, "shape, offsets and sizes differ in "
                                 "length", id);
@@ -336,10 +340,10 @@ static int piece_row(void *arg, sqlite3_stmt *st)
     const char *file = (const char *)sqlite3_column_text(st, 6);
     if (!fqn || !file)
         return plan_damaged(r, "piece without fqn or file", id);
-    int64_t *ids = realloc(r->ids, (r->nids + 1) * sizeof *ids);
-    if (!ids)
+    if (ckpt_array_reserve((void **)&r->ids, &r->ids_cap, r->nids + 1,
+                           sizeof *r->ids))
         return ckpt_err(r->err, -ENOMEM, "%s: out of memory", r->path);
-    r->ids = ids;
+    int64_t *ids = r->ids;
     /* A record to copy into the table: its strings are only read. */
     ckpt_piece_rec p = { .fqn = (char *)fqn, .file = (char *)file,
                          .writer = r->writer };
@@ -498,6 +502,83 @@ int ckpt_planfile_read_pieces(const char *path, ckpt_pieces *tab,
     ckpt_manifest_free(&r.m);
     free(r.ids);
     free(r.writer);
+    return rc;
+}
+
+/* One plan read by a worker of ckpt_planfile_read_many into its own
+ * table. */
+typedef struct read_slot {
+    char path[4096];
+    ckpt_pieces tab;
+    ckpt_manifest meta;
+    ckpt_error err;
+    int rc;
+    ckpt_taskgroup *g;
+} read_slot;
+
+static void read_task(void *arg, int worker)
+{
+    (void)worker;
+    read_slot *s = arg;
+    s->rc = ckpt_planfile_read_pieces(s->path, &s->tab, &s->meta, &s->err);
+    ckpt_tg_done(s->g);
+}
+
+/* Reads slots[0..m), plans names[0..m) under dir, on the pool, then
+ * appends them in order; the first failure in that order is reported. */
+static int read_batch(ckpt_pool *pool, read_slot *slots, size_t m,
+                      const char *dir, char *const *names, ckpt_pieces *tab,
+                      ckpt_manifest *meta, ckpt_error *err)
+{
+    ckpt_taskgroup g;
+    ckpt_tg_init(&g);
+    int rc = 0;
+    for (size_t k = 0; k < m && !rc; k++) {
+        ckpt_pieces_init(&slots[k].tab);
+        ckpt_manifest_init(&slots[k].meta);
+        slots[k].err = (ckpt_error){ 0 };
+        slots[k].g = &g;
+        rc = ckpt_path_join(slots[k].path, sizeof slots[k].path, dir,
+                            names[k], err);
+    }
+    if (!rc)
+        ckpt_pool_run_tasks(pool, read_task, slots, m, sizeof *slots, &g);
+    ckpt_tg_destroy(&g);
+    for (size_t k = 0; k < m; k++) {
+        if (!rc && slots[k].rc) {
+            *err = slots[k].err;
+            rc = slots[k].rc;
+        }
+        if (!rc && (ckpt_pieces_append(tab, &slots[k].tab) ||
+                    ckpt_manifest_take(meta, &slots[k].meta)))
+            rc = ckpt_err(err, -ENOMEM, "%s: out of memory", slots[k].path);
+        ckpt_pieces_free(&slots[k].tab);
+        ckpt_manifest_free(&slots[k].meta);
+    }
+    return rc;
+}
+
+int ckpt_planfile_read_many(const char *dir, char *const *names, size_t n,
+                            int threads, ckpt_pieces *tab,
+                            ckpt_manifest *meta, ckpt_error *err)
+{
+    if (threads <= 0)
+        threads = ckpt_cpu_count();
+    if ((size_t)threads > n)
+        threads = n ? (int)n : 1;
+    /* A few plans per thread at a time: little memory held twice. */
+    size_t batch = 4 * (size_t)threads;
+    read_slot *slots = calloc(batch, sizeof *slots);
+    ckpt_pool *pool = NULL;
+    if (!slots)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    int rc = ckpt_pool_create(&pool, threads > 1 ? threads - 1 : 1, err);
+    for (size_t at = 0; !rc && at < n; at += batch)
+        rc = read_batch(pool, slots, n - at < batch ? n - at : batch, dir,
+                        names + at, tab, meta, err);
+    if (pool)
+        ckpt_pool_destroy(pool);
+    free(slots);
     return rc;
 }
 

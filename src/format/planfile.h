@@ -38,5 +38,13 @@ int ckpt_planfile_read(const char *path, ckpt_manifest *m, ckpt_error *err);
  * to tab (on error it may hold some of them), metadata to meta. */
 int ckpt_planfile_read_pieces(const char *path, ckpt_pieces *tab,
                               ckpt_manifest *meta, ckpt_error *err);
+/* Reads the plans names[0..n) in folder dir into tab and meta, as
+ * ckpt_planfile_read_pieces of each in that order would, on `threads`
+ * threads (<= 0: one per CPU; the caller's is one of them): a 16k-rank
+ * save's commit reads 16k plans.  The first plan in that order that
+ * cannot be read is reported. */
+int ckpt_planfile_read_many(const char *dir, char *const *names, size_t n,
+                            int threads, ckpt_pieces *tab,
+                            ckpt_manifest *meta, ckpt_error *err);
 
 #endif

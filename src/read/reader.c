@@ -485,10 +485,13 @@ static int copy_strided(ckpt_reader *r, size_t t, size_t c, uint64_t src,
     return 0;
 }
 
-/* A delta frame (ref or xor) of fr into dst: the base frame at its
- * place, XORed with its own bytes for an xor frame. */
+/* A delta frame (ref or xor) of fr into dst, its checksum in *sum: the
+ * base frame at its place, decoded straight into dst, with an xor
+ * frame's XOR applied over it.  The bytes under an xor frame are checked
+ * only as its result; when that fails, the base frame is read again,
+ * checked, to tell a damaged base from a damaged delta. */
 static int decode_delta(const frame_ref *fr, int fd, void *dst, scratch *s,
-                        uint64_t *sum, int *summed, ckpt_error *err)
+                        uint64_t *sum, ckpt_error *err)
 {
     ckpt_reader *r = fr->r;
     const ckpt_frame_rec *f = fr->f;
@@ -499,28 +502,29 @@ static int decode_delta(const frame_ref *fr, int fd, void *dst, scratch *s,
     if (!r->bases)
         return ckpt_err(err, -EIO, "a '%s' frame in a checkpoint without "
                         "bases", ckpt_codec_name(f->codec));
-    if (f->codec == CKPT_CODEC_REF) {
-        /* The bytes are the base frame's, checked against its checksum,
-         * which must be this frame's too. */
-        *summed = 1;
+    if (f->codec == CKPT_CODEC_REF)   /* checked against the base's sum */
         return ckpt_bases_read(r->bases, f->base, &loc, fr->i, f->raw_offset,
                                f->raw_size, dst, s->codec, &s->delta, sum,
                                err);
-    }
     const unsigned char *src;
-    int rc = ckpt_sio_stored(s->io, fd, f->stored_size, f->file_offset, &src,
+    unsigned char *tmp = ckpt_delta_scratch_at(&s->delta, 0, f->raw_size);
+    int rc = tmp ? ckpt_bases_read(r->bases, f->base, &loc, fr->i,
+                                   f->raw_offset, f->raw_size, dst, s->codec,
+                                   &s->delta, NULL, err)
+                 : ckpt_err(err, -ENOMEM, "out of memory");
+    if (!rc)
+        rc = ckpt_sio_stored(s->io, fd, f->stored_size, f->file_offset, &src,
                              file_of(r, fr->t, fr->c), err);
-    unsigned char *base = rc ? NULL
-                          : ckpt_delta_scratch_at(&s->delta, 0, f->raw_size);
-    if (!rc && !base)
-        rc = ckpt_err(err, -ENOMEM, "out of memory");
     if (!rc)
+        rc = ckpt_xor_apply(s->codec, src, f->stored_size, dst, tmp,
+                            f->raw_size, err);
+    *sum = rc ? 0 : ckpt_checksum(dst, f->raw_size);
+    if (rc == 0 && *sum != f->checksum) {
+        uint64_t base_sum;
         rc = ckpt_bases_read(r->bases, f->base, &loc, fr->i, f->raw_offset,
-                             f->raw_size, base, s->codec, &s->delta, NULL,
-                             err);
-    if (!rc)
-        rc = ckpt_xor_decode(s->codec, src, f->stored_size, base, dst,
-                             f->raw_size, err);
+                             f->raw_size, tmp, s->codec, &s->delta,
+                             &base_sum, err);
+    }
     return rc;
 }
 
@@ -546,7 +550,8 @@ static int decode_frame(const frame_ref *fr, void *dst, scratch *s,
     } else if (sd) {
         rc = copy_strided(r, fr->t, fr->c, 0, f->raw_size, dst, err);
     } else if (f->codec == CKPT_CODEC_REF || f->codec == CKPT_CODEC_XOR) {
-        rc = decode_delta(fr, fd, dst, s, &sum, &summed, err);
+        rc = decode_delta(fr, fd, dst, s, &sum, err);
+        summed = 1;
     } else if (f->codec == CKPT_CODEC_RAW) {
         if (f->stored_size != f->raw_size)
             rc = ckpt_err(err, -EIO, "raw frame stores %llu bytes for %llu",

@@ -1,9 +1,12 @@
 /*
- * commit.c - the commit protocol: join the local plans that writers left in
- * <dir>/.pending, validate them with the planner, and publish index.db
- * atomically (index.db.tmp written and synced in one transaction, linked to
- * index.db so that of two committers only one can win, directory synced,
- * .pending removed).  On any error nothing is published.
+ * commit.c - the commit protocol: claim the commit (format/claim.h: a
+ * link(2) onto .pending/commit.claim, atomic on any shared file system;
+ * the flock of .pending/commit.lock is kept as an extra where locks work),
+ * join the local plans that writers left in <dir>/.pending, validate them
+ * with the planner, and publish index.db atomically (written and synced in
+ * one transaction under a name of this committer's own in .pending/,
+ * linked to index.db so that of two committers only one can win,
+ * directory synced, .pending removed).  On any error nothing is published.
  */
 #include "ckptfs.h"
 
@@ -25,12 +28,14 @@
 #include "format/db.h"
 #include "format/index.h"
 #include "format/planfile.h"
+#include "format/claim.h"
 #include "format/lease.h"
 #include "format/pending.h"
 #include "format/model.h"
 #include "format/plan.h"
 #include "write/writer.h"
 #include "write/deltasave.h"
+#include "write/supersede.h"
 #include "common/optsize.h"
 
 void ckpt_commit_opts_init(ckpt_commit_opts *o)
@@ -104,19 +109,12 @@ static int list_plans(const char *pending, name_list *out, ckpt_error *err)
 }
 
 /* Reads every plan into one compact table of pieces (a 16k-rank save's
- * plans hold millions) and their metadata into m. */
+ * plans hold millions) and their metadata into m, on a thread per CPU. */
 static int read_plans(const char *pending, const name_list *plans,
                       ckpt_pieces *all, ckpt_manifest *m, ckpt_error *err)
 {
-    char path[4096];
-    for (size_t i = 0; i < plans->n; i++) {
-        int rc = ckpt_path_join(path, sizeof path, pending, plans->v[i], err);
-        if (rc == 0)
-            rc = ckpt_planfile_read_pieces(path, all, m, err);
-        if (rc)
-            return rc;
-    }
-    return 0;
+    return ckpt_planfile_read_many(pending, plans->v, plans->n, 0, all, m,
+                                   err);
 }
 
 /* The reason recorded for a failed piece of fqn, or NULL. */
@@ -303,7 +301,7 @@ static int check_declared(const ckpt_manifest *decl, const ckpt_pieces *all,
     int rc = check_replicas(decl, all, err);
     for (size_t i = 0; rc == 0 && i < decl->ndeclared; i++) {
         const ckpt_kv *d = &decl->declared[i];
-        if (strstr(d->key, CKPT_REPLICA_MARK) ||
+        if (strstr(d->key, CKPT_REPLICA_MARK) || ckpt_supersede_is(d->key) ||
             (nhave && bsearch(&d->key, have, nhave, sizeof *have, cmp_str)))
             continue;
         const char *why = failure_of(decl, d->key);
@@ -393,27 +391,36 @@ static int add_system_meta(ckpt_manifest *meta, size_t writers,
 }
 
 /* Links tmp to final (fails with -EEXIST if a checkpoint was committed
- * meanwhile), then removes tmp and syncs the directory.  A failure after
- * the link withdraws index.db again: a commit that reports an error has
- * committed nothing (the name might not have survived a crash either). */
+ * meanwhile), then syncs the directory; tmp, a name of this committer's own
+ * in .pending/, goes with it.  The claim must still be ours right before
+ * the link (a committer taken for dead publishes nothing).  A failure to
+ * sync withdraws index.db again: a commit that reports an error has
+ * committed nothing (the name might not have survived a crash either);
+ * status reads say "committing", not "committed", until .pending/ is gone
+ * (ckpt_claim_committed). */
 static int publish(const char *dir, const char *tmp, const char *final,
-                   int sync, ckpt_error *err)
+                   ckpt_claim *claim, int sync, ckpt_error *err)
 {
-    if (link(tmp, final) != 0) {
+    int rc = ckpt_claim_check(claim, err);
+    if (rc == 0 && link(tmp, final) != 0) {
         int e = errno;
-        unlink(tmp);
-        if (e == EEXIST)
-            return ckpt_err(err, -EEXIST, "%s was committed by someone "
-                            "else meanwhile", dir);
-        return ckpt_err_sys(err, -e, "cannot publish %s", final);
+        struct stat a, b;
+        /* A link whose reply was lost (NFS) did happen: one file. */
+        int linked = stat(tmp, &a) == 0 && stat(final, &b) == 0 &&
+                     a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+        if (!linked && e == EEXIST)
+            rc = ckpt_err(err, -EEXIST, "%s was committed by someone "
+                          "else meanwhile", dir);
+        else if (!linked)
+            rc = ckpt_err_sys(err, -e, "cannot publish %s", final);
     }
-    int rc = unlink(tmp) == 0 ? 0
-             : ckpt_err_sys(err, -errno, "cannot remove %s", tmp);
-    if (rc == 0 && sync)
+    unlink(tmp);
+    if (rc)
+        return rc;
+    if (sync)
         rc = ckpt_fsync_dir(dir, err);
     if (rc) {
         unlink(final);
-        unlink(tmp);
         if (err) {
             size_t n = strlen(err->msg);
             snprintf(err->msg + n, sizeof err->msg - n, "; the index was "
@@ -480,9 +487,10 @@ static int sync_shards(const char *dir, const ckpt_pieces *all,
     return rc;
 }
 
-/* Everything under the commit lock. */
+/* Everything under the commit claim. */
 static int commit_locked(const char *dir, const char *pending,
-                         const ckpt_commit_opts *o, ckpt_error *err)
+                         ckpt_claim *claim, const ckpt_commit_opts *o,
+                         ckpt_error *err)
 {
     char tmp[4096], final[4096];
     name_list plans = { 0 };
@@ -497,7 +505,7 @@ static int commit_locked(const char *dir, const char *pending,
     ckpt_manifest_init(&meta);
     int rc = ckpt_path_join(final, sizeof final, dir, "index.db", err);
     if (rc == 0)
-        rc = ckpt_path_join(tmp, sizeof tmp, dir, "index.db.tmp", err);
+        rc = ckpt_claim_tmp(claim, tmp, sizeof tmp, err);
     if (rc == 0 && access(final, F_OK) == 0)
         rc = ckpt_err(err, -EEXIST, "%s is already committed", dir);
     if (rc == 0)
@@ -513,6 +521,9 @@ static int commit_locked(const char *dir, const char *pending,
                       "%zu", dir, o->expect_writers, plans.n);
     if (rc == 0)
         rc = read_plans(pending, &plans, &all, &all_meta, err);
+    /* A rank that ran again: its earlier attempt's pieces go. */
+    if (rc == 0)
+        rc = ckpt_supersede_apply(&all, &all_meta, NULL, err);
     if (rc == 0)
         rc = check_declared(&all_meta, &all, err);
     if (rc == 0)
@@ -529,7 +540,6 @@ static int commit_locked(const char *dir, const char *pending,
     if (rc == 0 && o->sync)
         rc = sync_shards(dir, &all, err);
     if (rc == 0) {
-        unlink(tmp);   /* left by a committer that died; we hold the lock */
         rc = ckpt_delta_commit_bases(dir, meta.meta, meta.nmeta, &all,
                                      &bases, &used, &nused, err);
         if (rc == 0 && nused && ckpt_manifest_set_meta(&meta,
@@ -545,7 +555,7 @@ static int commit_locked(const char *dir, const char *pending,
         }
     }
     if (rc == 0)
-        rc = publish(dir, tmp, final, o->sync, err);
+        rc = publish(dir, tmp, final, claim, o->sync, err);
     ckpt_plan_free(&plan);
     free(used);
     ckpt_bases_free(bases);
@@ -554,6 +564,23 @@ static int commit_locked(const char *dir, const char *pending,
     ckpt_manifest_free(&meta);
     names_free(&plans);
     return rc;
+}
+
+/* Claims the commit of dir, waiting while a live committer holds the
+ * claim: 0 with *claim; -EEXIST once that committer has committed. */
+static int claim_commit(const char *dir, ckpt_claim **claim, ckpt_error *err)
+{
+    for (;;) {
+        int rc = ckpt_claim_take(claim, dir, err);
+        if (rc == -EBUSY && ckpt_claim_committed(dir) != 1) {
+            struct timespec t = { 0, 50 * 1000000L };
+            nanosleep(&t, NULL);
+            continue;
+        }
+        if (rc == -EBUSY || (rc == -ENOENT && ckpt_claim_committed(dir) == 1))
+            return ckpt_err(err, -EEXIST, "%s is already committed", dir);
+        return rc;
+    }
 }
 
 int ckpt_commit(const char *dir, const ckpt_commit_opts *opts,
@@ -598,20 +625,27 @@ int ckpt_commit(const char *dir, const ckpt_commit_opts *opts,
         ckpt_lease_drop(lease);
         return fd;
     }
-    if (flock(fd, LOCK_EX) != 0) {
+    /* Where locks work, committers of one save queue on the lock; the
+     * claim decides wherever they do not. */
+    if (flock(fd, LOCK_EX) != 0 && errno != ENOLCK && errno != EOPNOTSUPP) {
         rc = ckpt_err_sys(err, -errno, "cannot lock %s/.pending/commit.lock",
                           dir);
         close(fd);
         ckpt_lease_drop(lease);
         return rc;
     }
-    rc = commit_locked(dir, pending, &o, err);
+    ckpt_claim *claim = NULL;
+    rc = claim_commit(dir, &claim, err);
+    if (rc == 0)
+        rc = commit_locked(dir, pending, claim, &o, err);
     /* Once index.db exists the plans are history. */
-    if (rc == 0) {
-        ckpt_error rerr = { 0 };
-        if (ckpt_remove_tree(pending, &rerr) == 0 && o.sync)
-            ckpt_fsync_dir(dir, NULL);
-    }
+    if (rc == 0 && ckpt_remove_tree(pending, NULL) == 0 && o.sync)
+        ckpt_fsync_dir(dir, NULL);
+    ckpt_claim_drop(claim);
+    /* A committer that died after publishing left its .pending/ (the
+     * claim found index.db there): finished here, index.db synced first. */
+    if (rc == -EEXIST)
+        (void)ckpt_claim_committed(dir);
     close(fd);
     ckpt_lease_drop(lease);
     return rc;

@@ -532,8 +532,11 @@ START_TEST(test_open_refusals)
 
     snprintf(p, sizeof p, "%s/newer.db", fx.dir);
     make_db(p, CKPT_INDEX_APP_ID, CKPT_FORMAT_VERSION + 1);
-    open_fails(p, -ENOTSUP, "format version 3 is newer than this ckptfs "
-                            "supports (2)");
+    char want[96];
+    snprintf(want, sizeof want, "format version %d is newer than this "
+             "ckptfs supports (%d)", CKPT_FORMAT_VERSION + 1,
+             CKPT_FORMAT_VERSION);
+    open_fails(p, -ENOTSUP, want);
 
     snprintf(p, sizeof p, "%s/notables.db", fx.dir);
     make_db(p, CKPT_INDEX_APP_ID, 1);
@@ -779,6 +782,91 @@ START_TEST(test_plans_to_index)
 }
 END_TEST
 
+/* Plans read on several threads are the table one thread reading them in
+ * turn makes; the first damaged plan in name order is the one reported,
+ * whichever thread met it first. */
+START_TEST(test_plans_read_many)
+{
+    fixture fx;
+    make_dir(&fx, "");
+    make_pieces(&fx);
+    enum { NPLANS = 12 };
+    char names[NPLANS][16], path[PATH_MAX];
+    char *list[NPLANS];
+    ckpt_error err = { 0 };
+    for (int w = 0; w < NPLANS; w++) {
+        snprintf(names[w], sizeof names[w], "r%02d.plan", w);
+        list[w] = names[w];
+        snprintf(path, sizeof path, "%s/%s", fx.dir, names[w]);
+        char writer[16];
+        snprintf(writer, sizeof writer, "r%02d", w);
+        ckpt_planfile *pf;
+        ck_assert_int_eq(ckpt_planfile_create(&pf, path, writer, 0, &err), 0);
+        /* a different number of pieces per plan */
+        ck_assert_int_eq(ckpt_planfile_append(pf, fx.m.pieces,
+                                              1 + (size_t)w % fx.m.npieces,
+                                              fx.m.meta, fx.m.nmeta, &err),
+                         0);
+        ckpt_planfile_close(pf);
+    }
+    ckpt_pieces many, one;
+    ckpt_manifest mm, m1;
+    ckpt_pieces_init(&many);
+    ckpt_pieces_init(&one);
+    ckpt_manifest_init(&mm);
+    ckpt_manifest_init(&m1);
+    ck_assert_msg(ckpt_planfile_read_many(fx.dir, list, NPLANS, 3, &many, &mm,
+                                          &err) == 0, "%s", err.msg);
+    for (int w = 0; w < NPLANS; w++) {
+        snprintf(path, sizeof path, "%s/%s", fx.dir, names[w]);
+        ck_assert_int_eq(ckpt_planfile_read_pieces(path, &one, &m1, &err), 0);
+    }
+    ck_assert_uint_eq(many.n, one.n);
+    ck_assert_uint_eq(mm.nmeta, m1.nmeta);
+    for (size_t i = 0; i < one.n; i++) {
+        ckpt_piece_rec a, b;
+        ck_assert_int_eq(ckpt_pieces_get(&many, i, &a), 0);
+        ck_assert_int_eq(ckpt_pieces_get(&one, i, &b), 0);
+        ck_assert_str_eq(a.fqn, b.fqn);
+        ck_assert_str_eq(a.file, b.file);
+        ck_assert_str_eq(a.writer, b.writer);
+        ck_assert_int_eq(a.ndim, b.ndim);
+        ck_assert(!memcmp(a.shape, b.shape, sizeof a.shape));
+        ck_assert(!memcmp(a.offsets, b.offsets, sizeof a.offsets));
+        ck_assert(!memcmp(a.sizes, b.sizes, sizeof a.sizes));
+        ck_assert_uint_eq(a.nframes, b.nframes);
+        if (a.nframes)
+            ck_assert(!memcmp(a.frames, b.frames,
+                              a.nframes * sizeof *a.frames));
+        ckpt_piece_clear(&a);
+        ckpt_piece_clear(&b);
+    }
+    for (size_t i = 0; i < m1.nmeta; i++)
+        ck_assert_str_eq(mm.meta[i].writer, m1.meta[i].writer);
+    ckpt_pieces_free(&many);
+    ckpt_manifest_free(&mm);
+    /* Two damaged plans: the first in order is named. */
+    for (int w = 9; w >= 5; w -= 4) {
+        snprintf(path, sizeof path, "%s/%s", fx.dir, names[w]);
+        FILE *f = fopen(path, "w");
+        ck_assert_ptr_nonnull(f);
+        fputs("not a plan", f);
+        fclose(f);
+    }
+    ckpt_pieces_init(&many);
+    ckpt_manifest_init(&mm);
+    ck_assert_int_eq(ckpt_planfile_read_many(fx.dir, list, NPLANS, 4, &many,
+                                             &mm, &err), -EINVAL);
+    ck_assert_msg(strstr(err.msg, "r05.plan") != NULL, "%s", err.msg);
+    ckpt_pieces_free(&many);
+    ckpt_pieces_free(&one);
+    ckpt_manifest_free(&mm);
+    ckpt_manifest_free(&m1);
+    ckpt_manifest_free(&fx.m);
+    rm_tree(fx.dir);
+}
+END_TEST
+
 START_TEST(test_planfile_refusals)
 {
     fixture fx;
@@ -844,6 +932,7 @@ static Suite *index_suite(void)
     tcase_add_test(tc, test_damaged_frames);
     tcase_add_test(tc, test_planfile_roundtrip);
     tcase_add_test(tc, test_plans_to_index);
+    tcase_add_test(tc, test_plans_read_many);
     tcase_add_test(tc, test_planfile_refusals);
     suite_add_tcase(s, tc);
     return s;

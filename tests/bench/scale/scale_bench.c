@@ -245,7 +245,7 @@ static void gen_writer(gen_ctx *g, long r)
         p->data_hash = sum;
         g->frames[t] = (ckpt_frame_rec){ (uint64_t)t * PIECE_BYTES,
                                          PIECE_BYTES, 0, PIECE_BYTES, sum,
-                                         CKPT_CODEC_RAW };
+                                         CKPT_CODEC_RAW, 0 };
         p->frames = &g->frames[t];
         p->nframes = 1;
     }

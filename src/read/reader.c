@@ -89,6 +89,8 @@ struct ckpt_reader {
                                        frames are numbered across the
                                        checkpoint as tensors load */
     _Atomic int *fds;               /* per shard file, -1 until opened */
+    ckpt_smap *maps;                /* per shard file: its mapping, set
+                                       before its fd is published */
     pthread_mutex_t fd_mu;
     char (*codecs)[32];             /* per tensor: "raw+zstd" */
     _Atomic uint64_t *seq_end;      /* per tensor: end of the last read */
@@ -335,6 +337,7 @@ static int shard_fd(ckpt_reader *r, int file, ckpt_error *err)
             /* Reads mostly walk a shard forward: ask for a wide readahead
              * (a hint; failure changes nothing). */
             (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+            ckpt_smap_open(&r->maps[file], fd);
             atomic_store(&r->fds[file], fd);
         }
     }
@@ -559,9 +562,11 @@ static int decode_frame(const frame_ref *fr, void *dst, scratch *s,
                                r->foreign ? NULL : &sum, file, err);
         summed = 1;
     } else {
-        const unsigned char *src;
-        rc = ckpt_sio_stored(s->io, fd, f->stored_size, f->file_offset, &src,
-                             file, err);
+        const unsigned char *src = ckpt_smap_resident(
+            &r->maps[ch->file], f->file_offset, f->stored_size);
+        if (!src)
+            rc = ckpt_sio_stored(s->io, fd, f->stored_size, f->file_offset,
+                                 &src, file, err);
         if (rc == 0)
             rc = ckpt_codec_decode(s->codec, f->codec, src, f->stored_size,
                                    dst, f->raw_size, err);
@@ -1294,7 +1299,9 @@ static int alloc_tables(ckpt_reader *r, ckpt_error *err)
     r->ts = calloc(nt + 1, sizeof *r->ts);
     r->tiled = calloc(nt + 1, sizeof *r->tiled);
     r->fds = calloc(r->d.nfiles + 1, sizeof *r->fds);
-    if (!r->codecs || !r->seq_end || !r->ts || !r->tiled || !r->fds)
+    r->maps = calloc(r->d.nfiles + 1, sizeof *r->maps);
+    if (!r->codecs || !r->seq_end || !r->ts || !r->tiled || !r->fds ||
+        !r->maps)
         return ckpt_err(err, -ENOMEM, "out of memory");
     for (size_t t = 0; t < nt; t++) {
         describe_codecs(r->d.tensors[t].codec_mask, r->codecs[t],
@@ -1327,8 +1334,10 @@ void ckpt_reader_close(ckpt_reader *r)
     for (size_t t = 0; r->ts && t < r->d.ntensors; t++)
         state_free(atomic_load(&r->ts[t]), r->d.tensors[t].nchunks);
     for (size_t i = 0; r->fds && i < r->d.nfiles; i++)
-        if (atomic_load(&r->fds[i]) >= 0)
+        if (atomic_load(&r->fds[i]) >= 0) {
+            ckpt_smap_close(&r->maps[i]);
             close(atomic_load(&r->fds[i]));
+        }
     scratch_free_all(r);
     ckpt_bases_free(r->bases);
     if (r->ix)
@@ -1336,6 +1345,7 @@ void ckpt_reader_close(ckpt_reader *r)
     ckpt_index_data_free(&r->d);
     free(r->ts);
     free(r->fds);
+    free(r->maps);
     free(r->codecs);
     free(r->seq_end);
     free(r->tiled);

@@ -15,6 +15,7 @@
 #endif
 #include <fuse3/fuse_lowlevel.h>
 #include <pthread.h>
+#include <stdatomic.h>
 
 #include "source.h"
 #include "views.h"
@@ -42,6 +43,8 @@ typedef struct fs_ctx {
     fs_handle *handles;    /* every open file and directory, so those the
                               kernel never released (open when the session
                               ended) are freed too */
+    atomic_int pieces_open; /* handles open for writing a piece (wops.c) */
+    int ncpu;              /* CPUs online when the session began */
 } fs_ctx;
 
 void fs_ctx_init(fs_ctx *c);

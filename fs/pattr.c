@@ -23,8 +23,13 @@ const char *const pattr_names[PATTR_NKEYS] = {
     "user.ckpt.sizes", "user.ckpt.replica",
 };
 
+#define PIECE_ATTR "user.ckpt.piece"
+#define KEY_PREFIX "user.ckpt."
+
 unsigned pattr_key(const char *name)
 {
+    if (strcmp(name, PIECE_ATTR) == 0)
+        return PATTR_PIECE;
     for (unsigned i = 0; i < PATTR_NKEYS; i++)
         if (strcmp(name, pattr_names[i]) == 0)
             return 1u << i;
@@ -78,10 +83,59 @@ static int check_fit(const pattr *a, ckpt_error *err)
     return 0;
 }
 
+/* user.ckpt.piece: its KEY=VALUE pairs set one by one on a copy of a,
+ * which replaces a only if all of them were accepted. */
+static int set_piece(pattr *a, const char *value, size_t len,
+                     ckpt_error *err)
+{
+    pattr b = *a;
+    size_t i = 0, npairs = 0;
+    while (i < len) {
+        if (value[i] == ' ') {
+            i++;
+            continue;
+        }
+        size_t end = i;
+        while (end < len && value[end] != ' ')
+            end++;
+        const char *eq = memchr(value + i, '=', end - i);
+        char name[sizeof KEY_PREFIX + 16];
+        unsigned key = 0;
+        if (eq && (size_t)(eq - (value + i)) < 16) {
+            snprintf(name, sizeof name, KEY_PREFIX "%.*s",
+                     (int)(eq - (value + i)), value + i);
+            key = pattr_key(name);
+        }
+        if (!key || key == PATTR_PIECE)
+            return ckpt_err(err, -EINVAL, PIECE_ATTR ": '%.*s' is not "
+                            "KEY=VALUE with KEY one of dtype, shape, offsets, "
+                            "sizes, replica", (int)(end - i), value + i);
+        int rc = pattr_set(&b, key, eq + 1,
+                           (size_t)(value + end - (eq + 1)), err);
+        if (rc)
+            return rc;
+        npairs++;
+        i = end;
+    }
+    if (npairs == 0)
+        return ckpt_err(err, -EINVAL, PIECE_ATTR ": no KEY=VALUE pair "
+                        "(e.g. 'dtype=f32 shape=4096,4096 offsets=0,0 "
+                        "sizes=2048,4096')");
+    *a = b;
+    return 0;
+}
+
 int pattr_set(pattr *a, unsigned key, const char *value, size_t len,
               ckpt_error *err)
 {
     char text[VALUE_MAX + 1];
+    if (key == PATTR_PIECE) {
+        if (len > PATTR_NKEYS * (VALUE_MAX + 16) || memchr(value, '\0', len))
+            return ckpt_err(err, -EINVAL, PIECE_ATTR ": the value must be "
+                            "text of at most %d bytes",
+                            PATTR_NKEYS * (VALUE_MAX + 16));
+        return set_piece(a, value, len, err);
+    }
     if (len > VALUE_MAX || memchr(value, '\0', len))
         return ckpt_err(err, -EINVAL, "%s: the value must be text of at most "
                         "%d bytes", key_name(key), VALUE_MAX);
@@ -122,8 +176,30 @@ int pattr_set(pattr *a, unsigned key, const char *value, size_t len,
     return rc;
 }
 
+/* user.ckpt.piece's value: the pairs of the attributes set. */
+static int get_piece(const pattr *a, char *buf, size_t cap)
+{
+    size_t len = 0;
+    for (unsigned i = 0; i < PATTR_NKEYS; i++) {
+        unsigned key = 1u << i;
+        if (!(a->set & key))
+            continue;
+        char val[VALUE_MAX + 1];
+        int n = pattr_get(a, key, val, sizeof val);
+        if (n < 0)
+            return n;
+        n = snprintf(len < cap ? buf + len : NULL, len < cap ? cap - len : 0,
+                     "%s%s=%s", len ? " " : "",
+                     pattr_names[i] + strlen(KEY_PREFIX), val);
+        len += (size_t)n;
+    }
+    return (int)len;
+}
+
 int pattr_get(const pattr *a, unsigned key, char *buf, size_t cap)
 {
+    if (key == PATTR_PIECE)
+        return a->set ? get_piece(a, buf, cap) : -ENODATA;
     if (!(a->set & key))
         return -ENODATA;
     switch (key) {

@@ -3,7 +3,10 @@
  * the mount (docs/MOUNT.md, "Writing"): user.ckpt.dtype, user.ckpt.shape,
  * user.ckpt.offsets and user.ckpt.sizes, and user.ckpt.replica (1: the
  * piece is a replica another writer holds; closed without bytes, it is
- * recorded as a reference to that piece).  Parsing and checking each value
+ * recorded as a reference to that piece), and user.ckpt.piece, all of
+ * them in one value ("dtype=bf16 shape=1024,1024 offsets=256,0
+ * sizes=256,1024": one round trip per file instead of four).  Parsing and
+ * checking each value
  * as it is set, and turning a set of them into the piece a write stream
  * records, whose extent the attributes must give in full.  Pure
  * functions on plain structs.
@@ -21,9 +24,10 @@ enum {
     PATTR_SHAPE = 2,
     PATTR_OFFSETS = 4,
     PATTR_SIZES = 8,
-    PATTR_REPLICA = 16
+    PATTR_REPLICA = 16,
+    PATTR_PIECE = 32              /* user.ckpt.piece: several of the above */
 };
-#define PATTR_NKEYS 5
+#define PATTR_NKEYS 5             /* the single ones, named in pattr_names */
 
 /* The attributes set on a file (by one process, or by anyone). */
 typedef struct pattr {
@@ -38,7 +42,8 @@ typedef struct pattr {
     int replica;                  /* user.ckpt.replica: 0 or 1 */
 } pattr;
 
-/* The PATTR_* bit of attribute `name`, or 0 when it is not one of them. */
+/* The PATTR_* bit of attribute `name` (PATTR_PIECE for user.ckpt.piece),
+ * or 0 when it is not one of them. */
 unsigned pattr_key(const char *name);
 /* The names of the attributes, in the order of their bits. */
 extern const char *const pattr_names[PATTR_NKEYS];
@@ -46,12 +51,16 @@ extern const char *const pattr_names[PATTR_NKEYS];
 /* Sets attribute `key` from value[0..len) (not NUL-terminated), checking
  * it on its own and against the attributes already set: a dtype must be
  * known, a shape/offsets/sizes list must parse, offsets and sizes must
- * have the shape's rank and fit in it, replica is 0 or 1.  Returns 0 or -EINVAL with a
+ * have the shape's rank and fit in it, replica is 0 or 1.  PATTR_PIECE:
+ * KEY=VALUE pairs separated by spaces, KEY one of dtype, shape, offsets,
+ * sizes, replica, each set as its own attribute would be, in the order
+ * given; all of them or, on an error, none.  Returns 0 or -EINVAL with a
  * message naming the attribute and the value. */
 int pattr_set(pattr *a, unsigned key, const char *value, size_t len,
               ckpt_error *err);
 
-/* Writes attribute key's value (like snprintf); -ENODATA when not set. */
+/* Writes attribute key's value (like snprintf); -ENODATA when not set.
+ * PATTR_PIECE: the pairs of those set, in the order of pattr_names. */
 int pattr_get(const pattr *a, unsigned key, char *buf, size_t cap);
 
 /* A piece to stream: its extent is known before its first byte. */

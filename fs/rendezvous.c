@@ -11,42 +11,79 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "common/confine.h"
 #include "common/error.h"
 #include "common/fileio.h"
+#include "format/claim.h"
 #include "format/lease.h"
 #include "format/pending.h"
 
 #define MARKER_PREFIX "rank-"
 #define NOTES_PREFIX "errors."
+/* The writers of earlier attempts of the save (docs/MOUNT.md, "A rank
+ * runs again"): one name a line. */
+#define SUPERSEDED_FILE "superseded"
 
-/* Number of rank markers in the .pending/ descriptor pfd. */
-static int count_marks(int pfd, const char *dir, int world, int *count,
-                       ckpt_error *err)
+/* The rank a marker's or a plan's name gives (MARKER_PREFIX "R", or
+ * "rank" "R" ["-" K] ".plan"), or -1. */
+static long name_rank(const char *name, const char *prefix,
+                      const char *suffix)
 {
-    *count = 0;
+    size_t pl = strlen(prefix), sl = strlen(suffix), n = strlen(name);
+    if (strncmp(name, prefix, pl) != 0 || n <= pl + sl ||
+        strcmp(name + n - sl, suffix) != 0 || name[pl] < '0' ||
+        name[pl] > '9')
+        return -1;
+    char *end;
+    long r = strtol(name + pl, &end, 10);
+    if (*end == '-' && end[1] >= '0' && end[1] <= '9' && *suffix)
+        strtol(end + 1, &end, 10);
+    return end == name + n - sl ? r : -1;
+}
+
+/* Calls fn(arg, name) for each entry of the .pending/ descriptor pfd. */
+static int each_pending(int pfd, void (*fn)(void *, int, const char *),
+                        void *arg)
+{
     int fd = openat(pfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     if (!d) {
-        int rc = ckpt_err_sys(err, -errno, "cannot list %s/.pending", dir);
+        int rc = -errno;
         if (fd >= 0)
             close(fd);
         return rc;
     }
     struct dirent *e;
-    size_t plen = strlen(MARKER_PREFIX);
-    while ((e = readdir(d))) {
-        char *end;
-        if (strncmp(e->d_name, MARKER_PREFIX, plen) != 0)
-            continue;
-        long r = strtol(e->d_name + plen, &end, 10);
-        if (*end == '\0' && r >= 0 && r < world)
-            (*count)++;
-    }
+    while ((e = readdir(d)))
+        fn(arg, pfd, e->d_name);
     closedir(d);
     return 0;
+}
+
+typedef struct mark_count {
+    int world, n;
+} mark_count;
+
+static void count_one(void *arg, int pfd, const char *name)
+{
+    mark_count *c = arg;
+    long r = name_rank(name, MARKER_PREFIX, "");
+    (void)pfd;
+    if (r >= 0 && r < c->world)
+        c->n++;
+}
+
+/* Number of rank markers in the .pending/ descriptor pfd. */
+static int count_marks(int pfd, const char *dir, int world, int *count,
+                       ckpt_error *err)
+{
+    mark_count c = { world, 0 };
+    int rc = each_pending(pfd, count_one, &c);
+    *count = c.n;
+    return rc ? ckpt_err_sys(err, rc, "cannot list %s/.pending", dir) : 0;
 }
 
 int rdv_mark(const char *dir, int rank, int world, int *complete,
@@ -89,36 +126,175 @@ int rdv_mark(const char *dir, int rank, int world, int *complete,
         *complete = count == world;
     if (rc == 0 && again)
         rc = ckpt_err(err, -EALREADY, "%s: rank %d has already committed "
-                      "(%d of %d ranks are in)", dir, rank, count, world);
+                      "(%d of %d ranks are in); a run of the rank that "
+                      "writes a piece after its commit begins a new attempt "
+                      "of the save (docs/MOUNT.md, \"A rank runs again\")",
+                      dir, rank, count, world);
     return rc;
 }
 
-/* Leaves msg in .pending/failed (written aside exclusively, synced, then
- * renamed over); a failure to do so is logged by the caller's status. */
-static void record_failure(const char *dir, const char *msg)
+static void unmark(void *arg, int pfd, const char *name)
+{
+    if (name_rank(name, MARKER_PREFIX, "") >= 0 &&
+        unlinkat(pfd, name, 0) == 0)      /* a name: nothing followed */
+        ++*(int *)arg;
+}
+
+/* The writers with a plan in .pending/ (a name per line). */
+typedef struct plan_names {
+    char *buf;
+    size_t len, cap;
+    int n;
+} plan_names;
+
+static void add_plan(void *arg, int pfd, const char *name)
+{
+    plan_names *l = arg;
+    size_t sl = strlen(".plan"), n = strlen(name);
+    (void)pfd;
+    if (n <= sl || strcmp(name + n - sl, ".plan") != 0 || name[0] == '.' ||
+        l->len + n + 1 > l->cap)
+        return;
+    memcpy(l->buf + l->len, name, n - sl);
+    l->len += n - sl;
+    l->buf[l->len++] = '\n';
+    l->buf[l->len] = '\0';
+    l->n++;
+}
+
+/* Leaves text as control file `name` of dir's .pending/ (written aside
+ * exclusively, synced, then renamed over): 0 or -errno. */
+static int put_control(const char *dir, const char *name, const char *text)
 {
     char tmp[64];
     int pfd = ckpt_pending_open(dir, 1, NULL);
     if (pfd < 0)
-        return;
-    snprintf(tmp, sizeof tmp, "failed.%ld", (long)getpid());
+        return pfd;
+    snprintf(tmp, sizeof tmp, "%s.%ld", name, (long)getpid());
     (void)unlinkat(pfd, tmp, 0);     /* ours, left by a crash: a name */
     int fd = ckpt_confine_at(pfd, tmp, O_WRONLY | O_CREAT | O_EXCL, 0644,
                              geteuid());
-    size_t n = strlen(msg);
-    int bad = fd < 0 ||
-              ckpt_write_full(fd, msg, n < CKPT_CONTROL_MAX ? n
-                              : CKPT_CONTROL_MAX, tmp, NULL) != 0 ||
-              fsync(fd) != 0;
-    if (fd >= 0 && (close(fd) != 0 || bad ||
-                    renameat(pfd, tmp, pfd, "failed") != 0))
+    size_t n = strlen(text);
+    int rc = fd < 0 ? fd
+             : ckpt_write_full(fd, text, n < CKPT_CONTROL_MAX ? n
+                               : CKPT_CONTROL_MAX, tmp, NULL) != 0 ||
+               fsync(fd) != 0 ? -EIO : 0;
+    if (fd >= 0 && close(fd) != 0 && rc == 0)
+        rc = -errno;
+    if (fd >= 0 && rc == 0 && renameat(pfd, tmp, pfd, name) != 0)
+        rc = -errno;
+    if (fd >= 0 && rc)
         unlinkat(pfd, tmp, 0);
     close(pfd);
+    return rc;
 }
 
-/* 1 while some process runs the commit of dir (holds its commit.lock). */
+/* Lists every writer with a plan in the .pending/ descriptor pfd in
+ * SUPERSEDED_FILE (as many as a control file holds; none: nothing is
+ * written): 0 with *n the writers, or -errno. */
+static int supersede_all(int pfd, const char *dir, int *n)
+{
+    plan_names l = { malloc(CKPT_CONTROL_MAX + 1), 0, CKPT_CONTROL_MAX, 0 };
+    int rc = l.buf ? 0 : -ENOMEM;
+    if (rc == 0) {
+        l.buf[0] = '\0';
+        rc = each_pending(pfd, add_plan, &l);
+    }
+    if (rc == 0 && l.n)
+        rc = put_control(dir, SUPERSEDED_FILE, l.buf);
+    *n = l.n;
+    free(l.buf);
+    return rc;
+}
+
+int rdv_reopen(const char *dir, int rank, int world, int *had,
+               ckpt_error *err)
+{
+    char name[64];
+    snprintf(name, sizeof name, MARKER_PREFIX "%d", rank);
+    *had = 0;
+    int pfd = ckpt_pending_open(dir, 1, err);
+    if (pfd < 0)
+        return pfd;
+    struct stat st;
+    int count = 0;
+    int rc = fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0 ? 0
+             : count_marks(pfd, dir, world, &count, err);
+    if (rc || count == 0 || count == world) {
+        close(pfd);
+        return rc;
+    }
+    /* Every writer so far is of an earlier attempt, then the commits go. */
+    rc = supersede_all(pfd, dir, had);
+    if (rc == 0) {
+        *had = 0;
+        rc = each_pending(pfd, unmark, had);
+    }
+    close(pfd);
+    return rc ? ckpt_err_sys(err, rc, "%s: cannot begin a new attempt of "
+                             "the save", dir) : 0;
+}
+
+int rdv_supersede_all(const char *dir, int *n, ckpt_error *err)
+{
+    *n = 0;
+    int pfd = ckpt_pending_open(dir, 1, err);
+    if (pfd < 0)
+        return pfd;
+    int rc = supersede_all(pfd, dir, n);
+    close(pfd);
+    return rc ? ckpt_err_sys(err, rc, "%s: cannot list the writers of its "
+                             "earlier attempt", dir) : 0;
+}
+
+int rdv_superseded(const char *dir, int rank, char *out, size_t cap)
+{
+    size_t len = strlen(out);
+    struct stat st;
+    int pfd = ckpt_pending_open(dir, 1, NULL);
+    /* Read only where there is one (a piece's start asks every time). */
+    char *buf = pfd >= 0 && fstatat(pfd, SUPERSEDED_FILE, &st,
+                                    AT_SYMLINK_NOFOLLOW) == 0
+                ? malloc(CKPT_CONTROL_MAX + 1) : NULL;
+    int n = 0;
+    if (buf && ckpt_pending_read(pfd, SUPERSEDED_FILE, buf,
+                                 CKPT_CONTROL_MAX + 1)) {
+        char *save = NULL;
+        for (char *w = strtok_r(buf, "\n", &save); w;
+             w = strtok_r(NULL, "\n", &save)) {
+            size_t wl = strlen(w);
+            char plan[200];
+            snprintf(plan, sizeof plan, "%s.plan", w);
+            if (name_rank(plan, "rank", ".plan") != rank ||
+                len + wl + 2 > cap)
+                continue;
+            if (len)
+                out[len++] = ',';
+            memcpy(out + len, w, wl + 1);
+            len += wl;
+            n++;
+        }
+    }
+    free(buf);
+    if (pfd >= 0)
+        close(pfd);
+    return n;
+}
+
+/* Leaves msg in .pending/failed; a failure to do so is logged by the
+ * caller's status. */
+static void record_failure(const char *dir, const char *msg)
+{
+    (void)put_control(dir, "failed", msg);
+}
+
+/* 1 while some process runs the commit of dir: a live committer holds
+ * its claim (format/claim.h), or, where locks work, its commit.lock. */
 static int commit_running(const char *dir)
 {
+    char who[128];
+    if (ckpt_claim_held(dir, who, sizeof who))
+        return 1;
     int pfd = ckpt_pending_open(dir, 1, NULL);
     if (pfd < 0)
         return 0;
@@ -148,7 +324,7 @@ int rdv_commit(const char *dir, int world, ckpt_error *err)
     ckpt_commit_opts_init(&o);
     o.world_size = world;
     int rc = ckpt_commit(dir, &o, err);
-    if (rc && ckpt_dir_probe(dir) == CKPT_DIR_COMMITTED)
+    if (rc && ckpt_claim_committed(dir) == 1)
         return 0;                 /* another mount committed it first */
     if (rc)
         record_failure(dir, err ? err->msg : "commit failed");
@@ -172,8 +348,13 @@ static int failure_of(const char *dir, char *msg, size_t cap)
 int rdv_status(const char *dir, int world, char *buf, size_t cap)
 {
     char msg[1100];
-    if (ckpt_dir_probe(dir) == CKPT_DIR_COMMITTED)
+    /* "committed" only once index.db is durable: its committer finished,
+     * or what a dead one published was synced here.  A committer still at
+     * it may yet withdraw index.db. */
+    if (ckpt_claim_committed(dir) == 1)
         return snprintf(buf, cap, "committed\n");
+    if (ckpt_dir_probe(dir) == CKPT_DIR_COMMITTED)
+        return snprintf(buf, cap, "committing\n");
     if (failure_of(dir, msg, sizeof msg)) {
         msg[strcspn(msg, "\n")] = '\0';
         return snprintf(buf, cap, "failed: %s\n", msg);

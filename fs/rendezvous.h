@@ -24,6 +24,26 @@
 int rdv_mark(const char *dir, int rank, int world, int *complete,
              ckpt_error *err);
 
+/* A new attempt of the save when `rank` has committed to it (its marker
+ * is in) while other ranks have yet to (docs/MOUNT.md, "A rank runs
+ * again"): every writer with a plan so far is listed in
+ * .pending/superseded (of an earlier attempt), then every rank marker is
+ * removed, so that every rank commits again.  Sets *had to the markers
+ * removed (0: no new attempt: the rank had not committed, or every rank
+ * is in and a repeated commit retries instead). */
+int rdv_reopen(const char *dir, int rank, int world, int *had,
+               ckpt_error *err);
+
+/* Lists every writer with a plan so far in .pending/superseded (of an
+ * earlier attempt): what a mount does that joins a save no writer holds
+ * (its writers are gone).  *n: how many (0: none, nothing written). */
+int rdv_supersede_all(const char *dir, int *n, ckpt_error *err);
+
+/* Appends to the comma-separated list out (cap bytes) the writers of
+ * `rank` (rank<R>, rank<R>-<k>) that .pending/superseded lists; returns
+ * how many. */
+int rdv_superseded(const char *dir, int rank, char *out, size_t cap);
+
 /* Validates and commits dir (world_size = world).  0 once dir is
  * committed, by this call or a concurrent one; otherwise the planner's
  * error, which is also left in .pending/failed. */

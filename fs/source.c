@@ -25,6 +25,7 @@
 
 #include "access.h"
 #include "common/error.h"
+#include "format/claim.h"
 #include "write/gc.h"
 #include "views.h"
 
@@ -305,6 +306,10 @@ static int scan_one(fs_source *s, scan_result *r, const char *name)
     struct stat idx;
     char stamp[4096];
     ckpt_dir_state st = ckpt_dir_probe(path);
+    /* index.db that its committer may still withdraw: not yet listed
+     * (docs/GUARANTEES.md, "Durability points"). */
+    if (st == CKPT_DIR_COMMITTED && !ckpt_claim_settled(path))
+        st = CKPT_DIR_PENDING;
     int foreign = st == CKPT_DIR_NONE && is_foreign(path, stamp,
                                                     sizeof stamp);
     if ((st != CKPT_DIR_NONE || foreign) && strcmp(name, "latest") == 0) {

@@ -23,6 +23,7 @@
 
 #include "common/error.h"
 #include "common/fileio.h"
+#include "format/claim.h"
 #include "format/lease.h"
 #include "format/pending.h"
 #include "names.h"
@@ -33,9 +34,12 @@
 #include "wlimits.h"
 #include "wrank.h"
 #include "wbase.h"
+#include "wattempt.h"
+#include "write/supersede.h"
 
 #define META_PREFIX "user.ckpt.meta."
 #define RANK_ATTR "user.ckpt.rank"
+#define BASE_ATTR "user.ckpt.base"
 #define ERROR_ATTR "user.ckpt.error"
 /* rank<R>, then rank<R>-2 ... when another mount or process has it */
 #define RANK_NAME_TRIES 64
@@ -71,6 +75,7 @@ typedef struct ws_node {
 typedef struct pooled {
     ckpt_writer *wr;
     int rank;
+    int retired;               /* its rank ran again: never taken again */
     char name[160];
 } pooled;
 
@@ -101,11 +106,15 @@ struct ws_save {
     ckpt_lease *lease;         /* from this mount's first write to the commit */
     kv *meta;                  /* user.ckpt.meta.* set through this mount */
     size_t nmeta;
-    char *base;                /* -o delta=latest: its base, or NULL */
-    int base_chosen;           /* base was looked for */
+    char *base;                /* a delta save's base (root/NAME), from
+                                  user.ckpt.base or -o delta=latest; NULL:
+                                  whole */
+    int base_chosen;           /* base is settled: named, or a writer
+                                  opened */
     size_t meta_bytes;         /* of their keys and values */
     uid_t creator;             /* who started it through this mount
                                   (-1: joined from the disk) */
+    wa_table *attempts;        /* who wrote what through this mount */
 };
 
 struct ws_set {
@@ -143,6 +152,8 @@ struct ws_file {
     ckpt_writer *writer;       /* while streaming */
     ckpt_stream *stream;
     char who[160];             /* the writer's name, for messages */
+    pid_t starter;             /* the process that began the piece */
+    int rank;                  /* its rank (-1: not known) */
     int started, done;
     int rc;                    /* the piece's error, sticky */
     ckpt_error err;
@@ -261,6 +272,7 @@ static void save_free(ws_save *w)
     }
     free(w->meta);
     free(w->base);
+    wa_free(w->attempts);
     for (uint32_t i = 0; i < w->n; i++)
         node_clear(&w->nodes[i]);
     free(w->nodes);
@@ -281,7 +293,8 @@ static ws_save *save_new(ws_set *s, const char *name, const char *path)
     w->creator = (uid_t)-1;
     w->name = strdup(name);
     w->path = strdup(path);
-    int ok = w->name && w->path && rehash(w, 64) == 0;
+    int ok = w->name && w->path && wa_new(&w->attempts) == 0 &&
+             rehash(w, 64) == 0;
     ok = ok && add_node(w, 0, "", WS_DIR) == 0;
     long ctl = ok ? add_node(w, WS_ROOT, ".ckptfs", WS_DIR) : -1;
     ok = ctl > 0 && add_node(w, (uint32_t)ctl, "commit", WS_COMMIT) > 0 &&
@@ -305,17 +318,16 @@ static int check_save_name(const char *name, ckpt_error *err)
     return 0;
 }
 
-/* 1 when root/name is a save in progress (has .pending/, no index.db)
+/* 1 when root/name is a save in progress (has .pending/, and no index.db
+ * or one its committer may still withdraw)
  * that this mount may join: a directory, not a link, whose .pending/
  * belongs to the user the daemon runs as (docs/TRUST.md, "A shared
  * root": another user's save is not served for writing). */
 static int on_disk_pending(const char *path)
 {
-    char p[4096];
     struct stat st;
     if (lstat(path, &st) != 0 || !S_ISDIR(st.st_mode) ||
-        ckpt_path_join(p, sizeof p, path, "index.db", NULL) != 0 ||
-        lstat(p, &st) == 0)
+        ckpt_claim_settled(path))
         return 0;
     int pfd = ckpt_pending_open(path, 1, NULL);
     if (pfd < 0)
@@ -634,14 +646,28 @@ static void drop_idle(ws_save *w)
     w->nidle = 0;
 }
 
+/* 1 when path/index.db exists: what ckpt_dir_probe calls committed, in
+ * one system call instead of its three (asked on every request). */
+static int has_index(const char *path)
+{
+    char p[4096];
+    struct stat st;
+    return ckpt_path_join(p, sizeof p, path, "index.db", NULL) == 0 &&
+           lstat(p, &st) == 0;
+}
+
 int ws_save_committed(ws_save *w)
 {
     pthread_mutex_lock(&w->mu);
     int c = w->committed;
     if (!c) {
-        c = ckpt_dir_probe(w->path) == CKPT_DIR_COMMITTED;
+        /* Committed once index.db is durable: while its committer may
+         * still withdraw it, the save stays a save ("committing").  One
+         * lstat while there is no index.db (asked on every request). */
+        c = has_index(w->path) && ckpt_claim_committed(w->path) == 1;
         if (c) {
             w->committed = 1;
+            wa_forget(w->attempts);
             drop_idle(w);
             ckpt_lease_drop(w->lease);
             w->lease = NULL;
@@ -958,6 +984,35 @@ static int set_rank(ws_save *w, pid_t pid, const char *value, size_t len,
     return hold_lease(w, err);
 }
 
+/* user.ckpt.base on the save's directory: the checkpoint of the root the
+ * save is a delta against (empty: none, a whole save even with -o
+ * delta=latest).  Settled once set or once the save's first writer opens
+ * here; setting it again to the same base is a no-op. */
+static int set_base(ws_save *w, const char *value, size_t len,
+                    ckpt_error *err)
+{
+    char *path;
+    int rc = wbase_named(w->set->root, w->name, value, len, &path, err);
+    if (rc)
+        return rc;
+    pthread_mutex_lock(&w->mu);
+    if (!w->base_chosen) {
+        w->base = path;
+        w->base_chosen = 1;
+        path = NULL;
+    } else if (!path != !w->base || (path && strcmp(path, w->base))) {
+        const char *have = w->base ? strrchr(w->base, '/') + 1 : NULL;
+        rc = ckpt_err(err, -EINVAL, BASE_ATTR " '%.*s': the save's base is "
+                      "settled already (%s%s%s): it is set before the "
+                      "save's first piece or metadata", (int)len, value,
+                      have ? "'" : "", have ? have : "none, a whole save",
+                      have ? "'" : "");
+    }
+    pthread_mutex_unlock(&w->mu);
+    free(path);
+    return rc;
+}
+
 /* Keeps why an attribute or piece of file node was refused (its
  * user.ckpt.error) and notes it in .ckptfs/errors, by `by`. */
 static void note_refusal(ws_save *w, uint32_t node, const char *by,
@@ -990,13 +1045,15 @@ int ws_setxattr(ws_save *w, uint32_t node, pid_t pid, const char *name,
         return set_meta(w, pid, name + pl, value, len, err);
     if (node == WS_ROOT && strcmp(name, RANK_ATTR) == 0)
         return set_rank(w, pid, value, len, err);
+    if (node == WS_ROOT && strcmp(name, BASE_ATTR) == 0)
+        return set_base(w, value, len, err);
     unsigned key = pattr_key(name);
     if (!key)
         return ckpt_err(err, -ENOTSUP, "attribute '%s' is not one ckptfs "
                         "keeps (user.ckpt.dtype, .shape, .offsets, .sizes, "
-                        ".replica; "
-                        "user.ckpt.meta.KEY and user.ckpt.rank on the "
-                        "checkpoint)", name);
+                        ".replica, or all in user.ckpt.piece; "
+                        "user.ckpt.meta.KEY, user.ckpt.rank and "
+                        "user.ckpt.base on the checkpoint)", name);
     ckpt_error e = { 0 };
     int rc = set_piece_attr(w, node, pid, key, name, value, len, &e);
     if (rc == -EINVAL) {
@@ -1051,6 +1108,13 @@ int ws_getxattr(ws_save *w, uint32_t node, pid_t pid, const char *name,
     if (node == WS_ROOT && strcmp(name, RANK_ATTR) == 0) {
         int r = wrank_of(w->set->ranks, pid, w->set->world);
         return r >= 0 ? snprintf(buf, cap, "%d", r) : -ENODATA;
+    }
+    if (node == WS_ROOT && strcmp(name, BASE_ATTR) == 0) {
+        pthread_mutex_lock(&w->mu);
+        int n = w->base ? snprintf(buf, cap, "%s", strrchr(w->base, '/') + 1)
+                        : -ENODATA;
+        pthread_mutex_unlock(&w->mu);
+        return n;
     }
     if (strcmp(name, ERROR_ATTR) == 0)
         return ws_piece_error(w, node, buf, cap);
@@ -1151,6 +1215,50 @@ static void start_watch(ws_set *s)
     pthread_mutex_unlock(&s->mu);
 }
 
+/* Before this mount takes the lease of a save it joins: when nobody
+ * holds it, every writer so far is gone (killed, its mount unmounted),
+ * and those writers are of an earlier attempt: each rank's new pieces
+ * replace their overlapping ones (docs/MOUNT.md, "A rank runs again"). */
+static void supersede_if_unheld(ws_save *w)
+{
+    int fd = -1, created = 0, n = 0;
+    int rc = ckpt_lease_lock_exclusive(w->path, 0, &fd, &created, NULL);
+    if (rc == 0 && fd >= 0)     /* held: -EBUSY; no locks: -ENOLCK */
+        (void)rdv_supersede_all(w->path, &n, NULL);
+    if (fd >= 0)
+        close(fd);
+    if (n == 0)
+        return;
+    char why[300];
+    snprintf(why, sizeof why, "this mount joins a save that no writer "
+             "holds (its writers are gone): the %d writer%s so far %s of "
+             "an earlier attempt, and each rank's new pieces replace their "
+             "pieces wherever they overlap", n, n == 1 ? "" : "s",
+             n == 1 ? "is" : "are");
+    fuse_log(FUSE_LOG_INFO, "ckptfs: %s: %s\n", w->path, why);
+    char by[128];
+    snprintf(by, sizeof by, "mount %s", w->set->prefix);
+    rdv_note_error(w->path, w->set->prefix, w->name, by, why);
+}
+
+/* The refusal of a write to w once its .pending/ is gone although this
+ * mount still took it for a save in progress: another node committed it
+ * (this node's cached view of the directory lags: attribute and entry
+ * caches of a network file system), or a gc removed it.  Nothing is made
+ * inside: never a .pending/ in a committed checkpoint (issue #25). */
+static int save_ended(ws_save *w, ckpt_error *err)
+{
+    struct stat st;
+    if (stat(w->path, &st) != 0 && errno == ENOENT)
+        return ckpt_err(err, -ESTALE, "%s was removed (by ckpt gc?) while "
+                        "this mount served it", w->path);
+    (void)ws_save_committed(w);
+    return ckpt_err(err, -EROFS, "%s is no longer a save in progress: it "
+                    "was committed (through another mount; this node's "
+                    "view of the directory may lag behind by its cache "
+                    "timeouts) and is read-only", w->path);
+}
+
 /* This mount is one of the save's writers from its first write on: it
  * holds the save's lease until the save commits or the mount goes. */
 static int hold_lease(ws_save *w, ckpt_error *err)
@@ -1161,8 +1269,11 @@ static int hold_lease(ws_save *w, ckpt_error *err)
     pthread_mutex_unlock(&w->mu);
     if (have)
         return 0;
+    supersede_if_unheld(w);
     ckpt_lease *l;
     int rc = ckpt_lease_take_on(&l, w->path, w->set->beats, err);
+    if (rc == -ENOENT)
+        rc = save_ended(w, err);
     if (rc)
         return rc;
     struct stat seen;
@@ -1195,11 +1306,13 @@ static pooled *pooled_of(ws_save *w, const ckpt_writer *wr)
  * when the rank is not known. */
 static int open_writer(ws_save *w, int rank, pooled *p, ckpt_error *err)
 {
-    /* A delta save's base: the newest checkpoint when its first writer
-     * opens, the same for all its writers (mounts that choose another
-     * are refused at commit: their metadata disagree). */
-    if (w->set->delta_latest && !w->base_chosen) {
-        w->base = wbase_latest(w->set->root, w->name);
+    /* A delta save's base: the one user.ckpt.base named, else with -o
+     * delta=latest the newest checkpoint when its first writer opens; the
+     * same for all its writers (mounts that choose another are refused at
+     * commit: their metadata disagree). */
+    if (!w->base_chosen) {
+        if (w->set->delta_latest)
+            w->base = wbase_latest(w->set->root, w->name);
         w->base_chosen = 1;
     }
     ckpt_write_opts wo = w->set->wo;
@@ -1272,6 +1385,13 @@ static int take_writer(ws_save *w, pid_t pid, ckpt_writer **out,
             snprintf(name, cap, "%s", found->name);
     }
     pthread_mutex_unlock(&w->mu);
+    if (rc == -ENOENT || rc == -EEXIST) {
+        int pfd = ckpt_pending_open(w->path, 1, NULL);
+        if (pfd == -ENOENT)
+            rc = save_ended(w, err);
+        else if (pfd >= 0)
+            close(pfd);
+    }
     return rc;
 }
 
@@ -1294,6 +1414,9 @@ static void give_writer(ws_save *w, ckpt_writer *wr, int ok)
     pthread_mutex_lock(&w->mu);
     if (w->failed)
         ok = 0;         /* a refused save keeps no writer (release_failed) */
+    const pooled *pw = pooled_of(w, wr);
+    if (pw && pw->retired)
+        ok = 0;         /* superseded: its rank runs again (retire) */
     if (w->nidle >= WL_IDLE_WRITERS)
         ok = 0;         /* closed: its pieces are recorded already */
     if (ok && !w->committed && w->nidle == w->capidle) {
@@ -1450,8 +1573,88 @@ static void finish_stream(ws_file *f, int ok)
     }
 }
 
+/* Takes the writers named in sup (comma-separated) out of use: their
+ * rank runs again, and its new pieces go to other writers, whose plans
+ * say which pieces of these they replace. */
+static void retire(ws_save *w, const char *sup)
+{
+    pthread_mutex_lock(&w->mu);
+    for (size_t i = 0; i < w->nall; i++)
+        if (ckpt_supersede_listed(sup, w->all[i].name))
+            w->all[i].retired = 1;
+    for (size_t i = 0; i < w->nidle;) {
+        ckpt_writer *wr = w->idle[i];
+        const pooled *p = pooled_of(w, wr);
+        if (p && p->retired) {
+            w->idle[i] = w->idle[--w->nidle];
+            forget_writer(w, wr);
+            ckpt_writer_abort(wr);      /* its pieces are in its plan */
+        } else {
+            i++;
+        }
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* A rank that committed to the save and runs again, none of its earlier
+ * processes through this mount still running: a new attempt of the save
+ * begins (rdv_reopen: every rank's commit is withdrawn, and the writers so
+ * far are listed as superseded).  A rank still running, or one whose
+ * commit completed the set (a repeated commit retries), changes
+ * nothing. */
+static int reopen_if_stale(ws_save *w, int rank, pid_t pid,
+                           ckpt_error *err)
+{
+    if (wa_rank_live(w->attempts, rank, pid))
+        return 0;
+    int had = 0;
+    int rc = rdv_reopen(w->path, rank, w->set->world, &had, err);
+    if (rc || !had)
+        return rc;
+    char by[64], why[600];
+    snprintf(by, sizeof by, "rank %d, process %ld", rank, (long)pid);
+    snprintf(why, sizeof why, "rank %d writes again after it committed, "
+             "and none of its earlier processes runs: a new attempt of the "
+             "save begins; the %d commit%s of the earlier attempt %s "
+             "withdrawn (every rank commits again), and each rank's new "
+             "pieces replace its earlier ones wherever they overlap", rank,
+             had, had == 1 ? "" : "s", had == 1 ? "is" : "are");
+    fuse_log(FUSE_LOG_INFO, "ckptfs: %s: %s\n", w->path, why);
+    rdv_note_error(w->path, w->set->prefix, ".ckptfs/commit", by, why);
+    return 0;
+}
+
+/* Before process pid of rank f->rank begins piece p: whether the rank
+ * runs again (docs/MOUNT.md, "A rank runs again").  Into sup (cap bytes)
+ * the writers whose pieces overlapping p it takes the place of ("": none):
+ * the rank's earlier pieces there through this mount when the processes
+ * that wrote them are gone, and the rank's writers of an attempt given
+ * up; those writers are retired. */
+static int rerun_check(ws_file *f, pid_t pid, const ckpt_piece *p,
+                       char *sup, size_t cap, ckpt_error *err)
+{
+    ws_save *w = f->w;
+    sup[0] = '\0';
+    if (f->rank < 0)
+        return 0;
+    int rc = reopen_if_stale(w, f->rank, pid, err);
+    if (rc == 0 && wa_note_proc(w->attempts, f->rank, pid) != 0)
+        rc = ckpt_err(err, -ENOMEM, "out of memory");
+    if (rc == 0)
+        (void)wa_earlier(w->attempts, f->node, f->rank, pid, p->ndim,
+                         p->offsets, p->sizes, sup, cap);
+    /* An earlier attempt given up (by this mount or another) */
+    if (rc == 0)
+        (void)rdv_superseded(w->path, f->rank, sup, cap);
+    if (rc == 0 && sup[0])
+        retire(w, sup);
+    return rc;
+}
+
 /* Resolves the piece's attributes as pid set them (consuming pid's own
- * copy) and begins its stream. */
+ * copy) and begins its stream: in a writer of its rank that its rank's
+ * earlier, superseded pieces are not in, its plan saying which it
+ * supersedes. */
 static int start_piece(ws_file *f, pid_t pid, ckpt_error *err)
 {
     ws_save *w = f->w;
@@ -1464,11 +1667,21 @@ static int start_piece(ws_file *f, pid_t pid, ckpt_error *err)
     pthread_mutex_unlock(&w->mu);
     ckpt_piece p;
     pattr_to_piece(&f->piece, f->fqn, &p);
+    f->starter = pid;
+    f->rank = wrank_of(w->set->ranks, pid, w->set->world);
+    char sup[1024];
     if (rc == 0)
         rc = ckpt_shape_nbytes(p.dtype, p.ndim, p.sizes, &f->bound, f->fqn,
                                err);
     if (rc == 0)
+        rc = rerun_check(f, pid, &p, sup, sizeof sup, err);
+    if (rc == 0)
         rc = take_writer(w, pid, &f->writer, f->who, sizeof f->who, err);
+    if (rc == 0 && sup[0]) {
+        rc = ckpt_writer_declare_supersede(f->writer, &p, sup, err);
+        if (rc == 0)
+            rc = ckpt_writer_flush(f->writer, err);
+    }
     if (rc == 0)
         rc = ckpt_writer_begin(f->writer, &p, &f->stream, err);
     f->started = 1;
@@ -1488,12 +1701,18 @@ static int end_piece(ws_file *f, ckpt_error *err)
     f->stream = NULL;          /* freed either way */
     if (rc == 0)
         rc = ckpt_writer_flush(f->writer, err);
+    /* Remembered, so that a re-run of the rank is told (rerun_check). */
+    if (rc == 0 && f->rank >= 0 &&
+        wa_note_piece(f->w->attempts, f->node, f->rank, f->starter, f->who,
+                      p.ndim, p.offsets, p.sizes) != 0)
+        fuse_log(FUSE_LOG_ERR, "ckptfs: tensor '%s': out of memory noting "
+                 "its piece\n", f->fqn);
     finish_stream(f, rc == 0);
     return rc ? fail(f, rc, err) : 0;
 }
 
 static int write_locked(ws_file *f, pid_t pid, const void *buf, size_t len,
-                        uint64_t off, ckpt_error *err)
+                        uint64_t off, int lend, ckpt_error *err)
 {
     if (f->rc) {
         if (err)
@@ -1518,7 +1737,8 @@ static int write_locked(ws_file *f, pid_t pid, const void *buf, size_t len,
                       " bytes; writing %zu at %" PRIu64 " goes past its end",
                       f->fqn, f->bound, len, f->received);
     if (rc == 0)
-        rc = ckpt_stream_write(f->stream, buf, len, err);
+        rc = (lend ? ckpt_stream_write_lent : ckpt_stream_write)(
+            f->stream, buf, len, err);
     if (rc) {
         finish_stream(f, 0);
         return fail(f, rc, err);
@@ -1535,10 +1755,10 @@ static int write_locked(ws_file *f, pid_t pid, const void *buf, size_t len,
 }
 
 int ws_write(ws_file *f, pid_t pid, const void *buf, size_t len,
-             uint64_t off, ckpt_error *err)
+             uint64_t off, int lend, ckpt_error *err)
 {
     pthread_mutex_lock(&f->mu);
-    int rc = write_locked(f, pid, buf, len, off, err);
+    int rc = write_locked(f, pid, buf, len, off, lend, err);
     pthread_mutex_unlock(&f->mu);
     return rc;
 }

@@ -148,9 +148,11 @@ int ws_open(ws_save *w, uint32_t node, pid_t pid, uid_t uid, ws_file **out,
 /* Writes at off, which must be where the previous write ended (-EINVAL
  * otherwise); past the piece's end is -EFBIG; the write of the piece's
  * last byte records it (and reports that).  Any error fails the piece for
- * good. */
+ * good.  With lend, buf's whole frames are encoded from buf itself and in
+ * the shard before the return (ckpt_stream_write_lent); else buf is copied
+ * and encoded while the caller goes on. */
 int ws_write(ws_file *f, pid_t pid, const void *buf, size_t len,
-             uint64_t off, ckpt_error *err);
+             uint64_t off, int lend, ckpt_error *err);
 /* A close (a flush: of any descriptor of the open file, by any process):
  * reports the piece's error, if it failed; otherwise never ends a piece
  * that has begun (another descriptor may write on).  Before any byte, a

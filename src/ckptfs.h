@@ -52,9 +52,11 @@ extern "C" {
  * made by configure from configure.ac's version. */
 #include "ckptfs_version.h"
 /* The newest index.db format version this library reads.  It writes 1,
- * and 2 for a delta checkpoint (one whose frames refer to a base's:
- * docs/FORMAT.md, "Delta checkpoints"), which older readers refuse. */
-#define CKPT_FORMAT_VERSION 2
+ * 2 for a delta checkpoint (one whose frames refer to a base's:
+ * docs/FORMAT.md, "Delta checkpoints"), and 3 when tensors of many chunks
+ * in a regular grid are packed (docs/FORMAT.md, "Packed chunks"); older
+ * readers refuse the versions they do not know. */
+#define CKPT_FORMAT_VERSION 3
 /* The most dimensions a tensor may have (NumPy's limit). */
 #define CKPT_MAX_DIMS 32
 /* Default frame size: raw bytes per independently decodable frame. */
@@ -212,6 +214,12 @@ int ckpt_writer_begin(ckpt_writer *w, const ckpt_piece *desc,
                       ckpt_stream **out, ckpt_error *err);
 int ckpt_stream_write(ckpt_stream *s, const void *buf, size_t len,
                       ckpt_error *err);
+/* Like ckpt_stream_write, but the whole frames in buf are encoded straight
+ * from it, not copied, and the call returns once they are in the shard:
+ * for a caller that has other work to keep the cores busy meanwhile (the
+ * mount, serving several writers at once), the copy buys no overlap. */
+int ckpt_stream_write_lent(ckpt_stream *s, const void *buf, size_t len,
+                           ckpt_error *err);
 int ckpt_stream_end(ckpt_stream *s, ckpt_error *err);   /* frees s */
 /* Like ckpt_stream_end, for a piece whose extent is known only once its
  * bytes have arrived (a file written through the mount, a byte object of
@@ -229,12 +237,18 @@ int ckpt_writer_set_meta(ckpt_writer *w, const char *key, const char *value,
  * (format_version, created, producer, world_size, identity, a delta's
  * base): a copy of a checkpoint's metadata leaves these out. */
 int ckpt_meta_reserved(const char *key);
-/* Makes every recorded piece durable: syncs the shard, then appends the
- * pieces to the local plan and syncs it. */
+/* Records every closed piece in the local plan (after an fdatasync of the
+ * shard, with sync = 1, which the plan notes so that the commit does not
+ * sync it again).  Only ckpt_commit makes a checkpoint durable; a save
+ * cut by a restart of its host is refused by a commit there
+ * (docs/GUARANTEES.md, "Which sync makes which promise"). */
 int ckpt_writer_flush(ckpt_writer *w, ckpt_error *err);
-/* Syncs the shard and the plan file (and their directory entries) even
- * when the writer was opened with sync = 0: what ckpt_writer_flush
- * recorded so far survives a crash of the machine. */
+/* Syncs the shard (fdatasync), even when the writer was opened with
+ * sync = 0, and closes and reopens the plan file, when either changed
+ * since the last call: what ckpt_writer_flush recorded so far is where a
+ * committer on another node reads it (close-to-open consistency).  The
+ * commit makes the checkpoint durable; a save cut by a restart of its
+ * host is saved again. */
 int ckpt_writer_sync(ckpt_writer *w, ckpt_error *err);
 /* Flushes and frees the writer.  The writer is freed even on error. */
 int ckpt_writer_close(ckpt_writer *w, ckpt_error *err);

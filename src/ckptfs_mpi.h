@@ -60,7 +60,10 @@ typedef struct ckpt_mpi_save_opts {
     size_t size;             /* sizeof(ckpt_mpi_save_opts): set by
                                 ckpt_mpi_save_opts_init (ckptfs.h,
                                 "Options structs") */
-    ckpt_write_opts write;   /* codec, level, frame size, threads, sync */
+    ckpt_write_opts write;   /* codec, level, frame size, threads, sync;
+                                base: a delta save against that committed
+                                checkpoint, opened by every rank (its path
+                                the same on all) */
     /* Metadata set on the checkpoint (e.g. {"step", "100"}); taken from
      * rank 0's arguments. */
     const char *const *meta_keys;

@@ -15,6 +15,7 @@
  * Symbolic links are never followed.
  */
 #include "cli.h"
+#include "mounthint.h"
 #include "common/fileio.h"
 #include "write/gc.h"
 #include "format/lease.h"
@@ -33,6 +34,11 @@
 
 /* Default grace period of an unfinished save: one hour of no activity. */
 #define DEFAULT_MIN_AGE_S 3600
+/* The least idle time of an unfinished save gc removes on a file system
+ * whose locks may not reach other nodes, unless --trust-locks: three
+ * lease heartbeats, so that a live save elsewhere, which only its
+ * heartbeat shows there, is never taken for abandoned. */
+#define UNTRUSTED_MIN_AGE_NS (3LL * CKPT_LEASE_BEAT_MS * 1000000LL)
 
 static const cli_help HELP = {
     "gc",
@@ -63,7 +69,11 @@ static const cli_help HELP = {
     "  -n, --dry-run        only print what would be removed and what is kept\n"
     "  -a, --min-age AGE    idle time before an unfinished save without a\n"
     "                       lease is removed: N[s|m|h|d] (default 1h; 0 trusts\n"
-    "                       the leases alone)\n"
+    "                       the leases alone; on NFS or FUSE file systems,\n"
+    "                       whose locks may not reach other nodes, at least\n"
+    "                       3 lease heartbeats (1m30s) unless --trust-locks)\n"
+    "  -t, --trust-locks    trust the file system's locks where gc would not\n"
+    "                       (its NFS or FUSE locks do reach every node)\n"
     "  -l, --keep-last N    keep the N newest committed checkpoints (N >= 1),\n"
     "                       remove older ones\n"
     "  -e, --keep-every K   also keep every checkpoint whose step is a\n"
@@ -73,6 +83,8 @@ static const cli_help HELP = {
 
 typedef struct gc_opts {
     int dry_run;
+    int trust_locks;         /* --trust-locks */
+    int guarded;             /* min_age_ns raised: locks not trusted */
     int64_t min_age_ns;
     int retain;              /* --keep-last or --keep-every given */
     int keep_last;
@@ -226,9 +238,16 @@ static void report_unfinished(const gc_opts *o, const char *shown,
                "lease; last written %s ago)\n", shown, idle);
         break;
     case CKPT_GC_YOUNG:
-        printf("kept %s: unfinished save written %s ago, less than "
-               "--min-age %s (no writer holds its lease; if its job is gone, "
-               "--min-age 0 removes it now)\n", shown, idle, age);
+        if (o->guarded)
+            printf("kept %s: unfinished save written %s ago, less than %s "
+                   "(no lease seen, but this file system's locks may not "
+                   "reach the node writing it; if its job is gone, "
+                   "--trust-locks --min-age 0 removes it now)\n", shown,
+                   idle, age);
+        else
+            printf("kept %s: unfinished save written %s ago, less than "
+                   "--min-age %s (no writer holds its lease; if its job is "
+                   "gone, --min-age 0 removes it now)\n", shown, idle, age);
         break;
     case CKPT_GC_COMMITTED:
         printf("kept %s: it was committed meanwhile\n", shown);
@@ -477,6 +496,38 @@ static int collect_single(const gc_opts *o, const char *given)
     return rc;
 }
 
+/* 1 for a file system type whose locks may not reach other nodes: NFS
+ * before version 4 (lockd may be missing; "nfs4" carries locks), FUSE
+ * (network file systems in user space, most without shared locks), 9p. */
+static int locks_untrusted(const char *fstype)
+{
+    return strcmp(fstype, "nfs") == 0 || strcmp(fstype, "fuse") == 0 ||
+           strncmp(fstype, "fuse.", 5) == 0 || strcmp(fstype, "9p") == 0;
+}
+
+/* On a file system whose locks gc cannot trust, warns and raises the
+ * least idle time of a save it removes to UNTRUSTED_MIN_AGE_NS. */
+static void guard_untrusted_locks(gc_opts *o, const char *root)
+{
+    char fstype[256], age[32];
+    if (o->trust_locks || cli_fstype(root, fstype, sizeof fstype) != 0 ||
+        !locks_untrusted(fstype))
+        return;
+    int raised = o->min_age_ns < UNTRUSTED_MIN_AGE_NS;
+    if (raised) {
+        o->min_age_ns = UNTRUSTED_MIN_AGE_NS;
+        o->guarded = 1;
+    }
+    fmt_age(age, sizeof age, o->min_age_ns);
+    fprintf(stderr, "ckpt: warning: %s is on a %s file system, whose locks "
+            "may not reach other nodes: a save written on another node may "
+            "hold a lease gc cannot see, and only its heartbeat (every %ds) "
+            "shows it live; unfinished saves idle less than %s are kept%s "
+            "(--trust-locks if this file system's locks reach every node)\n",
+            root, fstype, CKPT_LEASE_BEAT_MS / 1000, age,
+            raised ? ", whatever --min-age says" : "");
+}
+
 static int collect(const gc_opts *o, const char *root)
 {
     struct stat st;
@@ -500,6 +551,7 @@ int cmd_gc(int argc, char **argv)
     static const struct option longopts[] = {
         { "dry-run", no_argument, NULL, 'n' },
         { "min-age", required_argument, NULL, 'a' },
+        { "trust-locks", no_argument, NULL, 't' },
         { "keep-last", required_argument, NULL, 'l' },
         { "keep-every", required_argument, NULL, 'e' },
         { "help", no_argument, NULL, 'h' },
@@ -509,12 +561,15 @@ int cmd_gc(int argc, char **argv)
     long v;
     int c;
     opterr = 0;
-    while ((c = getopt_long(argc, argv, ":hna:l:e:", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":hnta:l:e:", longopts, NULL)) != -1) {
         switch (c) {
         case 'h':
             return cli_help_print(&HELP);
         case 'n':
             o.dry_run = 1;
+            break;
+        case 't':
+            o.trust_locks = 1;
             break;
         case 'a':
             if (parse_age(optarg, &o.min_age_ns))
@@ -544,6 +599,7 @@ int cmd_gc(int argc, char **argv)
     int rc = cli_want_args(&HELP, argc - optind, 1, 1);
     if (rc)
         return rc;
+    guard_untrusted_locks(&o, argv[optind]);
     rc = collect(&o, argv[optind]);
     if (fflush(stdout) != 0 && rc == CLI_OK)
         rc = cli_fail("cannot write to stdout: %s", strerror(errno));

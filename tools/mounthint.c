@@ -42,6 +42,17 @@ static int match_ckptfs(const ckpt_mount *m, void *arg)
     return 0;
 }
 
+static int match_any(const ckpt_mount *m, void *arg)
+{
+    hint_search *s = arg;
+    size_t n = covers(m->point, s->path);
+    if (n && n >= s->best) {
+        s->best = n;
+        s->found = *m;
+    }
+    return 0;
+}
+
 int cli_mount_hint(const char *path, char *buf, size_t cap)
 {
     char disk[2 * PATH_MAX];
@@ -78,4 +89,21 @@ int cli_mount_hint(const char *path, char *buf, size_t cap)
     free(abs);
     free(s);
     return 1;
+}
+
+int cli_fstype(const char *path, char *buf, size_t cap)
+{
+    hint_search *s = calloc(1, sizeof *s);
+    char *abs = s ? realpath(path, NULL) : NULL;
+    int rc = -1;
+    if (abs) {
+        s->path = abs;
+        if (ckpt_mountinfo_each(match_any, s) == 0 && s->best) {
+            snprintf(buf, cap, "%s", s->found.fstype);
+            rc = 0;
+        }
+    }
+    free(abs);
+    free(s);
+    return rc;
 }

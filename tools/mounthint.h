@@ -15,4 +15,9 @@
  * The mount is found in /proc/self/mountinfo (type fuse.ckptfs). */
 int cli_mount_hint(const char *path, char *buf, size_t cap);
 
+/* The type of the file system `path` lies on ("ext4", "nfs",
+ * "fuse.sshfs"), from the deepest mount above it, into buf; 0, or -1 when
+ * it cannot be told. */
+int cli_fstype(const char *path, char *buf, size_t cap);
+
 #endif

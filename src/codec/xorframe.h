@@ -21,7 +21,10 @@ void ckpt_xor_bytes(void *dst, const void *a, const void *b, size_t n);
 
 /* Codes `diff` (the n XOR bytes) with `codec` at `level` into dst (cap
  * bytes, at least CKPT_XOR_HEAD + ckpt_codec_bound(n)); *out_n is the
- * stored size, header included.  Returns 0 or a negative errno. */
+ * stored size, header included.  A diff that is zero in at least half of
+ * its 64-byte blocks (few rows or elements changed) is coded with zstd
+ * whatever `codec` says: zstd takes runs of zeros fastest, both ways.
+ * Returns 0 or a negative errno. */
 int ckpt_xor_encode(ckpt_codec_ctx *c, int codec, int level,
                     size_t itemsize, const void *diff, size_t n, void *dst,
                     size_t cap, size_t *out_n, ckpt_error *err);
@@ -32,5 +35,12 @@ int ckpt_xor_encode(ckpt_codec_ctx *c, int codec, int level,
 int ckpt_xor_decode(ckpt_codec_ctx *c, const void *src, size_t stored_n,
                     const void *base, void *dst, size_t raw_n,
                     ckpt_error *err);
+
+/* The same with the base frame's raw bytes already in dst, which end as
+ * the frame's: the XOR bytes are decoded into tmp (raw_n bytes) and
+ * applied where they are not zero.  The hot path: the base frame decodes
+ * straight into place, and dst is touched again only where it changed. */
+int ckpt_xor_apply(ckpt_codec_ctx *c, const void *src, size_t stored_n,
+                   void *dst, void *tmp, size_t raw_n, ckpt_error *err);
 
 #endif

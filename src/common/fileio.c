@@ -348,6 +348,27 @@ int ckpt_fsync_dir(const char *dir, ckpt_error *err)
     return 0;
 }
 
+int ckpt_fsync_parent(const char *path, ckpt_error *err)
+{
+    char dir[PATH_MAX];
+    size_t n = path ? strlen(path) : 0;
+    while (n > 1 && path[n - 1] == '/')
+        n--;                    /* "a/b/" is "a/b" */
+    while (n > 0 && path[n - 1] != '/')
+        n--;                    /* its last component */
+    while (n > 1 && path[n - 1] == '/')
+        n--;                    /* "a//b": the parent is "a" */
+    if (!path || !*path)
+        return ckpt_err(err, -EINVAL, "fsync: no path given");
+    if (n >= sizeof dir)
+        return ckpt_err(err, -ENAMETOOLONG, "%.300s: path too long", path);
+    if (n == 0)
+        return ckpt_fsync_dir(".", err);
+    memcpy(dir, path, n);
+    dir[n] = '\0';
+    return ckpt_fsync_dir(dir, err);
+}
+
 int ckpt_mkdir(const char *path, ckpt_error *err)
 {
     if (!path)

@@ -53,6 +53,9 @@ int ckpt_write_full(int fd, const void *buf, size_t n, const char *path,
 /* fsync of a file by path, and of a directory (so renames are durable). */
 int ckpt_fsync_path(const char *path, ckpt_error *err);
 int ckpt_fsync_dir(const char *dir, ckpt_error *err);
+/* fsync of the directory holding `path` (its name's), "." for a name
+ * without a slash. */
+int ckpt_fsync_parent(const char *path, ckpt_error *err);
 
 /* mkdir -p for one level with mode 0755; EEXIST is success. */
 int ckpt_mkdir(const char *path, ckpt_error *err);

@@ -127,8 +127,34 @@ int ckpt_db_run(sqlite3_stmt *st, const ckpt_db_val *v, int n,
     return ckpt_db_err(err, sqlite3_db_handle(st), rc, path, what);
 }
 
+int ckpt_db_open_rw(sqlite3 **out, const char *path, const char *journal,
+                    ckpt_error *err)
+{
+    *out = NULL;
+    sqlite3 *db = NULL;
+    /* One thread at a time uses a connection (callers serialise). */
+    int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE |
+                             SQLITE_OPEN_NOMUTEX |
+                             SQLITE_OPEN_NOFOLLOW, NULL);
+    if (rc != SQLITE_OK) {
+        rc = ckpt_db_err(err, db, rc, path, "cannot open the database");
+    } else {
+        /* Neither mode is kept in the file: set on every connection. */
+        char sql[128];
+        snprintf(sql, sizeof sql, "PRAGMA journal_mode=%s;"
+                 "PRAGMA synchronous=OFF;", journal);
+        rc = ckpt_db_exec(db, sql, path, err);
+    }
+    if (rc) {
+        sqlite3_close(db);
+        return rc;
+    }
+    *out = db;
+    return 0;
+}
+
 int ckpt_db_create(sqlite3 **out, const char *path, uint32_t app_id,
-                   const char *journal, int sync, ckpt_error *err)
+                   const char *journal, ckpt_error *err)
 {
     *out = NULL;
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -137,19 +163,12 @@ int ckpt_db_create(sqlite3 **out, const char *path, uint32_t app_id,
     if (close(fd))
         return ckpt_err_sys(err, -errno, "cannot close %s", path);
     sqlite3 *db = NULL;
-    /* One thread at a time uses a connection (callers serialise). */
-    int rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE |
-                             SQLITE_OPEN_NOMUTEX |
-                             SQLITE_OPEN_NOFOLLOW, NULL);
-    if (rc != SQLITE_OK) {
-        rc = ckpt_db_err(err, db, rc, path, "cannot open the new database");
-    } else {
-        char sql[256];
+    int rc = ckpt_db_open_rw(&db, path, journal, err);
+    if (rc == 0) {
+        char sql[160];
         snprintf(sql, sizeof sql, "PRAGMA page_size=4096;"
-                 "PRAGMA journal_mode=%s;PRAGMA synchronous=%s;"
                  "PRAGMA application_id=%d;PRAGMA user_version=%d;",
-                 journal, sync ? "FULL" : "OFF", (int)(int32_t)app_id,
-                 CKPT_DB_VERSION);
+                 (int)(int32_t)app_id, CKPT_DB_VERSION);
         rc = ckpt_db_exec(db, sql, path, err);
     }
     if (rc) {

@@ -13,7 +13,8 @@
 #define CKPT_INDEX_APP_ID 0x636b7074   /* "ckpt": index.db */
 #define CKPT_PLAN_APP_ID  0x636b706c   /* "ckpl": a writer's plan file */
 /* The user_version a new index or plan starts with; an index whose frames
- * refer to a base checkpoint's is raised to CKPT_FORMAT_VERSION (2). */
+ * refer to a base checkpoint's is raised to 2, one with packed tensors to
+ * 3 (CKPT_FORMAT_VERSION). */
 #define CKPT_DB_VERSION 1
 
 struct sqlite3;
@@ -35,11 +36,18 @@ int ckpt_db_err(ckpt_error *err, struct sqlite3 *db, int rc, const char *path,
 int ckpt_db_exec(struct sqlite3 *db, const char *sql, const char *path,
                  ckpt_error *err);
 /* Creates `path` (which must not exist) as a new SQLite file with page size
- * 4096, the given journal mode, synchronous FULL (sync) or OFF,
- * application_id `app_id` and user_version CKPT_DB_VERSION.  On error
- * the file is removed. */
+ * 4096, the given journal mode, synchronous OFF, application_id `app_id`
+ * and user_version CKPT_DB_VERSION.  On error the file is removed.
+ * SQLite never syncs: the callers sync what must be durable, once, at the
+ * point where it must be (docs/GUARANTEES.md, "Which sync makes which
+ * promise").  A journal (other than OFF) still rolls back a transaction
+ * that a killed process left half done. */
 int ckpt_db_create(struct sqlite3 **out, const char *path, uint32_t app_id,
-                   const char *journal, int sync, ckpt_error *err);
+                   const char *journal, ckpt_error *err);
+/* Opens the existing `path` read-write (no link followed) with the given
+ * journal mode and synchronous OFF, as ckpt_db_create left it. */
+int ckpt_db_open_rw(struct sqlite3 **out, const char *path,
+                    const char *journal, ckpt_error *err);
 /* Refuses a file that is not SQLite, has another application_id, or a
  * user_version newer than CKPT_FORMAT_VERSION (-ENOTSUP). */
 int ckpt_db_check_id(struct sqlite3 *db, const char *path, uint32_t app_id,

@@ -76,7 +76,7 @@ int ckpt_bases_chunk(ckpt_bases *b, const ckpt_chunk_loc *loc,
                      ckpt_base_frame **out, size_t *n, ckpt_error *err);
 
 /* Buffers one thread reuses for the frames it reads from bases (stored
- * bytes, base frames of xor frames), one pair per level of bases: zero it
+ * bytes, decoded XOR bytes), one pair per level of bases: zero it
  * to start, release it with ckpt_delta_scratch_free.  Slot 0 is the
  * caller's (ckpt_delta_scratch_at). */
 #define CKPT_DELTA_SLOTS 17
@@ -91,8 +91,10 @@ void *ckpt_delta_scratch_at(ckpt_delta_scratch *s, int slot, size_t n);
 void ckpt_delta_scratch_free(ckpt_delta_scratch *s);
 
 /* Reads frame `seq` of the chunk at `loc` of base `id` (raw_offset and
- * raw_size bytes, which must be the base frame's) into dst, checking its
- * checksum, which it sets *sum to (may be NULL); c and sc are the calling
+ * raw_size bytes, which must be the base frame's) into dst.  With sum, the
+ * bytes are checked against the frame's checksum, which *sum is set to;
+ * without (NULL), they are not: for a caller that checks what it makes of
+ * them (an xor frame applied over them).  c and sc are the calling
  * thread's codec context and scratch (slot 0 untouched). */
 int ckpt_bases_read(ckpt_bases *b, int64_t id, const ckpt_chunk_loc *loc,
                     uint64_t seq, uint64_t raw_offset, uint64_t raw_size,

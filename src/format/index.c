@@ -11,6 +11,7 @@
  */
 #include "format/index.h"
 #include "format/db.h"
+#include "format/chunkpack.h"
 #include "codec/codec.h"
 #include "common/error.h"
 #include "common/fileio.h"
@@ -64,6 +65,17 @@ static const char INDEX_DELTA_SCHEMA[] =
     " identity TEXT NOT NULL);"
     "ALTER TABLE frames ADD COLUMN base INTEGER REFERENCES bases(id);";
 
+/* An index with packed tensors (user_version 3, also holding the delta
+ * schema of version 2): one row per tensor whose chunks form a regular
+ * grid (format/chunkpack.h), instead of rows in chunks and frames. */
+static const char INDEX_PACK_SCHEMA[] =
+    "CREATE TABLE packs(tensor_id INTEGER PRIMARY KEY REFERENCES tensors(id),"
+    " grid TEXT NOT NULL, chunks BLOB NOT NULL);";
+
+/* The least chunks a tensor has for them to be packed: a tensor of fewer
+ * keeps rows that sqlite3 can query chunk by chunk. */
+#define PACK_MIN_CHUNKS 64
+
 /* Built after the frames are in: faster than maintaining it row by row. */
 static const char INDEX_FRAMES_BY_RAW[] =
     "CREATE UNIQUE INDEX frames_by_raw ON frames(chunk_id, raw_offset);";
@@ -75,7 +87,7 @@ static const char *const INDEX_TABLES[] = {
 /* -------------------------------------------------------------- writing */
 
 enum { ST_FILE, ST_CODEC, ST_TENSOR, ST_CHUNK, ST_FRAME, ST_META, ST_BASE,
-       NSTMT };
+       ST_PACK, NSTMT };
 
 static const char *const INSERT_SQL[NSTMT] = {
     "INSERT INTO files(id, path, size, writer) VALUES(?,?,?,?)",
@@ -89,6 +101,7 @@ static const char *const INSERT_SQL[NSTMT] = {
     " raw_size, codec, checksum) VALUES(?,?,?,?,?,?,?,?)",
     "INSERT INTO meta(key, value) VALUES(?,?)",
     "INSERT INTO bases(id, path, identity) VALUES(?,?,?)",
+    "INSERT INTO packs(tensor_id, grid, chunks) VALUES(?,?,?)",
 };
 
 /* The frames insert of a delta checkpoint. */
@@ -116,6 +129,8 @@ typedef struct iwrite {
     uint32_t codec_mask;    /* codec ids the kept frames use */
     const ckpt_index_base *bases;   /* a delta checkpoint's, else none */
     size_t nbases;
+    int version;            /* user_version: 1, 2 with bases, 3 with packs */
+    ckpt_strbuf pack;       /* the record of the tensor being packed */
     sqlite3_stmt *st[NSTMT];
     ckpt_error *err;
 } iwrite;
@@ -311,11 +326,25 @@ static int write_frames(iwrite *w, size_t i, int64_t chunk_id)
             CKPT_DB_INT(f->codec), CKPT_DB_INT((int64_t)f->checksum),
             f->base ? CKPT_DB_INT(f->base) : CKPT_DB_TEXT(NULL),
         };
-        int rc = run(w, ST_FRAME, v, w->nbases ? 9 : 8);
+        int rc = run(w, ST_FRAME, v, w->version >= 2 ? 9 : 8);
         if (rc)
             return rc;
     }
     return 0;
+}
+
+/* Checks the frames of chunk c of plan tensor t (check_frames): sets
+ * *mask to their codecs, adds them to *tmask, and sets *fi to its file's
+ * position. */
+static int check_chunk(iwrite *w, const ckpt_plan_tensor *pt, size_t c,
+                       size_t *fi, uint32_t *mask, uint32_t *tmask)
+{
+    size_t i = pt->chunks[c];
+    const ckpt_pieces_rec *p = &w->tab->v[i];
+    *fi = w->file_pos[p->file == CKPT_PIECES_NONE ? w->tab->nstr : p->file];
+    int rc = check_frames(w, i, c, &w->files[*fi], mask);
+    *tmask |= rc ? 0 : *mask;
+    return rc;
 }
 
 /* Writes chunk c of plan tensor t with its frames; adds its codecs to
@@ -324,15 +353,12 @@ static int write_chunk(iwrite *w, size_t t, size_t c, int64_t chunk_id,
                        uint32_t *tmask)
 {
     const ckpt_plan_tensor *pt = &w->plan->tensors[t];
-    size_t i = pt->chunks[c];
+    size_t i = pt->chunks[c], fi;
     const ckpt_pieces_rec *p = &w->tab->v[i];
-    size_t fi = w->file_pos[p->file == CKPT_PIECES_NONE ? w->tab->nstr
-                                                        : p->file];
     uint32_t mask;
-    int rc = check_frames(w, i, c, &w->files[fi], &mask);
+    int rc = check_chunk(w, pt, c, &fi, &mask, tmask);
     if (rc)
         return rc;
-    *tmask |= mask;
     char off[DIMS_JSON_CAP], size[DIMS_JSON_CAP];
     ckpt_shape_format_json(off, sizeof off, pt->ndim,
                            ckpt_pieces_offsets(w->tab, i));
@@ -350,7 +376,75 @@ static int write_chunk(iwrite *w, size_t t, size_t c, int64_t chunk_id,
     return rc ? rc : write_frames(w, i, chunk_id);
 }
 
-/* Writes the chunks of plan tensor t, then its row with their totals. */
+/* Whether plan tensor t is packed: enough chunks, which form the regular
+ * grid of chunk 0's sizes in row-major order, none with a delta frame;
+ * block gets the grid's block sizes. */
+static int tensor_grid(const iwrite *w, size_t t, int64_t *block)
+{
+    const ckpt_plan_tensor *pt = &w->plan->tensors[t];
+    size_t nd = (size_t)pt->ndim;
+    if (pt->nchunks < PACK_MIN_CHUNKS || pt->nchunks > UINT32_MAX ||
+        pt->ndim < 1)
+        return 0;
+    memcpy(block, ckpt_pieces_sizes(w->tab, pt->chunks[0]), nd * 8);
+    if (ckpt_grid_count(pt->ndim, pt->shape, block) != pt->nchunks)
+        return 0;
+    int64_t off[CKPT_MAX_DIMS], size[CKPT_MAX_DIMS];
+    for (size_t c = 0; c < pt->nchunks; c++) {
+        size_t i = pt->chunks[c];
+        ckpt_grid_box(pt->ndim, pt->shape, block, c, off, size);
+        if (memcmp(off, ckpt_pieces_offsets(w->tab, i), nd * 8) ||
+            memcmp(size, ckpt_pieces_sizes(w->tab, i), nd * 8))
+            return 0;
+        const ckpt_frame_rec *fr = ckpt_pieces_frames(w->tab, i);
+        for (size_t k = 0; k < w->tab->v[i].nframes; k++)
+            if (fr[k].base || fr[k].codec == CKPT_CODEC_REF ||
+                fr[k].codec == CKPT_CODEC_XOR)
+                return 0;
+    }
+    return 1;
+}
+
+/* The packs row of plan tensor t, whose chunks form the grid `block`:
+ * each chunk's frames checked and recorded in w->pack. */
+static int write_pack(iwrite *w, size_t t, const int64_t *block,
+                      uint32_t *tmask)
+{
+    const ckpt_plan_tensor *pt = &w->plan->tensors[t];
+    w->pack.len = 0;
+    for (size_t c = 0; c < pt->nchunks; c++) {
+        size_t i = pt->chunks[c], fi;
+        const ckpt_pieces_rec *p = &w->tab->v[i];
+        uint32_t mask;
+        int rc = check_chunk(w, pt, c, &fi, &mask, tmask);
+        if (rc)
+            return rc;
+        ckpt_pack_put(&w->pack, fi + 1, ckpt_pieces_frames(w->tab, i),
+                      p->nframes, p->data_hash);
+    }
+    if (w->pack.oom)
+        return ckpt_err(w->err, -ENOMEM, "%s: out of memory", w->path);
+    char grid[DIMS_JSON_CAP];
+    ckpt_shape_format_json(grid, sizeof grid, pt->ndim, block);
+    sqlite3_stmt *st = w->st[ST_PACK];
+    int rc = sqlite3_bind_int64(st, 1, (int64_t)t + 1);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_text(st, 2, grid, -1, SQLITE_STATIC);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_bind_blob64(st, 3, w->pack.p, w->pack.len,
+                                 SQLITE_STATIC);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+    if (rc != SQLITE_DONE)
+        return ckpt_db_err(w->err, w->db, rc, w->path,
+                           "cannot write the index");
+    return 0;
+}
+
+/* Writes the chunks of plan tensor t (rows, or its packs row), then its
+ * row with their totals. */
 static int write_tensor(iwrite *w, size_t t, int64_t *chunk_id)
 {
     const ckpt_plan_tensor *pt = &w->plan->tensors[t];
@@ -358,6 +452,8 @@ static int write_tensor(iwrite *w, size_t t, int64_t *chunk_id)
     snprintf(what, sizeof what, "tensor '%.200s'", pt->fqn);
     uint64_t numel, nbytes, stored = 0, nframes = 0;
     uint32_t mask = 0;
+    int64_t block[CKPT_MAX_DIMS];
+    int packed = w->version >= 3 && tensor_grid(w, t, block);
     int rc = ckpt_shape_numel(pt->ndim, pt->shape, &numel, what, w->err);
     if (!rc)
         rc = ckpt_shape_nbytes(pt->dtype, pt->ndim, pt->shape, &nbytes, what,
@@ -366,8 +462,11 @@ static int write_tensor(iwrite *w, size_t t, int64_t *chunk_id)
         const ckpt_pieces_rec *p = &w->tab->v[pt->chunks[c]];
         stored += p->stored_bytes;
         nframes += p->nframes;
-        rc = write_chunk(w, t, c, ++*chunk_id, &mask);
+        if (!packed)
+            rc = write_chunk(w, t, c, ++*chunk_id, &mask);
     }
+    if (!rc && packed)
+        rc = write_pack(w, t, block, &mask);
     if (rc)
         return rc;
     w->codec_mask |= mask;
@@ -429,8 +528,12 @@ static int write_meta(iwrite *w, const ckpt_kv *meta, size_t nmeta)
                               kv[i]->value, who(kv[i]->writer));
             continue;
         }
+        /* format_version says what the index is: its user_version. */
+        char version[16];
+        snprintf(version, sizeof version, "%d", w->version);
+        int fv = !strcmp(kv[i]->key, "format_version");
         ckpt_db_val v[] = { CKPT_DB_TEXT(kv[i]->key),
-                            CKPT_DB_TEXT(kv[i]->value) };
+                            CKPT_DB_TEXT(fv ? version : kv[i]->value) };
         rc = run(w, ST_META, v, 2);
     }
     free(kv);
@@ -451,23 +554,25 @@ static int write_bases(iwrite *w)
 }
 
 /* The schema and statements: a delta checkpoint's (with bases) has the
- * bases table, frames.base and user_version 2. */
+ * bases table, frames.base and user_version 2; one with packed tensors
+ * those and the packs table, user_version 3. */
 static int write_schema(iwrite *w)
 {
     int rc = ckpt_db_exec(w->db, INDEX_SCHEMA, w->path, w->err);
-    if (!rc && w->nbases) {
+    if (!rc && w->version >= 2) {
         char sql[64];
-        snprintf(sql, sizeof sql, "PRAGMA user_version=%d",
-                 CKPT_FORMAT_VERSION);
+        snprintf(sql, sizeof sql, "PRAGMA user_version=%d", w->version);
         rc = ckpt_db_exec(w->db, INDEX_DELTA_SCHEMA, w->path, w->err);
+        if (!rc && w->version >= 3)
+            rc = ckpt_db_exec(w->db, INDEX_PACK_SCHEMA, w->path, w->err);
         if (!rc)
             rc = ckpt_db_exec(w->db, sql, w->path, w->err);
     }
     for (int i = 0; !rc && i < NSTMT; i++) {
         const char *sql = INSERT_SQL[i];
-        if (i == ST_FRAME && w->nbases)
+        if (i == ST_FRAME && w->version >= 2)
             sql = INSERT_DELTA_FRAME;
-        if (i == ST_BASE && !w->nbases)
+        if ((i == ST_BASE && !w->nbases) || (i == ST_PACK && w->version < 3))
             continue;
         rc = ckpt_db_prepare(w->db, sql, &w->st[i], w->path, w->err);
     }
@@ -507,6 +612,7 @@ static int close_writer(iwrite *w, int rc)
         rc = ckpt_db_err(w->err, w->db, crc, w->path, "cannot close");
     free(w->files);
     free(w->file_pos);
+    ckpt_strbuf_free(&w->pack);
     return rc;
 }
 
@@ -527,9 +633,14 @@ int ckpt_index_write_delta(const char *path, const char *ckpt_dir,
 {
     iwrite w = { .path = path, .dir = ckpt_dir, .tab = tab, .plan = plan,
                  .bases = bases, .nbases = nbases, .err = err };
+    w.version = nbases ? 2 : 1;
+    int64_t block[CKPT_MAX_DIMS];
+    for (size_t t = 0; t < plan->ntensors && w.version < 3; t++)
+        if (tensor_grid(&w, t, block))
+            w.version = 3;
     int rc = collect_files(&w);
     if (!rc)
-        rc = ckpt_db_create(&w.db, path, CKPT_INDEX_APP_ID, "OFF", sync, err);
+        rc = ckpt_db_create(&w.db, path, CKPT_INDEX_APP_ID, "OFF", err);
     if (rc) {
         free(w.files);
         free(w.file_pos);
@@ -537,8 +648,8 @@ int ckpt_index_write_delta(const char *path, const char *ckpt_dir,
     }
     rc = write_all(&w, meta, nmeta);
     rc = close_writer(&w, rc);
-    /* synchronous=FULL synced at COMMIT; this makes it explicit and also
-     * covers the header written after the last transaction. */
+    /* Written without a journal or a sync by SQLite (nobody sees the file
+     * before it is linked to index.db): one fsync of the finished file. */
     if (!rc && sync)
         rc = ckpt_fsync_path(path, err);
     if (rc)
@@ -573,11 +684,23 @@ typedef struct id_map {
     size_t n, cap;
 } id_map;
 
+/* A packed tensor's record, kept once its chunks are loaded: its frames
+ * are read from it when asked for. */
+typedef struct pack_rec {
+    uint8_t *blob;
+    size_t len;
+    size_t *pos;            /* per chunk: where its record starts */
+    uint64_t n;
+} pack_rec;
+
 struct ckpt_index {
     sqlite3 *db;
     char *path;
     sqlite3_stmt *frames;   /* frames of one chunk, by seq */
     sqlite3_stmt *chunks;   /* chunks of one tensor, by seq */
+    sqlite3_stmt *packs;    /* version 3: the packs row of one tensor */
+    pack_rec *pk;           /* by tensor id, 1..npk - 1 */
+    size_t npk;
     int has_totals;         /* tensors holds nframes and codec_mask */
     int version;            /* PRAGMA user_version: 2 with bases */
     id_map files;           /* files.id -> position in the loaded files */
@@ -685,6 +808,9 @@ static int prepare_reads(ckpt_index *ix, ckpt_error *err)
                              "nframes, codec_mask FROM chunks WHERE "
                              "tensor_id = ? ORDER BY seq", &ix->chunks,
                              ix->path, err);
+    if (!rc && ix->version >= 3)
+        rc = ckpt_db_prepare(ix->db, "SELECT grid, chunks FROM packs WHERE "
+                             "tensor_id = ?", &ix->packs, ix->path, err);
     if (rc)
         return ckpt_err_wrap(err, -EINVAL, "%s is not a valid ckptfs index",
                              ix->path);
@@ -703,6 +829,9 @@ static int read_version(ckpt_index *ix, ckpt_error *err)
     sqlite3_finalize(st);
     if (ix->version >= 2 && !has_table(ix, "bases"))
         return damaged(err, ix->path, "format version %d without a bases "
+                       "table", ix->version);
+    if (ix->version >= 3 && !has_table(ix, "packs"))
+        return damaged(err, ix->path, "format version %d without a packs "
                        "table", ix->version);
     return 0;
 }
@@ -762,6 +891,12 @@ void ckpt_index_close(ckpt_index *ix)
         return;
     sqlite3_finalize(ix->frames);
     sqlite3_finalize(ix->chunks);
+    sqlite3_finalize(ix->packs);
+    for (size_t i = 0; i < ix->npk; i++) {
+        free(ix->pk[i].blob);
+        free(ix->pk[i].pos);
+    }
+    free(ix->pk);
     sqlite3_close(ix->db);
     free(ix->files.pairs);
     free(ix->path);
@@ -1205,14 +1340,180 @@ static int read_chunks(chunk_load *cl)
     return rc ? rc : check_totals(cl);
 }
 
+/* ---- packed tensors (version 3, format/chunkpack.h) ---- */
+
+/* The id a packed chunk gets: negative, so that it is no chunks.id, and
+ * holding its tensor's id and its place. */
+static int64_t pack_chunk_id(int64_t tensor_id, uint64_t k)
+{
+    return -(int64_t)(((uint64_t)tensor_id << 32) | k) - 1;
+}
+
+/* The slot of tensor id `id` in ix->pk, grown to hold it (ids of a
+ * version 3 index are 1..ntensors). */
+static pack_rec *pack_slot(ckpt_index *ix, int64_t id, size_t ntensors,
+                           ckpt_error *err)
+{
+    if (id < 1 || (uint64_t)id > ntensors || id > INT32_MAX) {
+        damaged(err, ix->path, "packed tensor id %lld is not in 1..%zu",
+                (long long)id, ntensors);
+        return NULL;
+    }
+    if (!ix->pk) {
+        if (!(ix->pk = calloc(ntensors + 1, sizeof *ix->pk))) {
+            oom(err, ix);
+            return NULL;
+        }
+        ix->npk = ntensors + 1;
+    }
+    return (size_t)id < ix->npk ? &ix->pk[id] : NULL;
+}
+
+/* The chunks of packed tensor cl->t from its grid and record: the boxes
+ * computed, each chunk's record read and checked against its box. */
+static int unpack_chunks(chunk_load *cl, const int64_t *block,
+                         const uint8_t *blob, size_t len, size_t *pos)
+{
+    const ckpt_index_tensor *t = cl->t;
+    size_t at = 0, itemsize = ckpt_dtype_size(t->dtype);
+    for (; cl->n < t->nchunks; cl->n++) {
+        ckpt_index_chunk *c = &cl->v[cl->n];
+        ckpt_pack_chunk pc;
+        pos[cl->n] = at;
+        ckpt_grid_box(t->ndim, t->shape, block, cl->n, c->offsets, c->sizes);
+        long fi = -1;
+        if (ckpt_pack_get(blob, len, &at, &pc, NULL, 0) == 0)
+            fi = id_map_find(&cl->ix->files, pc.file_id);
+        if (fi < 0 || pc.raw_bytes != ckpt_box_numel(t->ndim, c->sizes) *
+                                          itemsize ||
+            pc.codec_mask & (1u << CKPT_CODEC_REF | 1u << CKPT_CODEC_XOR))
+            return damaged(cl->err, cl->ix->path, "tensor '%s' packed chunk "
+                           "%zu: its record is cut short, names no file, "
+                           "holds delta frames or not the bytes of its box",
+                           t->fqn, cl->n);
+        c->id = pack_chunk_id(t->id, cl->n);
+        c->file = (int)fi;
+        c->nframes = pc.nframes;
+        c->raw_bytes = pc.raw_bytes;
+        c->stored_bytes = pc.stored_bytes;
+        cl->mask |= pc.codec_mask;
+        cl->nframes += pc.nframes;
+        cl->stored += pc.stored_bytes;
+    }
+    if (at != len)
+        return damaged(cl->err, cl->ix->path, "tensor '%s': its packed "
+                       "chunks end before their record", t->fqn);
+    return check_totals(cl);
+}
+
+/* Loads packed tensor cl->t from its packs row (grid and record) into a
+ * new chunk array, and keeps the record for its frames. */
+static int load_pack(chunk_load *cl, size_t ntensors, sqlite3_stmt *st)
+{
+    ckpt_index_tensor *t = (ckpt_index_tensor *)cl->t;
+    const char *path = cl->ix->path;
+    char what[300];
+    snprintf(what, sizeof what, "tensor '%.200s' grid", t->fqn);
+    int64_t block[CKPT_MAX_DIMS];
+    int nd = ckpt_db_dims(col_text(st, 0), block, path, what, cl->err);
+    if (nd < 0)
+        return nd;
+    if (nd != t->ndim || t->ndim < 1 || t->nchunks > UINT32_MAX ||
+        ckpt_grid_count(nd, t->shape, block) != t->nchunks)
+        return damaged(cl->err, path, "%s is not a grid of its %zu chunks",
+                       what, t->nchunks);
+    pack_rec *pk = pack_slot(cl->ix, t->id, ntensors, cl->err);
+    if (!pk)
+        return -EIO;
+    size_t len = (size_t)sqlite3_column_bytes(st, 1);
+    const uint8_t *blob = sqlite3_column_blob(st, 1);
+    pack_rec nk = { malloc(len ? len : 1), len,
+                    malloc(t->nchunks * sizeof *nk.pos), t->nchunks };
+    int rc = nk.blob && nk.pos ? ckpt_index_tensor_alloc_chunks(t, t->nchunks)
+                               : -ENOMEM;
+    if (rc)
+        rc = oom(cl->err, cl->ix);
+    else {
+        if (len)
+            memcpy(nk.blob, blob, len);
+        cl->v = t->chunks;
+        rc = unpack_chunks(cl, block, nk.blob, len, nk.pos);
+    }
+    if (rc) {
+        free(nk.blob);
+        free(nk.pos);
+        free(t->chunks);
+        free(t->dims);
+        t->chunks = NULL;
+        t->dims = NULL;
+        t->chunks_loaded = 0;
+        return rc;
+    }
+    free(pk->blob);
+    free(pk->pos);
+    *pk = nk;
+    return 0;
+}
+
+/* Loads tensor t's chunks from its packs row when it has one: 1 when it
+ * had, 0 when it has none (its chunks are rows), or an error. */
+static int try_pack(ckpt_index *ix, ckpt_index_data *d, size_t t,
+                    ckpt_error *err)
+{
+    if (ix->version < 3)
+        return 0;
+    sqlite3_stmt *st = ix->packs;
+    chunk_load cl = { .ix = ix, .t = &d->tensors[t], .err = err };
+    int rc = 0, src = sqlite3_bind_int64(st, 1, d->tensors[t].id);
+    if (src == SQLITE_OK)
+        src = sqlite3_step(st);
+    if (src == SQLITE_ROW)
+        rc = load_pack(&cl, d->ntensors, st);
+    else if (src != SQLITE_DONE)
+        rc = ckpt_db_err(err, ix->db, src, ix->path, "cannot read packs");
+    sqlite3_reset(st);
+    return rc ? rc : src == SQLITE_ROW;
+}
+
+/* The frames of packed chunk `chunk_id` from its tensor's record. */
+static int pack_frames(ckpt_index *ix, int64_t chunk_id,
+                       uint64_t expect_frames, uint64_t raw_bytes,
+                       ckpt_frame_rec *f, ckpt_error *err)
+{
+    uint64_t key = (uint64_t)(-(chunk_id + 1));
+    uint64_t tid = key >> 32, k = key & UINT32_MAX;
+    const pack_rec *pk = tid < ix->npk ? &ix->pk[tid] : NULL;
+    if (!pk || !pk->blob || k >= pk->n)
+        return damaged(err, ix->path, "packed chunk %llu of tensor id %llu "
+                       "is not loaded", (unsigned long long)k,
+                       (unsigned long long)tid);
+    size_t at = pk->pos[k];
+    ckpt_pack_chunk pc;
+    int bad = ckpt_pack_get(pk->blob, pk->len, &at, &pc, f, expect_frames) ||
+              pc.nframes != expect_frames || pc.raw_bytes != raw_bytes;
+    for (uint64_t i = 0; !bad && i < pc.nframes; i++)
+        bad = f[i].raw_size > CKPT_MAX_FRAME_SIZE ||
+              f[i].stored_size > ckpt_codec_bound((size_t)f[i].raw_size);
+    if (bad)
+        return damaged(err, ix->path, "tensor id %llu packed chunk %llu: its "
+                       "frames do not tile its %llu raw bytes in %llu frames "
+                       "of at most 1 GiB", (unsigned long long)tid,
+                       (unsigned long long)k, (unsigned long long)raw_bytes,
+                       (unsigned long long)expect_frames);
+    return 0;
+}
+
 int ckpt_index_load_chunks(ckpt_index *ix, ckpt_index_data *d, size_t t,
                            ckpt_error *err)
 {
     ckpt_index_tensor *tt = &d->tensors[t];
     if (tt->chunks_loaded)
         return 0;
+    int rc = try_pack(ix, d, t, err);
+    if (rc)
+        return rc < 0 ? rc : 0;
     chunk_load cl = { .ix = ix, .t = tt, .err = err };
-    int rc = read_chunks(&cl);
+    rc = read_chunks(&cl);
     if (rc == 0 && !cl.v && !(cl.v = calloc(1, sizeof *cl.v)))
         rc = oom(err, ix);
     if (rc == 0 && !cl.dims && !(cl.dims = calloc(1, sizeof *cl.dims)))
@@ -1233,6 +1534,39 @@ int ckpt_index_load_chunks(ckpt_index *ix, ckpt_index_data *d, size_t t,
     return 0;
 }
 
+/* ckpt_index_tensor_files of a packed tensor: 1 when tt is packed (fn
+ * called for each of its chunks' files), 0 when it is not, or an error. */
+static int pack_files(ckpt_index *ix, const ckpt_index_tensor *tt,
+                      void (*fn)(void *arg, size_t pos), void *arg,
+                      ckpt_error *err)
+{
+    if (ix->version < 3)
+        return 0;
+    sqlite3_stmt *st = ix->packs;
+    int rc = 0, src = sqlite3_bind_int64(st, 1, tt->id);
+    if (src == SQLITE_OK)
+        src = sqlite3_step(st);
+    if (src == SQLITE_ROW) {
+        const uint8_t *blob = sqlite3_column_blob(st, 1);
+        size_t len = (size_t)sqlite3_column_bytes(st, 1), at = 0;
+        for (size_t c = 0; !rc && c < tt->nchunks; c++) {
+            ckpt_pack_chunk pc;
+            long pos = -1;
+            if (ckpt_pack_get(blob, len, &at, &pc, NULL, 0) == 0)
+                pos = id_map_find(&ix->files, pc.file_id);
+            if (pos < 0)
+                rc = damaged(err, ix->path, "tensor '%s' packed chunk %zu: "
+                             "its record is cut short or names no file",
+                             tt->fqn, c);
+            else
+                fn(arg, (size_t)pos);
+        }
+    } else if (src != SQLITE_DONE)
+        rc = ckpt_db_err(err, ix->db, src, ix->path, "cannot read packs");
+    sqlite3_reset(st);
+    return rc ? rc : src == SQLITE_ROW;
+}
+
 int ckpt_index_tensor_files(ckpt_index *ix, const ckpt_index_data *d,
                             size_t t, void (*fn)(void *arg, size_t pos),
                             void *arg, ckpt_error *err)
@@ -1243,6 +1577,9 @@ int ckpt_index_tensor_files(ckpt_index *ix, const ckpt_index_data *d,
             fn(arg, (size_t)tt->chunks[c].file);
         return 0;
     }
+    int prc = pack_files(ix, tt, fn, arg, err);
+    if (prc)
+        return prc < 0 ? prc : 0;
     sqlite3_stmt *st;
     int src = sqlite3_prepare_v2(ix->db, "SELECT DISTINCT file_id FROM "
                                  "chunks WHERE tensor_id = ?", -1, &st, NULL);
@@ -1383,6 +1720,14 @@ int ckpt_index_load_frames(ckpt_index *ix, int64_t chunk_id,
                                sizeof *f);
     if (!f)
         return ckpt_err(err, -ENOMEM, "%s: out of memory", ix->path);
+    if (chunk_id < 0) {
+        int prc = pack_frames(ix, chunk_id, expect_frames, raw_bytes, f, err);
+        if (prc)
+            free(f);
+        else
+            *frames = f;
+        return prc;
+    }
     uint64_t k = 0, raw = 0;
     int bad = 0;
     int src = sqlite3_bind_int64(ix->frames, 1, chunk_id);

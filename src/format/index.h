@@ -16,8 +16,8 @@
 /* Writes a new index at `path` (which must not exist) holding the kept
  * pieces of `plan` as chunks, their frames, the shard files they use
  * (with sizes taken by stat() under `ckpt_dir`), and the metadata `meta`
- * (nmeta entries).  One transaction; when `sync`, synchronous=FULL and the
- * file is fsynced before returning. */
+ * (nmeta entries).  One transaction, unsynced by SQLite; when `sync`, the
+ * finished file is fsynced once before returning. */
 int ckpt_index_write(const char *path, const char *ckpt_dir,
                      const ckpt_piece_rec *pieces, const ckpt_plan *plan,
                      const ckpt_kv *meta, size_t nmeta, int sync,

@@ -231,6 +231,31 @@ void ckpt_lease_drop(ckpt_lease *l)
     free(l);
 }
 
+static int start_beat(ckpt_lease *l, ckpt_heartbeat *h, ckpt_error *err);
+
+int ckpt_lease_beat_fd(ckpt_lease **out, int fd, int beat_ms,
+                       ckpt_error *err)
+{
+    *out = NULL;
+    ckpt_lease *l = calloc(1, sizeof *l);
+    if (!l)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    l->beat_ms = beat_ms;
+    l->fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    int rc = l->fd < 0 ? ckpt_err_sys(err, -errno, "cannot keep a descriptor "
+                                      "to beat") : 0;
+    if (rc == 0) {
+        (void)futimens(l->fd, NULL);
+        rc = start_beat(l, NULL, err);
+    }
+    if (rc) {
+        ckpt_lease_drop(l);
+        return rc;
+    }
+    *out = l;
+    return 0;
+}
+
 /* Starts l's heartbeat: on h's thread, or on one of its own. */
 static int start_beat(ckpt_lease *l, ckpt_heartbeat *h, ckpt_error *err)
 {
@@ -409,13 +434,29 @@ int ckpt_save_begin_on(ckpt_lease **out, const char *dir, ckpt_heartbeat *h,
         return ckpt_err(err, -EEXIST, "%s is already a committed checkpoint "
                         "(it has index.db); committed checkpoints are "
                         "immutable", dir);
+    /* A save's data/ is made after its .pending/, and its commit removes
+     * .pending/ once index.db is there: in a directory with data/, a
+     * .pending/ is never made.  Its absence then means a checkpoint
+     * committed by another node, whose index.db this node's cached view
+     * may not show yet (while a create always asks the file server: no
+     * .pending/ is ever made in a committed checkpoint, issue #25). */
+    int had_data = rc == 0 &&
+                   ckpt_path_join(path, sizeof path, dir, "data", err) == 0 &&
+                   lstat(path, &st) == 0;
     /* .pending/ before data/: a directory with data/ alone is never a
      * save that someone could hold a lease on. */
-    if (rc == 0)
+    if (rc == 0 && !had_data)
         rc = make_subdir(dir, ".pending", err);
     if (rc == 0)
         rc = make_subdir(dir, "data", err);
-    return rc ? rc : ckpt_lease_take_on(out, dir, h, err);
+    if (rc == 0)
+        rc = ckpt_lease_take_on(out, dir, h, err);
+    if (rc == -ENOENT && had_data)
+        rc = ckpt_err(err, -EEXIST, "%s is a committed checkpoint (it has "
+                      "data/ and no .pending/; this node may not see its "
+                      "index.db yet); committed checkpoints are immutable",
+                      dir);
+    return rc;
 }
 
 int ckpt_lease_lock_exclusive(const char *dir, int create, int *fd,
@@ -471,8 +512,7 @@ int ckpt_lease_lock_exclusive(const char *dir, int create, int *fd,
 
 /* ------------------------------------------------------------ new names */
 
-/* This host's name as it goes into hidden names: [A-Za-z0-9-] only. */
-static void host_tag(char *buf, size_t cap)
+void ckpt_host_tag(char *buf, size_t cap)
 {
     char host[64] = "host";
     if (gethostname(host, sizeof host - 1) != 0)
@@ -508,7 +548,7 @@ static int pid_is_zombie(long pid)
 int ckpt_new_name(char *buf, size_t cap, const char *tag, const char *name)
 {
     char host[48];
-    host_tag(host, sizeof host);
+    ckpt_host_tag(host, sizeof host);
     return snprintf(buf, cap, CKPT_NEW_PREFIX "%s.%ld.%.40s.%.150s", host,
                     (long)getpid(), tag, name);
 }
@@ -519,7 +559,7 @@ int ckpt_new_maker_gone(const char *name)
     size_t pl = strlen(CKPT_NEW_PREFIX);
     if (strncmp(name, CKPT_NEW_PREFIX, pl) != 0)
         return 0;
-    host_tag(host, sizeof host);
+    ckpt_host_tag(host, sizeof host);
     size_t hl = strlen(host);
     const char *p = name + pl;
     if (strncmp(p, host, hl) != 0 || p[hl] != '.')
@@ -527,6 +567,13 @@ int ckpt_new_maker_gone(const char *name)
     char *end;
     long pid = strtol(p + hl + 1, &end, 10);
     if (end == p + hl + 1 || *end != '.' || pid <= 0)
+        return 0;
+    return ckpt_pid_gone(pid);
+}
+
+int ckpt_pid_gone(long pid)
+{
+    if (pid <= 0)
         return 0;
     if (kill((pid_t)pid, 0) != 0)
         return errno == ESRCH;

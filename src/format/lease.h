@@ -56,14 +56,22 @@ int ckpt_lease_take(ckpt_lease **out, const char *dir, int beat_ms,
  * beating every CKPT_LEASE_BEAT_MS). */
 int ckpt_lease_take_on(ckpt_lease **out, const char *dir, ckpt_heartbeat *h,
                        ckpt_error *err);
+/* A heartbeat without a lock: the file open as fd (a descriptor of its
+ * own is kept) is touched now and then every beat_ms milliseconds by a
+ * thread of its own, until ckpt_lease_drop (the commit claim's, claim.h). */
+int ckpt_lease_beat_fd(ckpt_lease **out, int fd, int beat_ms,
+                       ckpt_error *err);
 /* Releases the lease and stops its heartbeat (NULL is fine). */
 void ckpt_lease_drop(ckpt_lease *l);
 
 /* Makes the layout of a save in `dir` if it is missing (the directory
  * with its missing parents, .pending/ and data/) and takes a lease on it
- * with the default heartbeat.  Refuses a committed checkpoint (-EEXIST).
- * A missing directory appears with its .pending/ in one step (made aside
- * under a name starting with CKPT_NEW_PREFIX, then renamed). */
+ * with the default heartbeat.  Refuses a committed checkpoint (-EEXIST):
+ * one with index.db, and one with data/ but no .pending/ (a checkpoint
+ * another node committed, whose index.db a cached view may not show yet:
+ * a .pending/ is never made beside an existing data/).  A missing
+ * directory appears with its .pending/ in one step (made aside under a
+ * name starting with CKPT_NEW_PREFIX, then renamed). */
 int ckpt_save_begin(ckpt_lease **out, const char *dir, ckpt_error *err);
 /* The same, the lease beaten by h (NULL: by a thread of its own). */
 int ckpt_save_begin_on(ckpt_lease **out, const char *dir, ckpt_heartbeat *h,
@@ -86,6 +94,11 @@ int ckpt_new_name(char *buf, size_t cap, const char *tag, const char *name);
 /* 1 when hidden name `name` (ckpt_new_name's) was made on this host by a
  * process that no longer exists. */
 int ckpt_new_maker_gone(const char *name);
+/* This host's name as hidden names carry it ([A-Za-z0-9-] only). */
+void ckpt_host_tag(char *buf, size_t cap);
+/* 1 when process pid of this host has exited (no such process, or a
+ * zombie). */
+int ckpt_pid_gone(long pid);
 
 /* The mark of a save whose shard could not be synced (fdatasync failed):
  * after such a failure the kernel may have dropped the bytes while a later

@@ -23,6 +23,9 @@ void ckpt_pieces_free(ckpt_pieces *t)
     free(t->arena);
     free(t->str_off);
     free(t->slots);
+    free(t->shapes);
+    free(t->shape_at);
+    free(t->shape_slots);
     ckpt_pieces_init(t);
 }
 
@@ -91,6 +94,70 @@ static uint32_t intern(ckpt_pieces *t, const char *s, int *rc)
     return t->nstr++;
 }
 
+/* ------------------------------------------------------------ shapes */
+
+static size_t shape_slot(int nd, const int64_t *v, size_t nslots)
+{
+    return (size_t)(XXH3_64bits(v, (size_t)nd * sizeof *v) ^ (uint64_t)nd) &
+           (nslots - 1);
+}
+
+static const int64_t *shape_of(const ckpt_pieces *t, uint32_t k)
+{
+    return t->shapes + t->shape_at[k];
+}
+
+/* Doubles the shapes' hash table (load stays at most 1/2). */
+static int shape_rehash(ckpt_pieces *t)
+{
+    size_t ns = t->nshape_slots ? 2 * t->nshape_slots : 64;
+    uint32_t *slots = calloc(ns, sizeof *slots);
+    if (!slots)
+        return -ENOMEM;
+    for (uint32_t k = 0; k < t->nshape; k++) {
+        const int64_t *s = shape_of(t, k);
+        size_t h = shape_slot((int)s[0], s + 1, ns);
+        while (slots[h])
+            h = (h + 1) & (ns - 1);
+        slots[h] = k + 1;
+    }
+    free(t->shape_slots);
+    t->shape_slots = slots;
+    t->nshape_slots = ns;
+    return 0;
+}
+
+/* The id of shape v[0..nd), added when new.  -ENOMEM in *rc. */
+static uint32_t intern_shape(ckpt_pieces *t, int nd, const int64_t *v,
+                             int *rc)
+{
+    if ((size_t)t->nshape + 1 > t->nshape_slots / 2 &&
+        (*rc = shape_rehash(t)))
+        return 0;
+    size_t h = shape_slot(nd, v, t->nshape_slots);
+    for (; t->shape_slots[h]; h = (h + 1) & (t->nshape_slots - 1)) {
+        uint32_t k = t->shape_slots[h] - 1;
+        const int64_t *s = shape_of(t, k);
+        if (s[0] == nd && !memcmp(s + 1, v, (size_t)nd * sizeof *v))
+            return k;
+    }
+    if (t->nshape >= UINT32_MAX - 1 ||
+        reserve((void **)&t->shape_at, &t->shape_at_cap, t->nshape, 1,
+                sizeof *t->shape_at) ||
+        reserve((void **)&t->shapes, &t->shapes_cap, t->nshapes_vals,
+                (size_t)nd + 1, sizeof *t->shapes)) {
+        *rc = -ENOMEM;
+        return 0;
+    }
+    t->shape_at[t->nshape] = t->nshapes_vals;
+    t->shapes[t->nshapes_vals] = nd;
+    if (nd)
+        memcpy(t->shapes + t->nshapes_vals + 1, v, (size_t)nd * sizeof *v);
+    t->nshapes_vals += (size_t)nd + 1;
+    t->shape_slots[h] = t->nshape + 1;
+    return t->nshape++;
+}
+
 /* ------------------------------------------------------------ pieces */
 
 int ckpt_pieces_add(ckpt_pieces *t, const ckpt_piece_rec *p)
@@ -107,20 +174,21 @@ int ckpt_pieces_add(ckpt_pieces *t, const ckpt_piece_rec *p)
         r.file = intern(t, p->file, &rc);
     if (!rc)
         r.writer = intern(t, p->writer, &rc);
+    if (!rc)
+        r.shape = intern_shape(t, nd, p->shape, &rc);
     if (rc || reserve((void **)&t->v, &t->cap, t->n, 1, sizeof *t->v) ||
         /* at least one: dims is never NULL once a piece is in */
         reserve((void **)&t->dims, &t->dims_cap, t->ndims,
-                nd ? 3 * (size_t)nd : 1, sizeof *t->dims) ||
+                nd ? 2 * (size_t)nd : 1, sizeof *t->dims) ||
         reserve((void **)&t->frames, &t->frames_cap, t->nframes, p->nframes,
                 sizeof *t->frames))
         return -ENOMEM;   /* strings interned on the way are harmless */
     r.dims = t->ndims;
     if (nd) {
         int64_t *d = t->dims + t->ndims;
-        memcpy(d, p->shape, (size_t)nd * sizeof *d);
-        memcpy(d + nd, p->offsets, (size_t)nd * sizeof *d);
-        memcpy(d + 2 * nd, p->sizes, (size_t)nd * sizeof *d);
-        t->ndims += 3 * (size_t)nd;
+        memcpy(d, p->offsets, (size_t)nd * sizeof *d);
+        memcpy(d + nd, p->sizes, (size_t)nd * sizeof *d);
+        t->ndims += 2 * (size_t)nd;
     }
     r.frame0 = t->nframes;
     r.nframes = p->nframes;
@@ -129,6 +197,48 @@ int ckpt_pieces_add(ckpt_pieces *t, const ckpt_piece_rec *p)
                p->nframes * sizeof *p->frames);
     t->nframes += p->nframes;
     t->v[t->n++] = r;
+    return 0;
+}
+
+int ckpt_pieces_append(ckpt_pieces *t, const ckpt_pieces *src)
+{
+    uint32_t *ids = malloc((src->nstr ? src->nstr : 1) * sizeof *ids);
+    uint32_t *sids = malloc((src->nshape ? src->nshape : 1) * sizeof *sids);
+    int rc = ids && sids ? 0 : -ENOMEM;
+    for (uint32_t k = 0; !rc && k < src->nstr; k++)
+        ids[k] = intern(t, src->arena + src->str_off[k], &rc);
+    for (uint32_t k = 0; !rc && k < src->nshape; k++) {
+        const int64_t *s = shape_of(src, k);
+        sids[k] = intern_shape(t, (int)s[0], s + 1, &rc);
+    }
+    if (rc || reserve((void **)&t->v, &t->cap, t->n, src->n, sizeof *t->v) ||
+        reserve((void **)&t->dims, &t->dims_cap, t->ndims,
+                src->ndims ? src->ndims : 1, sizeof *t->dims) ||
+        reserve((void **)&t->frames, &t->frames_cap, t->nframes,
+                src->nframes, sizeof *t->frames)) {
+        free(ids);
+        free(sids);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < src->n; i++) {
+        ckpt_pieces_rec r = src->v[i];
+        r.fqn = r.fqn == CKPT_PIECES_NONE ? r.fqn : ids[r.fqn];
+        r.file = r.file == CKPT_PIECES_NONE ? r.file : ids[r.file];
+        r.writer = r.writer == CKPT_PIECES_NONE ? r.writer : ids[r.writer];
+        r.shape = sids[r.shape];
+        r.dims += t->ndims;
+        r.frame0 += t->nframes;
+        t->v[t->n++] = r;
+    }
+    if (src->ndims)
+        memcpy(t->dims + t->ndims, src->dims, src->ndims * sizeof *t->dims);
+    if (src->nframes)
+        memcpy(t->frames + t->nframes, src->frames,
+               src->nframes * sizeof *t->frames);
+    t->ndims += src->ndims;
+    t->nframes += src->nframes;
+    free(ids);
+    free(sids);
     return 0;
 }
 

@@ -2,10 +2,11 @@
  * pieces.h - a compact table of many pieces: what the committer holds of
  * all writers' plans at once (a 16k-rank job's plans hold millions of
  * pieces).  Strings (fqns, shard paths, writer names) are interned and
- * referred to by id; a piece's shape, offsets and sizes are runs of ndim
- * values in one array, its frames a run in another.  About 72 bytes per
- * piece plus 24 per dimension and 48 per frame, against ~850 for a
- * ckpt_piece_rec (whose dims are CKPT_MAX_DIMS arrays) and its strings.
+ * referred to by id; so are shapes (the pieces of a tensor share one);
+ * a piece's offsets and sizes are runs of ndim values in one array, its
+ * frames a run in another.  About 72 bytes per piece plus 16 per
+ * dimension and 56 per frame, against ~850 for a ckpt_piece_rec (whose
+ * dims are CKPT_MAX_DIMS arrays) and its strings.
  *
  * The planner and the index writer work on it; an array of
  * ckpt_piece_rec converts to it (ckpt_pieces_add) and back
@@ -26,7 +27,9 @@ typedef struct ckpt_pieces_rec {
     uint32_t fqn, file, writer;  /* string ids */
     int32_t ndim;                /* as given (the planner checks it) */
     int32_t dtype;
-    uint64_t dims;               /* shape, offsets, sizes: three runs of
+    uint32_t shape;              /* shape id: its values from
+                                    shapes[shape_at[shape] + 1] */
+    uint64_t dims;               /* offsets, sizes: two runs of
                                     min(ndim, CKPT_MAX_DIMS) values from
                                     dims[dims] */
     uint64_t frame0, nframes;    /* its frames: frames[frame0..+nframes) */
@@ -38,6 +41,14 @@ typedef struct ckpt_pieces {
     size_t n, cap;
     int64_t *dims;
     size_t ndims, dims_cap;
+    /* interned shapes: shape id k is ndim then the values at
+     * shapes + shape_at[k] */
+    int64_t *shapes;
+    size_t nshapes_vals, shapes_cap;
+    size_t *shape_at, shape_at_cap;
+    uint32_t nshape;
+    uint32_t *shape_slots;       /* open addressing: shape id + 1, or 0 */
+    size_t nshape_slots;
     ckpt_frame_rec *frames;
     size_t nframes, frames_cap;
     /* interned strings: string id k is arena + str_off[k] */
@@ -55,6 +66,10 @@ void ckpt_pieces_free(ckpt_pieces *t);
 /* Appends a copy of *p: its strings interned, its dims and frames copied.
  * Returns 0 or -ENOMEM (then nothing was added). */
 int ckpt_pieces_add(ckpt_pieces *t, const ckpt_piece_rec *p);
+/* Appends every piece of src (strings interned anew, dims and frames
+ * copied), in order.  Returns 0 or -ENOMEM (then t may hold new strings
+ * but no new piece). */
+int ckpt_pieces_append(ckpt_pieces *t, const ckpt_pieces *src);
 /* Appends a frame to piece i, whose frames must be the last ones added
  * (frames are added piece after piece).  -EINVAL when they are not,
  * -ENOMEM. */
@@ -79,19 +94,19 @@ static inline int ckpt_pieces_ndims(const ckpt_pieces_rec *p)
 static inline const int64_t *ckpt_pieces_shape(const ckpt_pieces *t,
                                                size_t i)
 {
-    return t->dims + t->v[i].dims;
+    return t->shapes + t->shape_at[t->v[i].shape] + 1;
 }
 
 static inline const int64_t *ckpt_pieces_offsets(const ckpt_pieces *t,
                                                  size_t i)
 {
-    return t->dims + t->v[i].dims + ckpt_pieces_ndims(&t->v[i]);
+    return t->dims + t->v[i].dims;
 }
 
 static inline const int64_t *ckpt_pieces_sizes(const ckpt_pieces *t,
                                                size_t i)
 {
-    return t->dims + t->v[i].dims + 2 * ckpt_pieces_ndims(&t->v[i]);
+    return t->dims + t->v[i].dims + ckpt_pieces_ndims(&t->v[i]);
 }
 
 static inline const ckpt_frame_rec *ckpt_pieces_frames(const ckpt_pieces *t,

@@ -646,11 +646,11 @@ static int check_replicas(const planner *pl, const box_set *s)
         if (strcmp(writer_of(&a), writer_of(&b)) == 0)
             return ckpt_err(pl->err, -EINVAL, "tensor '%s': writer %s wrote "
                             "piece %s twice with different bytes (hash "
-                            "%016llx and %016llx): its rank ran again over "
-                            "an attempt of this save it had begun; save the "
-                            "step under a new name, or remove this attempt "
-                            "first (once no mount holds it, `ckpt gc "
-                            "--min-age 0`)", a.fqn, writer_of(&a), box,
+                            "%016llx and %016llx): write each piece once "
+                            "(through a mount, a rank that runs again once "
+                            "its earlier processes are gone replaces its "
+                            "earlier pieces: docs/MOUNT.md, \"A rank runs "
+                            "again\")", a.fqn, writer_of(&a), box,
                             (unsigned long long)a.data_hash,
                             (unsigned long long)b.data_hash);
         return ckpt_err(pl->err, -EINVAL, "tensor '%s': replicas of piece %s "

@@ -1,14 +1,24 @@
 /*
  * planfile.c - a writer's local plan, .pending/<writer>.plan (see planfile.h
  * and docs/FORMAT.md): a small SQLite file to which one writer appends, in
- * one transaction per call (durable when created with sync), the pieces it
- * wrote with their frames, and its metadata.  At commit every plan is read
+ * one transaction per call, the pieces it wrote with their frames, and its
+ * metadata.  At commit every plan is read
  * back into one manifest for the planner.
+ *
+ * SQLite never syncs a plan (its journal still undoes an append that a
+ * killed writer left half done).  What the commit needs durable it syncs
+ * itself: a plan tells it how much of its shard the writer synced
+ * already (info 'synced', "BYTES:FILE"), so that each shard is synced
+ * once.  Its info 'unsynced' names the host and boot it was last written
+ * in: a power loss may have cost it its last appends (or its directory
+ * entry), so a commit on that host after a restart refuses it rather than
+ * publish a checkpoint missing pieces.
  */
 #include "format/planfile.h"
 #include "format/db.h"
 #include "common/error.h"
 #include "common/fileio.h"
+#include "common/pool.h"
 #include "common/shape.h"
 
 #include <errno.h>
@@ -22,6 +32,8 @@
 #include <unistd.h>
 
 #define DIMS_JSON_CAP (CKPT_MAX_DIMS * 21 + 3)
+/* "HOST BOOT_ID" */
+#define HOST_BOOT_CAP 320
 /* How long a reader waits for a writer's append to finish. */
 #define BUSY_TIMEOUT_MS 10000
 
@@ -54,7 +66,7 @@ static const char DECLARE_SQL[] =
 enum { PS_INFO, PS_PIECE, PS_FRAME, PS_META, PS_N };
 
 static const char *const PLAN_SQL[PS_N] = {
-    "INSERT INTO info(key, value) VALUES(?,?)",
+    "INSERT OR REPLACE INTO info(key, value) VALUES(?,?)",
     "INSERT INTO pieces(fqn, dtype, shape, offsets, sizes, file, raw_bytes,"
     " stored_bytes, data_hash) VALUES(?,?,?,?,?,?,?,?,?)",
     "INSERT INTO frames(piece_id, seq, file_offset, stored_size, raw_offset,"
@@ -66,9 +78,10 @@ struct ckpt_planfile {
     sqlite3 *db;
     char *path;
     sqlite3_stmt *st[PS_N];
+    char synced[CKPT_PLAN_SYNCED_CAP];  /* "BYTES:FILE" for the next append,
+                                           or "" */
+    char boot[HOST_BOOT_CAP];           /* host_boot(), once */
 };
-
-/* -------------------------------------------------------------- writing */
 
 static int run(ckpt_planfile *pf, int which, const ckpt_db_val *v, int n,
                ckpt_error *err)
@@ -77,31 +90,63 @@ static int run(ckpt_planfile *pf, int which, const ckpt_db_val *v, int n,
                        "cannot write the local plan", err);
 }
 
-/* Makes the new file's directory entry durable. */
-static int sync_parent(const char *path, ckpt_error *err)
+/* Where and when this process runs, "HOST BOOT_ID", into buf; "" when
+ * the boot id cannot be read (then no restart can be told). */
+static void host_boot(char *buf, size_t cap)
 {
-    char dir[PATH_MAX];
-    const char *slash = strrchr(path, '/');
-    if (!slash)
-        return ckpt_fsync_dir(".", err);
-    size_t n = slash == path ? 1 : (size_t)(slash - path);
-    if (n >= sizeof dir)
-        return ckpt_err(err, -ENAMETOOLONG, "%s: path too long", path);
-    memcpy(dir, path, n);
-    dir[n] = '\0';
-    return ckpt_fsync_dir(dir, err);
+    char host[HOST_BOOT_CAP - 64] = "", boot[64] = "";
+    buf[0] = '\0';
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "re");
+    if (!f)
+        return;
+    int ok = fgets(boot, sizeof boot, f) != NULL;
+    fclose(f);
+    boot[strcspn(boot, "\n")] = '\0';
+    if (!ok || !*boot || gethostname(host, sizeof host - 1) != 0)
+        return;
+    snprintf(buf, cap, "%s %s", host, boot);
 }
 
-static int plan_init(ckpt_planfile *pf, const char *writer, int sync,
-                     ckpt_error *err)
+/* Records (in the caller's transaction) the host and boot of this
+ * change, which no sync makes durable. */
+static int mark_unsynced(ckpt_planfile *pf, ckpt_error *err)
+{
+    if (!pf->boot[0])
+        return 0;
+    ckpt_db_val v[] = { CKPT_DB_TEXT("unsynced"), CKPT_DB_TEXT(pf->boot) };
+    return run(pf, PS_INFO, v, 2, err);
+}
+
+/* -------------------------------------------------------------- writing */
+
+static int prepare_all(ckpt_planfile *pf, ckpt_error *err)
+{
+    int rc = 0;
+    for (int i = 0; !rc && i < PS_N; i++)
+        rc = ckpt_db_prepare(pf->db, PLAN_SQL[i], &pf->st[i], pf->path, err);
+    return rc;
+}
+
+/* Closes the connection (its statements first, so that it does close). */
+static void close_db(ckpt_planfile *pf)
+{
+    for (int i = 0; i < PS_N; i++) {
+        sqlite3_finalize(pf->st[i]);
+        pf->st[i] = NULL;
+    }
+    sqlite3_close(pf->db);
+    pf->db = NULL;
+}
+
+static int plan_init(ckpt_planfile *pf, const char *writer, ckpt_error *err)
 {
     int rc = ckpt_db_exec(pf->db, "BEGIN", pf->path, err);
     if (!rc)
         rc = ckpt_db_exec(pf->db, PLAN_SCHEMA, pf->path, err);
     if (!rc)
         rc = ckpt_db_exec(pf->db, DECLARED_SCHEMA, pf->path, err);
-    for (int i = 0; !rc && i < PS_N; i++)
-        rc = ckpt_db_prepare(pf->db, PLAN_SQL[i], &pf->st[i], pf->path, err);
+    if (!rc)
+        rc = prepare_all(pf, err);
     ckpt_db_val who[] = { CKPT_DB_TEXT("writer"), CKPT_DB_TEXT(writer) };
     ckpt_db_val producer[] = { CKPT_DB_TEXT("producer"),
                                CKPT_DB_TEXT("ckptfs " CKPT_VERSION_STRING) };
@@ -110,23 +155,21 @@ static int plan_init(ckpt_planfile *pf, const char *writer, int sync,
     if (!rc)
         rc = run(pf, PS_INFO, producer, 2, err);
     if (!rc)
+        rc = mark_unsynced(pf, err);
+    if (!rc)
         rc = ckpt_db_exec(pf->db, "COMMIT", pf->path, err);
-    if (!rc && sync)
-        rc = sync_parent(pf->path, err);
     return rc;
 }
 
 static void plan_free(ckpt_planfile *pf)
 {
-    for (int i = 0; i < PS_N; i++)
-        sqlite3_finalize(pf->st[i]);
-    sqlite3_close(pf->db);
+    close_db(pf);
     free(pf->path);
     free(pf);
 }
 
 int ckpt_planfile_create(ckpt_planfile **out, const char *path,
-                         const char *writer, int sync, ckpt_error *err)
+                         const char *writer, ckpt_error *err)
 {
     *out = NULL;
     if (!writer || !*writer)
@@ -137,15 +180,15 @@ int ckpt_planfile_create(ckpt_planfile **out, const char *path,
         free(pf);
         return ckpt_err(err, -ENOMEM, "%s: out of memory", path);
     }
+    host_boot(pf->boot, sizeof pf->boot);
     /* PERSIST: a transaction per flush (a piece closed through a mount)
      * reuses one journal file instead of creating and unlinking one. */
-    int rc = ckpt_db_create(&pf->db, path, CKPT_PLAN_APP_ID, "PERSIST", sync,
-                            err);
+    int rc = ckpt_db_create(&pf->db, path, CKPT_PLAN_APP_ID, "PERSIST", err);
     if (rc) {
         plan_free(pf);
         return rc;
     }
-    rc = plan_init(pf, writer, sync, err);
+    rc = plan_init(pf, writer, err);
     if (rc) {
         plan_free(pf);
         unlink(path);
@@ -208,15 +251,36 @@ static int append_piece(ckpt_planfile *pf, const ckpt_piece_rec *p, size_t i,
                                    err);
 }
 
-int ckpt_planfile_sync(ckpt_planfile *pf, ckpt_error *err)
+int ckpt_planfile_share(ckpt_planfile *pf, ckpt_error *err)
 {
-    int fd = open(pf->path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return ckpt_err_sys(err, -errno, "cannot open %s", pf->path);
-    int rc = fsync(fd) == 0 ? 0 : ckpt_err_sys(err, -errno, "cannot sync %s",
-                                               pf->path);
-    close(fd);
-    return rc ? rc : sync_parent(pf->path, err);
+    close_db(pf);
+    int rc = ckpt_db_open_rw(&pf->db, pf->path, "PERSIST", err);
+    if (!rc)
+        rc = prepare_all(pf, err);
+    if (rc)
+        close_db(pf);      /* the writer fails for good (writer.c) */
+    return rc;
+}
+
+void ckpt_planfile_note_synced(ckpt_planfile *pf, const char *file,
+                               uint64_t bytes)
+{
+    int n = snprintf(pf->synced, sizeof pf->synced, "%llu:%s",
+                     (unsigned long long)bytes, file);
+    if (n < 0 || (size_t)n >= sizeof pf->synced)
+        pf->synced[0] = '\0';      /* no claim: the commit syncs it */
+}
+
+/* The claim noted by ckpt_planfile_note_synced, in the open transaction. */
+static int write_synced(ckpt_planfile *pf, ckpt_error *err)
+{
+    if (!pf->synced[0])
+        return 0;
+    ckpt_db_val v[] = { CKPT_DB_TEXT("synced"), CKPT_DB_TEXT(pf->synced) };
+    int rc = run(pf, PS_INFO, v, 2, err);
+    if (!rc)
+        pf->synced[0] = '\0';
+    return rc;
 }
 
 int ckpt_planfile_append(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
@@ -224,6 +288,10 @@ int ckpt_planfile_append(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
                          ckpt_error *err)
 {
     int rc = ckpt_db_exec(pf->db, "BEGIN IMMEDIATE", pf->path, err);
+    if (!rc)
+        rc = write_synced(pf, err);
+    if (!rc)
+        rc = mark_unsynced(pf, err);
     for (size_t i = 0; !rc && i < npieces; i++)
         rc = append_piece(pf, &pieces[i], i, err);
     for (size_t i = 0; !rc && i < nmeta; i++) {
@@ -248,6 +316,8 @@ int ckpt_planfile_declare(ckpt_planfile *pf, const ckpt_kv *declared,
 {
     sqlite3_stmt *st = NULL;
     int rc = ckpt_db_exec(pf->db, "BEGIN IMMEDIATE", pf->path, err);
+    if (!rc)
+        rc = mark_unsynced(pf, err);
     if (!rc)
         rc = ckpt_db_prepare(pf->db, DECLARE_SQL, &st, pf->path, err);
     for (size_t i = 0; !rc && i < n; i++) {
@@ -280,8 +350,9 @@ typedef struct preader {
     size_t base;            /* the plan's first piece in tab */
     ckpt_manifest m;        /* its metadata */
     int64_t *ids;           /* pieces.id per piece read, ascending */
-    size_t nids;
+    size_t nids, ids_cap;
     size_t next;            /* frames: the piece being filled */
+    ckpt_plan_synced *synced;   /* its claim, or NULL: not asked */
     ckpt_error *err;
 } preader;
 
@@ -289,6 +360,45 @@ static int plan_damaged(preader *r, const char *what, int64_t id)
 {
     return ckpt_err(r->err, -EIO, "%s: damaged local plan: %s (piece %lld)",
                     r->path, what, (long long)id);
+}
+
+/* A plan last written on this host before it restarted is refused. */
+static int check_unsynced(preader *r, const char *written)
+{
+    char now[HOST_BOOT_CAP];
+    host_boot(now, sizeof now);
+    size_t host = strcspn(now, " ");
+    if (!*now || strncmp(now, written, host + 1) != 0 ||
+        strcmp(now, written) == 0)
+        return 0;
+    return ckpt_err(r->err, -ESTALE, "%s was last written on this host "
+                    "(%.*s) before it restarted: a save is not durable "
+                    "before its commit, so it may have lost pieces; save "
+                    "the step again", r->path, (int)host, now);
+}
+
+/* info 'synced' ("BYTES:FILE") and 'unsynced' ("HOST BOOT_ID"). */
+static int claim_row(void *arg, sqlite3_stmt *st)
+{
+    preader *r = arg;
+    const char *k = (const char *)sqlite3_column_text(st, 0);
+    const char *v = (const char *)sqlite3_column_text(st, 1);
+    if (!k || !v)
+        return plan_damaged(r, "info without key or value", 0);
+    if (strcmp(k, "unsynced") == 0)
+        return check_unsynced(r, v);
+    char *end;
+    errno = 0;
+    unsigned long long n = strtoull(v, &end, 10);
+    if (errno || end == v || *end != ':' ||
+        strlen(end + 1) >= sizeof r->synced->file)
+        return plan_damaged(r, "bad synced claim", 0);
+    if (r->synced) {
+        r->synced->has = 1;
+        r->synced->bytes = n;
+        snprintf(r->synced->file, sizeof r->synced->file, "%s", end + 1);
+    }
+    return 0;
 }
 
 static int info_row(void *arg, sqlite3_stmt *st)
@@ -311,15 +421,18 @@ static int piece_dims(preader *r, sqlite3_stmt *st, ckpt_piece_rec *p,
         return ckpt_err(r->err, -EINVAL, "%s: tensor '%s' (piece %lld): "
                         "unknown dtype '%s'", r->path, p->fqn, (long long)id,
                         dt ? dt : "NULL");
-    char what[300];
-    snprintf(what, sizeof what, "tensor '%.200s' piece %lld", p->fqn,
-             (long long)id);
     int64_t *dims[3] = { p->shape, p->offsets, p->sizes };
     for (int c = 0; c < 3; c++) {
-        int n = ckpt_db_dims((const char *)sqlite3_column_text(st, 3 + c),
-                             dims[c], r->path, what, r->err);
-        if (n < 0)
-            return n;
+        const char *text = (const char *)sqlite3_column_text(st, 3 + c);
+        int n = ckpt_db_dims(text, dims[c], r->path, "", r->err);
+        if (n < 0) {
+            /* Again, for the message: named only when it is needed (a
+             * committer reads millions of pieces). */
+            char what[300];
+            snprintf(what, sizeof what, "tensor '%.200s' piece %lld",
+                     p->fqn, (long long)id);
+            return ckpt_db_dims(text, dims[c], r->path, what, r->err);
+        }
         if (c > 0 && n != p->ndim)
             return plan_damaged(r, "shape, offsets and sizes differ in "
                                 "length", id);
@@ -336,10 +449,10 @@ static int piece_row(void *arg, sqlite3_stmt *st)
     const char *file = (const char *)sqlite3_column_text(st, 6);
     if (!fqn || !file)
         return plan_damaged(r, "piece without fqn or file", id);
-    int64_t *ids = realloc(r->ids, (r->nids + 1) * sizeof *ids);
-    if (!ids)
+    if (ckpt_array_reserve((void **)&r->ids, &r->ids_cap, r->nids + 1,
+                           sizeof *r->ids))
         return ckpt_err(r->err, -ENOMEM, "%s: out of memory", r->path);
-    r->ids = ids;
+    int64_t *ids = r->ids;
     /* A record to copy into the table: its strings are only read. */
     ckpt_piece_rec p = { .fqn = (char *)fqn, .file = (char *)file,
                          .writer = r->writer };
@@ -427,6 +540,10 @@ static int read_all(sqlite3 *db, preader *r)
         rc = ckpt_err(r->err, -EIO, "%s: the local plan has no writer name",
                       r->path);
     if (!rc)
+        rc = ckpt_db_each(db, "SELECT key, value FROM info WHERE key IN "
+                          "('synced', 'unsynced')", r->path, claim_row, r,
+                          r->err);
+    if (!rc)
         rc = ckpt_db_each(db, "SELECT id, fqn, dtype, shape, offsets, sizes,"
                           " file, raw_bytes, stored_bytes, data_hash FROM "
                           "pieces ORDER BY id", r->path, piece_row, r, r->err);
@@ -486,7 +603,17 @@ static int open_plan(sqlite3 **db, const char *path, ckpt_error *err)
 int ckpt_planfile_read_pieces(const char *path, ckpt_pieces *tab,
                               ckpt_manifest *meta, ckpt_error *err)
 {
-    preader r = { .path = path, .tab = tab, .base = tab->n, .err = err };
+    return ckpt_planfile_read_synced(path, tab, meta, NULL, err);
+}
+
+int ckpt_planfile_read_synced(const char *path, ckpt_pieces *tab,
+                              ckpt_manifest *meta, ckpt_plan_synced *synced,
+                              ckpt_error *err)
+{
+    preader r = { .path = path, .tab = tab, .base = tab->n,
+                  .synced = synced, .err = err };
+    if (synced)
+        memset(synced, 0, sizeof *synced);
     ckpt_manifest_init(&r.m);
     sqlite3 *db = NULL;
     int rc = open_plan(&db, path, err);
@@ -498,6 +625,94 @@ int ckpt_planfile_read_pieces(const char *path, ckpt_pieces *tab,
     ckpt_manifest_free(&r.m);
     free(r.ids);
     free(r.writer);
+    return rc;
+}
+
+/* One plan read by a worker of ckpt_planfile_read_many into its own
+ * table. */
+typedef struct read_slot {
+    char path[4096];
+    ckpt_pieces tab;
+    ckpt_manifest meta;
+    ckpt_plan_synced synced;
+    ckpt_error err;
+    int rc;
+    ckpt_taskgroup *g;
+} read_slot;
+
+static void read_task(void *arg, int worker)
+{
+    (void)worker;
+    read_slot *s = arg;
+    s->rc = ckpt_planfile_read_synced(s->path, &s->tab, &s->meta, &s->synced,
+                                      &s->err);
+    ckpt_tg_done(s->g);
+}
+
+/* Reads slots[0..m), plans names[0..m) under dir, on the pool, then
+ * appends them in order, each one's claim to synced[k] and the table's
+ * size after it to ends[k] (either may be NULL); the first failure in that
+ * order is reported. */
+static int read_batch(ckpt_pool *pool, read_slot *slots, size_t m,
+                      const char *dir, char *const *names, ckpt_pieces *tab,
+                      ckpt_manifest *meta, ckpt_plan_synced *synced,
+                      size_t *ends, ckpt_error *err)
+{
+    ckpt_taskgroup g;
+    ckpt_tg_init(&g);
+    int rc = 0;
+    for (size_t k = 0; k < m && !rc; k++) {
+        ckpt_pieces_init(&slots[k].tab);
+        ckpt_manifest_init(&slots[k].meta);
+        slots[k].err = (ckpt_error){ 0 };
+        slots[k].g = &g;
+        rc = ckpt_path_join(slots[k].path, sizeof slots[k].path, dir,
+                            names[k], err);
+    }
+    if (!rc)
+        ckpt_pool_run_tasks(pool, read_task, slots, m, sizeof *slots, &g);
+    ckpt_tg_destroy(&g);
+    for (size_t k = 0; k < m; k++) {
+        if (!rc && slots[k].rc) {
+            *err = slots[k].err;
+            rc = slots[k].rc;
+        }
+        if (!rc && (ckpt_pieces_append(tab, &slots[k].tab) ||
+                    ckpt_manifest_take(meta, &slots[k].meta)))
+            rc = ckpt_err(err, -ENOMEM, "%s: out of memory", slots[k].path);
+        if (!rc && synced)
+            synced[k] = slots[k].synced;
+        if (!rc && ends)
+            ends[k] = tab->n;
+        ckpt_pieces_free(&slots[k].tab);
+        ckpt_manifest_free(&slots[k].meta);
+    }
+    return rc;
+}
+
+int ckpt_planfile_read_many(const char *dir, char *const *names, size_t n,
+                            int threads, ckpt_pieces *tab,
+                            ckpt_manifest *meta, ckpt_plan_synced *synced,
+                            size_t *ends, ckpt_error *err)
+{
+    if (threads <= 0)
+        threads = ckpt_cpu_count();
+    if ((size_t)threads > n)
+        threads = n ? (int)n : 1;
+    /* A few plans per thread at a time: little memory held twice. */
+    size_t batch = 4 * (size_t)threads;
+    read_slot *slots = calloc(batch, sizeof *slots);
+    ckpt_pool *pool = NULL;
+    if (!slots)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    int rc = ckpt_pool_create(&pool, threads > 1 ? threads - 1 : 1, err);
+    for (size_t at = 0; !rc && at < n; at += batch)
+        rc = read_batch(pool, slots, n - at < batch ? n - at : batch, dir,
+                        names + at, tab, meta, synced ? synced + at : NULL,
+                        ends ? ends + at : NULL, err);
+    if (pool)
+        ckpt_pool_destroy(pool);
+    free(slots);
     return rc;
 }
 

@@ -89,6 +89,8 @@ struct ckpt_reader {
                                        frames are numbered across the
                                        checkpoint as tensors load */
     _Atomic int *fds;               /* per shard file, -1 until opened */
+    ckpt_smap *maps;                /* per shard file: its mapping, set
+                                       before its fd is published */
     pthread_mutex_t fd_mu;
     char (*codecs)[32];             /* each distinct codec set: "raw+zstd" */
     uint16_t *codec_of;             /* per tensor: its entry in codecs */
@@ -384,6 +386,7 @@ static int shard_fd(ckpt_reader *r, int file, ckpt_error *err)
             /* Reads mostly walk a shard forward: ask for a wide readahead
              * (a hint; failure changes nothing). */
             (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+            ckpt_smap_open(&r->maps[file], fd);
             atomic_store(&r->fds[file], fd);
         }
     }
@@ -531,10 +534,13 @@ static int copy_strided(ckpt_reader *r, size_t t, size_t c, uint64_t src,
     return 0;
 }
 
-/* A delta frame (ref or xor) of fr into dst: the base frame at its
- * place, XORed with its own bytes for an xor frame. */
+/* A delta frame (ref or xor) of fr into dst, its checksum in *sum: the
+ * base frame at its place, decoded straight into dst, with an xor
+ * frame's XOR applied over it.  The bytes under an xor frame are checked
+ * only as its result; when that fails, the base frame is read again,
+ * checked, to tell a damaged base from a damaged delta. */
 static int decode_delta(const frame_ref *fr, int fd, void *dst, scratch *s,
-                        uint64_t *sum, int *summed, ckpt_error *err)
+                        uint64_t *sum, ckpt_error *err)
 {
     ckpt_reader *r = fr->r;
     const ckpt_frame_rec *f = fr->f;
@@ -545,28 +551,29 @@ static int decode_delta(const frame_ref *fr, int fd, void *dst, scratch *s,
     if (!r->bases)
         return ckpt_err(err, -EIO, "a '%s' frame in a checkpoint without "
                         "bases", ckpt_codec_name(f->codec));
-    if (f->codec == CKPT_CODEC_REF) {
-        /* The bytes are the base frame's, checked against its checksum,
-         * which must be this frame's too. */
-        *summed = 1;
+    if (f->codec == CKPT_CODEC_REF)   /* checked against the base's sum */
         return ckpt_bases_read(r->bases, f->base, &loc, fr->i, f->raw_offset,
                                f->raw_size, dst, s->codec, &s->delta, sum,
                                err);
-    }
     const unsigned char *src;
-    int rc = ckpt_sio_stored(s->io, fd, f->stored_size, f->file_offset, &src,
+    unsigned char *tmp = ckpt_delta_scratch_at(&s->delta, 0, f->raw_size);
+    int rc = tmp ? ckpt_bases_read(r->bases, f->base, &loc, fr->i,
+                                   f->raw_offset, f->raw_size, dst, s->codec,
+                                   &s->delta, NULL, err)
+                 : ckpt_err(err, -ENOMEM, "out of memory");
+    if (!rc)
+        rc = ckpt_sio_stored(s->io, fd, f->stored_size, f->file_offset, &src,
                              file_of(r, fr->t, fr->c), err);
-    unsigned char *base = rc ? NULL
-                          : ckpt_delta_scratch_at(&s->delta, 0, f->raw_size);
-    if (!rc && !base)
-        rc = ckpt_err(err, -ENOMEM, "out of memory");
     if (!rc)
+        rc = ckpt_xor_apply(s->codec, src, f->stored_size, dst, tmp,
+                            f->raw_size, err);
+    *sum = rc ? 0 : ckpt_checksum(dst, f->raw_size);
+    if (rc == 0 && *sum != f->checksum) {
+        uint64_t base_sum;
         rc = ckpt_bases_read(r->bases, f->base, &loc, fr->i, f->raw_offset,
-                             f->raw_size, base, s->codec, &s->delta, NULL,
-                             err);
-    if (!rc)
-        rc = ckpt_xor_decode(s->codec, src, f->stored_size, base, dst,
-                             f->raw_size, err);
+                             f->raw_size, tmp, s->codec, &s->delta,
+                             &base_sum, err);
+    }
     return rc;
 }
 
@@ -592,7 +599,8 @@ static int decode_frame(const frame_ref *fr, void *dst, scratch *s,
     } else if (sd) {
         rc = copy_strided(r, fr->t, fr->c, 0, f->raw_size, dst, err);
     } else if (f->codec == CKPT_CODEC_REF || f->codec == CKPT_CODEC_XOR) {
-        rc = decode_delta(fr, fd, dst, s, &sum, &summed, err);
+        rc = decode_delta(fr, fd, dst, s, &sum, err);
+        summed = 1;
     } else if (f->codec == CKPT_CODEC_RAW) {
         if (f->stored_size != f->raw_size)
             rc = ckpt_err(err, -EIO, "raw frame stores %llu bytes for %llu",
@@ -603,9 +611,11 @@ static int decode_frame(const frame_ref *fr, void *dst, scratch *s,
                                r->foreign ? NULL : &sum, file, err);
         summed = 1;
     } else {
-        const unsigned char *src;
-        rc = ckpt_sio_stored(s->io, fd, f->stored_size, f->file_offset, &src,
-                             file, err);
+        const unsigned char *src = ckpt_smap_resident(
+            &r->maps[ch->file], f->file_offset, f->stored_size);
+        if (!src)
+            rc = ckpt_sio_stored(s->io, fd, f->stored_size, f->file_offset,
+                                 &src, file, err);
         if (rc == 0)
             rc = ckpt_codec_decode(s->codec, f->codec, src, f->stored_size,
                                    dst, f->raw_size, err);
@@ -1375,7 +1385,8 @@ static int alloc_tables(ckpt_reader *r, ckpt_error *err)
     r->ts = calloc(nt + 1, sizeof *r->ts);
     r->tiled = calloc(nt + 1, sizeof *r->tiled);
     r->fds = calloc(r->d.nfiles + 1, sizeof *r->fds);
-    if (crc || !r->seq_end || !r->ts || !r->tiled || !r->fds)
+    r->maps = calloc(r->d.nfiles + 1, sizeof *r->maps);
+    if (crc || !r->seq_end || !r->ts || !r->tiled || !r->fds || !r->maps)
         return ckpt_err(err, -ENOMEM, "out of memory");
     for (size_t t = 0; t < nt; t++) {
         atomic_init(&r->seq_end[t], UINT64_MAX);
@@ -1406,8 +1417,10 @@ void ckpt_reader_close(ckpt_reader *r)
     for (size_t t = 0; r->ts && t < r->d.ntensors; t++)
         state_free(atomic_load(&r->ts[t]), r->d.tensors[t].nchunks);
     for (size_t i = 0; r->fds && i < r->d.nfiles; i++)
-        if (atomic_load(&r->fds[i]) >= 0)
+        if (atomic_load(&r->fds[i]) >= 0) {
+            ckpt_smap_close(&r->maps[i]);
             close(atomic_load(&r->fds[i]));
+        }
     for (size_t i = 0; i < r->nfchunks; i++)
         free(r->fsrc[i].strided);
     free(r->fsrc);
@@ -1418,6 +1431,7 @@ void ckpt_reader_close(ckpt_reader *r)
     ckpt_index_data_free(&r->d);
     free(r->ts);
     free(r->fds);
+    free(r->maps);
     free(r->codecs);
     free(r->codec_of);
     free(r->seq_end);

@@ -1,9 +1,19 @@
 /*
- * commit.c - the commit protocol: join the local plans that writers left in
- * <dir>/.pending, validate them with the planner, and publish index.db
- * atomically (index.db.tmp written and synced in one transaction, linked to
- * index.db so that of two committers only one can win, directory synced,
- * .pending removed).  On any error nothing is published.
+ * commit.c - the commit protocol: claim the commit (format/claim.h: a
+ * link(2) onto .pending/commit.claim, atomic on any shared file system;
+ * the flock of .pending/commit.lock is kept as an extra where locks work),
+ * join the local plans that writers left in <dir>/.pending, validate them
+ * with the planner, and publish index.db atomically (written in one
+ * transaction and synced once, under a name of this committer's own in .pending/,
+ * linked to index.db so that of two committers only one can win,
+ * directory synced, .pending removed).  On any error nothing is published.
+ *
+ * The syncs, in order (docs/GUARANTEES.md, "Which sync makes which
+ * promise"): every shard a plan names, unless its writer synced it and
+ * the plan says so; the index (.pending/index.db.tmp.TOKEN); data/ (the shards' names); then the
+ * link, and the checkpoint's directory (index.db's name); then its parent
+ * (the checkpoint's own name).  Nothing else: plans, .pending/ and the
+ * directory after .pending/ goes need not survive a crash.
  */
 #include "ckptfs.h"
 
@@ -25,12 +35,14 @@
 #include "format/db.h"
 #include "format/index.h"
 #include "format/planfile.h"
+#include "format/claim.h"
 #include "format/lease.h"
 #include "format/pending.h"
 #include "format/model.h"
 #include "format/plan.h"
 #include "write/writer.h"
 #include "write/deltasave.h"
+#include "write/supersede.h"
 #include "common/optsize.h"
 
 void ckpt_commit_opts_init(ckpt_commit_opts *o)
@@ -103,20 +115,34 @@ static int list_plans(const char *pending, name_list *out, ckpt_error *err)
     return 0;
 }
 
+/* What one plan says of its writer's shard, and where its pieces are in
+ * the table. */
+typedef struct plan_claim {
+    ckpt_plan_synced synced;
+    size_t first, end;          /* its pieces: all[first..end) */
+} plan_claim;
+
 /* Reads every plan into one compact table of pieces (a 16k-rank save's
- * plans hold millions) and their metadata into m. */
+ * plans hold millions) on a thread per CPU, their metadata into m and
+ * their claims into claims[plans->n]. */
 static int read_plans(const char *pending, const name_list *plans,
-                      ckpt_pieces *all, ckpt_manifest *m, ckpt_error *err)
+                      ckpt_pieces *all, ckpt_manifest *m, plan_claim *claims,
+                      ckpt_error *err)
 {
-    char path[4096];
-    for (size_t i = 0; i < plans->n; i++) {
-        int rc = ckpt_path_join(path, sizeof path, pending, plans->v[i], err);
-        if (rc == 0)
-            rc = ckpt_planfile_read_pieces(path, all, m, err);
-        if (rc)
-            return rc;
+    ckpt_plan_synced *synced = calloc(plans->n ? plans->n : 1, sizeof *synced);
+    size_t *ends = calloc(plans->n ? plans->n : 1, sizeof *ends);
+    int rc = synced && ends ? 0 : ckpt_err(err, -ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = ckpt_planfile_read_many(pending, plans->v, plans->n, 0, all, m,
+                                     synced, ends, err);
+    for (size_t i = 0; rc == 0 && i < plans->n; i++) {
+        claims[i].synced = synced[i];
+        claims[i].first = i ? ends[i - 1] : 0;
+        claims[i].end = ends[i];
     }
-    return 0;
+    free(synced);
+    free(ends);
+    return rc;
 }
 
 /* The reason recorded for a failed piece of fqn, or NULL. */
@@ -303,7 +329,7 @@ static int check_declared(const ckpt_manifest *decl, const ckpt_pieces *all,
     int rc = check_replicas(decl, all, err);
     for (size_t i = 0; rc == 0 && i < decl->ndeclared; i++) {
         const ckpt_kv *d = &decl->declared[i];
-        if (strstr(d->key, CKPT_REPLICA_MARK) ||
+        if (strstr(d->key, CKPT_REPLICA_MARK) || ckpt_supersede_is(d->key) ||
             (nhave && bsearch(&d->key, have, nhave, sizeof *have, cmp_str)))
             continue;
         const char *why = failure_of(decl, d->key);
@@ -393,27 +419,39 @@ static int add_system_meta(ckpt_manifest *meta, size_t writers,
 }
 
 /* Links tmp to final (fails with -EEXIST if a checkpoint was committed
- * meanwhile), then removes tmp and syncs the directory.  A failure after
- * the link withdraws index.db again: a commit that reports an error has
- * committed nothing (the name might not have survived a crash either). */
+ * meanwhile), then syncs the directory (index.db's name) and its parent
+ * (the directory's, renamed into place when the save began); tmp, a name
+ * of this committer's own in .pending/, goes with it.  The claim must
+ * still be ours right before the link (a committer taken for dead
+ * publishes nothing).  A failure to sync withdraws index.db again: a
+ * commit that reports an error has committed nothing (the name might not
+ * have survived a crash either); status reads say "committing", not
+ * "committed", until .pending/ is gone (ckpt_claim_committed). */
 static int publish(const char *dir, const char *tmp, const char *final,
-                   int sync, ckpt_error *err)
+                   ckpt_claim *claim, int sync, ckpt_error *err)
 {
-    if (link(tmp, final) != 0) {
+    int rc = ckpt_claim_check(claim, err);
+    if (rc == 0 && link(tmp, final) != 0) {
         int e = errno;
-        unlink(tmp);
-        if (e == EEXIST)
-            return ckpt_err(err, -EEXIST, "%s was committed by someone "
-                            "else meanwhile", dir);
-        return ckpt_err_sys(err, -e, "cannot publish %s", final);
+        struct stat a, b;
+        /* A link whose reply was lost (NFS) did happen: one file. */
+        int linked = stat(tmp, &a) == 0 && stat(final, &b) == 0 &&
+                     a.st_dev == b.st_dev && a.st_ino == b.st_ino;
+        if (!linked && e == EEXIST)
+            rc = ckpt_err(err, -EEXIST, "%s was committed by someone "
+                          "else meanwhile", dir);
+        else if (!linked)
+            rc = ckpt_err_sys(err, -e, "cannot publish %s", final);
     }
-    int rc = unlink(tmp) == 0 ? 0
-             : ckpt_err_sys(err, -errno, "cannot remove %s", tmp);
-    if (rc == 0 && sync)
+    unlink(tmp);
+    if (rc)
+        return rc;
+    if (sync)
         rc = ckpt_fsync_dir(dir, err);
+    if (rc == 0 && sync)
+        rc = ckpt_fsync_parent(dir, err);
     if (rc) {
         unlink(final);
-        unlink(tmp);
         if (err) {
             size_t n = strlen(err->msg);
             snprintf(err->msg + n, sizeof err->msg - n, "; the index was "
@@ -449,6 +487,19 @@ static int sync_one(const char *dir, const char *file, ckpt_error *err)
     return rc;
 }
 
+/* The shards' names (data/) are synced before index.db can point to
+ * them; on failure index.db.tmp goes. */
+static int sync_data_dir(const char *dir, const char *tmp, ckpt_error *err)
+{
+    char data[4096];
+    int rc = ckpt_path_join(data, sizeof data, dir, "data", err);
+    if (rc == 0)
+        rc = ckpt_fsync_dir(data, err);
+    if (rc)
+        unlink(tmp);
+    return rc;
+}
+
 /* A save marked unsynced is refused, with the failure that marked it. */
 static int refuse_unsynced(const char *dir, ckpt_error *err)
 {
@@ -461,13 +512,52 @@ static int refuse_unsynced(const char *dir, ckpt_error *err)
                     "disk; save the step again", dir, why);
 }
 
+/* 1 when claim c covers piece i: its file is the one the writer synced,
+ * and every frame stored in it ends within the synced bytes. */
+static int claim_covers(const ckpt_pieces *all, size_t i, const plan_claim *c)
+{
+    const char *file = ckpt_pieces_str(all, all->v[i].file);
+    if (!c->synced.has || !file || strcmp(file, c->synced.file) != 0)
+        return 0;
+    const ckpt_frame_rec *f = ckpt_pieces_frames(all, i);
+    for (uint64_t k = 0; k < all->v[i].nframes; k++)
+        if (f[k].stored_size > c->synced.bytes ||
+            f[k].file_offset > c->synced.bytes - f[k].stored_size)
+            return 0;
+    return 1;
+}
+
+/* Marks done[file] for each shard file whose every piece its plan's claim
+ * covers: its writer synced it, no need to again.  `need` is scratch. */
+static int mark_synced(const ckpt_pieces *all, const plan_claim *claims,
+                       size_t nplans, unsigned char *done)
+{
+    unsigned char *need = calloc((size_t)all->nstr + 1, 1);
+    if (!need)
+        return -ENOMEM;
+    for (size_t p = 0; p < nplans; p++)
+        for (size_t i = claims[p].first; i < claims[p].end; i++) {
+            uint32_t f = all->v[i].file;
+            if (f == CKPT_PIECES_NONE)
+                continue;
+            if (claim_covers(all, i, &claims[p]))
+                done[f] = 1;
+            else
+                need[f] = 1;
+        }
+    for (uint32_t f = 0; f < all->nstr; f++)
+        if (need[f])
+            done[f] = 0;
+    free(need);
+    return 0;
+}
+
+/* Step (1): every shard the index will point into is synced, by its
+ * writer (done[file], from mark_synced) or here, once each. */
 static int sync_shards(const char *dir, const ckpt_pieces *all,
-                       ckpt_error *err)
+                       unsigned char *done, ckpt_error *err)
 {
     /* Each distinct path is one string of the table: once each. */
-    unsigned char *done = calloc((size_t)all->nstr + 1, 1);
-    if (!done)
-        return ckpt_err(err, -ENOMEM, "out of memory");
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < all->n; i++) {
         uint32_t f = all->v[i].file;
@@ -476,13 +566,13 @@ static int sync_shards(const char *dir, const ckpt_pieces *all,
         done[f] = 1;
         rc = sync_one(dir, ckpt_pieces_str(all, f), err);
     }
-    free(done);
     return rc;
 }
 
-/* Everything under the commit lock. */
+/* Everything under the commit claim. */
 static int commit_locked(const char *dir, const char *pending,
-                         const ckpt_commit_opts *o, ckpt_error *err)
+                         ckpt_claim *claim, const ckpt_commit_opts *o,
+                         ckpt_error *err)
 {
     char tmp[4096], final[4096];
     name_list plans = { 0 };
@@ -491,13 +581,15 @@ static int commit_locked(const char *dir, const char *pending,
     ckpt_plan plan = { 0 };
     ckpt_bases *bases = NULL;
     ckpt_index_base *used = NULL;
+    plan_claim *claims = NULL;
+    unsigned char *synced = NULL;   /* per shard file: its writer synced it */
     size_t nused = 0;
     ckpt_pieces_init(&all);
     ckpt_manifest_init(&all_meta);
     ckpt_manifest_init(&meta);
     int rc = ckpt_path_join(final, sizeof final, dir, "index.db", err);
     if (rc == 0)
-        rc = ckpt_path_join(tmp, sizeof tmp, dir, "index.db.tmp", err);
+        rc = ckpt_claim_tmp(claim, tmp, sizeof tmp, err);
     if (rc == 0 && access(final, F_OK) == 0)
         rc = ckpt_err(err, -EEXIST, "%s is already committed", dir);
     if (rc == 0)
@@ -511,8 +603,19 @@ static int commit_locked(const char *dir, const char *pending,
         plans.n != (size_t)o->expect_writers)
         rc = ckpt_err(err, -EINVAL, "%s: expected %d writer plans, found "
                       "%zu", dir, o->expect_writers, plans.n);
+    if (rc == 0 && !(claims = calloc(plans.n, sizeof *claims)))
+        rc = ckpt_err(err, -ENOMEM, "out of memory");
     if (rc == 0)
-        rc = read_plans(pending, &plans, &all, &all_meta, err);
+        rc = read_plans(pending, &plans, &all, &all_meta, claims, err);
+    /* Which shards their writers synced, before a rank that ran again
+     * drops its earlier attempt's pieces (the claims index the table as
+     * read). */
+    if (rc == 0 && !(synced = calloc((size_t)all.nstr + 1, 1)))
+        rc = ckpt_err(err, -ENOMEM, "out of memory");
+    if (rc == 0 && mark_synced(&all, claims, plans.n, synced))
+        rc = ckpt_err(err, -ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = ckpt_supersede_apply(&all, &all_meta, NULL, err);
     if (rc == 0)
         rc = check_declared(&all_meta, &all, err);
     if (rc == 0)
@@ -527,9 +630,8 @@ static int commit_locked(const char *dir, const char *pending,
             add_failure(&all_meta, err);
     }
     if (rc == 0 && o->sync)
-        rc = sync_shards(dir, &all, err);
+        rc = sync_shards(dir, &all, synced, err);
     if (rc == 0) {
-        unlink(tmp);   /* left by a committer that died; we hold the lock */
         rc = ckpt_delta_commit_bases(dir, meta.meta, meta.nmeta, &all,
                                      &bases, &used, &nused, err);
         if (rc == 0 && nused && ckpt_manifest_set_meta(&meta,
@@ -544,9 +646,13 @@ static int commit_locked(const char *dir, const char *pending,
             unlink(tmp);
         }
     }
+    if (rc == 0 && o->sync)
+        rc = sync_data_dir(dir, tmp, err);
     if (rc == 0)
-        rc = publish(dir, tmp, final, o->sync, err);
+        rc = publish(dir, tmp, final, claim, o->sync, err);
     ckpt_plan_free(&plan);
+    free(claims);
+    free(synced);
     free(used);
     ckpt_bases_free(bases);
     ckpt_pieces_free(&all);
@@ -554,6 +660,23 @@ static int commit_locked(const char *dir, const char *pending,
     ckpt_manifest_free(&meta);
     names_free(&plans);
     return rc;
+}
+
+/* Claims the commit of dir, waiting while a live committer holds the
+ * claim: 0 with *claim; -EEXIST once that committer has committed. */
+static int claim_commit(const char *dir, ckpt_claim **claim, ckpt_error *err)
+{
+    for (;;) {
+        int rc = ckpt_claim_take(claim, dir, err);
+        if (rc == -EBUSY && ckpt_claim_committed(dir) != 1) {
+            struct timespec t = { 0, 50 * 1000000L };
+            nanosleep(&t, NULL);
+            continue;
+        }
+        if (rc == -EBUSY || (rc == -ENOENT && ckpt_claim_committed(dir) == 1))
+            return ckpt_err(err, -EEXIST, "%s is already committed", dir);
+        return rc;
+    }
 }
 
 int ckpt_commit(const char *dir, const ckpt_commit_opts *opts,
@@ -598,20 +721,31 @@ int ckpt_commit(const char *dir, const ckpt_commit_opts *opts,
         ckpt_lease_drop(lease);
         return fd;
     }
-    if (flock(fd, LOCK_EX) != 0) {
+    /* Where locks work, committers of one save queue on the lock; the
+     * claim decides wherever they do not. */
+    if (flock(fd, LOCK_EX) != 0 && errno != ENOLCK && errno != EOPNOTSUPP) {
         rc = ckpt_err_sys(err, -errno, "cannot lock %s/.pending/commit.lock",
                           dir);
         close(fd);
         ckpt_lease_drop(lease);
         return rc;
     }
-    rc = commit_locked(dir, pending, &o, err);
-    /* Once index.db exists the plans are history. */
+    ckpt_claim *claim = NULL;
+    rc = claim_commit(dir, &claim, err);
+    if (rc == 0)
+        rc = commit_locked(dir, pending, claim, &o, err);
+    /* Once index.db exists the plans are history; a crash that leaves
+     * them is harmless (readers ignore them, gc removes them, a status
+     * read syncs index.db and finishes): no sync. */
     if (rc == 0) {
         ckpt_error rerr = { 0 };
-        if (ckpt_remove_tree(pending, &rerr) == 0 && o.sync)
-            ckpt_fsync_dir(dir, NULL);
+        (void)ckpt_remove_tree(pending, &rerr);
     }
+    ckpt_claim_drop(claim);
+    /* A committer that died after publishing left its .pending/ (the
+     * claim found index.db there): finished here, index.db synced first. */
+    if (rc == -EEXIST)
+        (void)ckpt_claim_committed(dir);
     close(fd);
     ckpt_lease_drop(lease);
     return rc;

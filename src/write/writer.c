@@ -6,8 +6,12 @@
  * are checksummed and encoded on the writer's thread pool while the caller
  * goes on, and appended to the shard in order.  Memory in flight is bounded
  * by a ring of (2 * threads + 2) frame slots per stream.  Closing a stream
- * records the piece in memory; ckpt_writer_flush makes recorded pieces
- * durable (shard fdatasync, then one plan-file transaction).
+ * records the piece in memory; ckpt_writer_flush records them in the plan
+ * file (one transaction) after the shard's fdatasync, which the plan notes
+ * so that the commit does not sync the shard again.  Neither the plan
+ * nor the data/ directory is synced here: the commit syncs what the
+ * index will point to (docs/GUARANTEES.md, "Which sync makes which
+ * promise").
  */
 #include "ckptfs.h"
 
@@ -40,6 +44,18 @@
 
 #define MAX_NAME_LEN 128
 
+/* What trying xor frames may cost a writer: each try spends a credit and
+ * each xor frame kept earns XOR_WIN_CREDIT, up to XOR_CREDIT_MAX; without
+ * credit, one candidate in XOR_PROBE is tried, whose win brings xor frames
+ * back.  Where frames change little (rows of a table) nearly every try
+ * wins and every frame is tried; where everything changes (dense
+ * training), the tries stop after a few and cost one base decode in
+ * XOR_PROBE frames. */
+#define XOR_CREDIT 4
+#define XOR_WIN_CREDIT 2
+#define XOR_CREDIT_MAX 64
+#define XOR_PROBE 32
+
 struct ckpt_writer {
     pthread_mutex_t mu;          /* guards everything below but opts/pool */
     char *dir;
@@ -55,6 +71,8 @@ struct ckpt_writer {
     ckpt_delta_scratch *dsc;     /* one per pool worker: base frames */
     int nworkers;
     ckpt_error failure;          /* sticky: set once the shard is broken */
+    uint64_t synced;             /* shard bytes fdatasynced */
+    int plan_dirty;              /* plan changed since ckpt_writer_sync */
     /* Frame buffers of the ring (copy and encoded output per slot), kept
      * for the next stream: a writer streams one piece at a time, and a
      * mount writes many small pieces. */
@@ -62,6 +80,9 @@ struct ckpt_writer {
     int nspare;
     char *base;                  /* opts.base, copied */
     ckpt_bases *bases;           /* a delta save's (opts.base), or NULL */
+    _Atomic int xor_credit;      /* xor frames this writer may still try
+                                    (xor_try); starts at XOR_CREDIT */
+    _Atomic unsigned xor_skipped;   /* candidates not tried since */
 };
 
 /* One frame in flight. */
@@ -99,8 +120,6 @@ struct ckpt_stream {
                                     encode whole frames from it, uncopied */
     ckpt_base_frame *bf;         /* delta saves: the base chunk's frames */
     size_t nbf;
-    _Atomic int xor_lost;        /* xor frames tried and not kept in a
-                                    row: past XOR_GIVE_UP, none tried */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int rc;                      /* first error, sticky */
@@ -175,7 +194,7 @@ static int open_files(ckpt_writer *w, ckpt_error *err)
     snprintf(rel, sizeof rel, ".pending/%s.plan", w->name);
     rc = ckpt_path_join(path, sizeof path, w->dir, rel, err);
     if (rc == 0) {
-        rc = ckpt_planfile_create(&w->plan, path, w->name, w->opts.sync, err);
+        rc = ckpt_planfile_create(&w->plan, path, w->name, err);
         if (rc)
             ckpt_err_wrap(err, rc, "cannot create the local plan");
     }
@@ -235,6 +254,7 @@ static int open_base(ckpt_writer *w, ckpt_error *err)
     int rc = ckpt_bases_for_save(&w->bases, w->dir, w->base, err);
     if (rc)
         return ckpt_err_wrap(err, rc, "delta save into %s", w->dir);
+    atomic_store(&w->xor_credit, XOR_CREDIT);
     size_t n;
     const ckpt_index_base *list = ckpt_bases_list(w->bases, &n);
     for (size_t i = 0; i < n; i++) {
@@ -332,15 +352,22 @@ int ckpt_writer_set_meta(ckpt_writer *w, const char *key, const char *value,
     return rc ? ckpt_err(err, rc, "out of memory") : 0;
 }
 
-/* Syncs the shard (under mu).  A failed fdatasync may have cost bytes that
- * a later one would not report: the writer fails for good, and the save
- * is marked so that nobody commits it. */
+/* Syncs the shard (under mu) unless nothing was appended since the last
+ * sync, and notes in the plan how much is synced.  A failed fdatasync may
+ * have cost bytes that a later one would not report: the writer fails for
+ * good, and the save is marked so that nobody commits it. */
 static int sync_shard(ckpt_writer *w, ckpt_error *err)
 {
+    uint64_t size = ckpt_shard_size(w->shard);
+    if (size == w->synced)
+        return 0;
     ckpt_error e = { 0 };
     int rc = ckpt_shard_sync(w->shard, &e);
-    if (rc == 0)
+    if (rc == 0) {
+        w->synced = size;
+        ckpt_planfile_note_synced(w->plan, w->shard_rel, size);
         return 0;
+    }
     ckpt_save_mark_unsynced(w->dir, e.msg);
     if (w->failure.code == 0)
         w->failure = e;
@@ -360,31 +387,54 @@ int ckpt_writer_declare(ckpt_writer *w, const char *fqn, const char *reason,
     return rc ? ckpt_err(err, rc, "out of memory") : 0;
 }
 
-int ckpt_writer_declare_replica(ckpt_writer *w, const ckpt_piece *p,
-                                ckpt_error *err)
+/* Declares key "FQN" mark "HEAD;OFFSETS;SIZES" (HEAD NULL: none) for
+ * piece p, with the shape before the offsets when with_shape. */
+static int declare_marked(ckpt_writer *w, const ckpt_piece *p,
+                          const char *mark, const char *head,
+                          int with_shape, ckpt_error *err)
 {
     int64_t zero[CKPT_MAX_DIMS] = { 0 };
     if (!p || !p->fqn || !*p->fqn || !p->shape || p->ndim < 0 ||
         p->ndim > CKPT_MAX_DIMS)
-        return ckpt_err(err, -EINVAL, "replica: no tensor name or shape");
+        return ckpt_err(err, -EINVAL, "piece reference: no tensor name or "
+                        "shape");
     char dims[3][CKPT_MAX_DIMS * 21 + 1];
     ckpt_shape_format(dims[0], sizeof dims[0], p->ndim, p->shape);
     ckpt_shape_format(dims[1], sizeof dims[1], p->ndim,
                       p->offsets ? p->offsets : zero);
     ckpt_shape_format(dims[2], sizeof dims[2], p->ndim,
                       p->sizes ? p->sizes : p->shape);
-    size_t cap = strlen(p->fqn) + sizeof CKPT_REPLICA_MARK + 32 +
+    size_t cap = strlen(p->fqn) + strlen(mark) + strlen(head) + 8 +
                  3 * sizeof dims[0];
     char *key = malloc(cap);
     if (!key)
         return ckpt_err(err, -ENOMEM, "out of memory");
-    snprintf(key, cap, "%s" CKPT_REPLICA_MARK "%s;%s;%s;%s", p->fqn,
-             ckpt_dtype_name(p->dtype), dims[0], dims[1], dims[2]);
+    if (with_shape)
+        snprintf(key, cap, "%s%s%s;%s;%s;%s", p->fqn, mark, head, dims[0],
+                 dims[1], dims[2]);
+    else
+        snprintf(key, cap, "%s%s%s;%s;%s", p->fqn, mark, head, dims[1],
+                 dims[2]);
     pthread_mutex_lock(&w->mu);
     int rc = ckpt_manifest_declare(&w->pending, key, "", w->name);
     pthread_mutex_unlock(&w->mu);
     free(key);
     return rc ? ckpt_err(err, rc, "out of memory") : 0;
+}
+
+int ckpt_writer_declare_replica(ckpt_writer *w, const ckpt_piece *p,
+                                ckpt_error *err)
+{
+    return declare_marked(w, p, CKPT_REPLICA_MARK,
+                          p ? ckpt_dtype_name(p->dtype) : "", 1, err);
+}
+
+int ckpt_writer_declare_supersede(ckpt_writer *w, const ckpt_piece *p,
+                                  const char *writers, ckpt_error *err)
+{
+    if (!writers || !*writers || strpbrk(writers, ";"))
+        return ckpt_err(err, -EINVAL, "supersede: no writer names");
+    return declare_marked(w, p, CKPT_SUPERSEDE_MARK, writers, 0, err);
 }
 
 int ckpt_writer_flush(ckpt_writer *w, ckpt_error *err)
@@ -402,6 +452,8 @@ int ckpt_writer_flush(ckpt_writer *w, ckpt_error *err)
     if (rc == 0 && w->pending.ndeclared)
         rc = ckpt_planfile_declare(w->plan, w->pending.declared,
                                    w->pending.ndeclared, err);
+    if (w->pending.npieces || w->pending.nmeta || w->pending.ndeclared)
+        w->plan_dirty = 1;
     if (rc && w->failure.code == 0 && (w->pending.npieces ||
                                        w->pending.nmeta ||
                                        w->pending.ndeclared))
@@ -421,15 +473,23 @@ int ckpt_writer_sync(ckpt_writer *w, ckpt_error *err)
         return ckpt_err_null(err, "ckpt_writer_sync", "writer");
     pthread_mutex_lock(&w->mu);
     int rc = writer_failed(w, err);
-    if (rc == 0)
-        rc = sync_shard(w, err);
-    char data[4096];
-    if (rc == 0)
-        rc = ckpt_path_join(data, sizeof data, w->dir, "data", err);
-    if (rc == 0)
-        rc = ckpt_fsync_dir(data, err);
-    if (rc == 0)
-        rc = ckpt_planfile_sync(w->plan, err);
+    int grew = ckpt_shard_size(w->shard) != w->synced;
+    if (rc == 0 && (grew || w->plan_dirty)) {
+        ckpt_error e = { 0 };
+        rc = sync_shard(w, &e);
+        /* The claim, then the plan shared with other nodes. */
+        if (rc == 0 &&
+            (rc = ckpt_planfile_append(w->plan, NULL, 0, NULL, 0, &e)))
+            ckpt_err_wrap(&e, rc, "cannot record pieces in the local plan");
+        if (rc == 0)
+            rc = ckpt_planfile_share(w->plan, &e);
+        if (rc == 0)
+            w->plan_dirty = 0;
+        else if (w->failure.code == 0)
+            w->failure = e;     /* the plan may be closed: no more appends */
+        if (rc && err)
+            *err = e;
+    }
     pthread_mutex_unlock(&w->mu);
     return rc;
 }
@@ -495,9 +555,10 @@ static size_t encode_xor(slot *sl, const ckpt_base_frame *bf, int worker)
         return 0;
     }
     ckpt_chunk_loc loc = loc_of(s);
+    uint64_t base_sum;   /* checked: no delta is made over damaged bytes */
     sl->rc = ckpt_bases_read(w->bases, bf->holder, &loc, sl->seq,
                              bf->raw_offset, sl->n, sl->xbuf,
-                             w->ctx[worker], &w->dsc[worker], NULL,
+                             w->ctx[worker], &w->dsc[worker], &base_sum,
                              &sl->err);
     if (sl->rc)
         return 0;
@@ -510,29 +571,43 @@ static size_t encode_xor(slot *sl, const ckpt_base_frame *bf, int worker)
     return sl->rc ? 0 : n;
 }
 
-/* An xor frame costs a read a second decode (its base frame's): it is
- * kept only when it saves XOR_GAIN tenths of the frame stored whole. */
-#define XOR_GAIN 1
-/* After this many xor frames in a row not kept, a stream stops trying
- * them (the tensor changes too much for deltas to pay). */
-#define XOR_GIVE_UP 4
-
-/* 1 when an xor frame of xn bytes is worth keeping over a whole frame of
- * `whole` bytes. */
+/* An xor frame costs each read of it a second decode (its base frame's),
+ * and its save a first: it is kept only when it saves a third of the
+ * frame stored whole.  (Frames of a model trained a few steps, where
+ * every element moves a little, save about a quarter: they stay whole,
+ * and their save and load cost what a full one's do.) */
 static int xor_pays(size_t xn, size_t whole)
 {
-    return xn && xn * 10 <= whole * (10 - XOR_GAIN);
+    return xn && xn * 3 <= whole * 2;
+}
+
+static int xor_try(ckpt_writer *w)
+{
+    if (atomic_load(&w->xor_credit) <= 0 &&
+        atomic_fetch_add(&w->xor_skipped, 1) % XOR_PROBE != XOR_PROBE - 1)
+        return 0;
+    atomic_fetch_sub(&w->xor_credit, 1);
+    return 1;
+}
+
+static void xor_won(ckpt_writer *w)
+{
+    int c = atomic_fetch_add(&w->xor_credit, XOR_WIN_CREDIT);
+    if (c + XOR_WIN_CREDIT > XOR_CREDIT_MAX)
+        atomic_store(&w->xor_credit, XOR_CREDIT_MAX);
 }
 
 /* A delta save's choice for sl: a ref when the base frame at its place is
- * identical (same size and XXH3-64), else its xor frame when that pays
- * (xor_pays) against the base frame's own stored size, a fair guess of
- * what this frame costs whole, so that the frame need not be coded twice;
- * *xor_n is the xor frame's size (0: none tried).  Returns 1 when the
- * slot is settled (a ref, an xor frame, or an error). */
+ * identical (same size and XXH3-64); else, when xor_try allows, its xor
+ * frame when that pays (xor_pays) against the base frame's own stored
+ * size, a fair guess of what this frame costs whole, so that the frame
+ * need not be coded twice.  *xor_n is the xor frame's size (0: none
+ * coded).  Returns 1 when the slot is settled (a ref, an xor frame, or an
+ * error). */
 static int choose_delta(slot *sl, int worker, size_t *xor_n)
 {
     ckpt_stream *s = sl->s;
+    ckpt_writer *w = s->w;
     const ckpt_base_frame *bf = base_frame(sl);
     *xor_n = 0;
     if (!bf)
@@ -543,17 +618,17 @@ static int choose_delta(slot *sl, int worker, size_t *xor_n)
         sl->base = bf->holder;
         return 1;
     }
-    if (bf->depth + 1 >= s->w->opts.full_every ||
-        atomic_load(&s->xor_lost) >= XOR_GIVE_UP)
+    if (bf->depth + 1 >= w->opts.full_every || !xor_try(w))
         return 0;
+    size_t whole = bf->plain_size ? bf->plain_size : sl->n / 4;
     *xor_n = encode_xor(sl, bf, worker);
     if (sl->rc)
         return 1;
     sl->base = bf->holder;
-    if (xor_pays(*xor_n, bf->plain_size ? bf->plain_size : sl->n / 4)) {
+    if (xor_pays(*xor_n, whole)) {
         sl->codec = CKPT_CODEC_XOR;
         sl->enc_n = *xor_n;
-        atomic_store(&s->xor_lost, 0);
+        xor_won(w);
         return 1;
     }
     return 0;
@@ -581,11 +656,9 @@ static void encode_task(void *arg, int worker)
     if (xor_pays(xor_n, sl->enc_n)) {
         sl->codec = CKPT_CODEC_XOR;
         sl->enc_n = xor_n;
-        atomic_store(&s->xor_lost, 0);
+        xor_won(w);
     } else {
         sl->base = 0;
-        if (xor_n)
-            atomic_fetch_add(&s->xor_lost, 1);
     }
 done:
     pthread_mutex_lock(&s->mu);
@@ -837,14 +910,16 @@ static int stream_error(ckpt_stream *s, ckpt_error *err)
     return s->rc;
 }
 
-int ckpt_stream_write(ckpt_stream *s, const void *buf, size_t len,
-                      ckpt_error *err)
+/* ckpt_stream_write, and with lend ckpt_stream_write_lent (named `call`
+ * in messages). */
+static int stream_write(ckpt_stream *s, const void *buf, size_t len,
+                        int lend, const char *call, ckpt_error *err)
 {
     const unsigned char *p = buf;
     if (!s)
-        return ckpt_err_null(err, "ckpt_stream_write", "stream");
+        return ckpt_err_null(err, call, "stream");
     if (!buf && len)
-        return ckpt_err_null(err, "ckpt_stream_write", "buf");
+        return ckpt_err_null(err, call, "buf");
     if (s->rc)
         return stream_error(s, err);
     if (len > s->rec.raw_bytes - s->received)
@@ -855,7 +930,7 @@ int ckpt_stream_write(ckpt_stream *s, const void *buf, size_t len,
     s->received += len;
     while (len && !s->rc) {
         if (s->fill == 0 && len >= s->frame &&
-            (s->lend || len >= (size_t)s->depth * s->frame)) {
+            (lend || s->lend || len >= (size_t)s->depth * s->frame)) {
             /* Whole frames straight from the caller's buffer: worth it
              * for a buffer larger than the ring, which copying could not
              * take in without waiting anyway, and for ckpt_writer_put,
@@ -884,6 +959,18 @@ int ckpt_stream_write(ckpt_stream *s, const void *buf, size_t len,
     if (s->borrowed)
         drain_all(s);
     return s->rc ? stream_error(s, err) : 0;
+}
+
+int ckpt_stream_write(ckpt_stream *s, const void *buf, size_t len,
+                      ckpt_error *err)
+{
+    return stream_write(s, buf, len, 0, "ckpt_stream_write", err);
+}
+
+int ckpt_stream_write_lent(ckpt_stream *s, const void *buf, size_t len,
+                           ckpt_error *err)
+{
+    return stream_write(s, buf, len, 1, "ckpt_stream_write_lent", err);
 }
 
 /* Makes s record `actual` instead of the piece it began with (see

@@ -34,4 +34,18 @@ int ckpt_writer_declare(ckpt_writer *w, const char *fqn, const char *reason,
 int ckpt_writer_declare_replica(ckpt_writer *w, const ckpt_piece *p,
                                 ckpt_error *err);
 
+/* A supersession (a rank that ran again, docs/MOUNT.md "A rank runs
+ * again"): a declaration whose key is the piece's fqn, this mark, then
+ * "WRITERS;OFFSETS;SIZES" (WRITERS comma-separated writer names; writer
+ * names hold neither ',' nor ';'). */
+#define CKPT_SUPERSEDE_MARK "\x1fsupersedes:"
+
+/* Declares that this writer's piece p (its fqn, offsets and sizes) takes
+ * the place of every piece of p->fqn that overlaps it and that one of
+ * `writers` (comma-separated names, not this writer's) recorded: the
+ * commit drops those (src/write/supersede.h).  Written to the plan with
+ * the next flush, like ckpt_writer_declare. */
+int ckpt_writer_declare_supersede(ckpt_writer *w, const ckpt_piece *p,
+                                  const char *writers, ckpt_error *err);
+
 #endif

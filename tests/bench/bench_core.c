@@ -19,14 +19,21 @@
  *       gives; --threads: application threads calling ckpt_read tensor
  *       by tensor, 0 = one ckpt_read_batch of every tensor, as
  *       ckptfs.load does; --reader-threads: the reader's decoder threads,
- *       0 = all CPUs);
+ *       0 = all CPUs; --repeat N: the load N times in a row, the median
+ *       reported: a warm load long enough to profile);
  *       after the clock stops, compares every byte with DIR/state.bin.
- *   bench_core decode DIR CKPT [--name NAME]
+ *   bench_core decode DIR|- CKPT [--name NAME] [--tensor FQN]
  *       The per-core decode speed of CKPT's frames: their stored bytes are
  *       read into memory first, then one thread decodes every frame into a
  *       destination the size of the state (pre-faulted) and checks its
  *       checksum, as a load does, without reading files; bytes per CPU
  *       second.  The output is compared with DIR/state.bin afterwards.
+ *       DIR "-": any checkpoint, every tensor (or only FQN), checked by the
+ *       frames' checksums (the mount and Python benchmarks' limits).
+ *   bench_core encode DIR --codec raw|zstd|auto [--name NAME]
+ *       The per-core encode speed of a codec on the state (frames of the
+ *       default size, checksummed and encoded on one thread into memory):
+ *       the CPU side of a save's limit.
  *   bench_core copy DIR CKPT [--name NAME] [--threads N]
  *       The floor of a warm raw load: every byte of CKPT's shard files read
  *       with 1 MiB preads into a pre-faulted, 64-byte aligned destination
@@ -583,16 +590,25 @@ static unsigned char *dest_alloc(uint64_t n)
 }
 
 static int cmd_load(const char *dir, const char *ckpt, const char *name,
-                    int threads, int reader_threads)
+                    int threads, int reader_threads, int repeat)
 {
     state_dict sd;
     state_read(&sd, dir);
     unsigned char *dst = dest_alloc(sd.total);
     if (threads > 64)
         threads = 64;
-    double cpu0 = cpu_s();
-    double secs = timed_load(&sd, ckpt, dst, threads, reader_threads);
-    double cpu = cpu_s() - cpu0;
+    if (repeat < 1 || repeat > 1000)
+        die("--repeat must be 1 to 1000");
+    double *sv = xmalloc((size_t)repeat * sizeof *sv);
+    double *cv = xmalloc((size_t)repeat * sizeof *cv);
+    for (int k = 0; k < repeat; k++) {
+        double cpu0 = cpu_s();
+        sv[k] = timed_load(&sd, ckpt, dst, threads, reader_threads);
+        cv[k] = cpu_s() - cpu0;
+    }
+    double secs = median(sv, repeat), cpu = median(cv, repeat);
+    free(sv);
+    free(cv);
     verify_loaded(&sd, dir, dst);
     printf("RESULT name=%s seconds=%.4f cpu_seconds=%.3f bytes_logical=%llu "
            "bytes_on_disk=%llu threads=%d reader_threads=%d verified=1",
@@ -623,54 +639,79 @@ typedef struct mem_ckpt {
     uint64_t stored_bytes, raw_bytes;
 } mem_ckpt;
 
-/* Reads the stored bytes of every frame of every tensor of `ckpt` into
- * memory, in state.idx order; frame raw bytes go where bench_core load
- * puts them (tensor offset + chunk-linear offset: whole-tensor chunks). */
-static void mem_ckpt_read(mem_ckpt *m, const state_dict *sd, const char *ckpt)
+/* Appends the frames of chunk `c` of tensor `t` of `r` (in file `ckpt`)
+ * to m, their raw bytes placed from `dst`; in pass 0 only counts them, in
+ * pass 1 reads their stored bytes. */
+static void mem_chunk_read(mem_ckpt *m, ckpt_reader *r, const char *ckpt,
+                           size_t t, size_t c, uint64_t dst, int pass,
+                           uint64_t *at)
+{
+    ckpt_error err;
+    ckpt_chunk_info ci;
+    char path[4096];
+    if (ckpt_reader_chunk(r, t, c, &ci) != 0)
+        die("%s: tensor %zu chunk %zu: no such chunk", ckpt, t, c);
+    path_join(path, sizeof path, ckpt, ci.file);
+    int fd = pass ? open(path, O_RDONLY) : -1;
+    if (pass && fd < 0)
+        die("cannot open %s: %s", path, strerror(errno));
+    for (uint64_t k = 0; k < ci.nframes; k++) {
+        ckpt_frame_info fi;
+        if (ckpt_reader_frame(r, t, c, k, &fi, &err) != 0)
+            die_ckpt("ckpt_reader_frame", &err);
+        if (pass) {
+            m->f[m->n] = (mem_frame){ fi, m->stored + *at, dst + fi.raw_offset };
+            pread_full(fd, m->stored + *at, fi.stored_size, fi.file_offset,
+                       path);
+        } else {
+            m->stored_bytes += fi.stored_size;
+            m->raw_bytes += fi.raw_size;
+        }
+        *at += fi.stored_size;
+        m->n++;
+    }
+    if (pass)
+        close(fd);
+}
+
+/* Reads the stored bytes of every frame of `ckpt` into memory.  With a
+ * state dict, its tensors in state.idx order, each one whole-tensor chunk
+ * whose raw bytes go where bench_core load puts them (tensor offset +
+ * chunk-linear offset); without (sd NULL), every tensor of the checkpoint
+ * (or only `only`, when not NULL), chunk by chunk, raw bytes back to back. */
+static void mem_ckpt_read(mem_ckpt *m, const state_dict *sd, const char *ckpt,
+                          const char *only)
 {
     ckpt_error err;
     ckpt_reader *r;
     if (ckpt_reader_open(&r, ckpt, NULL, &err) != 0)
         die_ckpt("ckpt_reader_open", &err);
     memset(m, 0, sizeof *m);
+    size_t nt = sd ? sd->n : ckpt_reader_count(r);
     for (int pass = 0; pass < 2; pass++) {
-        uint64_t at = 0;
+        uint64_t at = 0, dst = 0;
         m->n = 0;
-        for (size_t i = 0; i < sd->n; i++) {
-            long t = ckpt_reader_find(r, sd->t[i].fqn);
+        for (size_t i = 0; i < nt; i++) {
             ckpt_tensor_info ti;
-            if (t < 0 || ckpt_reader_info(r, (size_t)t, &ti) != 0 ||
-                ti.nchunks != 1)
-                die("%s: not one whole-tensor chunk in %s", sd->t[i].fqn,
-                    ckpt);
-            ckpt_chunk_info ci;
-            ckpt_reader_chunk(r, (size_t)t, 0, &ci);
-            char path[4096];
-            path_join(path, sizeof path, ckpt, ci.file);
-            int fd = pass ? open(path, O_RDONLY) : -1;
-            if (pass && fd < 0)
-                die("cannot open %s: %s", path, strerror(errno));
-            for (uint64_t k = 0; k < ci.nframes; k++) {
-                mem_frame *f = pass ? &m->f[m->n] : NULL;
-                ckpt_frame_info fi;
-                if (ckpt_reader_frame(r, (size_t)t, 0, k, &fi, &err) != 0)
-                    die_ckpt("ckpt_reader_frame", &err);
-                if (pass) {
-                    *f = (mem_frame){ fi, m->stored + at,
-                                      sd->t[i].offset + fi.raw_offset };
-                    pread_full(fd, m->stored + at, fi.stored_size,
-                               fi.file_offset, path);
-                } else {
-                    m->stored_bytes += fi.stored_size;
-                    m->raw_bytes += fi.raw_size;
-                }
-                at += fi.stored_size;
-                m->n++;
+            long t = sd ? ckpt_reader_find(r, sd->t[i].fqn) : (long)i;
+            if (t < 0 || ckpt_reader_info(r, (size_t)t, &ti) != 0)
+                die("%s: no tensor %s", ckpt, sd ? sd->t[i].fqn : "?");
+            if (only && strcmp(ti.fqn, only) != 0)
+                continue;
+            if (sd && ti.nchunks != 1)
+                die("%s: not one whole-tensor chunk in %s", ti.fqn, ckpt);
+            for (size_t c = 0; c < ti.nchunks; c++) {
+                ckpt_chunk_info ci;
+                ckpt_reader_chunk(r, (size_t)t, c, &ci);
+                mem_chunk_read(m, r, ckpt, (size_t)t, c,
+                               sd ? sd->t[i].offset : dst, pass, &at);
+                dst += ci.raw_bytes;
             }
-            if (pass)
-                close(fd);
         }
         if (!pass) {
+            if (m->n == 0)
+                die("%s: no frames%s%s", ckpt, only ? " in tensor " : "",
+                    only ? only : "");
             m->f = xmalloc(m->n * sizeof *m->f);
             m->stored = xmalloc(m->stored_bytes);
         }
@@ -678,14 +719,20 @@ static void mem_ckpt_read(mem_ckpt *m, const state_dict *sd, const char *ckpt)
     ckpt_reader_close(r);
 }
 
-static int cmd_decode(const char *dir, const char *ckpt, const char *name)
+/* DIR "-": no state dict; every tensor of CKPT (or --tensor's), checked by
+ * the frames' checksums only. */
+static int cmd_decode(const char *dir, const char *ckpt, const char *name,
+                      const char *only)
 {
-    state_dict sd;
+    state_dict sd = { 0 };
     mem_ckpt m;
     ckpt_error err;
-    state_read(&sd, dir);
-    mem_ckpt_read(&m, &sd, ckpt);
-    unsigned char *dst = dest_alloc(sd.total);
+    int with_state = strcmp(dir, "-") != 0;
+    if (with_state)
+        state_read(&sd, dir);
+    mem_ckpt_read(&m, with_state ? &sd : NULL, ckpt, only);
+    uint64_t dst_n = with_state ? sd.total : m.raw_bytes;
+    unsigned char *dst = dest_alloc(dst_n);
     ckpt_codec_ctx *ctx = ckpt_codec_ctx_new();
     if (!ctx)
         die("out of memory");
@@ -693,6 +740,8 @@ static int cmd_decode(const char *dir, const char *ckpt, const char *name)
     for (size_t i = 0; i < m.n; i++) {
         const mem_frame *f = &m.f[i];
         unsigned char *out = dst + f->dst;
+        if (f->dst + f->fi.raw_size > dst_n)
+            die("frame %zu lies outside the destination", i);
         if (ckpt_codec_decode(ctx, f->fi.codec, f->stored, f->fi.stored_size,
                               out, f->fi.raw_size, &err) != 0)
             die_ckpt("ckpt_codec_decode", &err);
@@ -700,17 +749,74 @@ static int cmd_decode(const char *dir, const char *ckpt, const char *name)
             die("frame %zu: checksum mismatch", i);
     }
     double secs = now_s() - t0, cpu = cpu_s() - cpu0;
-    verify_loaded(&sd, dir, dst);
+    if (with_state)
+        verify_loaded(&sd, dir, dst);
     printf("RESULT name=%s seconds=%.4f cpu_seconds=%.3f bytes_logical=%llu "
-           "bytes_on_disk=%llu frames=%zu per_core_mb_s=%.1f verified=1\n",
+           "bytes_on_disk=%llu frames=%zu per_core_mb_s=%.1f verified=%d\n",
            name, secs, cpu, (unsigned long long)m.raw_bytes,
            (unsigned long long)m.stored_bytes, m.n,
-           (double)m.raw_bytes / (cpu > 0 ? cpu : secs) / 1e6);
+           (double)m.raw_bytes / (cpu > 0 ? cpu : secs) / 1e6, with_state);
     ckpt_codec_ctx_free(ctx);
     free(dst);
     free(m.f);
     free(m.stored);
     free(sd.t);
+    return 0;
+}
+
+/* ------------------------------------------------------------ encode */
+
+/* The per-core encode speed of a codec on the state: every tensor cut
+ * into frames of the writer's default size, each checksummed and encoded
+ * on one thread as a save's encoder does, into one reused output buffer
+ * (no files); bytes per CPU second.  The save's limit beside the storage's
+ * write speed. */
+static int cmd_encode(const char *dir, const char *name, const char *codec)
+{
+    state_dict sd;
+    ckpt_write_opts wo;
+    ckpt_error err;
+    int c;
+    ckpt_write_opts_init(&wo);
+    if (ckpt_codec_parse(codec, &c, &wo.level, &err) != 0)
+        die_ckpt(codec, &err);
+    state_read(&sd, dir);
+    state_load(&sd, dir);       /* untimed */
+    size_t fs = CKPT_DEFAULT_FRAME_SIZE;
+    unsigned char *out = xmalloc(ckpt_codec_bound(fs));
+    ckpt_codec_ctx *ctx = ckpt_codec_ctx_new();
+    if (!ctx)
+        die("out of memory");
+    uint64_t stored = 0, sum = 0;
+    size_t frames = 0;
+    double cpu0 = cpu_s(), t0 = now_s();
+    for (size_t i = 0; i < sd.n; i++) {
+        const tensor_desc *t = &sd.t[i];
+        int tc = ckpt_codec_resolve(c, t->dtype);
+        for (uint64_t off = 0; off < t->nbytes; off += fs, frames++) {
+            size_t n = t->nbytes - off < fs ? (size_t)(t->nbytes - off) : fs;
+            const unsigned char *src = sd.data + t->offset + off;
+            size_t out_n = n;
+            int used = CKPT_CODEC_RAW;
+            sum ^= ckpt_checksum(src, n);
+            if (tc != CKPT_CODEC_RAW &&
+                ckpt_codec_encode(ctx, tc, wo.level, 0, src, n, out,
+                                  ckpt_codec_bound(fs), &out_n, &used,
+                                  &err) != 0)
+                die_ckpt(t->fqn, &err);
+            stored += used == CKPT_CODEC_RAW ? n : out_n;
+        }
+    }
+    double secs = now_s() - t0, cpu = cpu_s() - cpu0;
+    printf("RESULT name=%s seconds=%.4f cpu_seconds=%.3f bytes_logical=%llu "
+           "bytes_on_disk=%llu frames=%zu per_core_mb_s=%.1f checksums=%llx\n",
+           name, secs, cpu, (unsigned long long)sd.total,
+           (unsigned long long)stored, frames,
+           (double)sd.total / (cpu > 0 ? cpu : secs) / 1e6,
+           (unsigned long long)sum);
+    ckpt_codec_ctx_free(ctx);
+    free(out);
+    state_free(&sd);
     return 0;
 }
 
@@ -838,8 +944,9 @@ static void usage(void)
           "       bench_core save DIR OUT --codec raw|zstd|auto [--level L] "
           "[--threads N]\n"
           "       bench_core load DIR CKPT [--name NAME] [--threads N] "
-          "[--reader-threads N]\n"
-          "       bench_core decode DIR CKPT [--name NAME]\n"
+          "[--reader-threads N] [--repeat N]\n"
+          "       bench_core decode DIR|- CKPT [--name NAME] [--tensor FQN]\n"
+          "       bench_core encode DIR --codec raw|zstd|auto [--name NAME]\n"
           "       bench_core copy DIR CKPT [--name NAME] [--threads N]\n"
           "       bench_core resident FILE\n", stderr);
     exit(2);
@@ -849,9 +956,11 @@ typedef struct cli_opts {
     uint64_t mb;
     const char *codec;
     const char *name;
+    const char *tensor;
     int level;
     int threads;
     int reader_threads;
+    int repeat;
 } cli_opts;
 
 static long parse_num(const char *s, const char *what)
@@ -877,12 +986,16 @@ static void parse_opts(cli_opts *o, int argc, char **argv, int first)
             o->codec = v;
         else if (strcmp(k, "--name") == 0)
             o->name = v;
+        else if (strcmp(k, "--tensor") == 0)
+            o->tensor = v;
         else if (strcmp(k, "--level") == 0)
             o->level = (int)parse_num(v, "--level");
         else if (strcmp(k, "--threads") == 0)
             o->threads = (int)parse_num(v, "--threads");
         else if (strcmp(k, "--reader-threads") == 0)
             o->reader_threads = (int)parse_num(v, "--reader-threads");
+        else if (strcmp(k, "--repeat") == 0)
+            o->repeat = (int)parse_num(v, "--repeat");
         else
             usage();
     }
@@ -890,7 +1003,8 @@ static void parse_opts(cli_opts *o, int argc, char **argv, int first)
 
 int main(int argc, char **argv)
 {
-    cli_opts o = { .mb = 1024, .codec = "zstd", .name = "libckptfs_load" };
+    cli_opts o = { .mb = 1024, .codec = "zstd", .name = "libckptfs_load",
+                   .repeat = 1 };
     setvbuf(stdout, NULL, _IOLBF, 0);
     if (argc < 3)
         usage();
@@ -901,6 +1015,10 @@ int main(int argc, char **argv)
     }
     if (strcmp(cmd, "resident") == 0 && argc == 3)
         return cmd_resident(argv[2]);
+    if (strcmp(cmd, "encode") == 0) {
+        parse_opts(&o, argc, argv, 3);
+        return cmd_encode(argv[2], o.name, o.codec);
+    }
     if (argc < 4)
         usage();
     parse_opts(&o, argc, argv, 4);
@@ -908,9 +1026,9 @@ int main(int argc, char **argv)
         return cmd_save(argv[2], argv[3], o.codec, o.level, o.threads);
     if (strcmp(cmd, "load") == 0)
         return cmd_load(argv[2], argv[3], o.name, o.threads,
-                        o.reader_threads);
+                        o.reader_threads, o.repeat);
     if (strcmp(cmd, "decode") == 0)
-        return cmd_decode(argv[2], argv[3], o.name);
+        return cmd_decode(argv[2], argv[3], o.name, o.tensor);
     if (strcmp(cmd, "copy") == 0)
         return cmd_copy(argv[3], o.name, o.threads);
     usage();

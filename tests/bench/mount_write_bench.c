@@ -7,11 +7,14 @@
  * ckpt_commit), so that the two are timed alike.
  *
  *   mount_write_bench mount STATE CKDIR [CKDIR2...] [--ranks N] [--name NAME]
+ *                     [--attrs piece|four]
  *       CKDIR is a new checkpoint directory inside a `-o rw,world=N` mount;
  *       with several, rank r writes through CKDIR[r * NDIRS / N] (one mount
  *       per node).  Timed from the start signal to the exit of the last
  *       rank: the rank whose commit write completes the set returns only
- *       once the checkpoint is committed.
+ *       once the checkpoint is committed.  Each file's attributes are set
+ *       with one setxattr of user.ckpt.piece, or with --attrs four one by
+ *       one (user.ckpt.dtype, .shape, .offsets, .sizes).
  *   mount_write_bench lib STATE OUT [--ranks N] [--name NAME]
  *       Each rank: ckpt_writer_open(OUT, "rank<r>"), ckpt_writer_put of its
  *       pieces, ckpt_writer_close (shard and plan synced); then the parent
@@ -24,8 +27,8 @@
  * STATE is what `bench_core gen` writes: state.bin (every tensor's bytes,
  * back to back) and state.idx ("fqn dtype rows cols offset nbytes" per
  * line).  The rank processes are forked after state.bin is read into
- * memory, so they share its pages and nothing is read from disk inside the
- * clock.  Rows are split as numpy.array_split does.
+ * memory shared with them (shared_state), so nothing is read from disk
+ * inside the clock.  Rows are split as numpy.array_split does.
  *
  * Every timed command prints one line
  *   RESULT name=... seconds=... bytes_logical=... cpu_seconds=... ranks=...
@@ -59,6 +62,10 @@
 #define MAX_RANKS 64
 #define MAX_DIRS 16
 
+/* --attrs four: user.ckpt.dtype, .shape, .offsets and .sizes set one by
+ * one, as before user.ckpt.piece (one setxattr) existed. */
+static int four_attrs;
+
 /* ------------------------------------------------------------ utilities */
 
 static double cpu_of(int who)
@@ -77,12 +84,42 @@ static double cpu_all(void)
 
 /* ------------------------------------------------------------ the state */
 
-/* Reads the state's index, and with with_data its bytes too. */
+/* Moves sd->data into memory shared with the rank processes to come.
+ * Private pages inherited by fork are copy-on-write, and the kernel
+ * unshares (copies) such a page before pinning it for a direct-I/O write:
+ * every write through the mount would copy its bytes once more, CPU that
+ * a training process writing tensors it owns does not spend.  Shared
+ * pages are pinned as they are, for the mount, and read as they are by
+ * the library. */
+static void shared_state(state_dict *sd)
+{
+    void *m = mmap(NULL, sd->total ? sd->total : 1, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED)
+        die("mmap %llu shared bytes: %s", (unsigned long long)sd->total,
+            strerror(errno));
+    memcpy(m, sd->data, sd->total);
+    free(sd->data);
+    sd->data = m;
+}
+
+/* Reads the state's index, and with with_data its bytes too (into shared
+ * memory: shared_state). */
 static void state_open(state_dict *sd, const char *dir, int with_data)
 {
     state_read(sd, dir);
-    if (with_data)
+    if (with_data) {
         state_load(sd, dir);
+        shared_state(sd);
+    }
+}
+
+static void state_close(state_dict *sd)
+{
+    if (sd->data)
+        munmap(sd->data, sd->total ? sd->total : 1);
+    sd->data = NULL;
+    state_free(sd);
 }
 
 /* Rows [*lo, *lo + *n) of `rows` for rank r of k, as numpy.array_split. */
@@ -186,7 +223,7 @@ static int mount_piece(const char *dir, const tensor_desc *t,
                        const unsigned char *data, int r, int k,
                        phase_times *pt)
 {
-    char path[4096], val[64];
+    char path[4096], val[160];
     int64_t lo, n;
     my_rows(t->shape[0], r, k, &lo, &n);
     if (n == 0)
@@ -201,12 +238,25 @@ static int mount_piece(const char *dir, const tensor_desc *t,
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0)
         return rank_fail(r, "create", path);
-    int bad = setattr(fd, "user.ckpt.dtype", ckpt_dtype_name(t->dtype), r, path);
-    snprintf(val, sizeof val, "%lld,%lld", (long long)t->shape[0],
-             (long long)t->shape[1]);
-    bad = bad || setattr(fd, "user.ckpt.shape", val, r, path);
-    snprintf(val, sizeof val, "%lld,0", (long long)lo);
-    bad = bad || setattr(fd, "user.ckpt.offsets", val, r, path);
+    int bad = 0;
+    if (four_attrs) {
+        bad = setattr(fd, "user.ckpt.dtype", ckpt_dtype_name(t->dtype), r,
+                      path);
+        snprintf(val, sizeof val, "%lld,%lld", (long long)t->shape[0],
+                 (long long)t->shape[1]);
+        bad = bad || setattr(fd, "user.ckpt.shape", val, r, path);
+        snprintf(val, sizeof val, "%lld,0", (long long)lo);
+        bad = bad || setattr(fd, "user.ckpt.offsets", val, r, path);
+        snprintf(val, sizeof val, "%lld,%lld", (long long)n,
+                 (long long)t->shape[1]);
+        bad = bad || setattr(fd, "user.ckpt.sizes", val, r, path);
+    } else {
+        snprintf(val, sizeof val, "dtype=%s shape=%lld,%lld offsets=%lld,0 "
+                 "sizes=%lld,%lld", ckpt_dtype_name(t->dtype),
+                 (long long)t->shape[0], (long long)t->shape[1],
+                 (long long)lo, (long long)n, (long long)t->shape[1]);
+        bad = setattr(fd, "user.ckpt.piece", val, r, path);
+    }
     size_t row = t->nbytes / (uint64_t)t->shape[0];
     const unsigned char *p = data + t->offset + (uint64_t)lo * row;
     size_t len = (size_t)n * row;
@@ -340,6 +390,7 @@ static void usage(void)
 {
     fputs("usage: mount_write_bench mount STATE CKDIR [CKDIR...] [--ranks N] "
           "[--name NAME]\n"
+          "             [--attrs piece|four]\n"
           "       mount_write_bench lib STATE OUT [--ranks N] [--name NAME]\n"
           "       mount_write_bench check STATE CKPT\n", stderr);
     exit(2);
@@ -358,6 +409,8 @@ int main(int argc, char **argv)
             ranks = atoi(argv[++i]);
         else if (strcmp(argv[i], "--name") == 0 && i + 1 < argc)
             name = argv[++i];
+        else if (strcmp(argv[i], "--attrs") == 0 && i + 1 < argc)
+            four_attrs = strcmp(argv[++i], "four") == 0;
         else if (argv[i][0] != '-' && ndirs < MAX_DIRS)
             dirs[ndirs++] = argv[i];
         else
@@ -415,6 +468,6 @@ int main(int argc, char **argv)
     printf("RESULT name=%s seconds=%.4f bytes_logical=%llu cpu_seconds=%.3f "
            "ranks=%d dirs=%d%s\n", name, secs, (unsigned long long)sd.total,
            cpu_all() - cpu0, ranks, ndirs, phases);
-    state_free(&sd);
+    state_close(&sd);
     return 0;
 }

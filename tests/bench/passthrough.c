@@ -26,6 +26,8 @@
 #endif
 #include <fuse.h>
 
+#include "ptdir.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -46,14 +48,6 @@ struct pt {
 static struct pt *pt_of(void)
 {
     return fuse_get_context()->private_data;
-}
-
-/* The path relative to SOURCE ("/a/b" -> "a/b", "/" -> "."). */
-static const char *rel(const char *path)
-{
-    while (*path == '/')
-        path++;
-    return *path ? path : ".";
 }
 
 /* Mirrors fs/ops.c (op_init, the timeouts of fs/ops.h, st_blksize) so that
@@ -83,7 +77,7 @@ static void *pt_init(struct fuse_conn_info *conn, struct fuse_config *cfg)
 static int pt_getattr(const char *path, struct stat *st, struct fuse_file_info *fi)
 {
     /* path is NULL (nullpath_ok) only for an open regular file */
-    int r = path ? fstatat(pt_of()->root, rel(path), st, AT_SYMLINK_NOFOLLOW)
+    int r = path ? fstatat(pt_of()->root, pt_rel(path), st, AT_SYMLINK_NOFOLLOW)
                  : fstat((int)fi->fh, st);
     if (r != 0)
         return -errno;
@@ -94,46 +88,26 @@ static int pt_getattr(const char *path, struct stat *st, struct fuse_file_info *
 
 static int pt_opendir(const char *path, struct fuse_file_info *fi)
 {
-    int fd = openat(pt_of()->root, rel(path), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
-        return -errno;
-    DIR *d = fdopendir(fd);
-    if (!d) {
-        int e = errno;
-        close(fd);
-        return -e;
-    }
-    fi->fh = (uint64_t)(uintptr_t)d;
-    return 0;
+    return pt_opendir_at(pt_of()->root, path, fi);
 }
 
 /* Lists the whole directory in one call (offsets 0: libfuse buffers it). */
 static int pt_readdir(const char *path, void *buf, fuse_fill_dir_t fill, off_t off,
                       struct fuse_file_info *fi, enum fuse_readdir_flags flags)
 {
-    DIR *d = (DIR *)(uintptr_t)fi->fh;
-    struct dirent *de;
-    rewinddir(d);
-    errno = 0;
-    while ((de = readdir(d)) != NULL) {
-        if (fill(buf, de->d_name, NULL, 0, 0))
-            break;
-        errno = 0;
-    }
-    return -errno;
+    return pt_readdir_all(buf, fill, fi);
 }
 
 static int pt_releasedir(const char *path, struct fuse_file_info *fi)
 {
-    closedir((DIR *)(uintptr_t)fi->fh);
-    return 0;
+    return pt_releasedir_fh(fi);
 }
 
 static int pt_open(const char *path, struct fuse_file_info *fi)
 {
     if ((fi->flags & O_ACCMODE) != O_RDONLY)
         return -EROFS;
-    int fd = openat(pt_of()->root, rel(path), O_RDONLY | O_CLOEXEC);
+    int fd = openat(pt_of()->root, pt_rel(path), O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return -errno;
     /* the hint ckptfs gives its shard files and cat its input */
@@ -179,18 +153,10 @@ static const struct fuse_operations pt_ops = {
 };
 
 /* Takes the first non-option argument as SOURCE, leaves the rest to FUSE. */
-static int opt_proc(void *data, const char *arg, int key, struct fuse_args *outargs)
+static int opt_proc(void *data, const char *arg, int key,
+                    struct fuse_args *outargs)
 {
-    struct pt *pt = data;
-    if (key == FUSE_OPT_KEY_NONOPT && !pt->source) {
-        pt->source = strdup(arg);
-        if (!pt->source) {
-            fprintf(stderr, "passthrough: out of memory\n");
-            return -1;
-        }
-        return 0;
-    }
-    return 1;
+    return pt_take_source(&((struct pt *)data)->source, arg, key, "passthrough");
 }
 
 int main(int argc, char **argv)

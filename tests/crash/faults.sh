@@ -28,8 +28,8 @@ declare -A RULE=(
     [fdatasync]='fsync:T/data/*.shard'
     [plan_create]='write:T/.pending/*.plan*'
     [plan_append]='write:T/.pending/*.plan*:last'
-    [index_create]='write:T/index.db.tmp*'
-    [index_write]='write:T/index.db.tmp*:last'
+    [index_create]='write:T/.pending/index.db.tmp*'
+    [index_write]='write:T/.pending/index.db.tmp*:last'
     [rename]='rename:T/index.db'
     [dir_sync]='dirsync:T'
 )

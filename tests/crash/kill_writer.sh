@@ -4,8 +4,11 @@
 # sizes, column split with sizes, byte object): rank 0's writer is
 # SIGKILLed after a seeded random number of its piece's bytes, and no
 # trial may commit a truncated piece (tests/crash/writer_trials.py, issue
-# #25; docs/MOUNT.md, "When a piece ends").  CKPT_CRASH_TRIALS trials a
-# form (default 50), seeded by CKPT_CRASH_SEED.
+# #25; docs/MOUNT.md, "When a piece ends"); and the re-run row: rank 0
+# killed at a random point (in a piece, after its last byte, after its
+# commit) runs again with other bytes, and the save commits with the
+# re-run's bytes (docs/MOUNT.md, "A rank runs again").  CKPT_CRASH_TRIALS
+# trials a form (default 50), seeded by CKPT_CRASH_SEED.
 . "$(dirname "$0")/tmpdir.sh"
 . "$(dirname "$0")/../fs/lib.sh"
 
@@ -16,7 +19,7 @@ M=$TMP/mnt
 mkdir -p "$R"
 mount_ck "$R" "$M" -o rw,world=2 || exit 1
 base=0
-for form in whole rows cols bytes; do
+for form in whole rows cols bytes rerun; do
     if "$PY" "$CKPT_SRCDIR/tests/crash/writer_trials.py" "$M" "$form" "$TRIALS" "$SEED" "$base" >"$TMP/$form.out" 2>&1; then
         ok "$(tail -1 "$TMP/$form.out" | sed 's/^# //')"
     else

@@ -39,6 +39,11 @@ wait_file() {
     for _ in $(seq 200); do [ -e "$1" ] && return 0; sleep 0.05; done
     return 1
 }
+# wait_glob GLOB: until a file matches GLOB (10 s at most).
+wait_glob() {
+    for _ in $(seq 200); do compgen -G "$1" >/dev/null && return 0; sleep 0.05; done
+    return 1
+}
 
 # ------------------------------------------------------------ gc vs commit
 echo "# ---- gc while a commit runs: the committer's lease keeps the save"
@@ -47,7 +52,7 @@ S=$ROOT/step-2
 bg_shimmed "$TMP/commit.out" CKPT_SHIM_ROOT="$S" CKPT_SHIM_DELAY="rename:$S/index.db:1500" \
     CKPT_SHIM_LOG="$TMP/shim.log" "$CKPT" commit "$S"
 CPID=$!
-wait_file "$S/index.db.tmp"          # the commit is between planning and publishing
+wait_glob "$S/.pending/index.db.tmp.*"   # the commit is between planning and publishing
 sleep 0.2
 run_ckpt gc --min-age 0 "$ROOT"
 expect_ok "gc during the commit"
@@ -170,7 +175,7 @@ echo "# ---- a commit that hits ENOSPC and cannot record its failure"
 S=$ROOT/step-7
 cat >"$WRAP" <<WRAPPER
 #!/bin/bash
-exec env LD_PRELOAD="$PRELOAD" CKPT_SHIM_ROOT="$S" CKPT_SHIM_FAIL="write:$S/index.db.tmp*:ENOSPC" CKPT_SHIM_FAIL2="open:$S/.pending/failed*:ENOSPC" "$REAL_CKPTFS" "\$@"
+exec env LD_PRELOAD="$PRELOAD" CKPT_SHIM_ROOT="$S" CKPT_SHIM_FAIL="write:$S/.pending/index.db.tmp*:ENOSPC" CKPT_SHIM_FAIL2="open:$S/.pending/failed*:ENOSPC" "$REAL_CKPTFS" "\$@"
 WRAPPER
 CKPTFS=$WRAP mount_ck "$ROOT" "$M" -o rw,world=2 || exit 1
 "$DRIVER" mount "$M/step-7" 7 1 2 || bad "rank 1"

@@ -19,7 +19,14 @@
  *                                 the process exits: the calls counted,
  *                                 the MPI rank ("-" outside MPI), and the
  *                                 calls CKPT_SHIM_FAIL's rule matched;
- *   CKPT_SHIM_LOG=FILE            appends a line per fault, delay or kill.
+ *   CKPT_SHIM_LOG=FILE            appends a line per fault, delay or kill;
+ *   CKPT_SHIM_NOLOCK=1            makes every lock call succeed without
+ *                                 locking, on any path: fcntl F_SETLK,
+ *                                 F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW and
+ *                                 flock (F_GETLK and F_OFD_GETLK answer
+ *                                 F_UNLCK): a node of a shared file system
+ *                                 whose locks do not reach the other nodes
+ *                                 (tests/fs/mount_nolocks.sh).
  *
  * OP is one of: open (creating or writing), write (write, pwrite,
  * writev), fsync (fsync or fdatasync of a file), dirsync (fsync of a
@@ -42,6 +49,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/uio.h>
@@ -71,6 +79,7 @@ static size_t root_len;
 static long kill_at, counted;
 static rule fail_rule, fail2_rule, delay_rule, kill_rule;
 static char count_file[PATH_MAX], log_file[PATH_MAX];
+static int no_locks;
 static char *fd_path[MAX_FD];
 static unsigned char fd_dir[MAX_FD];
 
@@ -107,6 +116,9 @@ DECL_REAL(int, mkdir, const char *, mode_t);
 DECL_REAL(int, mkdirat, int, const char *, mode_t);
 DECL_REAL(int, ftruncate, int, off_t);
 DECL_REAL(int, ftruncate64, int, off_t);
+DECL_REAL(int, fcntl, int, int, ...);
+DECL_REAL(int, fcntl64, int, int, ...);
+DECL_REAL(int, flock, int, int);
 
 #define RESOLVE(name) (real_##name = dlsym(RTLD_NEXT, #name))
 
@@ -120,7 +132,7 @@ static void resolve_all(void)
     RESOLVE(rename); RESOLVE(renameat); RESOLVE(renameat2); RESOLVE(link);
     RESOLVE(linkat); RESOLVE(unlink); RESOLVE(unlinkat); RESOLVE(rmdir);
     RESOLVE(mkdir); RESOLVE(mkdirat); RESOLVE(ftruncate);
-    RESOLVE(ftruncate64);
+    RESOLVE(ftruncate64); RESOLVE(fcntl); RESOLVE(fcntl64); RESOLVE(flock);
 }
 
 /* ------------------------------------------------------------ config */
@@ -210,6 +222,8 @@ static void configure(void)
     snprintf(count_file, sizeof count_file, "%s", c ? c : "");
     const char *l = getenv("CKPT_SHIM_LOG");
     snprintf(log_file, sizeof log_file, "%s", l ? l : "");
+    const char *nl = getenv("CKPT_SHIM_NOLOCK");
+    no_locks = nl && strcmp(nl, "1") == 0;
 }
 
 static void setup(void)
@@ -643,4 +657,53 @@ int mkdirat(int dirfd, const char *path, mode_t mode)
     if (e)
         FAIL_WITH(e);
     return REAL(mkdirat)(dirfd, path, mode);
+}
+
+/* ------------------------------------------------------------ locks */
+
+/* The answer of a lock command under CKPT_SHIM_NOLOCK: 1 when cmd was
+ * answered (a set lock "taken", a test lock found free), else 0. */
+static int fake_lock(int cmd, void *arg)
+{
+    setup();
+    if (!no_locks)
+        return 0;
+    switch (cmd) {
+    case F_SETLK: case F_SETLKW: case F_OFD_SETLK: case F_OFD_SETLKW:
+        return 1;
+    case F_GETLK: case F_OFD_GETLK:
+        ((struct flock *)arg)->l_type = F_UNLCK;
+        return 1;
+    default:
+        return 0;
+    }
+}
+
+/* Every fcntl command passes its third argument as a long or a pointer,
+ * which share one register: it is read as a pointer-sized value. */
+#define FCNTL_BODY(real)                                                   \
+    va_list ap;                                                            \
+    va_start(ap, cmd);                                                     \
+    void *arg = va_arg(ap, void *);                                        \
+    va_end(ap);                                                            \
+    if (fake_lock(cmd, arg))                                               \
+        return 0;                                                          \
+    return (real)(fd, cmd, arg)
+
+int fcntl(int fd, int cmd, ...)
+{
+    FCNTL_BODY(REAL(fcntl));
+}
+
+int fcntl64(int fd, int cmd, ...)
+{
+    FCNTL_BODY(REAL(fcntl64) ? REAL(fcntl64) : REAL(fcntl));
+}
+
+int flock(int fd, int op)
+{
+    setup();
+    if (no_locks)
+        return 0;
+    return REAL(flock)(fd, op);
 }

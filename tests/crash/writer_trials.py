@@ -9,7 +9,8 @@ random blocks), rank 1 writes its piece whole, and both ranks commit.
 
 FORM: whole (a whole tensor: dtype+shape), rows (the last rows of a dim-0
 split: offsets, no sizes), cols (columns of a dim-1 split: offsets+sizes),
-bytes (a byte object of declared length: user.ckpt.shape alone).
+bytes (a byte object of declared length: user.ckpt.shape alone), rerun
+(rank 0 runs again after it was killed, see rerun_trial).
 
 Each trial: a killed piece (fewer bytes than it holds) must leave the save
 uncommitted (status "failed: ..."), and rank 0 written again must then
@@ -30,27 +31,9 @@ ROWS, COLS = 64, 32
 
 def put(path, attrs, data, upto, rng, rank):
     """In a child process: rank's piece; SIGKILL after upto bytes."""
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.setxattr(os.path.dirname(path), "user.ckpt.rank",
-                        str(rank).encode())
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
-            for k, v in attrs:
-                os.setxattr(fd, "user.ckpt." + k, v.encode())
-            at = 0
-            while at < upto:
-                n = min(upto - at, rng.randint(1, 9000))
-                at += os.write(fd, data[at:at + n])
-            if upto < len(data):
-                os.kill(os.getpid(), signal.SIGKILL)
-            os.close(fd)
-            os._exit(0)
-        except OSError as e:
-            sys.stderr.write("rank %d: %s\n" % (rank, e))
-            os._exit(3)
-    _, st = os.waitpid(pid, 0)
-    return st
+    return run_rank(os.path.dirname(path), rank,
+                    [(os.path.basename(path), attrs, data)],
+                    upto if upto < len(data) else None, False, rng)
 
 
 def commit(ck, rank):
@@ -94,10 +77,120 @@ def expected(form, w, blob):
     return {"w": w.tobytes()}
 
 
+def run_rank(ck, rank, pieces_, kill_at, commit_it, rng):
+    """In a child process: rank writes pieces_ [(file, attrs, bytes)] in
+    random blocks, SIGKILLed once kill_at bytes are written in all (None:
+    never); when all are written, commits when commit_it, and is SIGKILLed
+    then when kill_at is "after".  Returns the wait status."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setxattr(ck, "user.ckpt.rank", str(rank).encode())
+            done = 0
+            for name, attrs, data in pieces_:
+                fd = os.open(ck + "/" + name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+                for k, v in attrs:
+                    os.setxattr(fd, "user.ckpt." + k, v.encode())
+                at = 0
+                while at < len(data):
+                    n = min(len(data) - at, rng.randint(1, 9000))
+                    if isinstance(kill_at, int):
+                        n = min(n, max(kill_at - done, 1))
+                    n = os.write(fd, data[at:at + n])
+                    at += n
+                    done += n
+                    if isinstance(kill_at, int) and done >= kill_at:
+                        os.kill(os.getpid(), signal.SIGKILL)
+                os.close(fd)
+            if commit_it:
+                with open(ck + "/.ckptfs/commit", "w") as f:
+                    f.write(str(rank))
+            if kill_at == "after":
+                os.kill(os.getpid(), signal.SIGKILL)
+            os._exit(0)
+        except OSError as e:
+            sys.stderr.write("rank %d: %s\n" % (rank, e))
+            os._exit(3)
+    _, st = os.waitpid(pid, 0)
+    return st
+
+
+def rerun_trial(ck, t, rng, counts):
+    """Rank 0 writes a (whole) and b (the last rows of a split), and is
+    SIGKILLed at a random point: in a, in b, after b, or after its commit;
+    rank 1 writes v and b's first rows and commits before or after rank 0
+    runs again, writing a and b whole again with other bytes (the same
+    bytes in one trial of 4), and commits.  The save must commit with the
+    re-run's bytes.  Returns "" or why the trial failed."""
+    gen = np.random.default_rng(rng.randrange(1 << 30))
+    first = [gen.standard_normal((ROWS, COLS)).astype("<f4") for _ in range(2)]
+    again = first if rng.random() < 0.25 else \
+        [gen.standard_normal((ROWS, COLS)).astype("<f4") for _ in range(2)]
+    v = gen.standard_normal((ROWS, COLS)).astype("<f4")
+    half = ROWS // 2
+    f32 = [("dtype", "float32"), ("shape", "%d,%d" % (ROWS, COLS))]
+
+    def rank0(a, b):
+        return [("a", f32, a.tobytes()),
+                ("b", f32 + [("offsets", "%d,0" % half)], b[half:].tobytes())]
+    total = sum(len(d) for _, _, d in rank0(*first))
+    where = rng.choice(["a", "b", "end", "commit"])
+    if where == "a":
+        kill_at = rng.randint(1, len(first[0].tobytes()) - 1)
+    elif where == "b":
+        kill_at = rng.randint(len(first[0].tobytes()) + 1, total - 1)
+    else:
+        kill_at = "after"
+    counts[where] += 1
+    run_rank(ck, 0, rank0(*first), kill_at, where == "commit", rng)
+    rank1 = [("v", f32, v.tobytes()),
+             ("b", f32 + [("sizes", "%d,%d" % (half, COLS))], again[1][:half].tobytes())]
+    # rank 1 before the re-run only when rank 0 had not committed: else
+    # the save would commit then, with the first run's bytes
+    rank1_first = where != "commit" and rng.random() < 0.5
+    if rank1_first and run_rank(ck, 1, rank1, None, True, rng) != 0:
+        return "rank 1 failed"
+    if run_rank(ck, 0, rank0(*again), None, True, rng) != 0:
+        return "rank 0's re-run failed"
+    if not rank1_first and run_rank(ck, 1, rank1, None, True, rng) != 0:
+        return "rank 1 failed"
+    status = open(ck + "/.ckptfs/status").read().strip()
+    if status != "committed":
+        return "the re-run (rank 0 killed in %s) does not commit: %s" % (where, status)
+    want = {"a": again[0].tobytes(), "b": again[1].tobytes(), "v": v.tobytes()}
+    for name, data in want.items():
+        if open(ck + "/" + name, "rb").read() != data:
+            counts["corrupt"] += 1
+            return "CORRUPT: %s does not read back as the re-run wrote it" % name
+    return ""
+
+
+def rerun_main(mnt, trials, rng, base):
+    counts = {"a": 0, "b": 0, "end": 0, "commit": 0, "corrupt": 0}
+    bad = 0
+    for t in range(1, trials + 1):
+        ck = "%s/step-%06d" % (mnt, base + t)
+        os.mkdir(ck)
+        why = rerun_trial(ck, t, rng, counts)
+        if why:
+            bad += 1
+            print("not ok - rerun trial %d: %s" % (t, why))
+        else:
+            print("ok - rerun trial %d: committed with the re-run's bytes" % t)
+    print("# writer killed, same rank run again: %d trials (killed in its "
+          "first piece %d, in its second %d, after its last byte %d, after "
+          "its commit %d): %d committed with the re-run's bytes, %d corrupt "
+          "commits" % (trials, counts["a"], counts["b"], counts["end"],
+                       counts["commit"], trials - bad, counts["corrupt"]))
+    return 1 if bad else 0
+
+
 def main():
     mnt, form = sys.argv[1], sys.argv[2]
     trials, seed, base = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
     rng = random.Random("%s-%d" % (form, seed))
+    if form == "rerun":
+        return rerun_main(mnt, trials, rng, base)
     killed = completed = corrupt = bad = resaved = 0
     for t in range(1, trials + 1):
         gen = np.random.default_rng(rng.randrange(1 << 30))

@@ -193,6 +193,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (ckpt_xor_decode(ctx, enc, out_n, basef, back, rn, &err) != 0 ||
             memcmp(back, in, rn) != 0)
             abort();
+        memcpy(back, basef, rn);   /* applied over the base in place */
+        if (ckpt_xor_apply(ctx, enc, out_n, back, raw, rn, &err) != 0 ||
+            memcmp(back, in, rn) != 0)
+            abort();
         return 0;
     }
     size_t isz = itemsize_of(codec), rn = in_n < MAX_RAW ? in_n : MAX_RAW;

@@ -12,6 +12,9 @@
 #   test_mpi_async on 1, 2 and 3 ranks: asynchronous collective saves,
 #       buffers scribbled over right after the call, staging cap, queue
 #       depth 1, a planner refusal reported by the wait.
+#   test_mpi_delta on 2 and 3 ranks: collective saves against a base
+#       (sync and async), read back bit-exact, unchanged tensors all
+#       references.
 #   examples/mpi_save_load, when built: save on 4 ranks, load on 3.
 #
 # Exits 77 (skipped) without mpirun or without the test programs (built
@@ -88,6 +91,13 @@ if [[ -x $bin/test_mpi_async ]]; then
     for n in 1 2 3; do
         mkdir -p "$tmp/async-$n"
         step "async save on $n rank(s)" "$n" "$bin/test_mpi_async" "$tmp/async-$n"
+    done
+fi
+
+if [[ -x $bin/test_mpi_delta ]]; then
+    for n in 2 3; do
+        mkdir -p "$tmp/delta-$n"
+        step "delta saves on $n ranks" "$n" "$bin/test_mpi_delta" "$tmp/delta-$n"
     done
 fi
 

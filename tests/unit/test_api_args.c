@@ -113,6 +113,10 @@ START_TEST(test_writer_args)
     ck_assert_int_eq(ckpt_writer_begin(w, &p, &s, &err), 0);
     REFUSED(ckpt_stream_write(s, NULL, 4, &err), err, "ckpt_stream_write",
             "buf");
+    REFUSED(ckpt_stream_write_lent(s, NULL, 4, &err), err,
+            "ckpt_stream_write_lent", "buf");
+    REFUSED(ckpt_stream_write_lent(NULL, g_a, 4, &err), err,
+            "ckpt_stream_write_lent", "stream");
     ck_assert_int_eq(ckpt_stream_write(s, NULL, 0, &err), 0);
     ck_assert_int_eq(ckpt_stream_write(s, g_a, sizeof g_a, &err), 0);
     /* NULL actual: ended as begun. */

@@ -5,10 +5,12 @@
  * saved, whole and by region, with the frame kinds the writer should pick;
  * chains at the full_every bound; and each refusal: a base missing,
  * changed since, outside the root, a reference cycle, a base that changed
- * during the save.
+ * during the save; xor frames coded and applied (sparse and dense), and
+ * a damaged base under an xor frame named as the fault.
  */
 #include <check.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +19,7 @@
 #include <unistd.h>
 
 #include "ckptfs.h"
+#include "codec/xorframe.h"
 #include "common/fileio.h"
 #include "write/gc.h"
 #include "unit_util.h"
@@ -207,6 +210,102 @@ START_TEST(round_trip)
     for (int i = 0; i < 9; i++)
         ck_assert(memcmp(&got[i * 100], &s.w1[(2 + i) * COLS + 5],
                          100 * sizeof(float)) == 0);
+    ckpt_reader_close(r);
+    state_free(&s);
+}
+END_TEST
+
+/* Codes new over base as an xor frame with `codec` and checks both ways of
+ * decoding it against new; returns the inner codec the frame chose. */
+static int xor_round_trip(const unsigned char *base, const unsigned char *nw,
+                          size_t n, int codec)
+{
+    ckpt_codec_ctx *c = ckpt_codec_ctx_new();
+    ck_assert_ptr_nonnull(c);
+    ckpt_error err = { 0 };
+    size_t cap = CKPT_XOR_HEAD + ckpt_codec_bound(n), got;
+    unsigned char *diff = xmalloc(n), *enc = xmalloc(cap);
+    unsigned char *out = xmalloc(n), *tmp = xmalloc(n);
+    ckpt_xor_bytes(diff, base, nw, n);
+    ck_assert_msg(ckpt_xor_encode(c, codec, 1, 4, diff, n, enc, cap, &got,
+                                  &err) == 0, "%s", err.msg);
+    ck_assert_msg(ckpt_xor_decode(c, enc, got, base, out, n, &err) == 0,
+                  "%s", err.msg);
+    ck_assert(memcmp(out, nw, n) == 0);
+    memcpy(out, base, n);            /* applied over the base in place */
+    ck_assert_msg(ckpt_xor_apply(c, enc, got, out, tmp, n, &err) == 0, "%s",
+                  err.msg);
+    ck_assert(memcmp(out, nw, n) == 0);
+    int inner = enc[1];
+    free(diff);
+    free(enc);
+    free(out);
+    free(tmp);
+    ckpt_codec_ctx_free(c);
+    return inner;
+}
+
+START_TEST(xor_sparse_and_dense)
+{
+    /* not a multiple of 64 bytes: the tail past the last block counts */
+    const size_t n = 4 * N + 36;
+    unsigned char *base = xmalloc(n), *nw = xmalloc(n);
+    rng r = { 5 };
+    for (size_t i = 0; i < n; i++)
+        base[i] = (unsigned char)rnd(&r);
+    /* a few rows changed, and the last byte: runs of zeros, coded zstd */
+    memcpy(nw, base, n);
+    for (size_t i = 8192; i < 8192 + 512; i++)
+        nw[i] ^= (unsigned char)(1 + i % 250);
+    nw[n - 1] ^= 0x80;
+    ck_assert_int_eq(xor_round_trip(base, nw, n, CKPT_CODEC_BG_F32),
+                     CKPT_CODEC_ZSTD);
+    /* every element nudged: byte planes, as asked */
+    float *f = (float *)base, *g = (float *)nw;
+    for (size_t i = 0; i < n / 4; i++) {
+        f[i] = (float)(int64_t)(rnd(&r) % 2001 - 1000) / 100.0f;
+        g[i] = f[i] * 1.0001f + 1e-6f;
+    }
+    ck_assert_int_ne(xor_round_trip(base, nw, n, CKPT_CODEC_BG_F32),
+                     CKPT_CODEC_ZSTD);
+    free(base);
+    free(nw);
+}
+END_TEST
+
+START_TEST(damaged_base_under_xor)
+{
+    /* s1's frame 1 is xor over s0's frame 1: damage that one in s0's
+     * shard, and a read of s1 names the base as the fault */
+    state s;
+    two_saves(&s);
+    ck_assert_int_eq(codec_of(s.root, "s1", 1), CKPT_CODEC_XOR);
+    ckpt_reader *r0 = open_ck(s.root, "s0");
+    ckpt_error err = { 0 };
+    ckpt_frame_info fi;
+    ck_assert_msg(ckpt_reader_frame(r0, (size_t)ckpt_reader_find(r0, "w"), 0,
+                                    1, &fi, &err) == 0, "%s", err.msg);
+    ckpt_reader_close(r0);
+    char dir[4096], path[4096];
+    join(dir, s.root, "s0");
+    join(path, dir, "data/rank0.shard");
+    int fd = open(path, O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    unsigned char byte;
+    off_t at = (off_t)(fi.file_offset + fi.stored_size - 1);
+    ck_assert_int_eq(pread(fd, &byte, 1, at), 1);
+    byte ^= 0xA5;
+    ck_assert_int_eq(pwrite(fd, &byte, 1, at), 1);
+    close(fd);
+    ckpt_reader *r = open_ck(s.root, "s1");
+    float *got = xmalloc(sizeof(float) * N);
+    int64_t n = ckpt_read(r, (size_t)ckpt_reader_find(r, "w"), got, 0,
+                          sizeof(float) * N, &err);
+    ck_assert_int_eq(n, -EIO);
+    ck_assert_msg(strstr(err.msg, "base 's0'") &&
+                  strstr(err.msg, "checksum mismatch"),
+                  "the fault names the base: %s", err.msg);
+    free(got);
     ckpt_reader_close(r);
     state_free(&s);
 }
@@ -430,6 +529,8 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, round_trip);
     tcase_add_test(tc, depth_bound);
+    tcase_add_test(tc, xor_sparse_and_dense);
+    tcase_add_test(tc, damaged_base_under_xor);
     tcase_add_test(tc, refuse_missing);
     tcase_add_test(tc, refuse_changed);
     tcase_add_test(tc, refuse_outside);

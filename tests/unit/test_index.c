@@ -532,8 +532,11 @@ START_TEST(test_open_refusals)
 
     snprintf(p, sizeof p, "%s/newer.db", fx.dir);
     make_db(p, CKPT_INDEX_APP_ID, CKPT_FORMAT_VERSION + 1);
-    open_fails(p, -ENOTSUP, "format version 3 is newer than this ckptfs "
-                            "supports (2)");
+    char want[96];
+    snprintf(want, sizeof want, "format version %d is newer than this "
+             "ckptfs supports (%d)", CKPT_FORMAT_VERSION + 1,
+             CKPT_FORMAT_VERSION);
+    open_fails(p, -ENOTSUP, want);
 
     snprintf(p, sizeof p, "%s/notables.db", fx.dir);
     make_db(p, CKPT_INDEX_APP_ID, 1);
@@ -542,7 +545,7 @@ START_TEST(test_open_refusals)
     snprintf(p, sizeof p, "%s/x.plan", fx.dir);
     ckpt_planfile *pf;
     ckpt_error err = { 0 };
-    ck_assert_int_eq(ckpt_planfile_create(&pf, p, "rank0", 0, &err), 0);
+    ck_assert_int_eq(ckpt_planfile_create(&pf, p, "rank0", &err), 0);
     ckpt_planfile_close(pf);
     open_fails(p, -EINVAL, "(it is a ckptfs local plan)");
 
@@ -664,7 +667,7 @@ START_TEST(test_planfile_roundtrip)
     snprintf(path, sizeof path, "%s/rank0.plan", fx.dir);
     ckpt_error err = { 0 };
     ckpt_planfile *pf;
-    ck_assert_int_eq(ckpt_planfile_create(&pf, path, "rank0", 1, &err), 0);
+    ck_assert_int_eq(ckpt_planfile_create(&pf, path, "rank0", &err), 0);
     ck_assert_int_eq(ckpt_planfile_append(pf, fx.m.pieces, 3, fx.m.meta, 1,
                                           &err), 0);
     ck_assert_int_eq(ckpt_planfile_append(pf, fx.m.pieces + 3,
@@ -715,7 +718,7 @@ START_TEST(test_planfile_roundtrip)
 
     /* Reading appends: a second plan adds to the same manifest. */
     snprintf(path, sizeof path, "%s/rank1.plan", fx.dir);
-    ck_assert_int_eq(ckpt_planfile_create(&pf, path, "rank1", 0, &err), 0);
+    ck_assert_int_eq(ckpt_planfile_create(&pf, path, "rank1", &err), 0);
     ckpt_kv kv = { (char *)"step", (char *)"101", NULL };
     ck_assert_int_eq(ckpt_planfile_append(pf, fx.m.pieces, 1, &kv, 1, &err),
                      0);
@@ -743,7 +746,7 @@ START_TEST(test_plans_to_index)
     for (int w = 0; w < 2; w++) {
         snprintf(path, sizeof path, "%s/%s.plan", fx.dir, writers[w]);
         ckpt_planfile *pf;
-        ck_assert_int_eq(ckpt_planfile_create(&pf, path, writers[w], 0, &err),
+        ck_assert_int_eq(ckpt_planfile_create(&pf, path, writers[w], &err),
                          0);
         for (size_t i = 0; i < fx.m.npieces; i++)
             if (!strcmp(fx.m.pieces[i].writer, writers[w]))
@@ -779,6 +782,92 @@ START_TEST(test_plans_to_index)
 }
 END_TEST
 
+/* Plans read on several threads are the table one thread reading them in
+ * turn makes; the first damaged plan in name order is the one reported,
+ * whichever thread met it first. */
+START_TEST(test_plans_read_many)
+{
+    fixture fx;
+    make_dir(&fx, "");
+    make_pieces(&fx);
+    enum { NPLANS = 12 };
+    char names[NPLANS][16], path[PATH_MAX];
+    char *list[NPLANS];
+    ckpt_error err = { 0 };
+    for (int w = 0; w < NPLANS; w++) {
+        snprintf(names[w], sizeof names[w], "r%02d.plan", w);
+        list[w] = names[w];
+        snprintf(path, sizeof path, "%s/%s", fx.dir, names[w]);
+        char writer[16];
+        snprintf(writer, sizeof writer, "r%02d", w);
+        ckpt_planfile *pf;
+        ck_assert_int_eq(ckpt_planfile_create(&pf, path, writer, &err), 0);
+        /* a different number of pieces per plan */
+        ck_assert_int_eq(ckpt_planfile_append(pf, fx.m.pieces,
+                                              1 + (size_t)w % fx.m.npieces,
+                                              fx.m.meta, fx.m.nmeta, &err),
+                         0);
+        ckpt_planfile_close(pf);
+    }
+    ckpt_pieces many, one;
+    ckpt_manifest mm, m1;
+    ckpt_pieces_init(&many);
+    ckpt_pieces_init(&one);
+    ckpt_manifest_init(&mm);
+    ckpt_manifest_init(&m1);
+    ck_assert_msg(ckpt_planfile_read_many(fx.dir, list, NPLANS, 3, &many, &mm,
+                                          NULL, NULL, &err) == 0,
+                  "%s", err.msg);
+    for (int w = 0; w < NPLANS; w++) {
+        snprintf(path, sizeof path, "%s/%s", fx.dir, names[w]);
+        ck_assert_int_eq(ckpt_planfile_read_pieces(path, &one, &m1, &err), 0);
+    }
+    ck_assert_uint_eq(many.n, one.n);
+    ck_assert_uint_eq(mm.nmeta, m1.nmeta);
+    for (size_t i = 0; i < one.n; i++) {
+        ckpt_piece_rec a, b;
+        ck_assert_int_eq(ckpt_pieces_get(&many, i, &a), 0);
+        ck_assert_int_eq(ckpt_pieces_get(&one, i, &b), 0);
+        ck_assert_str_eq(a.fqn, b.fqn);
+        ck_assert_str_eq(a.file, b.file);
+        ck_assert_str_eq(a.writer, b.writer);
+        ck_assert_int_eq(a.ndim, b.ndim);
+        ck_assert(!memcmp(a.shape, b.shape, sizeof a.shape));
+        ck_assert(!memcmp(a.offsets, b.offsets, sizeof a.offsets));
+        ck_assert(!memcmp(a.sizes, b.sizes, sizeof a.sizes));
+        ck_assert_uint_eq(a.nframes, b.nframes);
+        if (a.nframes)
+            ck_assert(!memcmp(a.frames, b.frames,
+                              a.nframes * sizeof *a.frames));
+        ckpt_piece_clear(&a);
+        ckpt_piece_clear(&b);
+    }
+    for (size_t i = 0; i < m1.nmeta; i++)
+        ck_assert_str_eq(mm.meta[i].writer, m1.meta[i].writer);
+    ckpt_pieces_free(&many);
+    ckpt_manifest_free(&mm);
+    /* Two damaged plans: the first in order is named. */
+    for (int w = 9; w >= 5; w -= 4) {
+        snprintf(path, sizeof path, "%s/%s", fx.dir, names[w]);
+        FILE *f = fopen(path, "w");
+        ck_assert_ptr_nonnull(f);
+        fputs("not a plan", f);
+        fclose(f);
+    }
+    ckpt_pieces_init(&many);
+    ckpt_manifest_init(&mm);
+    ck_assert_int_eq(ckpt_planfile_read_many(fx.dir, list, NPLANS, 4, &many,
+                                             &mm, NULL, NULL, &err), -EINVAL);
+    ck_assert_msg(strstr(err.msg, "r05.plan") != NULL, "%s", err.msg);
+    ckpt_pieces_free(&many);
+    ckpt_pieces_free(&one);
+    ckpt_manifest_free(&mm);
+    ckpt_manifest_free(&m1);
+    ckpt_manifest_free(&fx.m);
+    rm_tree(fx.dir);
+}
+END_TEST
+
 START_TEST(test_planfile_refusals)
 {
     fixture fx;
@@ -787,17 +876,17 @@ START_TEST(test_planfile_refusals)
     snprintf(path, sizeof path, "%s/a.plan", fx.dir);
     ckpt_error err = { 0 };
     ckpt_planfile *pf;
-    ck_assert_int_eq(ckpt_planfile_create(&pf, path, "", 0, &err), -EINVAL);
-    ck_assert_int_eq(ckpt_planfile_create(&pf, path, "rank0", 0, &err), 0);
+    ck_assert_int_eq(ckpt_planfile_create(&pf, path, "", &err), -EINVAL);
+    ck_assert_int_eq(ckpt_planfile_create(&pf, path, "rank0", &err), 0);
     ckpt_planfile_close(pf);
-    ck_assert_int_eq(ckpt_planfile_create(&pf, path, "rank0", 0, &err),
+    ck_assert_int_eq(ckpt_planfile_create(&pf, path, "rank0", &err),
                      -EEXIST);
     expect_msg(&err, path);
 
     /* A failed append leaves the plan as it was. */
     make_pieces(&fx);
     snprintf(path, sizeof path, "%s/b.plan", fx.dir);
-    ck_assert_int_eq(ckpt_planfile_create(&pf, path, "rank0", 0, &err), 0);
+    ck_assert_int_eq(ckpt_planfile_create(&pf, path, "rank0", &err), 0);
     char *file = fx.m.pieces[1].file;
     fx.m.pieces[1].file = NULL;
     ck_assert_int_eq(ckpt_planfile_append(pf, fx.m.pieces, 2, NULL, 0, &err),
@@ -828,6 +917,72 @@ START_TEST(test_planfile_refusals)
 }
 END_TEST
 
+/* Sets info `key` of plan `path` to `value` behind the plan's back. */
+static void set_info(const char *path, const char *key, const char *value)
+{
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+    char *sql = sqlite3_mprintf("UPDATE info SET value = %Q WHERE key = %Q",
+                                value, key);
+    ck_assert_int_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_changes(db), 1);
+    sqlite3_free(sql);
+    sqlite3_close(db);
+}
+
+/* The synced-shard claim reaches the committer, and a plan last written
+ * on this host in another boot (a restart: its unsynced appends may be
+ * lost) is refused; one written on another host is not. */
+START_TEST(test_planfile_claims)
+{
+    fixture fx;
+    make_dir(&fx, "");
+    make_pieces(&fx);
+    char path[PATH_MAX], host[256] = "";
+    snprintf(path, sizeof path, "%s/rank0.plan", fx.dir);
+    ckpt_error err = { 0 };
+    ckpt_planfile *pf;
+    ck_assert_int_eq(ckpt_planfile_create(&pf, path, "rank0", &err), 0);
+    ckpt_planfile_note_synced(pf, "data/rank0.shard", 123456);
+    ck_assert_int_eq(ckpt_planfile_append(pf, fx.m.pieces, 2, NULL, 0, &err),
+                     0);
+    ckpt_planfile_close(pf);
+
+    ckpt_pieces tab;
+    ckpt_manifest m;
+    ckpt_plan_synced got;
+    ckpt_pieces_init(&tab);
+    ckpt_manifest_init(&m);
+    int rc = ckpt_planfile_read_synced(path, &tab, &m, &got, &err);
+    ck_assert_msg(rc == 0, "read: %s", err.msg);
+    ck_assert_int_eq(got.has, 1);
+    ck_assert_uint_eq(got.bytes, 123456);
+    ck_assert_str_eq(got.file, "data/rank0.shard");
+    ck_assert_uint_eq(tab.n, 2);
+
+    if (access("/proc/sys/kernel/random/boot_id", R_OK) == 0 &&
+        gethostname(host, sizeof host - 1) == 0) {
+        char other[400];
+        snprintf(other, sizeof other, "%s 00000000-0000-0000-0000-0000000"
+                 "00000", host);
+        set_info(path, "unsynced", other);
+        ck_assert_int_eq(ckpt_planfile_read_synced(path, &tab, &m, &got,
+                                                   &err), -ESTALE);
+        expect_msg(&err, "before it restarted");
+        expect_msg(&err, "rank0.plan");
+        snprintf(other, sizeof other, "not-%s 00000000-0000-0000-0000-"
+                 "000000000000", host);
+        set_info(path, "unsynced", other);
+        ck_assert_int_eq(ckpt_planfile_read_synced(path, &tab, &m, &got,
+                                                   &err), 0);
+    }
+    ckpt_pieces_free(&tab);
+    ckpt_manifest_free(&m);
+    ckpt_manifest_free(&fx.m);
+    rm_tree(fx.dir);
+}
+END_TEST
+
 static Suite *index_suite(void)
 {
     Suite *s = suite_create("index");
@@ -844,7 +999,9 @@ static Suite *index_suite(void)
     tcase_add_test(tc, test_damaged_frames);
     tcase_add_test(tc, test_planfile_roundtrip);
     tcase_add_test(tc, test_plans_to_index);
+    tcase_add_test(tc, test_plans_read_many);
     tcase_add_test(tc, test_planfile_refusals);
+    tcase_add_test(tc, test_planfile_claims);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -27,6 +27,7 @@ START_TEST(test_keys)
     ck_assert_uint_eq(pattr_key("user.ckpt.offsets"), PATTR_OFFSETS);
     ck_assert_uint_eq(pattr_key("user.ckpt.sizes"), PATTR_SIZES);
     ck_assert_uint_eq(pattr_key("user.ckpt.replica"), PATTR_REPLICA);
+    ck_assert_uint_eq(pattr_key("user.ckpt.piece"), PATTR_PIECE);
     ck_assert_uint_eq(pattr_key("user.ckpt.fqn"), 0);
     ck_assert_uint_eq(pattr_key("user.ckpt.dtypes"), 0);
 }
@@ -94,6 +95,47 @@ START_TEST(test_refusals_keep_the_set)
 }
 END_TEST
 
+/* user.ckpt.piece: the four attributes of a part in one value (one
+ * round trip), equal to setting them one by one; all or nothing. */
+START_TEST(test_piece_in_one_value)
+{
+    pattr one = { 0 }, four = { 0 };
+    char buf[128];
+    ck_assert_int_eq(set(&one, "user.ckpt.piece",
+                         "dtype=bf16  shape=1024,1024 offsets=256,0 "
+                         "sizes=256,1024"), 0);
+    ck_assert_int_eq(set(&four, "user.ckpt.dtype", "bf16"), 0);
+    ck_assert_int_eq(set(&four, "user.ckpt.shape", "1024,1024"), 0);
+    ck_assert_int_eq(set(&four, "user.ckpt.offsets", "256,0"), 0);
+    ck_assert_int_eq(set(&four, "user.ckpt.sizes", "256,1024"), 0);
+    ck_assert_mem_eq(&one, &four, sizeof one);
+    ck_assert_int_eq(pattr_get(&one, PATTR_PIECE, buf, sizeof buf), 55);
+    ck_assert_str_eq(buf, "dtype=bf16 shape=1024,1024 offsets=256,0 "
+                          "sizes=256,1024");
+    ck_assert_int_eq(pattr_get(&one, PATTR_PIECE, buf, 8), 55);
+
+    /* A bad pair anywhere: nothing of the value is kept. */
+    pattr a = { 0 };
+    ck_assert_int_eq(pattr_get(&a, PATTR_PIECE, buf, sizeof buf), -ENODATA);
+    ck_assert_int_eq(set(&a, "user.ckpt.piece", "dtype=f32 shape=8,8 "
+                         "offsets=9,0"), -EINVAL);
+    ck_assert_int_eq(set(&a, "user.ckpt.piece", "dtype=f32 shape=8"), 0);
+    ck_assert_int_eq(set(&a, "user.ckpt.piece", "shape=4,4 fqn=x"), -EINVAL);
+    ck_assert_int_eq(set(&a, "user.ckpt.piece", "shape=4,4 piece=x"),
+                     -EINVAL);
+    ck_assert_int_eq(set(&a, "user.ckpt.piece", "shape"), -EINVAL);
+    ck_assert_int_eq(set(&a, "user.ckpt.piece", "  "), -EINVAL);
+    ck_assert_int_eq(a.set, PATTR_DTYPE | PATTR_SHAPE);
+    ck_assert_int_eq(a.ndim, 1);
+    ck_assert_int_eq(a.shape[0], 8);
+    /* Later pairs and single attributes apply over earlier ones. */
+    ck_assert_int_eq(set(&a, "user.ckpt.piece", "shape=4,4 replica=1"), 0);
+    ck_assert_int_eq(set(&a, "user.ckpt.offsets", "2,0"), 0);
+    pattr_get(&a, PATTR_PIECE, buf, sizeof buf);
+    ck_assert_str_eq(buf, "dtype=f32 shape=4,4 offsets=2,0 replica=1");
+}
+END_TEST
+
 START_TEST(test_resolve_rules)
 {
     pattr_piece p;
@@ -148,6 +190,7 @@ static Suite *suite(void)
     tcase_add_test(t, test_keys);
     tcase_add_test(t, test_set_and_get);
     tcase_add_test(t, test_refusals_keep_the_set);
+    tcase_add_test(t, test_piece_in_one_value);
     tcase_add_test(t, test_resolve_rules);
     suite_add_tcase(s, t);
     return s;

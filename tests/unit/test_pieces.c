@@ -117,6 +117,45 @@ START_TEST(test_table_roundtrip)
 }
 END_TEST
 
+/* Tables appended to one another (what the committer does with the plans
+ * it read on several threads) hold the pieces of all, in order, as if
+ * they had been added to one table. */
+START_TEST(test_table_append)
+{
+    rng g = { 0x2600a11du + (uint64_t)_i };
+    enum { N = 300, PARTS = 4 };
+    ckpt_piece_rec *in = calloc(N, sizeof *in);
+    ckpt_pieces part[PARTS], all;
+    ckpt_pieces_init(&all);
+    for (int k = 0; k < PARTS; k++)
+        ckpt_pieces_init(&part[k]);
+    for (size_t i = 0; i < N; i++) {
+        random_rec(&in[i], &g);
+        /* uneven parts, one of them empty */
+        int k = i < N / 2 ? 0 : i < N / 2 + 7 ? 1 : 3;
+        ck_assert_int_eq(ckpt_pieces_add(&part[k], &in[i]), 0);
+    }
+    for (int k = 0; k < PARTS; k++) {
+        ck_assert_int_eq(ckpt_pieces_append(&all, &part[k]), 0);
+        ckpt_pieces_free(&part[k]);
+    }
+    ck_assert_uint_eq(all.n, N);
+    for (uint32_t a = 0; a < all.nstr; a++)
+        for (uint32_t b = a + 1; b < all.nstr; b++)
+            ck_assert_str_ne(ckpt_pieces_str(&all, a),
+                             ckpt_pieces_str(&all, b));
+    for (size_t i = 0; i < N; i++) {
+        ckpt_piece_rec out;
+        ck_assert_int_eq(ckpt_pieces_get(&all, i, &out), 0);
+        rec_eq(&in[i], &out);
+        ckpt_piece_clear(&out);
+        free(in[i].frames);
+    }
+    ckpt_pieces_free(&all);
+    free(in);
+}
+END_TEST
+
 /* Frames are added piece after piece: going back to an earlier piece is
  * refused. */
 START_TEST(test_table_frame_order)
@@ -487,6 +526,7 @@ static Suite *suite(void)
     Suite *s = suite_create("pieces");
     TCase *tc = tcase_create("core");
     tcase_add_loop_test(tc, test_table_roundtrip, 0, 5);
+    tcase_add_loop_test(tc, test_table_append, 0, 3);
     tcase_add_test(tc, test_table_frame_order);
     tcase_add_loop_test(tc, test_planner_random_layouts, 0, 8);
     tcase_add_test(tc, test_planner_many_writers);

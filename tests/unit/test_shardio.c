@@ -4,7 +4,9 @@
  * lengths around the piece size, with and without the XXH3-64 of the bytes,
  * and the stored-bytes buffer; bytes are compared with the data the test
  * wrote, checksums with libxxhash's plain (non-dispatched) XXH3_64bits.  A
- * read past the end of the file is -EIO naming the file.
+ * read past the end of the file is -EIO naming the file.  The shard
+ * mapping serves resident bytes in place, and nothing past the file's end,
+ * even after the file was truncated under it.
  */
 #include <check.h>
 #include <errno.h>
@@ -174,6 +176,57 @@ START_TEST(test_past_the_end)
 }
 END_TEST
 
+START_TEST(test_mapping)
+{
+    char path[256];
+    snprintf(path, sizeof path, "%s.map", g_path);
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+    ck_assert_int_ge(fd, 0);
+    ck_assert_int_eq(write(fd, g_data, FILE_BYTES), (ssize_t)FILE_BYTES);
+    ckpt_smap m;
+    ckpt_smap_open(&m, fd);
+    ck_assert_ptr_nonnull(m.base);
+    ck_assert_uint_eq(m.len, FILE_BYTES);
+    /* just written: every page is in the page cache */
+    static const uint64_t offs[] = { 0, 1, 4095, 4096, 70001 };
+    static const size_t lens[] = { 1, 4097, PIECE * 3 + 5 };
+    for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++)
+        for (size_t j = 0; j < sizeof lens / sizeof lens[0]; j++) {
+            const unsigned char *p = ckpt_smap_resident(&m, offs[i], lens[j]);
+            ck_assert_msg(p != NULL, "off %llu n %zu not resident",
+                          (unsigned long long)offs[i], lens[j]);
+            ck_assert(memcmp(p, g_data + offs[i], lens[j]) == 0);
+        }
+    /* the whole file, and nothing past its end */
+    ck_assert_ptr_nonnull(ckpt_smap_resident(&m, 0, FILE_BYTES));
+    ck_assert_ptr_null(ckpt_smap_resident(&m, 0, FILE_BYTES + 1));
+    ck_assert_ptr_null(ckpt_smap_resident(&m, FILE_BYTES - 10, 11));
+    ck_assert_ptr_null(ckpt_smap_resident(&m, FILE_BYTES + 1, 1));
+    ck_assert_ptr_null(ckpt_smap_resident(&m, UINT64_MAX, 2));
+    ck_assert_ptr_null(ckpt_smap_resident(&m, 5, 0));
+    /* truncated under the mapping: the bytes past the new end are gone
+     * from the page cache, so they are not served (touching them would
+     * raise SIGBUS); those before it still are */
+    ck_assert_int_eq(ftruncate(fd, FILE_BYTES / 2), 0);
+    ck_assert_ptr_null(ckpt_smap_resident(&m, FILE_BYTES / 2 + 8192, 100));
+    ck_assert_ptr_null(ckpt_smap_resident(&m, 0, FILE_BYTES));
+    const unsigned char *p = ckpt_smap_resident(&m, 0, 100);
+    ck_assert_ptr_nonnull(p);
+    ck_assert(memcmp(p, g_data, 100) == 0);
+    ckpt_smap_close(&m);
+    ck_assert_ptr_null(m.base);
+    ck_assert_ptr_null(ckpt_smap_resident(&m, 0, 1));
+    /* an empty file maps to nothing, and serves nothing */
+    ck_assert_int_eq(ftruncate(fd, 0), 0);
+    ckpt_smap_open(&m, fd);
+    ck_assert_ptr_null(m.base);
+    ck_assert_ptr_null(ckpt_smap_resident(&m, 0, 1));
+    ckpt_smap_close(&m);
+    close(fd);
+    unlink(path);
+}
+END_TEST
+
 static Suite *shardio_suite(void)
 {
     Suite *su = suite_create("shardio");
@@ -184,6 +237,7 @@ static Suite *shardio_suite(void)
     tcase_add_test(tc, test_lengths_around_pieces);
     tcase_add_test(tc, test_stored_buffer);
     tcase_add_test(tc, test_past_the_end);
+    tcase_add_test(tc, test_mapping);
     suite_add_tcase(su, tc);
     return su;
 }

@@ -245,14 +245,14 @@ static void gen_writer(gen_ctx *g, long r)
         p->data_hash = sum;
         g->frames[t] = (ckpt_frame_rec){ (uint64_t)t * PIECE_BYTES,
                                          PIECE_BYTES, 0, PIECE_BYTES, sum,
-                                         CKPT_CODEC_RAW };
+                                         CKPT_CODEC_RAW, 0 };
         p->frames = &g->frames[t];
         p->nframes = 1;
     }
     ckpt_planfile *pf;
     ckpt_error err = { 0 };
     ckpt_kv meta = { "step", "1000", NULL };
-    if (ckpt_planfile_create(&pf, plan, writer, 0, &err) ||
+    if (ckpt_planfile_create(&pf, plan, writer, &err) ||
         ckpt_planfile_append(pf, g->recs, (size_t)j->tensors, &meta, 1, &err))
         die("%s", err.msg);
     ckpt_planfile_close(pf);

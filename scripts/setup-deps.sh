@@ -15,7 +15,7 @@ PACKAGES="
   python3 python3-numpy python3-zstandard python3-torch
   clang libclang-rt-14-dev
   procps util-linux bsdextrautils bsdutils
-  strace
+  strace time
   debootstrap
 "
 

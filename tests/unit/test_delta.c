@@ -56,6 +56,10 @@ static int save(const char *root, const char *name, const char *base,
     ckpt_write_opts_init(&o);
     o.frame_size = FRAME;
     o.sync = 0;
+    /* One encoder: frames are tried for xor in frame order, so the
+     * writer's xor budget (4 tries to start) always reaches frame 1,
+     * whatever the scheduling (several encoders race for it). */
+    o.threads = 1;
     if (base) {
         join(bpath, root, base);
         o.base = bpath;

@@ -125,6 +125,17 @@ static int get_frame(const uint8_t *p, size_t len, size_t *pos, uint64_t k,
     return 0;
 }
 
+void ckpt_varint_put(ckpt_strbuf *b, uint64_t v)
+{
+    put_varint(b, v);
+}
+
+int ckpt_varint_get(const uint8_t *p, size_t len, size_t *pos,
+                    uint64_t *out)
+{
+    return get_varint(p, len, pos, out);
+}
+
 int ckpt_pack_get(const uint8_t *blob, size_t len, size_t *pos,
                   ckpt_pack_chunk *out, ckpt_frame_rec *frames,
                   uint64_t max_frames)

@@ -33,6 +33,13 @@ uint64_t ckpt_grid_count(int ndim, const int64_t *shape, const int64_t *block);
 void ckpt_grid_box(int ndim, const int64_t *shape, const int64_t *block,
                    uint64_t k, int64_t *off, int64_t *size);
 
+/* Appends v to b as an unsigned LEB128 varint. */
+void ckpt_varint_put(ckpt_strbuf *b, uint64_t v);
+/* Reads the varint at *pos of p[0..len) into *out, advancing *pos: 0, or
+ * -1 when it is cut short or longer than 64 bits. */
+int ckpt_varint_get(const uint8_t *p, size_t len, size_t *pos,
+                    uint64_t *out);
+
 /* Appends one chunk's record to b (nframes frames, which tile its raw
  * bytes in order). */
 void ckpt_pack_put(ckpt_strbuf *b, uint64_t file_id,

@@ -107,6 +107,9 @@ static int bind_one(sqlite3_stmt *st, int i, const ckpt_db_val *v)
         return sqlite3_bind_int64(st, i, v->i);
     if (!v->s)
         return sqlite3_bind_null(st, i);
+    if (v->is_text == 2)
+        return sqlite3_bind_blob64(st, i, v->s, (sqlite3_uint64)v->i,
+                                   SQLITE_STATIC);
     return sqlite3_bind_text(st, i, v->s, -1, SQLITE_STATIC);
 }
 

@@ -20,7 +20,8 @@
 struct sqlite3;
 struct sqlite3_stmt;
 
-/* A value to bind: an integer, or text (NULL binds SQL NULL). */
+/* A value to bind: an integer, text (NULL binds SQL NULL), or a BLOB of
+ * i bytes at s. */
 typedef struct ckpt_db_val {
     int is_text;
     int64_t i;
@@ -28,6 +29,8 @@ typedef struct ckpt_db_val {
 } ckpt_db_val;
 #define CKPT_DB_INT(x) ((ckpt_db_val){ 0, (int64_t)(x), NULL })
 #define CKPT_DB_TEXT(x) ((ckpt_db_val){ 1, 0, (x) })
+#define CKPT_DB_BLOB(p, n) \
+    ((ckpt_db_val){ 2, (int64_t)(n), (const char *)(p) })
 
 /* Sets err from SQLite result `rc` on db ("<path>: <what>: <errmsg>") and
  * returns the matching negative errno. */

@@ -72,6 +72,13 @@ static const char INDEX_PACK_SCHEMA[] =
     "CREATE TABLE packs(tensor_id INTEGER PRIMARY KEY REFERENCES tensors(id),"
     " grid TEXT NOT NULL, chunks BLOB NOT NULL);";
 
+/* The layout of each plan of a save whose every tensor is packed
+ * (format/layout.h): what the next save of the same layout reuses. */
+static const char INDEX_LAYOUT_SCHEMA[] =
+    "CREATE TABLE layouts(plan TEXT PRIMARY KEY, pieces INTEGER NOT NULL,"
+    " digest INTEGER NOT NULL, file_id INTEGER REFERENCES files(id),"
+    " map BLOB NOT NULL);";
+
 /* The least chunks a tensor has for them to be packed: a tensor of fewer
  * keeps rows that sqlite3 can query chunk by chunk. */
 #define PACK_MIN_CHUNKS 64
@@ -87,7 +94,7 @@ static const char *const INDEX_TABLES[] = {
 /* -------------------------------------------------------------- writing */
 
 enum { ST_FILE, ST_CODEC, ST_TENSOR, ST_CHUNK, ST_FRAME, ST_META, ST_BASE,
-       ST_PACK, NSTMT };
+       ST_PACK, ST_LAYOUT, NSTMT };
 
 static const char *const INSERT_SQL[NSTMT] = {
     "INSERT INTO files(id, path, size, writer) VALUES(?,?,?,?)",
@@ -102,6 +109,8 @@ static const char *const INSERT_SQL[NSTMT] = {
     "INSERT INTO meta(key, value) VALUES(?,?)",
     "INSERT INTO bases(id, path, identity) VALUES(?,?,?)",
     "INSERT INTO packs(tensor_id, grid, chunks) VALUES(?,?,?)",
+    "INSERT INTO layouts(plan, pieces, digest, file_id, map)"
+    " VALUES(?,?,?,?,?)",
 };
 
 /* The frames insert of a delta checkpoint. */
@@ -130,6 +139,10 @@ typedef struct iwrite {
     const ckpt_index_base *bases;   /* a delta checkpoint's, else none */
     size_t nbases;
     int version;            /* user_version: 1, 2 with bases, 3 with packs */
+    const ckpt_index_layout *layouts;   /* written when every tensor is
+                                           packed */
+    size_t nlayouts;
+    const ckpt_index_packs *packs;      /* an index of a reused layout */
     ckpt_strbuf pack;       /* the record of the tensor being packed */
     sqlite3_stmt *st[NSTMT];
     ckpt_error *err;
@@ -405,6 +418,8 @@ static int tensor_grid(const iwrite *w, size_t t, int64_t *block)
     return 1;
 }
 
+static int insert_pack(iwrite *w, size_t t, int ndim, const int64_t *block);
+
 /* The packs row of plan tensor t, whose chunks form the grid `block`:
  * each chunk's frames checked and recorded in w->pack. */
 static int write_pack(iwrite *w, size_t t, const int64_t *block,
@@ -422,10 +437,16 @@ static int write_pack(iwrite *w, size_t t, const int64_t *block,
         ckpt_pack_put(&w->pack, fi + 1, ckpt_pieces_frames(w->tab, i),
                       p->nframes, p->data_hash);
     }
+    return insert_pack(w, t, pt->ndim, block);
+}
+
+/* The packs row of tensor t: its grid `block` and w->pack. */
+static int insert_pack(iwrite *w, size_t t, int ndim, const int64_t *block)
+{
     if (w->pack.oom)
         return ckpt_err(w->err, -ENOMEM, "%s: out of memory", w->path);
     char grid[DIMS_JSON_CAP];
-    ckpt_shape_format_json(grid, sizeof grid, pt->ndim, block);
+    ckpt_shape_format_json(grid, sizeof grid, ndim, block);
     sqlite3_stmt *st = w->st[ST_PACK];
     int rc = sqlite3_bind_int64(st, 1, (int64_t)t + 1);
     if (rc == SQLITE_OK)
@@ -443,21 +464,51 @@ static int write_pack(iwrite *w, size_t t, const int64_t *block,
     return 0;
 }
 
+/* A tensor's row: name, type, shape, and its chunks' totals. */
+typedef struct tensor_rec {
+    const char *fqn;
+    ckpt_dtype dtype;
+    int ndim;
+    const int64_t *shape;
+    uint64_t nchunks, stored, nframes;
+    uint32_t mask;
+} tensor_rec;
+
+/* Inserts tensor t's row (id t + 1), its numel and nbytes computed. */
+static int insert_tensor(iwrite *w, size_t t, const tensor_rec *r)
+{
+    char what[300];
+    snprintf(what, sizeof what, "tensor '%.200s'", r->fqn);
+    uint64_t numel, nbytes;
+    int rc = ckpt_shape_numel(r->ndim, r->shape, &numel, what, w->err);
+    if (!rc)
+        rc = ckpt_shape_nbytes(r->dtype, r->ndim, r->shape, &nbytes, what,
+                               w->err);
+    if (rc)
+        return rc;
+    w->codec_mask |= r->mask;
+    char shape[DIMS_JSON_CAP];
+    ckpt_shape_format_json(shape, sizeof shape, r->ndim, r->shape);
+    ckpt_db_val v[] = {
+        CKPT_DB_INT(t + 1), CKPT_DB_TEXT(r->fqn),
+        CKPT_DB_TEXT(ckpt_dtype_name(r->dtype)), CKPT_DB_TEXT(shape),
+        CKPT_DB_INT(numel), CKPT_DB_INT(nbytes), CKPT_DB_INT(r->stored),
+        CKPT_DB_INT(r->nchunks), CKPT_DB_INT(r->nframes),
+        CKPT_DB_INT(r->mask),
+    };
+    return run(w, ST_TENSOR, v, 10);
+}
+
 /* Writes the chunks of plan tensor t (rows, or its packs row), then its
  * row with their totals. */
 static int write_tensor(iwrite *w, size_t t, int64_t *chunk_id)
 {
     const ckpt_plan_tensor *pt = &w->plan->tensors[t];
-    char what[300];
-    snprintf(what, sizeof what, "tensor '%.200s'", pt->fqn);
-    uint64_t numel, nbytes, stored = 0, nframes = 0;
+    uint64_t stored = 0, nframes = 0;
     uint32_t mask = 0;
     int64_t block[CKPT_MAX_DIMS];
     int packed = w->version >= 3 && tensor_grid(w, t, block);
-    int rc = ckpt_shape_numel(pt->ndim, pt->shape, &numel, what, w->err);
-    if (!rc)
-        rc = ckpt_shape_nbytes(pt->dtype, pt->ndim, pt->shape, &nbytes, what,
-                               w->err);
+    int rc = 0;
     for (size_t c = 0; !rc && c < pt->nchunks; c++) {
         const ckpt_pieces_rec *p = &w->tab->v[pt->chunks[c]];
         stored += p->stored_bytes;
@@ -467,18 +518,46 @@ static int write_tensor(iwrite *w, size_t t, int64_t *chunk_id)
     }
     if (!rc && packed)
         rc = write_pack(w, t, block, &mask);
-    if (rc)
-        return rc;
-    w->codec_mask |= mask;
-    char shape[DIMS_JSON_CAP];
-    ckpt_shape_format_json(shape, sizeof shape, pt->ndim, pt->shape);
-    ckpt_db_val v[] = {
-        CKPT_DB_INT(t + 1), CKPT_DB_TEXT(pt->fqn),
-        CKPT_DB_TEXT(ckpt_dtype_name(pt->dtype)), CKPT_DB_TEXT(shape),
-        CKPT_DB_INT(numel), CKPT_DB_INT(nbytes), CKPT_DB_INT(stored),
-        CKPT_DB_INT(pt->nchunks), CKPT_DB_INT(nframes), CKPT_DB_INT(mask),
-    };
-    return run(w, ST_TENSOR, v, 10);
+    tensor_rec row = { pt->fqn, pt->dtype, pt->ndim, pt->shape, pt->nchunks,
+                       stored, nframes, mask };
+    return rc ? rc : insert_tensor(w, t, &row);
+}
+
+/* Tensor t of a reused layout (w->packs): its packs row, from the
+ * records fill() makes, and its row. */
+static int write_packed_tensor(iwrite *w, size_t t)
+{
+    const ckpt_index_packed_tensor *pt = &w->packs->tensors[t];
+    tensor_rec row = { pt->fqn, pt->dtype, pt->ndim, pt->shape, pt->nchunks,
+                       0, 0, 0 };
+    w->pack.len = 0;
+    int rc = w->packs->fill(w->packs->arg, t, &w->pack, &row.stored,
+                            &row.nframes, &row.mask, w->err);
+    if (!rc)
+        rc = insert_pack(w, t, pt->ndim, pt->grid);
+    return rc ? rc : insert_tensor(w, t, &row);
+}
+
+static int write_layouts(iwrite *w)
+{
+    for (size_t i = 0; i < w->nlayouts; i++) {
+        const ckpt_index_layout *l = &w->layouts[i];
+        file_ent key = { .path = l->file }, *f = NULL;
+        if (l->file && !(f = bsearch(&key, w->files, w->nfiles,
+                                     sizeof *w->files, cmp_file)))
+            return ckpt_err(w->err, -EINVAL, "plan %s: its shard %s is not "
+                            "among the index's files", l->plan, l->file);
+        ckpt_db_val v[] = {
+            CKPT_DB_TEXT(l->plan), CKPT_DB_INT(l->pieces),
+            CKPT_DB_INT((int64_t)l->digest),
+            f ? CKPT_DB_INT(f - w->files + 1) : CKPT_DB_TEXT(NULL),
+            CKPT_DB_BLOB(l->map ? (const void *)l->map : "", l->len),
+        };
+        int rc = run(w, ST_LAYOUT, v, 5);
+        if (rc)
+            return rc;
+    }
+    return 0;
 }
 
 static int write_codecs(iwrite *w)
@@ -565,6 +644,8 @@ static int write_schema(iwrite *w)
         rc = ckpt_db_exec(w->db, INDEX_DELTA_SCHEMA, w->path, w->err);
         if (!rc && w->version >= 3)
             rc = ckpt_db_exec(w->db, INDEX_PACK_SCHEMA, w->path, w->err);
+        if (!rc && w->nlayouts)
+            rc = ckpt_db_exec(w->db, INDEX_LAYOUT_SCHEMA, w->path, w->err);
         if (!rc)
             rc = ckpt_db_exec(w->db, sql, w->path, w->err);
     }
@@ -572,7 +653,9 @@ static int write_schema(iwrite *w)
         const char *sql = INSERT_SQL[i];
         if (i == ST_FRAME && w->version >= 2)
             sql = INSERT_DELTA_FRAME;
-        if ((i == ST_BASE && !w->nbases) || (i == ST_PACK && w->version < 3))
+        if ((i == ST_BASE && !w->nbases) ||
+            (i == ST_PACK && w->version < 3) ||
+            (i == ST_LAYOUT && !w->nlayouts))
             continue;
         rc = ckpt_db_prepare(w->db, sql, &w->st[i], w->path, w->err);
     }
@@ -589,12 +672,16 @@ static int write_all(iwrite *w, const ckpt_kv *meta, size_t nmeta)
     if (!rc)
         rc = write_files(w);
     int64_t chunk_id = 0;
-    for (size_t t = 0; !rc && t < w->plan->ntensors; t++)
-        rc = write_tensor(w, t, &chunk_id);
+    size_t nt = w->packs ? w->packs->ntensors : w->plan->ntensors;
+    for (size_t t = 0; !rc && t < nt; t++)
+        rc = w->packs ? write_packed_tensor(w, t)
+                      : write_tensor(w, t, &chunk_id);
     if (!rc)
         rc = write_codecs(w);
     if (!rc)
         rc = write_meta(w, meta, nmeta);
+    if (!rc && w->nlayouts)
+        rc = write_layouts(w);
     if (!rc)
         rc = ckpt_db_exec(w->db, INDEX_FRAMES_BY_RAW, w->path, w->err);
     if (!rc)
@@ -631,30 +718,92 @@ int ckpt_index_write_delta(const char *path, const char *ckpt_dir,
                            const ckpt_index_base *bases, size_t nbases,
                            int sync, ckpt_error *err)
 {
+    return ckpt_index_write_laid(path, ckpt_dir, tab, plan, meta, nmeta,
+                                 bases, nbases, NULL, 0, sync, err);
+}
+
+/* Writes w (its files collected or given) at w->path, fsynced when
+ * `sync`; removed on failure. */
+static int write_file(iwrite *w, const ckpt_kv *meta, size_t nmeta,
+                      int sync)
+{
+    int rc = ckpt_db_create(&w->db, w->path, CKPT_INDEX_APP_ID, "OFF",
+                            w->err);
+    if (rc) {
+        free(w->files);
+        free(w->file_pos);
+        return rc;
+    }
+    rc = write_all(w, meta, nmeta);
+    rc = close_writer(w, rc);
+    /* Written without a journal or a sync by SQLite (nobody sees the file
+     * before it is linked to index.db): one fsync of the finished file. */
+    if (!rc && sync)
+        rc = ckpt_fsync_path(w->path, w->err);
+    if (rc)
+        unlink(w->path);
+    return rc;
+}
+
+int ckpt_index_write_packs(const char *path, const char *ckpt_dir,
+                           const ckpt_index_packs *src, const ckpt_kv *meta,
+                           size_t nmeta, int sync, ckpt_error *err)
+{
+    iwrite w = { .path = path, .dir = ckpt_dir, .packs = src, .version = 3,
+                 .layouts = src->layouts, .nlayouts = src->nlayouts,
+                 .err = err };
+    w.files = calloc(src->nfiles ? src->nfiles : 1, sizeof *w.files);
+    if (!w.files)
+        return ckpt_err(err, -ENOMEM, "%s: out of memory", path);
+    int rc = 0;
+    for (size_t k = 0; !rc && k < src->nfiles; k++) {
+        const ckpt_index_file_name *f = &src->files[k];
+        w.files[w.nfiles++] = (file_ent){ f->path, f->writer, 0, 0 };
+        if (!safe_relpath(f->path) ||
+            (k && strcmp(src->files[k - 1].path, f->path) >= 0))
+            rc = ckpt_err(err, -EINVAL, "shard path '%s' (writer %s) is not "
+                          "a relative path inside the checkpoint, or out of "
+                          "order", f->path ? f->path : "", who(f->writer));
+        if (!rc)
+            rc = stat_file(&w, &w.files[k]);
+    }
+    if (rc) {
+        free(w.files);
+        return rc;
+    }
+    return write_file(&w, meta, nmeta, sync);
+}
+
+int ckpt_index_write_laid(const char *path, const char *ckpt_dir,
+                          const ckpt_pieces *tab, const ckpt_plan *plan,
+                          const ckpt_kv *meta, size_t nmeta,
+                          const ckpt_index_base *bases, size_t nbases,
+                          const ckpt_index_layout *layouts, size_t nlayouts,
+                          int sync, ckpt_error *err)
+{
     iwrite w = { .path = path, .dir = ckpt_dir, .tab = tab, .plan = plan,
                  .bases = bases, .nbases = nbases, .err = err };
     w.version = nbases ? 2 : 1;
     int64_t block[CKPT_MAX_DIMS];
-    for (size_t t = 0; t < plan->ntensors && w.version < 3; t++)
+    /* Layouts are kept only where every tensor is packed. */
+    int all = nlayouts && !nbases && plan->ntensors;
+    for (size_t t = 0; t < plan->ntensors && (w.version < 3 || all); t++) {
         if (tensor_grid(&w, t, block))
             w.version = 3;
+        else
+            all = 0;
+    }
+    if (all) {
+        w.layouts = layouts;
+        w.nlayouts = nlayouts;
+    }
     int rc = collect_files(&w);
-    if (!rc)
-        rc = ckpt_db_create(&w.db, path, CKPT_INDEX_APP_ID, "OFF", err);
     if (rc) {
         free(w.files);
         free(w.file_pos);
         return rc;
     }
-    rc = write_all(&w, meta, nmeta);
-    rc = close_writer(&w, rc);
-    /* Written without a journal or a sync by SQLite (nobody sees the file
-     * before it is linked to index.db): one fsync of the finished file. */
-    if (!rc && sync)
-        rc = ckpt_fsync_path(path, err);
-    if (rc)
-        unlink(path);
-    return rc;
+    return write_file(&w, meta, nmeta, sync);
 }
 
 int ckpt_index_write(const char *path, const char *ckpt_dir,

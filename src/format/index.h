@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include "format/model.h"
 #include "format/plan.h"
+#include "common/strbuf.h"
 
 /* Writes a new index at `path` (which must not exist) holding the kept
  * pieces of `plan` as chunks, their frames, the shard files they use
@@ -44,6 +45,66 @@ int ckpt_index_write_delta(const char *path, const char *ckpt_dir,
                            const ckpt_kv *meta, size_t nmeta,
                            const ckpt_index_base *bases, size_t nbases,
                            int sync, ckpt_error *err);
+
+/* A plan's layout as an index records it (docs/FORMAT.md, "Layouts"):
+ * the plan's name in .pending/, its pieces' count and layout digest
+ * (format/layout.h), the one shard they are in (NULL: no piece), and
+ * the map of its pieces to chunks. */
+typedef struct ckpt_index_layout {
+    const char *plan;
+    uint64_t pieces, digest;
+    const char *file;
+    const uint8_t *map;
+    size_t len;
+} ckpt_index_layout;
+
+/* ckpt_index_write_delta, and the layouts of its plans when every tensor
+ * of the index is packed (otherwise they are not recorded: a save that
+ * reused them would be planned afresh anyway). */
+int ckpt_index_write_laid(const char *path, const char *ckpt_dir,
+                          const ckpt_pieces *tab, const ckpt_plan *plan,
+                          const ckpt_kv *meta, size_t nmeta,
+                          const ckpt_index_base *bases, size_t nbases,
+                          const ckpt_index_layout *layouts, size_t nlayouts,
+                          int sync, ckpt_error *err);
+
+/* A tensor of an index written from a reused layout: every one packed. */
+typedef struct ckpt_index_packed_tensor {
+    const char *fqn;
+    ckpt_dtype dtype;
+    int ndim;
+    int64_t shape[CKPT_MAX_DIMS], grid[CKPT_MAX_DIMS];
+    uint64_t nchunks;
+} ckpt_index_packed_tensor;
+
+/* A shard file of such an index (its size is taken by stat). */
+typedef struct ckpt_index_file_name {
+    const char *path;
+    const char *writer;
+} ckpt_index_file_name;
+
+/* What ckpt_index_write_packs writes: files (ids 1.. in this order,
+ * which must be path order), tensors (ids 1.., fqn order), the layouts
+ * recorded again, and for each tensor t, fill(arg, t, ...) appends its
+ * chunks' records (format/chunkpack.h) to b and sets their totals. */
+typedef struct ckpt_index_packs {
+    const ckpt_index_file_name *files;
+    size_t nfiles;
+    const ckpt_index_packed_tensor *tensors;
+    size_t ntensors;
+    const ckpt_index_layout *layouts;
+    size_t nlayouts;
+    int (*fill)(void *arg, size_t t, ckpt_strbuf *b, uint64_t *stored,
+                uint64_t *nframes, uint32_t *mask, ckpt_error *err);
+    void *arg;
+} ckpt_index_packs;
+
+/* Writes a new index (version 3) at `path` from `src`, as
+ * ckpt_index_write_pieces does from a plan: one transaction, fsynced once
+ * when `sync`. */
+int ckpt_index_write_packs(const char *path, const char *ckpt_dir,
+                           const ckpt_index_packs *src, const ckpt_kv *meta,
+                           size_t nmeta, int sync, ckpt_error *err);
 
 /* A read-only handle on a committed index.  Safe for use by one thread at a
  * time (callers serialise). */

@@ -16,6 +16,9 @@
  */
 #include "format/planfile.h"
 #include "format/db.h"
+#include "format/chunkpack.h"
+#include "format/layout.h"
+#include "codec/codec.h"
 #include "common/error.h"
 #include "common/fileio.h"
 #include "common/pool.h"
@@ -59,11 +62,18 @@ static const char PLAN_SCHEMA[] =
 static const char DECLARED_SCHEMA[] =
     "CREATE TABLE declared(fqn TEXT PRIMARY KEY, reason TEXT NOT NULL)"
     " WITHOUT ROWID;";
+/* The pieces' frames again, one row per append, as the records of a
+ * packed tensor (chunkpack.h, file id 0) in piece order: what a commit
+ * that reuses the previous save's layout reads instead of the rows
+ * (docs/FORMAT.md, "Layouts").  Plans written before it have none. */
+static const char PACKED_SCHEMA[] =
+    "CREATE TABLE packed(seq INTEGER PRIMARY KEY, pieces INTEGER NOT NULL,"
+    " data BLOB NOT NULL);";
 static const char DECLARE_SQL[] =
     "INSERT INTO declared(fqn, reason) VALUES(?,?) ON CONFLICT(fqn) DO"
     " UPDATE SET reason = excluded.reason WHERE excluded.reason <> ''";
 
-enum { PS_INFO, PS_PIECE, PS_FRAME, PS_META, PS_N };
+enum { PS_INFO, PS_PIECE, PS_FRAME, PS_META, PS_PACKED, PS_N };
 
 static const char *const PLAN_SQL[PS_N] = {
     "INSERT OR REPLACE INTO info(key, value) VALUES(?,?)",
@@ -72,6 +82,7 @@ static const char *const PLAN_SQL[PS_N] = {
     "INSERT INTO frames(piece_id, seq, file_offset, stored_size, raw_offset,"
     " raw_size, codec, checksum, base) VALUES(?,?,?,?,?,?,?,?,?)",
     "INSERT OR REPLACE INTO meta(key, value) VALUES(?,?)",
+    "INSERT INTO packed(pieces, data) VALUES(?,?)",
 };
 
 struct ckpt_planfile {
@@ -81,6 +92,11 @@ struct ckpt_planfile {
     char synced[CKPT_PLAN_SYNCED_CAP];  /* "BYTES:FILE" for the next append,
                                            or "" */
     char boot[HOST_BOOT_CAP];           /* host_boot(), once */
+    uint64_t layout, laid;      /* the digest of the pieces appended, and
+                                   their count (layout.h) */
+    int unpacked;               /* a piece could not be packed: no layout
+                                   is claimed any more */
+    ckpt_strbuf rec;            /* the packed records of an append */
 };
 
 static int run(ckpt_planfile *pf, int which, const ckpt_db_val *v, int n,
@@ -146,6 +162,8 @@ static int plan_init(ckpt_planfile *pf, const char *writer, ckpt_error *err)
     if (!rc)
         rc = ckpt_db_exec(pf->db, DECLARED_SCHEMA, pf->path, err);
     if (!rc)
+        rc = ckpt_db_exec(pf->db, PACKED_SCHEMA, pf->path, err);
+    if (!rc)
         rc = prepare_all(pf, err);
     ckpt_db_val who[] = { CKPT_DB_TEXT("writer"), CKPT_DB_TEXT(writer) };
     ckpt_db_val producer[] = { CKPT_DB_TEXT("producer"),
@@ -164,6 +182,7 @@ static int plan_init(ckpt_planfile *pf, const char *writer, ckpt_error *err)
 static void plan_free(ckpt_planfile *pf)
 {
     close_db(pf);
+    ckpt_strbuf_free(&pf->rec);
     free(pf->path);
     free(pf);
 }
@@ -181,6 +200,7 @@ int ckpt_planfile_create(ckpt_planfile **out, const char *path,
         return ckpt_err(err, -ENOMEM, "%s: out of memory", path);
     }
     host_boot(pf->boot, sizeof pf->boot);
+    pf->layout = CKPT_LAYOUT_SEED;
     /* PERSIST: a transaction per flush (a piece closed through a mount)
      * reuses one journal file instead of creating and unlinking one. */
     int rc = ckpt_db_create(&pf->db, path, CKPT_PLAN_APP_ID, "PERSIST", err);
@@ -283,10 +303,63 @@ static int write_synced(ckpt_planfile *pf, ckpt_error *err)
     return rc;
 }
 
+/* 1 when piece p's frames can be a packed record: no delta frame, and
+ * each frame after the previous one in the shard (the record stores the
+ * distance). */
+static int packable(const ckpt_piece_rec *p)
+{
+    uint64_t end = 0;
+    for (size_t k = 0; k < p->nframes; k++) {
+        const ckpt_frame_rec *f = &p->frames[k];
+        if (f->base || f->codec == CKPT_CODEC_REF ||
+            f->codec == CKPT_CODEC_XOR || (k && f->file_offset < end))
+            return 0;
+        end = f->file_offset + f->stored_size;
+    }
+    return 1;
+}
+
+/* In the open transaction: the pieces' layout added to the plan's digest
+ * (into *layout, *unpacked) and their packed records as one row, and
+ * info 'layout' ("PIECES:DIGEST", or "none" once a piece could not be
+ * packed). */
+static int append_layout(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
+                         size_t npieces, uint64_t *layout, int *unpacked,
+                         ckpt_error *err)
+{
+    pf->rec.len = 0;
+    for (size_t i = 0; i < npieces && !*unpacked; i++) {
+        const ckpt_piece_rec *p = &pieces[i];
+        *layout = ckpt_layout_step(*layout, p->fqn, p->dtype, p->ndim,
+                                   p->shape, p->offsets, p->sizes, p->file);
+        if (!packable(p))
+            *unpacked = 1;
+        else
+            ckpt_pack_put(&pf->rec, 0, p->frames, p->nframes, p->data_hash);
+    }
+    if (pf->rec.oom)
+        return ckpt_err(err, -ENOMEM, "%s: out of memory", pf->path);
+    int rc = 0;
+    if (!*unpacked && npieces) {
+        ckpt_db_val v[] = { CKPT_DB_INT(npieces),
+                            CKPT_DB_BLOB(pf->rec.p, pf->rec.len) };
+        rc = run(pf, PS_PACKED, v, 2, err);
+    }
+    char claim[64] = "none";
+    if (!*unpacked)
+        snprintf(claim, sizeof claim, "%llu:%016llx",
+                 (unsigned long long)(pf->laid + npieces),
+                 (unsigned long long)*layout);
+    ckpt_db_val v[] = { CKPT_DB_TEXT("layout"), CKPT_DB_TEXT(claim) };
+    return rc ? rc : run(pf, PS_INFO, v, 2, err);
+}
+
 int ckpt_planfile_append(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
                          size_t npieces, const ckpt_kv *meta, size_t nmeta,
                          ckpt_error *err)
 {
+    uint64_t layout = pf->layout;
+    int unpacked = pf->unpacked;
     int rc = ckpt_db_exec(pf->db, "BEGIN IMMEDIATE", pf->path, err);
     if (!rc)
         rc = write_synced(pf, err);
@@ -294,6 +367,8 @@ int ckpt_planfile_append(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
         rc = mark_unsynced(pf, err);
     for (size_t i = 0; !rc && i < npieces; i++)
         rc = append_piece(pf, &pieces[i], i, err);
+    if (!rc)
+        rc = append_layout(pf, pieces, npieces, &layout, &unpacked, err);
     for (size_t i = 0; !rc && i < nmeta; i++) {
         if (!meta[i].key || !meta[i].value) {
             rc = ckpt_err(err, -EINVAL, "%s: metadata entry %zu has no %s",
@@ -308,6 +383,11 @@ int ckpt_planfile_append(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
         rc = ckpt_db_exec(pf->db, "COMMIT", pf->path, err);
     if (rc && !sqlite3_get_autocommit(pf->db))
         sqlite3_exec(pf->db, "ROLLBACK", NULL, NULL, NULL);  /* keeps rc */
+    if (!rc) {
+        pf->layout = layout;
+        pf->unpacked = unpacked;
+        pf->laid += npieces;
+    }
     return rc;
 }
 
@@ -377,7 +457,23 @@ static int check_unsynced(preader *r, const char *written)
                     "the step again", r->path, (int)host, now);
 }
 
-/* info 'synced' ("BYTES:FILE") and 'unsynced' ("HOST BOOT_ID"). */
+/* info 'layout' ("PIECES:DIGEST" or "none"). */
+static int layout_row(preader *r, const char *v)
+{
+    unsigned long long n, d;
+    int used = 0;
+    if (strcmp(v, "none") == 0 || !r->synced)
+        return 0;
+    if (sscanf(v, "%llu:%16llx%n", &n, &d, &used) != 2 || v[used] ||
+        strlen(v) != (size_t)used)
+        return plan_damaged(r, "bad layout claim", 0);
+    r->synced->has_layout = 1;
+    r->synced->layout_pieces = n;
+    r->synced->layout = d;
+    return 0;
+}
+
+/* info 'synced' ("BYTES:FILE"), 'unsynced' ("HOST BOOT_ID") and 'layout'. */
 static int claim_row(void *arg, sqlite3_stmt *st)
 {
     preader *r = arg;
@@ -387,6 +483,8 @@ static int claim_row(void *arg, sqlite3_stmt *st)
         return plan_damaged(r, "info without key or value", 0);
     if (strcmp(k, "unsynced") == 0)
         return check_unsynced(r, v);
+    if (strcmp(k, "layout") == 0)
+        return layout_row(r, v);
     char *end;
     errno = 0;
     unsigned long long n = strtoull(v, &end, 10);
@@ -530,7 +628,8 @@ static int meta_row(void *arg, sqlite3_stmt *st)
 
 /* Reads everything inside one read transaction, so that a writer's append
  * is seen whole or not at all. */
-static int read_all(sqlite3 *db, preader *r)
+/* Begins the read transaction and reads info: the writer, the claims. */
+static int read_info(sqlite3 *db, preader *r)
 {
     int rc = ckpt_db_exec(db, "BEGIN", r->path, r->err);
     if (!rc)
@@ -541,8 +640,14 @@ static int read_all(sqlite3 *db, preader *r)
                       r->path);
     if (!rc)
         rc = ckpt_db_each(db, "SELECT key, value FROM info WHERE key IN "
-                          "('synced', 'unsynced')", r->path, claim_row, r,
-                          r->err);
+                          "('synced', 'unsynced', 'layout')", r->path,
+                          claim_row, r, r->err);
+    return rc;
+}
+
+static int read_all(sqlite3 *db, preader *r)
+{
+    int rc = read_info(db, r);
     if (!rc)
         rc = ckpt_db_each(db, "SELECT id, fqn, dtype, shape, offsets, sizes,"
                           " file, raw_bytes, stored_bytes, data_hash FROM "
@@ -635,17 +740,25 @@ typedef struct read_slot {
     ckpt_pieces tab;
     ckpt_manifest meta;
     ckpt_plan_synced synced;
+    ckpt_plan_packed *packed;   /* read as ckpt_planfile_read_packed_many
+                                   does, not into tab, meta, synced */
     ckpt_error err;
     int rc;
     ckpt_taskgroup *g;
 } read_slot;
 
+static int read_packed(const char *path, ckpt_plan_packed *out,
+                       ckpt_error *err);
+
 static void read_task(void *arg, int worker)
 {
     (void)worker;
     read_slot *s = arg;
-    s->rc = ckpt_planfile_read_synced(s->path, &s->tab, &s->meta, &s->synced,
-                                      &s->err);
+    if (s->packed)
+        s->rc = read_packed(s->path, s->packed, &s->err);
+    else
+        s->rc = ckpt_planfile_read_synced(s->path, &s->tab, &s->meta,
+                                          &s->synced, &s->err);
     ckpt_tg_done(s->g);
 }
 
@@ -714,6 +827,126 @@ int ckpt_planfile_read_many(const char *dir, char *const *names, size_t n,
         ckpt_pool_destroy(pool);
     free(slots);
     return rc;
+}
+
+/* -------------------------------------------- reading for a reused layout */
+
+static int count_row(void *arg, sqlite3_stmt *st)
+{
+    *(size_t *)arg = (size_t)sqlite3_column_int64(st, 0);
+    return 0;
+}
+
+/* A packed row: its records appended to out's. */
+typedef struct packed_reader {
+    preader *r;
+    ckpt_plan_packed *out;
+    ckpt_strbuf data;
+} packed_reader;
+
+static int packed_row(void *arg, sqlite3_stmt *st)
+{
+    packed_reader *pr = arg;
+    uint64_t n;
+    const void *p = sqlite3_column_blob(st, 1);
+    size_t len = (size_t)sqlite3_column_bytes(st, 1);
+    if (ckpt_db_col_u64(st, 0, &n) || n > UINT64_MAX - pr->out->pieces ||
+        (!p && len))
+        return plan_damaged(pr->r, "bad packed row", 0);
+    pr->out->pieces += n;
+    ckpt_strbuf_add(&pr->data, p, len);
+    return pr->data.oom ? ckpt_err(pr->r->err, -ENOMEM, "%s: out of memory",
+                                   pr->r->path) : 0;
+}
+
+/* Everything but the piece rows, in one read transaction. */
+static int read_packed_all(sqlite3 *db, packed_reader *pr)
+{
+    preader *r = pr->r;
+    int rc = read_info(db, r);
+    if (!rc)
+        rc = ckpt_db_each(db, "SELECT key, value FROM meta ORDER BY key",
+                          r->path, meta_row, r, r->err);
+    int has_declared = 0;
+    if (!rc)
+        rc = ckpt_db_each(db, "SELECT 1 FROM sqlite_master WHERE type = "
+                          "'table' AND name IN ('declared', 'packed')",
+                          r->path, table_row, &has_declared, r->err);
+    /* Both tables came in before layouts were claimed. */
+    pr->out->has_packed = has_declared == 2;
+    if (!rc && pr->out->has_packed)
+        rc = ckpt_db_each(db, "SELECT count(*) FROM declared", r->path,
+                          count_row, &pr->out->declared, r->err);
+    if (!rc && pr->out->has_packed)
+        rc = ckpt_db_each(db, "SELECT pieces, data FROM packed ORDER BY seq",
+                          r->path, packed_row, pr, r->err);
+    if (!rc)
+        rc = ckpt_db_exec(db, "COMMIT", r->path, r->err);
+    return rc;
+}
+
+static int read_packed(const char *path, ckpt_plan_packed *out,
+                       ckpt_error *err)
+{
+    preader r = { .path = path, .synced = &out->claim, .err = err };
+    packed_reader pr = { .r = &r, .out = out };
+    ckpt_manifest_init(&r.m);
+    sqlite3 *db = NULL;
+    int rc = open_plan(&db, path, err);
+    if (!rc)
+        rc = read_packed_all(db, &pr);
+    sqlite3_close(db);
+    if (!rc && ckpt_manifest_take(&out->meta, &r.m))
+        rc = ckpt_err(err, -ENOMEM, "%s: out of memory", path);
+    ckpt_manifest_free(&r.m);
+    out->writer = r.writer;
+    out->data = (uint8_t *)pr.data.p;
+    out->len = pr.data.len;
+    return rc;
+}
+
+int ckpt_planfile_read_packed_many(const char *dir, char *const *names,
+                                   size_t n, int threads,
+                                   ckpt_plan_packed *out, ckpt_error *err)
+{
+    if (threads <= 0)
+        threads = ckpt_cpu_count();
+    read_slot *slots = calloc(n ? n : 1, sizeof *slots);
+    ckpt_pool *pool = NULL;
+    if (!slots)
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    int rc = ckpt_pool_create(&pool, threads > 1 ? threads - 1 : 1, err);
+    ckpt_taskgroup g;
+    ckpt_tg_init(&g);
+    for (size_t k = 0; k < n && !rc; k++) {
+        ckpt_manifest_init(&out[k].meta);
+        slots[k].packed = &out[k];
+        slots[k].g = &g;
+        rc = ckpt_path_join(slots[k].path, sizeof slots[k].path, dir,
+                            names[k], err);
+    }
+    if (!rc && n)
+        ckpt_pool_run_tasks(pool, read_task, slots, n, sizeof *slots, &g);
+    ckpt_tg_destroy(&g);
+    for (size_t k = 0; k < n && !rc; k++)
+        if (slots[k].rc) {
+            if (err)
+                *err = slots[k].err;
+            rc = slots[k].rc;
+        }
+    if (pool)
+        ckpt_pool_destroy(pool);
+    free(slots);
+    return rc;
+}
+
+void ckpt_plan_packed_free(ckpt_plan_packed *p)
+{
+    ckpt_manifest_free(&p->meta);
+    free(p->data);
+    free(p->writer);
+    p->data = NULL;
+    p->writer = NULL;
 }
 
 int ckpt_planfile_read(const char *path, ckpt_manifest *m, ckpt_error *err)

@@ -19,11 +19,16 @@ typedef struct ckpt_planfile ckpt_planfile;
 #define CKPT_PLAN_SYNCED_CAP 256
 
 /* What a plan says of its writer's shard: the first `bytes` bytes of
- * `file` were synced by the writer (has = 0: nothing is claimed). */
+ * `file` were synced by the writer (has = 0: nothing is claimed); and of
+ * its pieces: `layout_pieces` pieces whose layout digest (layout.h) is
+ * `layout` (has_layout = 0: none claimed, the plan predates layouts or a
+ * piece could not be packed). */
 typedef struct ckpt_plan_synced {
     int has;
     uint64_t bytes;
     char file[CKPT_PLAN_SYNCED_CAP];
+    int has_layout;
+    uint64_t layout_pieces, layout;
 } ckpt_plan_synced;
 
 /* Creates `path` (must not exist) for `writer`.  Nothing of a plan is
@@ -78,5 +83,30 @@ int ckpt_planfile_read_many(const char *dir, char *const *names, size_t n,
                             int threads, ckpt_pieces *tab,
                             ckpt_manifest *meta, ckpt_plan_synced *synced,
                             size_t *ends, ckpt_error *err);
+
+/* What a commit that reuses the previous save's layout reads of a plan:
+ * no piece rows, only its claims, metadata, the number of tensors it
+ * declares, and its pieces' frames as packed records (docs/FORMAT.md,
+ * "Layouts"). */
+typedef struct ckpt_plan_packed {
+    ckpt_plan_synced claim;
+    char *writer;               /* its writer's name */
+    ckpt_manifest meta;         /* writer set to the plan's writer */
+    size_t declared;            /* rows of its declared table */
+    int has_packed;             /* the plan has the packed table */
+    uint64_t pieces;            /* pieces of its packed rows */
+    uint8_t *data;              /* their records, in piece order */
+    size_t len;
+} ckpt_plan_packed;
+
+/* Reads plans names[0..n) of folder dir so into out[0..n) (zeroed by the
+ * caller), on `threads` threads (<= 0: one per CPU).  A plan written on
+ * this host before it restarted is refused (-ESTALE), as by
+ * ckpt_planfile_read_synced; the first failure in name order is
+ * reported. */
+int ckpt_planfile_read_packed_many(const char *dir, char *const *names,
+                                   size_t n, int threads,
+                                   ckpt_plan_packed *out, ckpt_error *err);
+void ckpt_plan_packed_free(ckpt_plan_packed *p);
 
 #endif

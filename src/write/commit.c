@@ -43,6 +43,7 @@
 #include "write/writer.h"
 #include "write/deltasave.h"
 #include "write/supersede.h"
+#include "write/reuse.h"
 #include "common/optsize.h"
 
 void ckpt_commit_opts_init(ckpt_commit_opts *o)
@@ -115,12 +116,9 @@ static int list_plans(const char *pending, name_list *out, ckpt_error *err)
     return 0;
 }
 
-/* What one plan says of its writer's shard, and where its pieces are in
- * the table. */
-typedef struct plan_claim {
-    ckpt_plan_synced synced;
-    size_t first, end;          /* its pieces: all[first..end) */
-} plan_claim;
+/* What one plan says of its writer's shard and layout, and where its
+ * pieces are in the table: all[first..end). */
+typedef ckpt_reuse_plan plan_claim;
 
 /* Reads every plan into one compact table of pieces (a 16k-rank save's
  * plans hold millions) on a thread per CPU, their metadata into m and
@@ -569,6 +567,36 @@ static int sync_shards(const char *dir, const ckpt_pieces *all,
     return rc;
 }
 
+/* The index of a save that reuses the previous save's layout (reuse.h)
+ * at tmp: 0; 1 when the commit is to plan afresh (which reports what
+ * failed here, if it fails again); or the error of a shard's sync. */
+static int write_reused(const char *dir, const char *tmp, ckpt_reuse *r,
+                        size_t nplans, const ckpt_commit_opts *o,
+                        ckpt_error *err)
+{
+    ckpt_manifest meta;
+    ckpt_error rerr = { 0 };
+    ckpt_manifest_init(&meta);
+    int rc = merge_meta(ckpt_reuse_meta(r), &meta, &rerr);
+    if (rc == 0)
+        rc = add_system_meta(&meta, o->world_size > 0
+                                        ? (size_t)o->world_size : nplans,
+                             &rerr);
+    if (rc == 0 && ckpt_manifest_set_meta(&meta, "layout.reused",
+                                          ckpt_reuse_from(r), NULL))
+        rc = -ENOMEM;
+    if (rc == 0 && o->sync && (rc = ckpt_reuse_sync(r, dir, sync_one, err)))
+        goto out;
+    if (rc == 0)
+        rc = ckpt_reuse_write(r, tmp, dir, meta.meta, meta.nmeta, o->sync,
+                              &rerr);
+    if (rc)
+        rc = 1;
+out:
+    ckpt_manifest_free(&meta);
+    return rc;
+}
+
 /* Everything under the commit claim. */
 static int commit_locked(const char *dir, const char *pending,
                          ckpt_claim *claim, const ckpt_commit_opts *o,
@@ -583,7 +611,8 @@ static int commit_locked(const char *dir, const char *pending,
     ckpt_index_base *used = NULL;
     plan_claim *claims = NULL;
     unsigned char *synced = NULL;   /* per shard file: its writer synced it */
-    size_t nused = 0;
+    ckpt_index_layout *layouts = NULL;  /* for the next save to reuse */
+    size_t nused = 0, nlayouts = 0;
     ckpt_pieces_init(&all);
     ckpt_manifest_init(&all_meta);
     ckpt_manifest_init(&meta);
@@ -603,6 +632,19 @@ static int commit_locked(const char *dir, const char *pending,
         plans.n != (size_t)o->expect_writers)
         rc = ckpt_err(err, -EINVAL, "%s: expected %d writer plans, found "
                       "%zu", dir, o->expect_writers, plans.n);
+    /* The layout of the save before, when every plan has it. */
+    ckpt_reuse *reuse = NULL;
+    char why[600];
+    if (rc == 0 &&
+        ckpt_reuse_prepare(&reuse, dir, pending, plans.v, plans.n, why,
+                           sizeof why) == 0) {
+        int rrc = write_reused(dir, tmp, reuse, plans.n, o, err);
+        ckpt_reuse_free(reuse);
+        if (rrc <= 0) {
+            rc = rrc;
+            goto publish;
+        }
+    }
     if (rc == 0 && !(claims = calloc(plans.n, sizeof *claims)))
         rc = ckpt_err(err, -ENOMEM, "out of memory");
     if (rc == 0)
@@ -637,19 +679,24 @@ static int commit_locked(const char *dir, const char *pending,
         if (rc == 0 && nused && ckpt_manifest_set_meta(&meta,
                                     "format_version", "2", NULL))
             rc = ckpt_err(err, -ENOMEM, "out of memory");
+        if (rc == 0 && all_meta.ndeclared == 0)
+            rc = ckpt_reuse_layouts(&all, &plan, plans.v, claims, plans.n,
+                                    &layouts, &nlayouts, err);
         if (rc == 0)
-            rc = ckpt_index_write_delta(tmp, dir, &all, &plan, meta.meta,
-                                        meta.nmeta, used, nused, o->sync,
-                                        err);
+            rc = ckpt_index_write_laid(tmp, dir, &all, &plan, meta.meta,
+                                       meta.nmeta, used, nused, layouts,
+                                       nlayouts, o->sync, err);
         if (rc) {
             ckpt_err_wrap(err, rc, "cannot write the index");
             unlink(tmp);
         }
     }
+publish:
     if (rc == 0 && o->sync)
         rc = sync_data_dir(dir, tmp, err);
     if (rc == 0)
         rc = publish(dir, tmp, final, claim, o->sync, err);
+    ckpt_reuse_layouts_free(layouts, nlayouts);
     ckpt_plan_free(&plan);
     free(claims);
     free(synced);

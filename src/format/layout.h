@@ -1,0 +1,52 @@
+/*
+ * layout.h - a save's layout, kept so that the next save of the same
+ * layout is committed without planning it again (docs/FORMAT.md,
+ * "Layouts"): the digest a writer's plan carries of its pieces' layout
+ * (fqn, dtype, shape, offsets, sizes, shard file of each, in order), and
+ * the map a committed index keeps of each plan's pieces to the chunks
+ * they became, as runs of (tensor, chunk) steps.
+ */
+#ifndef CKPT_LAYOUT_H
+#define CKPT_LAYOUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "ckptfs.h"
+#include "common/strbuf.h"
+
+/* The digest of a plan's pieces before its first one. */
+#define CKPT_LAYOUT_SEED 0x6c61796f75743031ull   /* "layout01" */
+
+/* The digest of the pieces so far (`digest`) followed by one piece:
+ * XXH3-64 of the piece's layout, little-endian, seeded with `digest`. */
+uint64_t ckpt_layout_step(uint64_t digest, const char *fqn, ckpt_dtype dtype,
+                          int ndim, const int64_t *shape,
+                          const int64_t *offsets, const int64_t *sizes,
+                          const char *file);
+
+/* A run of a plan's map: pieces j..j+count map to the chunks
+ * (t0 + i * dt, k0 + i * dk), i = 0..count-1 (t: the tensor's position
+ * in fqn order, k: the chunk's seq). */
+typedef struct ckpt_layout_run {
+    uint64_t count;
+    uint64_t t0, k0;
+    int64_t dt, dk;
+} ckpt_layout_run;
+
+/* Builds a plan's map: call ckpt_layout_map_add for each of its pieces in
+ * order, then ckpt_layout_map_end; the map is in b (b->oom on failure). */
+typedef struct ckpt_layout_map {
+    ckpt_strbuf b;
+    ckpt_layout_run run;    /* the run being grown */
+} ckpt_layout_map;
+
+void ckpt_layout_map_add(ckpt_layout_map *m, uint64_t t, uint64_t k);
+void ckpt_layout_map_end(ckpt_layout_map *m);
+
+/* Reads the run at *pos of map[0..len) into *r and advances *pos: 0, or
+ * -1 when the map is cut short or damaged (a count of 0, a value out of
+ * range). */
+int ckpt_layout_map_next(const uint8_t *map, size_t len, size_t *pos,
+                         ckpt_layout_run *r);
+
+#endif

@@ -1,0 +1,347 @@
+/*
+ * test_reuse.c - commits that reuse the previous save's layout (issue
+ * #26, src/write/reuse.h): 64 writers save three tensors (dim-0 rows, a
+ * 2-D grid of blocks, one element each), so that every tensor is packed
+ * and the first commit records each plan's layout; the next save of the
+ * same layout is committed from it (meta 'layout.reused'), and every
+ * byte read back is the one the writers wrote.  A changed layout on some
+ * ranks, a damaged or missing layout record, a damaged packed record:
+ * the commit plans afresh and the checkpoint is still right, or refused
+ * as the planner refuses it.
+ */
+#include <check.h>
+#include <errno.h>
+#include <sqlite3.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "ckptfs.h"
+#include "unit_util.h"
+
+#define W 64
+#define NT 3
+
+static const char *const FQN[NT] = { "model.a.weight", "model.b.weight",
+                                     "model.c.bias" };
+static const int NDIM[NT] = { 2, 2, 1 };
+static const int64_t SHAPE[NT][2] = { { W, 16 }, { 16, 32 }, { W, 0 } };
+
+/* A save's layout: rank r's box of tensor t, with ranks `swap_a` and
+ * `swap_b` exchanged in tensor 0 (-1: none), and rank `grow` (-1: none)
+ * given two rows of tensor 0. */
+typedef struct layout {
+    int swap_a, swap_b, grow;
+} layout;
+
+static const layout SAME = { -1, -1, -1 };
+
+static void box(const layout *l, int r, int t, int64_t *off, int64_t *size)
+{
+    if (t == 0) {
+        int row = r == l->swap_a ? l->swap_b : r == l->swap_b ? l->swap_a : r;
+        off[0] = row, off[1] = 0;
+        size[0] = r == l->grow ? 2 : 1, size[1] = 16;
+    } else if (t == 1) {               /* an 8 x 8 grid of 2 x 4 blocks */
+        off[0] = 2 * (r / 8), off[1] = 4 * (r % 8);
+        size[0] = 2, size[1] = 4;
+    } else {
+        off[0] = r, size[0] = 1;
+    }
+}
+
+/* Element i (row-major in the tensor) of tensor t at step s. */
+static float value(int s, int t, int64_t i)
+{
+    return (float)(s * 100000 + t * 10000 + i);
+}
+
+static void fill(int s, int t, const int64_t *off, const int64_t *size,
+                 float *out)
+{
+    int64_t cols = NDIM[t] == 2 ? SHAPE[t][1] : 1;
+    int64_t rows = size[0], w = NDIM[t] == 2 ? size[1] : 1;
+    for (int64_t y = 0; y < rows; y++)
+        for (int64_t x = 0; x < w; x++) {
+            int64_t row = off[0] + y, col = NDIM[t] == 2 ? off[1] + x : 0;
+            /* rows past the shape (a grown box) hold anything */
+            out[y * w + x] = value(s, t, row * cols + col);
+        }
+}
+
+static void step_dir(char *dir, size_t cap, const char *root, int s)
+{
+    snprintf(dir, cap, "%s/step-%d", root, s);
+}
+
+/* The writers of step s (layout l) write into root/step-s; no commit. */
+static void write_step(const char *root, int s, const layout *l)
+{
+    char dir[512];
+    step_dir(dir, sizeof dir, root, s);
+    ckpt_write_opts o;
+    ckpt_write_opts_init(&o);
+    o.threads = 1;
+    ckpt_error err = { 0 };
+    for (int r = 0; r < W; r++) {
+        char name[32];
+        snprintf(name, sizeof name, "rank%d", r);
+        ckpt_writer *w;
+        ck_assert_msg(ckpt_writer_open(&w, dir, name, &o, &err) == 0, "%s",
+                      err.msg);
+        for (int t = 0; t < NT; t++) {
+            int64_t off[2], size[2];
+            float buf[64];
+            box(l, r, t, off, size);
+            fill(s, t, off, size, buf);
+            ckpt_piece p = { FQN[t], CKPT_F32, NDIM[t], SHAPE[t], off, size,
+                             buf };
+            ck_assert_msg(ckpt_writer_put(w, &p, &err) == 0, "%s", err.msg);
+        }
+        ck_assert_msg(ckpt_writer_close(w, &err) == 0, "%s", err.msg);
+    }
+}
+
+static int commit_step(const char *root, int s, ckpt_error *err)
+{
+    char dir[512];
+    step_dir(dir, sizeof dir, root, s);
+    return ckpt_commit(dir, NULL, err);
+}
+
+/* Writes and commits step s, which must succeed. */
+static void save(const char *root, int s, const layout *l)
+{
+    ckpt_error err = { 0 };
+    write_step(root, s, l);
+    ck_assert_msg(commit_step(root, s, &err) == 0, "%s", err.msg);
+}
+
+/* The checkpoint's meta 'layout.reused' (malloc'd), or NULL. */
+static char *reused_from(const char *root, int s)
+{
+    char dir[512];
+    step_dir(dir, sizeof dir, root, s);
+    ckpt_reader *r;
+    ckpt_error err = { 0 };
+    ck_assert_msg(ckpt_reader_open(&r, dir, NULL, &err) == 0, "%s", err.msg);
+    const char *v = ckpt_reader_meta_get(r, "layout.reused");
+    char *out = v ? strdup(v) : NULL;
+    ckpt_reader_close(r);
+    return out;
+}
+
+/* Every tensor of step s read back whole is what its writers wrote. */
+static void check_data(const char *root, int s)
+{
+    char dir[512];
+    step_dir(dir, sizeof dir, root, s);
+    ckpt_reader *r;
+    ckpt_error err = { 0 };
+    ck_assert_msg(ckpt_reader_open(&r, dir, NULL, &err) == 0, "%s", err.msg);
+    for (int t = 0; t < NT; t++) {
+        int64_t n = SHAPE[t][0] * (NDIM[t] == 2 ? SHAPE[t][1] : 1);
+        float *got = xmalloc((size_t)n * 4);
+        long idx = ckpt_reader_find(r, FQN[t]);
+        ck_assert_int_ge(idx, 0);
+        ck_assert_int_eq(ckpt_read(r, (size_t)idx, got, 0, (uint64_t)n * 4,
+                                   &err), n * 4);
+        for (int64_t i = 0; i < n; i++)
+            ck_assert_msg(got[i] == value(s, t, i), "step %d %s [%lld]: %g, "
+                          "want %g", s, FQN[t], (long long)i, got[i],
+                          value(s, t, i));
+        free(got);
+    }
+    ck_assert_msg(ckpt_verify(r, NULL, NULL, NULL, &err) == 0, "%s", err.msg);
+    ckpt_reader_close(r);
+}
+
+/* Runs sql on root/step-s/.pending/<plan> or, plan NULL, its index.db;
+ * returns the rows it changed. */
+static int edit(const char *root, int s, const char *plan, const char *sql)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/step-%d/%s%s", root, s,
+             plan ? ".pending/" : "index.db", plan ? plan : "");
+    sqlite3 *db;
+    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+    char *msg = NULL;
+    int rc = sqlite3_exec(db, sql, NULL, NULL, &msg);
+    ck_assert_msg(rc == SQLITE_OK, "%s: %s", sql, msg ? msg : "?");
+    int n = sqlite3_changes(db);
+    sqlite3_close(db);
+    return n;
+}
+
+static int count(const char *root, int s, const char *sql)
+{
+    char path[600];
+    snprintf(path, sizeof path, "%s/step-%d/index.db", root, s);
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+    int n = sqlite3_column_int(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return n;
+}
+
+static void assert_reused(const char *root, int s, const char *from)
+{
+    char *got = reused_from(root, s);
+    if (from)
+        ck_assert_msg(got && strcmp(got, from) == 0, "step %d reused %s, "
+                      "want %s", s, got ? got : "nothing", from);
+    else
+        ck_assert_msg(!got, "step %d reused %s, want a fresh plan", s, got);
+    free(got);
+}
+
+/* ------------------------------------------------------------ tests */
+
+START_TEST(test_second_save_reuses)
+{
+    char *root = make_tmpdir_tagged("reuse");
+    save(root, 1, &SAME);
+    assert_reused(root, 1, NULL);
+    ck_assert_int_eq(count(root, 1, "SELECT count(*) FROM layouts"), W);
+    ck_assert_int_eq(count(root, 1, "SELECT count(*) FROM packs"), NT);
+    save(root, 2, &SAME);
+    assert_reused(root, 2, "step-1");
+    check_data(root, 2);
+    /* and the next one from that one, which recorded the layouts again */
+    ck_assert_int_eq(count(root, 2, "SELECT count(*) FROM layouts"), W);
+    save(root, 3, &SAME);
+    assert_reused(root, 3, "step-2");
+    check_data(root, 3);
+    check_data(root, 1);
+    remove_tmpdir(root);
+}
+END_TEST
+
+/* Ranks 0 and 1 exchange their rows of tensor 0: a valid save whose
+ * layout differs on two ranks. */
+START_TEST(test_changed_layout_plans_afresh)
+{
+    char *root = make_tmpdir_tagged("reuse");
+    save(root, 1, &SAME);
+    layout swapped = { 0, 1, -1 };
+    save(root, 2, &swapped);
+    assert_reused(root, 2, NULL);
+    check_data(root, 2);
+    /* the next save of the new layout reuses it */
+    save(root, 3, &swapped);
+    assert_reused(root, 3, "step-2");
+    check_data(root, 3);
+    remove_tmpdir(root);
+}
+END_TEST
+
+/* Rank 5 writes two rows of tensor 0, overlapping rank 6's: the planner's
+ * checks run and refuse it; nothing is committed. */
+START_TEST(test_changed_layout_on_one_rank_is_checked)
+{
+    char *root = make_tmpdir_tagged("reuse");
+    save(root, 1, &SAME);
+    layout grown = { -1, -1, 5 };
+    write_step(root, 2, &grown);
+    ckpt_error err = { 0 };
+    ck_assert_int_eq(commit_step(root, 2, &err), -EINVAL);
+    ck_assert_msg(strstr(err.msg, "model.a.weight") &&
+                  strstr(err.msg, "overlap"), "%s", err.msg);
+    char idx[600];
+    snprintf(idx, sizeof idx, "%s/step-2/index.db", root);
+    ck_assert_int_ne(access(idx, F_OK), 0);
+    remove_tmpdir(root);
+}
+END_TEST
+
+/* The previous checkpoint's layout records damaged or missing: the
+ * commit plans afresh, and the checkpoint is right. */
+START_TEST(test_damaged_layout_record)
+{
+    static const char *const damage[] = {
+        /* two plans' maps exchanged, their digests kept: the map no
+         * longer describes the plan's pieces */
+        "CREATE TEMP TABLE m AS SELECT plan, map FROM layouts;"
+        "UPDATE layouts SET map = (SELECT map FROM m WHERE m.plan = CASE "
+        "layouts.plan WHEN 'rank0.plan' THEN 'rank1.plan' ELSE "
+        "'rank0.plan' END) WHERE plan IN ('rank0.plan', 'rank1.plan')",
+        /* a map cut short */
+        "UPDATE layouts SET map = substr(map, 1, 3) WHERE plan = 'rank7.plan'",
+        /* one record missing */
+        "DELETE FROM layouts WHERE plan = 'rank9.plan'",
+        /* none */
+        "DROP TABLE layouts",
+    };
+    for (size_t d = 0; d < sizeof damage / sizeof damage[0]; d++) {
+        char *root = make_tmpdir_tagged("reuse");
+        save(root, 1, &SAME);
+        /* (a DROP changes no row) */
+        ck_assert(edit(root, 1, NULL, damage[d]) > 0 ||
+                  strncmp(damage[d], "DROP", 4) == 0);
+        save(root, 2, &SAME);
+        assert_reused(root, 2, NULL);
+        check_data(root, 2);
+        remove_tmpdir(root);
+    }
+}
+END_TEST
+
+/* A plan's packed records damaged: the commit plans afresh from its
+ * rows. */
+START_TEST(test_damaged_packed_record)
+{
+    char *root = make_tmpdir_tagged("reuse");
+    save(root, 1, &SAME);
+    write_step(root, 2, &SAME);
+    ck_assert_int_eq(edit(root, 2, "rank3.plan", "UPDATE packed SET data = "
+                          "substr(data, 1, length(data) - 5)"), 1);
+    ckpt_error err = { 0 };
+    ck_assert_msg(commit_step(root, 2, &err) == 0, "%s", err.msg);
+    assert_reused(root, 2, NULL);
+    check_data(root, 2);
+    remove_tmpdir(root);
+}
+END_TEST
+
+/* A plan whose claimed layout is not its pieces' (a damaged plan) is
+ * planned afresh, and records no layout for the next save. */
+START_TEST(test_plan_claim_checked)
+{
+    char *root = make_tmpdir_tagged("reuse");
+    write_step(root, 1, &SAME);
+    ck_assert_int_eq(edit(root, 1, "rank2.plan", "UPDATE info SET value = "
+                          "'3:0123456789abcdef' WHERE key = 'layout'"), 1);
+    ckpt_error err = { 0 };
+    ck_assert_msg(commit_step(root, 1, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(count(root, 1, "SELECT count(*) FROM sqlite_master "
+                           "WHERE name = 'layouts'"), 0);
+    check_data(root, 1);
+    remove_tmpdir(root);
+}
+END_TEST
+
+static Suite *suite(void)
+{
+    Suite *s = suite_create("reuse");
+    TCase *tc = tcase_create("reuse");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_second_save_reuses);
+    tcase_add_test(tc, test_changed_layout_plans_afresh);
+    tcase_add_test(tc, test_changed_layout_on_one_rank_is_checked);
+    tcase_add_test(tc, test_damaged_layout_record);
+    tcase_add_test(tc, test_damaged_packed_record);
+    tcase_add_test(tc, test_plan_claim_checked);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    return unit_run(suite());
+}

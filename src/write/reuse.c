@@ -435,36 +435,50 @@ static int index_records(ckpt_reuse *r, size_t k, uint64_t *end)
         return -ENOMEM;
     size_t pos = 0;
     *end = 0;
-    for (uint64_t j = 0; j < p->pieces; j++) {
+    ckpt_frame_rec few[8], *f = few;
+    uint64_t cap = 8;
+    int rc = 0;
+    for (uint64_t j = 0; j < p->pieces && !rc; j++) {
         ckpt_pack_chunk c;
-        ckpt_frame_rec last[1];
         size_t at = pos;
         r->rec_at[k][j] = (uint32_t)pos;
-        if (pos >= p->len || p->data[pos] != 0 ||
-            ckpt_pack_get(p->data, p->len, &pos, &c, NULL, 0))
-            return 1;
-        /* Frames are in shard order (planfile.c packs no other): the
-         * last ends furthest. */
-        if (c.nframes) {
-            size_t again = at;
-            ckpt_frame_rec *f = c.nframes <= 1 ? last
-                                : malloc(c.nframes * sizeof *f);
-            if (!f)
-                return -ENOMEM;
-            int bad_rec = ckpt_pack_get(p->data, p->len, &again, &c, f,
-                                        c.nframes);
+        if (pos >= p->len || p->data[pos] != 0) {
+            rc = 1;
+            break;
+        }
+        /* Most records hold a frame or a few; a longer one is read
+         * again with room for its frames. */
+        if (ckpt_pack_get(p->data, p->len, &pos, &c, f, cap)) {
+            pos = at;
+            ckpt_frame_rec *g = NULL;
+            if (ckpt_pack_get(p->data, p->len, &pos, &c, NULL, 0) ||
+                c.nframes <= cap)
+                rc = 1;
+            else if (!(g = malloc(c.nframes * sizeof *g)))
+                rc = -ENOMEM;
+            if (rc)
+                break;
+            if (f != few)
+                free(f);
+            f = g;
+            cap = c.nframes;
+            pos = at;
+            if (ckpt_pack_get(p->data, p->len, &pos, &c, f, cap))
+                rc = 1;
+        }
+        /* A record's frames are in shard order (each starts at or after
+         * the end of the one before): the last ends furthest. */
+        if (!rc && c.nframes) {
             uint64_t e = f[c.nframes - 1].file_offset +
                          f[c.nframes - 1].stored_size;
-            if (f != last)
-                free(f);
-            if (bad_rec)
-                return 1;
             if (e > *end)
                 *end = e;
         }
     }
+    if (f != few)
+        free(f);
     r->rec_at[k][p->pieces] = (uint32_t)pos;
-    return pos == p->len ? 0 : 1;
+    return rc ? rc : pos == p->len ? 0 : 1;
 }
 
 /* Shard sizes, and which shards the commit syncs: 0, or 1. */

@@ -327,7 +327,7 @@ int ckpt_meta_reserved(const char *key)
 {
     static const char *const reserved[] = {
         "format_version", "created", "producer", "world_size", "identity",
-        CKPT_META_BASE, CKPT_META_BASE_IDENTITY, NULL
+        CKPT_META_BASE, CKPT_META_BASE_IDENTITY, "layout.reused", NULL
     };
     for (int i = 0; key && reserved[i]; i++)
         if (strcmp(key, reserved[i]) == 0)

@@ -20,7 +20,8 @@
  *       .pending/<writer>.plan into one table of pieces, then planning them
  *       (ckpt_plan_build_pieces), each on its own; commits nothing.
  *   scale_bench commit DIR
- *       Times ckpt_commit (plans read, planned, index written and synced).
+ *       Times ckpt_commit (plans read, planned, index written and synced);
+ *       says which checkpoint's layout it reused (reused=NAME, or -).
  *   scale_bench read DIR --layout L
  *       Times, in one process: ckpt_reader_open; then a 4 x 4 region of
  *       tensor T/2 (its first read: its chunks are looked up then), checked
@@ -377,9 +378,17 @@ static int cmd_commit(const char *dir)
     path_fmt(p, sizeof p, "%s/index.db", dir);
     if (stat(p, &st))
         die("%s: %s", p, strerror(errno));
+    long rss = peak_rss_kb();
+    /* Whether the commit reused the previous save's layout (write/reuse.h),
+     * after the clock and the peak memory. */
+    ckpt_reader *r;
+    if (ckpt_reader_open(&r, dir, NULL, &err))
+        die("open %s: %s", dir, err.msg);
+    const char *from = ckpt_reader_meta_get(r, "layout.reused");
     printf("RESULT cmd=commit seconds=%.3f cpu_s=%.3f maxrss_kb=%ld "
-           "index_bytes=%lld\n", dt, dc, peak_rss_kb(),
-           (long long)st.st_size);
+           "index_bytes=%lld reused=%s\n", dt, dc, rss,
+           (long long)st.st_size, from ? from : "-");
+    ckpt_reader_close(r);
     return 0;
 }
 

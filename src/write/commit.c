@@ -45,6 +45,7 @@
 #include "write/supersede.h"
 #include "write/reuse.h"
 #include "common/optsize.h"
+#include "common/pool.h"
 
 void ckpt_commit_opts_init(ckpt_commit_opts *o)
 {
@@ -597,6 +598,53 @@ out:
     return rc;
 }
 
+/* Threads that remove a committed save's plans: an unlink's cost is the
+ * freeing of the file's blocks (on a file system that discards them, a
+ * wait for the device), which the kernel does outside the directory's
+ * lock, so unlinks of one directory overlap. */
+#define REMOVE_THREADS 8
+
+typedef struct unlink_task {
+    const char *dir, *name;
+    ckpt_taskgroup *g;
+} unlink_task;
+
+static void unlink_plan(void *arg, int worker)
+{
+    (void)worker;
+    unlink_task *t = arg;
+    char path[4096];
+    if ((size_t)snprintf(path, sizeof path, "%s/%s-journal", t->dir,
+                         t->name) < sizeof path) {
+        unlink(path);
+        path[strlen(path) - strlen("-journal")] = '\0';
+        unlink(path);
+    }
+    ckpt_tg_done(t->g);
+}
+
+/* Once the save is committed, its plans (and their journals) go, a
+ * 16k-rank save's 32k files on several threads; ckpt_commit removes
+ * the rest of .pending/.  Best effort: what stays is removed there. */
+static void remove_plans(const char *pending, const name_list *plans)
+{
+    ckpt_pool *pool = NULL;
+    unlink_task *t = calloc(plans->n ? plans->n : 1, sizeof *t);
+    if (!t || plans->n < 2 * REMOVE_THREADS ||
+        ckpt_pool_create(&pool, REMOVE_THREADS, NULL)) {
+        free(t);
+        return;
+    }
+    ckpt_taskgroup g;
+    ckpt_tg_init(&g);
+    for (size_t i = 0; i < plans->n; i++)
+        t[i] = (unlink_task){ pending, plans->v[i], &g };
+    ckpt_pool_run_tasks(pool, unlink_plan, t, plans->n, sizeof *t, &g);
+    ckpt_tg_destroy(&g);
+    ckpt_pool_destroy(pool);
+    free(t);
+}
+
 /* Everything under the commit claim. */
 static int commit_locked(const char *dir, const char *pending,
                          ckpt_claim *claim, const ckpt_commit_opts *o,
@@ -696,6 +744,8 @@ publish:
         rc = sync_data_dir(dir, tmp, err);
     if (rc == 0)
         rc = publish(dir, tmp, final, claim, o->sync, err);
+    if (rc == 0)
+        remove_plans(pending, &plans);
     ckpt_reuse_layouts_free(layouts, nlayouts);
     ckpt_plan_free(&plan);
     free(claims);

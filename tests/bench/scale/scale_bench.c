@@ -9,8 +9,9 @@
  *       plan-file code) holding one piece of each of the T tensors, and a
  *       shard DIR/data/rank<r>.shard of T KiB that is a sparse file (every
  *       piece is 1 KiB of zeros, one raw frame) except for tensor T/2,
- *       whose pieces hold real values so that reads can be checked.
- *       Every tensor is f32 and 2-D; names are "model.layers.<l>.<param>".
+ *       whose pieces hold real values so that reads can be checked.  As a
+ *       library writer does, each shard is fdatasynced and its plan says
+ *       so, so that the commit syncs none again.  Every tensor is f32 and 2-D; names are "model.layers.<l>.<param>".
  *         fsdp: shape [W, 256], writer r holds row r (dim-0 sharding);
  *         tp2d: shape [W/4, 1024] on a (W/8) x 8 grid (FSDP x tensor
  *               parallel): writer r holds rows 2*(r/8).. +2, columns
@@ -214,7 +215,7 @@ static void write_shard(const gen_ctx *g, long r, const char *path,
     off_t at = (off_t)(g->j->tensors / 2) * PIECE_BYTES;
     if (ftruncate(fd, (off_t)g->j->tensors * PIECE_BYTES) != 0 ||
         pwrite(fd, piece, sizeof piece, at) != (ssize_t)sizeof piece ||
-        close(fd) != 0)
+        fdatasync(fd) != 0 || close(fd) != 0)
         die("%s: %s", path, strerror(errno));
 }
 
@@ -253,8 +254,12 @@ static void gen_writer(gen_ctx *g, long r)
     ckpt_planfile *pf;
     ckpt_error err = { 0 };
     ckpt_kv meta = { "step", "1000", NULL };
-    if (ckpt_planfile_create(&pf, plan, writer, &err) ||
-        ckpt_planfile_append(pf, g->recs, (size_t)j->tensors, &meta, 1, &err))
+    if (ckpt_planfile_create(&pf, plan, writer, &err))
+        die("%s", err.msg);
+    /* As a library writer does: its shard synced, and the plan says so
+     * (the commit syncs only the shards no writer did). */
+    ckpt_planfile_note_synced(pf, file, (uint64_t)j->tensors * PIECE_BYTES);
+    if (ckpt_planfile_append(pf, g->recs, (size_t)j->tensors, &meta, 1, &err))
         die("%s", err.msg);
     ckpt_planfile_close(pf);
 }

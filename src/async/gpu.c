@@ -192,7 +192,7 @@ struct ckpt_gpu_upload {
     int old_dev;                /* the caller's device, restored at end */
 };
 
-static int device_of(const void *p)
+int ckpt_gpu_device_of(const void *p)
 {
     struct cudaPointerAttributes a;
     if (cudaPointerGetAttributes(&a, p) == cudaSuccess)
@@ -241,7 +241,7 @@ int ckpt_gpu_upload_close(ckpt_gpu_upload *u, int rc, ckpt_error *err)
 int ckpt_gpu_upload_fits(const ckpt_gpu_upload *u, const void *dev_hint,
                          size_t buf_bytes)
 {
-    return u->buf_bytes >= buf_bytes && u->dev == device_of(dev_hint);
+    return u->buf_bytes >= buf_bytes && u->dev == ckpt_gpu_device_of(dev_hint);
 }
 
 void ckpt_gpu_upload_begin(ckpt_gpu_upload *u)
@@ -258,7 +258,7 @@ int ckpt_gpu_upload_open(ckpt_gpu_upload **out, const void *dev_hint,
     if (!u)
         return ckpt_err(err, -ENOMEM, "out of memory");
     u->buf_bytes = buf_bytes;
-    u->dev = device_of(dev_hint);
+    u->dev = ckpt_gpu_device_of(dev_hint);
     ckpt_gpu_upload_begin(u);
     if (cudaStreamCreateWithFlags(&u->stream, cudaStreamNonBlocking) !=
             cudaSuccess ||
@@ -326,6 +326,11 @@ int ckpt_gpu_usable(const char **why)
 }
 
 int ckpt_gpu_is_device_ptr(const void *p)
+{
+    return 0;
+}
+
+int ckpt_gpu_device_of(const void *p)
 {
     return 0;
 }

@@ -20,6 +20,8 @@ int ckpt_gpu_built(void);
 int ckpt_gpu_usable(const char **why);
 /* 1 when p is CUDA device (or managed) memory. */
 int ckpt_gpu_is_device_ptr(const void *p);
+/* The device that holds memory p (0 when CUDA cannot tell). */
+int ckpt_gpu_device_of(const void *p);
 
 /* n bytes of pinned host memory (portable: usable from every device's
  * context), or NULL. */

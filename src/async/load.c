@@ -15,6 +15,7 @@
 #include "common/error.h"
 #include "common/shape.h"
 #include "async/devload.h"
+#include "async/gpu.h"
 #include "async/staging.h"
 
 /* Checks one item (tensor, region, dst) as `call` names it: the kind of
@@ -47,6 +48,29 @@ static int check_item(ckpt_reader *r, const ckpt_read_item *it,
         return ckpt_err_null(err, call, "dst");
     snprintf(what, sizeof what, "load of tensor '%s'", ti.fqn);
     return ckpt_mem_kind(NULL, it->dst, (size_t)nbytes, 1, what, err);
+}
+
+/* Loads device items, one pipeline per device (each on a stream of its
+ * own device); v is reordered. */
+static int load_per_device(ckpt_reader *r, ckpt_read_item *v, size_t n,
+                           ckpt_error *err)
+{
+    int rc = 0;
+    size_t done = 0;
+    while (rc == 0 && done < n) {
+        /* Move the items on v[done]'s device to the front of the rest. */
+        int dev = ckpt_gpu_device_of(v[done].dst);
+        size_t k = done + 1;
+        for (size_t i = done + 1; i < n; i++)
+            if (ckpt_gpu_device_of(v[i].dst) == dev) {
+                ckpt_read_item t = v[k];
+                v[k++] = v[i];
+                v[i] = t;
+            }
+        rc = ckpt_devload(r, v + done, k - done, err);
+        done = k;
+    }
+    return rc;
 }
 
 int ckpt_load_region(ckpt_reader *r, size_t idx, const int64_t *offsets,
@@ -86,7 +110,7 @@ int ckpt_load_batch(ckpt_reader *r, const ckpt_read_item *items, size_t n,
     if (rc == 0 && nh)
         rc = ckpt_read_batch(r, host, nh, err);
     if (rc == 0 && nd)
-        rc = ckpt_devload(r, dev, nd, err);
+        rc = load_per_device(r, dev, nd, err);
     free(host);
     free(dev);
     return rc;

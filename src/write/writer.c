@@ -53,7 +53,7 @@
  * submitted (a ticket each, see xor_reserve) and settled in the order
  * they are drained, both on the caller's thread: which frames are tried
  * does not depend on which encoder gets to a frame first. */
-#define XOR_CREDIT 4
+#define XOR_CREDIT 2
 #define XOR_WIN_CREDIT 2
 #define XOR_CREDIT_MAX 64
 #define XOR_PROBE 32
@@ -546,8 +546,11 @@ static ckpt_chunk_loc loc_of(const ckpt_stream *s)
 }
 
 /* The xor frame of sl against bf into sl->xenc: its stored size, or 0
- * (and sl->rc set) on error. */
-static size_t encode_xor(slot *sl, const ckpt_base_frame *bf, int worker)
+ * when it would not be coded in `limit` bytes (ckpt_xor_hopeless: not
+ * coded at all, which would cost more than coding the frame whole) or on
+ * error (sl->rc set). */
+static size_t encode_xor(slot *sl, const ckpt_base_frame *bf, size_t limit,
+                         int worker)
 {
     ckpt_stream *s = sl->s;
     ckpt_writer *w = s->w;
@@ -569,6 +572,9 @@ static size_t encode_xor(slot *sl, const ckpt_base_frame *bf, int worker)
     if (sl->rc)
         return 0;
     ckpt_xor_bytes(sl->xbuf, sl->xbuf, sl->src, sl->n);
+    if (s->codec != CKPT_CODEC_RAW &&
+        ckpt_xor_hopeless(sl->xbuf, sl->n, s->itemsize, limit))
+        return 0;
     size_t n = 0;
     int codec = s->codec == CKPT_CODEC_RAW ? CKPT_CODEC_ZSTD : s->codec;
     sl->rc = ckpt_xor_encode(w->ctx[worker], codec, w->opts.level,
@@ -647,7 +653,7 @@ static int choose_delta(slot *sl, int worker, size_t *xor_n)
     if (sl->ticket != TICKET_CREDIT && sl->ticket != TICKET_PROBE)
         return 0;
     size_t whole = bf->plain_size ? bf->plain_size : sl->n / 4;
-    *xor_n = encode_xor(sl, bf, worker);
+    *xor_n = encode_xor(sl, bf, whole * 2 / 3, worker);
     if (sl->rc)
         return 1;
     sl->base = bf->holder;
@@ -965,6 +971,14 @@ static int stream_write(ckpt_stream *s, const void *buf, size_t len,
             p += s->frame;
             len -= s->frame;
             continue;
+        }
+        if (s->fill == 0 && (lend || s->lend) &&
+            s->received == s->rec.raw_bytes) {
+            /* The piece's last, short frame, lent too: copying it would
+             * cost a pass over bytes that may turn out a ref. */
+            s->borrowed = 1;
+            submit_slot(s, p, len);
+            break;
         }
         slot *sl = &s->ring[s->tail % (uint64_t)s->depth];
         if (s->fill == 0)

@@ -57,7 +57,7 @@ static int save(const char *root, const char *name, const char *base,
     ckpt_write_opts_init(&o);
     o.frame_size = FRAME;
     o.sync = 0;
-    /* Several encoders: the writer's xor budget (4 tries to start) is
+    /* Several encoders: the writer's xor budget (2 tries to start) is
      * spent in frame order whatever the scheduling, so it reaches frame
      * 1 (xor_budget_in_frame_order). */
     o.threads = 4;
@@ -559,12 +559,13 @@ static void save_t(const char *root, const char *name, const char *base,
 
 START_TEST(xor_budget_in_frame_order)
 {
-    /* Frames 0-3 all new (their xor tries lose: the 4 credits are
-     * spent), frames 4-39 nudged (an xor try would win).  In frame order
-     * frames 4-34 are skipped candidates and frame 35 the probe (one in
-     * 32), whatever the number of encoders racing for frames; when the
-     * encoders spent the credit in the order they reached frames, a
-     * nudged frame taking a credit before a new one became xor. */
+    /* Frames 0-3 all new (frames 0 and 1 take the 2 credits and their
+     * xor tries lose), frames 4-39 nudged (an xor try would win).  In
+     * frame order frames 2-32 are skipped candidates and frame 33 the
+     * probe (one in 32), whatever the number of encoders racing for
+     * frames; when the encoders spent the credit in the order they
+     * reached frames, a nudged frame taking a credit before a new one
+     * became xor. */
     enum { NF = 40, PER = FRAME / 4 };
     char *root = make_tmpdir_tagged("delta");
     float *v0 = xmalloc(sizeof(float) * NF * PER);
@@ -586,11 +587,11 @@ START_TEST(xor_budget_in_frame_order)
         ckpt_reader *rd = open_ck(root, name);
         ckpt_error err = { 0 };
         size_t t = (size_t)ckpt_reader_find(rd, "t");
-        for (uint64_t f = 0; f <= 35; f++) {
+        for (uint64_t f = 0; f <= 33; f++) {
             ckpt_frame_info fi;
             ck_assert_msg(ckpt_reader_frame(rd, t, 0, f, &fi, &err) == 0,
                           "%s", err.msg);
-            int want_xor = f == 35;
+            int want_xor = f == 33;
             ck_assert_msg((fi.codec == CKPT_CODEC_XOR) == want_xor &&
                           fi.codec != CKPT_CODEC_REF,
                           "%d threads: frame %llu has codec %d", threads[k],
@@ -659,6 +660,71 @@ START_TEST(data_hash_from_frames)
 }
 END_TEST
 
+/* The coded size of diff (n bytes of f32 XOR) as an xor frame. */
+static size_t xor_coded(const unsigned char *diff, size_t n)
+{
+    ckpt_codec_ctx *c = ckpt_codec_ctx_new();
+    ck_assert_ptr_nonnull(c);
+    ckpt_error err = { 0 };
+    size_t cap = CKPT_XOR_HEAD + ckpt_codec_bound(n), got;
+    unsigned char *enc = xmalloc(cap);
+    ck_assert_msg(ckpt_xor_encode(c, CKPT_CODEC_BG_F32, 1, 4, diff, n, enc,
+                                  cap, &got, &err) == 0, "%s", err.msg);
+    free(enc);
+    ckpt_codec_ctx_free(c);
+    return got;
+}
+
+START_TEST(xor_hopeless_is_sound)
+{
+    /* ckpt_xor_hopeless lets the writer skip coding an xor frame that
+     * cannot pay: whenever it says so, the frame coded is indeed over the
+     * limit; and it does say so for a frame of a dense training step
+     * (every element moved), so that such a try costs no coding. */
+    const size_t n = 1 << 20;
+    float *a = xmalloc(n), *b = xmalloc(n);
+    unsigned char *diff = xmalloc(n);
+    rng r = { 11 };
+    int said = 0;
+    /* moves from none to large, on a share of the elements from 1/64 to
+     * all of them */
+    const float step[] = { 1e-7f, 1e-5f, 1e-3f, 1e-1f, 10.0f };
+    for (size_t si = 0; si < sizeof step / sizeof *step; si++) {
+        for (int every = 1; every <= 64; every *= 4) {
+            for (size_t i = 0; i < n / 4; i++) {
+                a[i] = (float)(int64_t)(rnd(&r) % 200001 - 100000) / 1e4f;
+                b[i] = a[i];
+                if (i % (size_t)every == 0)
+                    b[i] += step[si] * (float)(int64_t)(rnd(&r) % 201 - 100);
+            }
+            ckpt_xor_bytes(diff, a, b, n);
+            size_t coded = xor_coded(diff, n);
+            for (size_t limit = n / 16; limit <= n; limit += n / 16) {
+                if (!ckpt_xor_hopeless(diff, n, 4, limit))
+                    continue;
+                said++;
+                ck_assert_msg(coded > limit, "step %g, 1 in %d moved: "
+                              "hopeless at %zu but coded in %zu",
+                              (double)step[si], every, limit, coded);
+            }
+            if (every == 1 && step[si] >= 1e-3f)
+                ck_assert_msg(ckpt_xor_hopeless(diff, n, 4, n * 2 / 3 * 4 / 5),
+                              "dense step %g not told hopeless (coded %zu)",
+                              (double)step[si], coded);
+        }
+    }
+    ck_assert_int_gt(said, 0);
+    /* a few changed rows: runs of zeros, never hopeless */
+    memset(diff, 0, n);
+    for (size_t i = 4096; i < 8192; i++)
+        diff[i] = (unsigned char)rnd(&r);
+    ck_assert(!ckpt_xor_hopeless(diff, n, 4, 1));
+    free(a);
+    free(b);
+    free(diff);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("delta");
@@ -677,6 +743,7 @@ static Suite *suite(void)
     tcase_add_test(tc, gc_keeps_bases);
     tcase_add_test(tc, xor_budget_in_frame_order);
     tcase_add_test(tc, data_hash_from_frames);
+    tcase_add_test(tc, xor_hopeless_is_sound);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -122,6 +122,8 @@ struct ckpt_stream {
                                     encode whole frames from it, uncopied */
     ckpt_base_frame *bf;         /* delta saves: the base chunk's frames */
     size_t nbf;
+    int tries;                   /* submitted slots holding an xor try,
+                                    not drained yet */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int rc;                      /* first error, sticky */
@@ -720,6 +722,8 @@ static void drain_one(ckpt_stream *s)
     ckpt_writer *w = s->w;
     wait_slot(s, sl);
     s->head++;
+    if (sl->ticket == TICKET_CREDIT || sl->ticket == TICKET_PROBE)
+        s->tries--;
     if (sl->rc == 0)
         xor_settle(w, sl->ticket, sl->codec);
     if (s->rc)
@@ -761,6 +765,24 @@ static void drain_all(ckpt_stream *s)
     s->borrowed = 0;
 }
 
+/* The ticket of sl (about to be submitted) to try an xor frame.  Out of
+ * credit while tries of the stream are in flight, it waits for them to
+ * be drained: their results decide, rather than how far ahead of them
+ * frames were handed out (otherwise, the frames submitted while the
+ * first tries are coded would all be skipped, even where every try wins). */
+static int xor_ticket(ckpt_stream *s, const slot *sl)
+{
+    const ckpt_base_frame *bf = s->nbf ? base_frame(sl) : NULL;
+    if (!bf || bf->depth + 1 >= s->w->opts.full_every)
+        return TICKET_NONE;
+    while (atomic_load(&s->w->xor_credit) <= 0 && s->tries > 0)
+        drain_one(s);
+    int t = xor_reserve(s->w);
+    if (t == TICKET_CREDIT || t == TICKET_PROBE)
+        s->tries++;
+    return t;
+}
+
 /* Hands ring[tail] (holding n bytes at src) to the pool. */
 static void submit_slot(ckpt_stream *s, const unsigned char *src, size_t n)
 {
@@ -769,10 +791,7 @@ static void submit_slot(ckpt_stream *s, const unsigned char *src, size_t n)
     sl->n = n;
     sl->seq = s->tail;
     sl->done = 0;
-    sl->ticket = TICKET_NONE;
-    const ckpt_base_frame *bf = s->nbf ? base_frame(sl) : NULL;
-    if (bf && bf->depth + 1 < s->w->opts.full_every)
-        sl->ticket = xor_reserve(s->w);
+    sl->ticket = xor_ticket(s, sl);
     s->tail++;
     s->fill = 0;
     if (ckpt_pool_submit(s->w->pool, encode_task, sl)) {

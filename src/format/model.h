@@ -90,7 +90,8 @@ void ckpt_piece_clear(ckpt_piece_rec *p);
 /* The metadata key naming how a checkpoint's data_hash values are made,
  * and its one value: CKPT_DATA_HASH_FRAMES, ckpt_frames_hash.  Without
  * the key, data_hash is the XXH3-64 of the piece's raw bytes
- * (docs/FORMAT.md, "data_hash"). */
+ * (docs/FORMAT.md, "data_hash").  A writer's local plan records it in
+ * its info table, read back as metadata of the save. */
 #define CKPT_META_DATA_HASH "data_hash"
 #define CKPT_DATA_HASH_FRAMES "frames"
 

@@ -315,10 +315,6 @@ int ckpt_writer_open_on(ckpt_writer **out, const char *dir, const char *name,
         rc = ckpt_save_begin_on(&w->lease, dir, h, err);
     if (rc == 0)
         rc = open_files(w, err);
-    /* The pieces' data_hash is ckpt_frames_hash: the index says so. */
-    if (rc == 0 && ckpt_manifest_set_meta(&w->pending, CKPT_META_DATA_HASH,
-                                          CKPT_DATA_HASH_FRAMES, w->name))
-        rc = ckpt_err(err, -ENOMEM, "out of memory");
     if (rc == 0 && w->base)
         rc = open_base(w, err);
     if (rc == 0)

@@ -100,6 +100,8 @@ class Saver(object):
         """Makes staging memory for nbytes of state now (pinned where the
         saver reads CUDA tensors: about 0.4 s per GiB), so that the first
         save_async does not pay for it in its stall."""
+        if int(nbytes) < 0:
+            raise ValueError("reserve: %r is not a byte count" % (nbytes,))
         err = C.Error()
         check(C.lib.ckpt_saver_reserve(self._h, int(nbytes),
                                        ctypes.byref(err)), err)

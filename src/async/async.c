@@ -325,9 +325,16 @@ int ckpt_saver_reserve(ckpt_saver *sv, uint64_t bytes, ckpt_error *err)
 {
     if (!sv)
         return ckpt_err_null(err, "ckpt_saver_reserve", "saver");
-    if (bytes > SIZE_MAX)
-        return ckpt_err(err, -ENOMEM, "ckpt_saver_reserve: %llu bytes do "
-                        "not fit in memory", (unsigned long long)bytes);
+    /* Staging is host memory: more than the machine has is a mistake
+     * (a size in the wrong unit), refused before any allocation. */
+    long pages = sysconf(_SC_PHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+    uint64_t ram = pages > 0 && psize > 0 ? (uint64_t)pages * (uint64_t)psize
+                                          : UINT64_MAX;
+    if (bytes > ram || bytes > SIZE_MAX)
+        return ckpt_err(err, -ENOMEM, "ckpt_saver_reserve: %llu bytes of "
+                        "staging is more than this machine's memory (%llu "
+                        "bytes)", (unsigned long long)bytes,
+                        (unsigned long long)ram);
     return ckpt_stage_reserve(sv->stage, (size_t)bytes, err);
 }
 

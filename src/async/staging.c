@@ -254,7 +254,7 @@ static void slab_put(ckpt_stage *st, unsigned char *p)
 
 int ckpt_stage_reserve(ckpt_stage *st, size_t bytes, ckpt_error *err)
 {
-    size_t want = (bytes + st->slab - 1) / st->slab;
+    size_t want = bytes / st->slab + (bytes % st->slab != 0);
     if (st->max_slabs && want > st->max_slabs)
         want = st->max_slabs;
     for (;;) {

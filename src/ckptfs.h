@@ -235,7 +235,8 @@ int ckpt_writer_set_meta(ckpt_writer *w, const char *key, const char *value,
                          ckpt_error *err);
 /* 1 if metadata key `key` is one ckptfs sets itself at commit
  * (format_version, created, producer, world_size, identity, a delta's
- * base): a copy of a checkpoint's metadata leaves these out. */
+ * base, data_hash: how the chunks' hashes are made): a copy of a
+ * checkpoint's metadata leaves these out. */
 int ckpt_meta_reserved(const char *key);
 /* Records every closed piece in the local plan (after an fdatasync of the
  * shard, with sync = 1, which the plan notes so that the commit does not

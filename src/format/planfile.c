@@ -150,10 +150,17 @@ static int plan_init(ckpt_planfile *pf, const char *writer, ckpt_error *err)
     ckpt_db_val who[] = { CKPT_DB_TEXT("writer"), CKPT_DB_TEXT(writer) };
     ckpt_db_val producer[] = { CKPT_DB_TEXT("producer"),
                                CKPT_DB_TEXT("ckptfs " CKPT_VERSION_STRING) };
+    /* How this writer's pieces' data_hash is made, read back as the
+     * save's metadata (beside the other info rows: no page more to
+     * write than before, where a tmpfs save is counted in pages). */
+    ckpt_db_val hash[] = { CKPT_DB_TEXT(CKPT_META_DATA_HASH),
+                           CKPT_DB_TEXT(CKPT_DATA_HASH_FRAMES) };
     if (!rc)
         rc = run(pf, PS_INFO, who, 2, err);
     if (!rc)
         rc = run(pf, PS_INFO, producer, 2, err);
+    if (!rc)
+        rc = run(pf, PS_INFO, hash, 2, err);
     if (!rc)
         rc = mark_unsynced(pf, err);
     if (!rc)
@@ -565,6 +572,10 @@ static int read_all(sqlite3 *db, preader *r)
     if (!rc)
         rc = ckpt_db_each(db, "SELECT key, value FROM meta ORDER BY key",
                           r->path, meta_row, r, r->err);
+    if (!rc)
+        rc = ckpt_db_each(db, "SELECT key, value FROM info WHERE key = '"
+                          CKPT_META_DATA_HASH "'", r->path, meta_row, r,
+                          r->err);
     int has_declared = 0;
     if (!rc)
         rc = ckpt_db_each(db, "SELECT 1 FROM sqlite_master WHERE type = "

@@ -235,8 +235,8 @@ int ckpt_writer_set_meta(ckpt_writer *w, const char *key, const char *value,
                          ckpt_error *err);
 /* 1 if metadata key `key` is one ckptfs sets itself at commit
  * (format_version, created, producer, world_size, identity, a delta's
- * base, layout.reused): a copy of a checkpoint's metadata leaves these
- * out. */
+ * base, data_hash: how the chunks' hashes are made, layout.reused): a
+ * copy of a checkpoint's metadata leaves these out. */
 int ckpt_meta_reserved(const char *key);
 /* Records every closed piece in the local plan (after an fdatasync of the
  * shard, with sync = 1, which the plan notes so that the commit does not
@@ -619,6 +619,12 @@ void ckpt_saver_destroy(ckpt_saver *s);
 /* 1 when this saver can save CUDA device memory (built with CUDA and a
  * device is usable), else 0. */
 int ckpt_saver_cuda(const ckpt_saver *s);
+/* Allocates staging memory for `bytes` of state now (at most the cap),
+ * so that the first save does not pay for it in its stall: pinned memory
+ * where a device is usable costs about 0.4 s per GiB to make.  Every save
+ * grows the pool to its state's size anyway, before staging.  0, or
+ * -ENOMEM (what was made stays). */
+int ckpt_saver_reserve(ckpt_saver *s, uint64_t bytes, ckpt_error *err);
 
 typedef struct ckpt_save_opts {
     size_t size;                   /* sizeof(ckpt_save_opts) */
@@ -679,6 +685,19 @@ int ckpt_save_sync(const char *dir, const ckpt_piece *pieces, size_t n,
  * with -EFAULT. */
 int ckpt_load_region(ckpt_reader *r, size_t idx, const int64_t *offsets,
                      const int64_t *sizes, void *dst, ckpt_error *err);
+
+/* Like ckpt_read_batch, but each item's dst may also be CUDA device memory
+ * (as for ckpt_load_region).  Every item is checked first (tensor, region,
+ * dst: "item I of N: ..."), then the host items are read as one
+ * ckpt_read_batch and the device items as one pipeline: their regions are
+ * packed into two pinned bounce buffers (32 MiB each), each buffer's
+ * frames decoded by all of the reader's threads at once and copied to the
+ * device while the other buffer is read.  Loading a state of many tensors
+ * into device memory this way costs one pinned allocation in all, where
+ * ckpt_load_region costs one per call.  On failure some destinations may
+ * have been written. */
+int ckpt_load_batch(ckpt_reader *r, const ckpt_read_item *items, size_t n,
+                    ckpt_error *err);
 
 /* ------------------------------------------------------------------ export */
 

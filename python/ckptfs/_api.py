@@ -48,12 +48,24 @@ def save(path, state, *, codec="auto", level=None, frame_size=None,
 # ------------------------------------------------------------------ load
 
 def load(path, into=None, *, framework=None, allow_pickle=False, widen=True,
-         threads=None):
+         threads=None, device=None):
     """Loads a checkpoint: into the tensors of the state dict `into`, in
-    place (returned), or as a new state dict.  See docs/PYTHON.md."""
+    place (returned), or as a new state dict; `device` (a new state only):
+    its tensors as torch tensors on that device, e.g. "cuda".  See
+    docs/PYTHON.md."""
     if framework not in (None, "np", "pt"):
         raise ValueError("framework must be None, 'np' or 'pt', not %r"
                          % (framework,))
+    if device is not None:
+        if into is not None:
+            raise ValueError("device= is for a new state; a state to load "
+                             "into keeps its tensors where they are")
+        if framework == "np":
+            raise ValueError("device=%r needs torch tensors, not "
+                             "framework='np'" % (device,))
+        import torch
+        device = torch.device(device)
+        framework = "pt"
     r = Reader(path, threads)
     try:
         # Only ckptfs.save writes a tree, and only into a ckptfs
@@ -61,7 +73,7 @@ def load(path, into=None, *, framework=None, allow_pickle=False, widen=True,
         # __metadata__) is not ours, and ignored.
         tree = (parse_tree(r.meta().get(TREE_KEY), r.path)
                 if r.format == "ckptfs" else None)
-        loader = _Loader(r, tree, framework, allow_pickle, widen)
+        loader = _Loader(r, tree, framework, allow_pickle, widen, device)
         if into is None:
             return loader.new()
         loader.into(into)
@@ -80,11 +92,14 @@ def _node_at(root, path):
 
 
 class _Loader(object):
-    def __init__(self, reader, tree, framework, allow_pickle, widen):
+    def __init__(self, reader, tree, framework, allow_pickle, widen,
+                 device=None):
         self.r, self.tree = reader, tree
         self.framework, self.allow_pickle, self.widen = (framework,
                                                          allow_pickle, widen)
+        self.device = device   # a torch.device for a new state, or None
         self.fetched = {}      # fqn: its stored array, read in one batch
+        self.placed = {}       # fqn: its tensor on self.device, loaded
 
     def _refuse_pickles(self, node):
         """Before anything is read: UnsupportedError if a pickled object
@@ -102,6 +117,9 @@ class _Loader(object):
         """The value of an Item of the tree: unpickled only here, and only
         with allow_pickle."""
         i = self.r.index(item.fqn)
+        placed = self.placed.pop(item.fqn, None)
+        if placed is not None:
+            return placed
         raw = self.fetched.pop(item.fqn, None)
         if raw is None:
             raw = self.r.read_array(i)
@@ -122,22 +140,65 @@ class _Loader(object):
             value = convert(raw, code, "np", self.widen)
             return value[()] if isinstance(value, np.ndarray) else value
         fw = self.framework or ("pt" if item.flavour == "pt" else "np")
-        return convert(raw, code, fw, self.widen, "tensor '%s'" % item.fqn)
+        return self._placed(convert(raw, code, fw, self.widen,
+                                    "tensor '%s'" % item.fqn))
+
+    def _placed(self, value):
+        """value moved to self.device when it is a tensor (one that
+        _place could not load there directly)."""
+        if self.device is not None and is_torch_tensor(value):
+            return value.to(self.device)
+        return value
+
+    def _place(self, fqns):
+        """Loads the tensors `fqns` whose stored dtype torch has straight
+        into new tensors on self.device, in one ckpt_load_batch; returns
+        the fqns left to read on the host."""
+        import torch
+        rest, batch = [], []
+        for f in fqns:
+            i = self.r.index(f)
+            _, code, shape, _ = self.r.raw_info(i)
+            tdt = (_dtypes.torch_dtype(code, torch) if code != C.BYTES
+                   else None)
+            if tdt is None:
+                rest.append(f)
+                continue
+            t = torch.empty(tuple(shape), dtype=tdt, device=self.device)
+            self.placed[f] = t
+            if t.numel():
+                batch.append((i, t.data_ptr()))
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)   # the allocations first
+        self.r.load_batch(batch)
+        return rest
 
     def new(self):
         if self.tree is not None:
             self._refuse_pickles(self.tree)
             fqns = [item.fqn for item in self.tree.items]
+            if self.device is not None:
+                fqns = self._place([it.fqn for it in self.tree.items
+                                    if it.kind == "tensor"
+                                    and it.flavour != "sc"])
+                fqns += [it.fqn for it in self.tree.items
+                         if it.kind != "tensor" or it.flavour == "sc"]
             arrays = self.r.read_arrays([self.r.index(f) for f in fqns])
             self.fetched = dict(zip(fqns, arrays))
             return self.tree.root.build(self._leaf)
         out = {}
-        arrays = self.r.read_arrays(range(self.r.count()))
-        for i, raw in enumerate(arrays):
-            name, code, _, _ = self.r.raw_info(i)
-            out[name] = convert(raw, code, self.framework or "np",
-                                self.widen, "tensor '%s'" % name)
-        return out
+        names = [self.r.raw_info(i)[0] for i in range(self.r.count())]
+        todo = (self._place(names) if self.device is not None else names)
+        arrays = self.r.read_arrays([self.r.index(f) for f in todo])
+        for name, raw in zip(todo, arrays):
+            code = self.r.raw_info(self.r.index(name))[1]
+            out[name] = self._placed(convert(raw, code,
+                                             self.framework or "np",
+                                             self.widen,
+                                             "tensor '%s'" % name))
+        out.update(self.placed)
+        self.placed = {}
+        return {name: out[name] for name in names}
 
     # -------------------------------------------------------- into a state
     def into(self, into):
@@ -155,14 +216,17 @@ class _Loader(object):
                                       % (fqn, self.r.path))
             self._refuse_pickles(node)
             later.append((path, node, fqn))
-        batch, rest = [], []
+        batch, dev, rest = [], [], []
         for i, code, dest in reads:
             addr = _host_addr(code, dest)
-            if addr is None:
+            if addr is None and _device_addr(code, dest):
+                dev.append((i, code, dest))
+            elif addr is None:
                 rest.append((i, code, dest))
             elif addr:
                 batch.append((i, addr))
         self.r.read_batch(batch)       # straight into place, all at once
+        rest += self._load_device(dev)
         for i, code, dest in rest:
             self._fill(i, code, dest)
         repl = {}
@@ -191,6 +255,24 @@ class _Loader(object):
                                 "in the state to load into"
                                 % (fqn, _dtypes.name(code), dest.dtype))
         return i, code, dest
+
+    def _load_device(self, dev):
+        """Loads (i, code, dest) items whose dest is a contiguous CUDA
+        tensor of the stored dtype in one ckpt_load_batch; returns them
+        all for _fill when this libckptfs cannot reach device memory
+        (built without CUDA: EFAULT), else []."""
+        if not dev:
+            return []
+        import torch
+        for d in {dest.device for _, _, dest in dev}:
+            torch.cuda.synchronize(d)          # torch's work on them first
+        try:
+            self.r.load_batch([(i, dest.data_ptr()) for i, _, dest in dev])
+        except OSError as exc:
+            if exc.errno != errno.EFAULT:
+                raise
+            return dev
+        return []
 
     def _fill(self, i, code, dest):
         """Reads tensor i into `dest`, one that _host_addr cannot take
@@ -248,6 +330,19 @@ def _host_addr(code, dest):
             and dest.flags.c_contiguous and dest.flags.writeable
             and dest.dtype.byteorder != ">"):
         return dest.ctypes.data
+    return None
+
+
+def _device_addr(code, dest):
+    """The device address a tensor of dtype `code` loads to as it is
+    stored, for a CUDA tensor `dest` (contiguous, of that dtype, not
+    empty); else None."""
+    if not is_torch_tensor(dest) or dest.device.type != "cuda":
+        return None
+    import torch
+    if (dest.numel() and dest.is_contiguous()
+            and dest.dtype == _dtypes.torch_dtype(code, torch)):
+        return dest.data_ptr()
     return None
 
 

@@ -96,6 +96,16 @@ class Saver(object):
         device (a libckptfs built with CUDA, a usable device)."""
         return bool(self._h and C.lib.ckpt_saver_cuda(self._h))
 
+    def reserve(self, nbytes):
+        """Makes staging memory for nbytes of state now (pinned where the
+        saver reads CUDA tensors: about 0.4 s per GiB), so that the first
+        save_async does not pay for it in its stall."""
+        if int(nbytes) < 0:
+            raise ValueError("reserve: %r is not a byte count" % (nbytes,))
+        err = C.Error()
+        check(C.lib.ckpt_saver_reserve(self._h, int(nbytes),
+                                       ctypes.byref(err)), err)
+
     def save_async(self, path, state, *, codec="auto", level=None,
                    frame_size=None, meta=None, threads=None,
                    allow_pickle=False, sync=True, base=None,

@@ -204,6 +204,7 @@ _SIGNATURES = {
     "ckpt_read_region": (c_int, [_P, c_size_t, I64P, I64P, c_void_p, _ERR]),
     "ckpt_read_batch": (c_int, [_P, POINTER(ReadItem), c_size_t, _ERR]),
     "ckpt_load_region": (c_int, [_P, c_size_t, I64P, I64P, c_void_p, _ERR]),
+    "ckpt_load_batch": (c_int, [_P, POINTER(ReadItem), c_size_t, _ERR]),
     "ckpt_reader_stats": (None, [_P, POINTER(Stats)]),
     "ckpt_diff": (c_int64, [_P, _P, DIFF_FN, c_void_p, _ERR]),
     # asynchronous saves
@@ -211,6 +212,7 @@ _SIGNATURES = {
     "ckpt_saver_create": (c_int, [_PP, POINTER(SaverOpts), _ERR]),
     "ckpt_saver_destroy": (None, [_P]),
     "ckpt_saver_cuda": (c_int, [_P]),
+    "ckpt_saver_reserve": (c_int, [_P, c_uint64, _ERR]),
     "ckpt_save_async": (c_int, [_P, c_char_p, POINTER(Piece), c_size_t,
                                 POINTER(SaveOpts), _PP, _ERR]),
     "ckpt_save_poll": (c_int, [_P]),

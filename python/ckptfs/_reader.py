@@ -254,6 +254,15 @@ class Reader(object):
         """Reads many tensors in one call, the work of all of them shared
         out among the reader's threads: items are (i, addr) for the whole
         of tensor i, or (i, addr, offsets, sizes) for a region of it."""
+        self._batch(C.lib.ckpt_read_batch, items)
+
+    def load_batch(self, items):
+        """read_batch where an addr may also be CUDA device memory
+        (ckpt_load_batch: one pipeline through pinned buffers for all the
+        device items)."""
+        self._batch(C.lib.ckpt_load_batch, items)
+
+    def _batch(self, fn, items):
         if not items:
             return
         arr = (C.ReadItem * len(items))()
@@ -268,8 +277,7 @@ class Reader(object):
                 slot.sizes = keep[-1]
         err = C.Error()
         with self._use() as h:
-            check(C.lib.ckpt_read_batch(h, arr, len(items),
-                                        ctypes.byref(err)), err)
+            check(fn(h, arr, len(items), ctypes.byref(err)), err)
 
     def read_arrays(self, indices):
         """New NumPy arrays (of their dtypes' storage types) holding the

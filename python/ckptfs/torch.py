@@ -493,22 +493,46 @@ class StorageReader(_dcp.StorageReader):
 
     @classmethod
     def _read_group(cls, r, group, planner):
-        batch, rest = [], []
+        batch, dev, rest = [], [], []
         for req, i, target in group:
             offsets, sizes = cls._region(req, target)
             if target.numel() == 0:
                 continue
             code = r.raw_info(i)[1]
-            if (target.device.type == "cpu" and target.is_contiguous()
+            item = (i, target.data_ptr(), offsets, sizes)
+            if not (target.is_contiguous()
                     and target.dtype == _dtypes.torch_dtype(code, torch)):
-                batch.append((i, target.data_ptr(), offsets, sizes))
+                rest.append((i, req, target, offsets, sizes, code))
+            elif target.device.type == "cpu":
+                batch.append(item)
+            elif target.device.type == "cuda":
+                dev.append((item, (i, req, target, offsets, sizes, code)))
             else:
                 rest.append((i, req, target, offsets, sizes, code))
         r.read_batch(batch)
+        rest += cls._read_device(r, dev)
         for item in rest:
             cls._read_other(r, *item)
         for req, _, target in group:
             planner.commit_tensor(req, target)
+
+    @staticmethod
+    def _read_device(r, dev):
+        """Regions into contiguous CUDA tensors of the stored dtype, all
+        in one ckpt_load_batch (pinned bounce buffers shared by all);
+        returns them for _read_other when this libckptfs cannot reach
+        device memory (built without CUDA: EFAULT), else []."""
+        if not dev:
+            return []
+        for d in {other[2].device for _, other in dev}:
+            torch.cuda.synchronize(d)        # torch's work on them first
+        try:
+            r.load_batch([item for item, _ in dev])
+        except OSError as exc:
+            if exc.errno != errno.EFAULT:
+                raise
+            return [other for _, other in dev]
+        return []
 
     @staticmethod
     def _region(req, target):

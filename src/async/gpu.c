@@ -100,7 +100,7 @@ int ckpt_gpu_copy_async(ckpt_gpu_stream *s, void *dst, const void *src,
                         const char **why)
 {
     cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s->s);
-    if (e == cudaSuccess)
+    if (e == cudaSuccess && done)
         e = cudaLaunchHostFunc(s->s, done, arg);
     if (e == cudaSuccess)
         return 0;
@@ -108,6 +108,65 @@ int ckpt_gpu_copy_async(ckpt_gpu_stream *s, void *dst, const void *src,
     /* Whatever was queued on the stream must land before the caller
      * reuses the memory. */
     cudaStreamSynchronize(s->s);
+    *why = cudaGetErrorString(e);
+    return -EIO;
+}
+
+int ckpt_gpu_stream_sync(ckpt_gpu_stream *s, const char **why)
+{
+    cudaError_t e = cudaStreamSynchronize(s->s);
+    if (e == cudaSuccess)
+        return 0;
+    cudaGetLastError();
+    *why = cudaGetErrorString(e);
+    return -EIO;
+}
+
+struct ckpt_gpu_event {
+    cudaEvent_t e;
+};
+
+int ckpt_gpu_event_create(ckpt_gpu_event **out)
+{
+    ckpt_gpu_event *ev = malloc(sizeof *ev);
+    *out = NULL;
+    if (!ev)
+        return -ENOMEM;
+    if (cudaEventCreateWithFlags(&ev->e, cudaEventDisableTiming) !=
+        cudaSuccess) {
+        cudaGetLastError();
+        free(ev);
+        return -EIO;
+    }
+    *out = ev;
+    return 0;
+}
+
+void ckpt_gpu_event_destroy(ckpt_gpu_event *ev)
+{
+    if (!ev)
+        return;
+    cudaEventDestroy(ev->e);
+    free(ev);
+}
+
+int ckpt_gpu_event_record(ckpt_gpu_event *ev, ckpt_gpu_stream *s,
+                          const char **why)
+{
+    cudaError_t e = cudaEventRecord(ev->e, s->s);
+    if (e == cudaSuccess)
+        return 0;
+    cudaGetLastError();
+    *why = cudaGetErrorString(e);
+    return -EIO;
+}
+
+int ckpt_gpu_event_wait(ckpt_gpu_event *ev, const char **why)
+{
+    cudaError_t e = cudaEventSynchronize(ev->e);
+    if (e == cudaSuccess)
+        return 0;
+    cudaGetLastError();
     *why = cudaGetErrorString(e);
     return -EIO;
 }
@@ -124,26 +183,31 @@ int ckpt_gpu_copy_to_host(void *dst, const void *src, size_t n,
 }
 
 struct ckpt_gpu_upload {
-    unsigned char *dst;
     unsigned char *buf[2];
-    cudaEvent_t ev[2];          /* buffer b's last copy has landed */
+    cudaEvent_t ev[2];          /* buffer b's last copies have landed */
     cudaStream_t stream;
     int k;                      /* buffers pushed */
-    size_t at;                  /* bytes of dst queued */
     size_t buf_bytes;
-    int old_dev;                /* the caller's device, restored at close */
+    int dev;                    /* the device of the stream */
+    int old_dev;                /* the caller's device, restored at end */
 };
 
-/* Waits for the stream, frees everything, restores the device. */
-static int upload_free(ckpt_gpu_upload *u, int rc, ckpt_error *err)
+int ckpt_gpu_device_of(const void *p)
 {
-    if (u->stream) {
-        cudaError_t e = cudaStreamSynchronize(u->stream);
-        if (rc == 0 && e != cudaSuccess)
-            rc = ckpt_err(err, -EIO, "load: CUDA copy to the device failed: "
-                          "%s", cudaGetErrorString(e));
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, p) == cudaSuccess)
+        return a.device;
+    cudaGetLastError();
+    return 0;
+}
+
+void ckpt_gpu_upload_free(void *arg)
+{
+    ckpt_gpu_upload *u = arg;
+    if (!u)
+        return;
+    if (u->stream)
         cudaStreamDestroy(u->stream);
-    }
     for (int b = 0; b < 2; b++) {
         if (u->ev[b])
             cudaEventDestroy(u->ev[b]);
@@ -151,26 +215,51 @@ static int upload_free(ckpt_gpu_upload *u, int rc, ckpt_error *err)
             cudaFreeHost(u->buf[b]);
     }
     cudaGetLastError();
-    cudaSetDevice(u->old_dev);
     free(u);
+}
+
+int ckpt_gpu_upload_end(ckpt_gpu_upload *u, int rc, ckpt_error *err)
+{
+    if (u->stream) {
+        cudaError_t e = cudaStreamSynchronize(u->stream);
+        if (rc == 0 && e != cudaSuccess)
+            rc = ckpt_err(err, -EIO, "load: CUDA copy to the device failed: "
+                          "%s", cudaGetErrorString(e));
+    }
+    cudaGetLastError();
+    cudaSetDevice(u->old_dev);
     return rc;
 }
 
-int ckpt_gpu_upload_open(ckpt_gpu_upload **out, void *dst, size_t buf_bytes,
-                         ckpt_error *err)
+int ckpt_gpu_upload_close(ckpt_gpu_upload *u, int rc, ckpt_error *err)
+{
+    rc = ckpt_gpu_upload_end(u, rc, err);
+    ckpt_gpu_upload_free(u);
+    return rc;
+}
+
+int ckpt_gpu_upload_fits(const ckpt_gpu_upload *u, const void *dev_hint,
+                         size_t buf_bytes)
+{
+    return u->buf_bytes >= buf_bytes && u->dev == ckpt_gpu_device_of(dev_hint);
+}
+
+void ckpt_gpu_upload_begin(ckpt_gpu_upload *u)
+{
+    cudaGetDevice(&u->old_dev);
+    cudaSetDevice(u->dev);
+}
+
+int ckpt_gpu_upload_open(ckpt_gpu_upload **out, const void *dev_hint,
+                         size_t buf_bytes, ckpt_error *err)
 {
     ckpt_gpu_upload *u = calloc(1, sizeof *u);
     *out = NULL;
     if (!u)
         return ckpt_err(err, -ENOMEM, "out of memory");
-    u->dst = dst;
     u->buf_bytes = buf_bytes;
-    int dev = 0;
-    struct cudaPointerAttributes a;
-    if (cudaPointerGetAttributes(&a, dst) == cudaSuccess)
-        dev = a.device;
-    cudaGetDevice(&u->old_dev);
-    cudaSetDevice(dev);
+    u->dev = ckpt_gpu_device_of(dev_hint);
+    ckpt_gpu_upload_begin(u);
     if (cudaStreamCreateWithFlags(&u->stream, cudaStreamNonBlocking) !=
             cudaSuccess ||
         cudaEventCreateWithFlags(&u->ev[0], cudaEventDisableTiming) !=
@@ -179,10 +268,10 @@ int ckpt_gpu_upload_open(ckpt_gpu_upload **out, void *dst, size_t buf_bytes,
             cudaSuccess ||
         cudaHostAlloc((void **)&u->buf[0], buf_bytes, 0) != cudaSuccess ||
         cudaHostAlloc((void **)&u->buf[1], buf_bytes, 0) != cudaSuccess)
-        return upload_free(u, ckpt_err(err, -ENOMEM, "load: cannot set up "
-                                       "pinned bounce buffers and a stream: "
-                                       "%s", cudaGetErrorString(
-                                           cudaGetLastError())), err);
+        return ckpt_gpu_upload_close(u, ckpt_err(err, -ENOMEM, "load: cannot "
+                                     "set up pinned bounce buffers and a "
+                                     "stream: %s", cudaGetErrorString(
+                                         cudaGetLastError())), err);
     *out = u;
     return 0;
 }
@@ -198,24 +287,29 @@ int ckpt_gpu_upload_buffer(ckpt_gpu_upload *u, void **buf, ckpt_error *err)
     return 0;
 }
 
-int ckpt_gpu_upload_push(ckpt_gpu_upload *u, size_t n, ckpt_error *err)
+int ckpt_gpu_upload_copy(ckpt_gpu_upload *u, void *dst, size_t off, size_t n,
+                         ckpt_error *err)
 {
-    int b = u->k++ % 2;
-    cudaError_t e = cudaMemcpyAsync(u->dst + u->at, u->buf[b], n,
-                                    cudaMemcpyHostToDevice, u->stream);
-    if (e == cudaSuccess)
-        e = cudaEventRecord(u->ev[b], u->stream);
-    if (e != cudaSuccess)
+    cudaError_t e = cudaMemcpyAsync(dst, u->buf[u->k % 2] + off, n,
+                                    cudaMemcpyDefault, u->stream);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
         return ckpt_err(err, -EIO, "load: host-to-device copy of %zu bytes "
-                        "to %p failed: %s", n, (void *)(u->dst + u->at),
-                        cudaGetErrorString(e));
-    u->at += n;
+                        "to %p failed: %s", n, dst, cudaGetErrorString(e));
+    }
     return 0;
 }
 
-int ckpt_gpu_upload_close(ckpt_gpu_upload *u, int rc, ckpt_error *err)
+int ckpt_gpu_upload_push(ckpt_gpu_upload *u, ckpt_error *err)
 {
-    return upload_free(u, rc, err);
+    int b = u->k++ % 2;
+    cudaError_t e = cudaEventRecord(u->ev[b], u->stream);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        return ckpt_err(err, -EIO, "load: CUDA event record failed: %s",
+                        cudaGetErrorString(e));
+    }
+    return 0;
 }
 
 #else /* the host fallback: no device, ever */
@@ -232,6 +326,11 @@ int ckpt_gpu_usable(const char **why)
 }
 
 int ckpt_gpu_is_device_ptr(const void *p)
+{
+    return 0;
+}
+
+int ckpt_gpu_device_of(const void *p)
 {
     return 0;
 }
@@ -263,6 +362,35 @@ int ckpt_gpu_copy_async(ckpt_gpu_stream *s, void *dst, const void *src,
     return -ENOTSUP;
 }
 
+int ckpt_gpu_stream_sync(ckpt_gpu_stream *s, const char **why)
+{
+    *why = NO_CUDA;
+    return -ENOTSUP;
+}
+
+int ckpt_gpu_event_create(ckpt_gpu_event **out)
+{
+    *out = NULL;
+    return -ENOTSUP;
+}
+
+void ckpt_gpu_event_destroy(ckpt_gpu_event *ev)
+{
+}
+
+int ckpt_gpu_event_record(ckpt_gpu_event *ev, ckpt_gpu_stream *s,
+                          const char **why)
+{
+    *why = NO_CUDA;
+    return -ENOTSUP;
+}
+
+int ckpt_gpu_event_wait(ckpt_gpu_event *ev, const char **why)
+{
+    *why = NO_CUDA;
+    return -ENOTSUP;
+}
+
 int ckpt_gpu_copy_to_host(void *dst, const void *src, size_t n,
                           const char **why)
 {
@@ -270,8 +398,8 @@ int ckpt_gpu_copy_to_host(void *dst, const void *src, size_t n,
     return -ENOTSUP;
 }
 
-int ckpt_gpu_upload_open(ckpt_gpu_upload **out, void *dst, size_t buf_bytes,
-                         ckpt_error *err)
+int ckpt_gpu_upload_open(ckpt_gpu_upload **out, const void *dev_hint,
+                         size_t buf_bytes, ckpt_error *err)
 {
     *out = NULL;
     return ckpt_err(err, -ENOTSUP, "load into device memory: " NO_CUDA);
@@ -282,14 +410,39 @@ int ckpt_gpu_upload_buffer(ckpt_gpu_upload *u, void **buf, ckpt_error *err)
     return ckpt_err(err, -ENOTSUP, "load into device memory: " NO_CUDA);
 }
 
-int ckpt_gpu_upload_push(ckpt_gpu_upload *u, size_t n, ckpt_error *err)
+int ckpt_gpu_upload_copy(ckpt_gpu_upload *u, void *dst, size_t off, size_t n,
+                         ckpt_error *err)
 {
     return ckpt_err(err, -ENOTSUP, "load into device memory: " NO_CUDA);
+}
+
+int ckpt_gpu_upload_push(ckpt_gpu_upload *u, ckpt_error *err)
+{
+    return ckpt_err(err, -ENOTSUP, "load into device memory: " NO_CUDA);
+}
+
+int ckpt_gpu_upload_end(ckpt_gpu_upload *u, int rc, ckpt_error *err)
+{
+    return rc;
+}
+
+int ckpt_gpu_upload_fits(const ckpt_gpu_upload *u, const void *dev_hint,
+                         size_t buf_bytes)
+{
+    return 0;
+}
+
+void ckpt_gpu_upload_begin(ckpt_gpu_upload *u)
+{
 }
 
 int ckpt_gpu_upload_close(ckpt_gpu_upload *u, int rc, ckpt_error *err)
 {
     return rc;
+}
+
+void ckpt_gpu_upload_free(void *u)
+{
 }
 
 #endif

@@ -2,8 +2,8 @@
  * staging.c - staging memory for asynchronous saves (see staging.h): the
  * slab pool with its cap, the copy engine (host copy threads; CUDA
  * copies into pinned slabs on the pool's streams), the staged stream that
- * a save's background writer reads, and loads into device memory through
- * pinned bounce buffers.  The CUDA calls themselves are gpu.c's: this file
+ * a save's background writer reads.  Loads into device memory are
+ * devload.c's.  The CUDA calls themselves are gpu.c's: this file
  * takes the same paths whether or not the library was built with CUDA.
  */
 #include "async/staging.h"
@@ -27,8 +27,7 @@
 #define MAX_COPY_THREADS 4
 /* Host copies below this size are done by the producer itself. */
 #define INLINE_COPY ((size_t)256 << 10)
-#define NSTREAMS 2
-/* Each of the two pinned bounce buffers of a device load. */
+/* The pinned bounce buffer that hashes device memory. */
 #define BOUNCE_BYTES ((size_t)16 << 20)
 
 struct ckpt_stage {
@@ -42,15 +41,16 @@ struct ckpt_stage {
     ckpt_pool *copy;
     int ncopy;
     int cuda;                    /* a device is usable: pinned slabs */
-    ckpt_gpu_stream *streams[NSTREAMS];
-    unsigned next_stream;
+    ckpt_gpu_stream *stream;     /* device-to-host copies, in order */
 };
 
 typedef struct slabent {
     unsigned char *p;            /* NULL once given back */
     size_t len;                  /* bytes appended */
-    long pending;                /* copies not landed */
+    long pending;                /* host copies not landed */
     int sealed;                  /* no more bytes will be appended */
+    int dev;                     /* device copies queued, not seen landed */
+    ckpt_gpu_event *ev;          /* recorded after its last device copy */
 } slabent;
 
 struct ckpt_staged {
@@ -64,6 +64,7 @@ struct ckpt_staged {
     int starved;                 /* the producer waited for a free slab */
     int host;                    /* some bytes come from host memory */
     int dropping;                /* the consumer discards: stop copying */
+    int anydev;                  /* some bytes come from device memory */
     int rc;                      /* first copy error */
     ckpt_error err;
     size_t rslab, roff;          /* consumer cursor */
@@ -161,13 +162,10 @@ int ckpt_stage_create(ckpt_stage **out, size_t cap, size_t slab,
     int rc = ckpt_pool_create(&st->copy, st->ncopy, err);
     const char *why = NULL;
     st->cuda = rc == 0 && ckpt_gpu_usable(&why);
-    for (int i = 0; st->cuda && i < NSTREAMS; i++)
-        if (ckpt_gpu_stream_create(&st->streams[i]) != 0) {
-            rc = ckpt_err(err, -EIO, "staging: cannot create a CUDA stream");
-            for (int j = 0; j < i; j++)
-                ckpt_gpu_stream_destroy(st->streams[j]);
-            st->cuda = 0;
-        }
+    if (st->cuda && ckpt_gpu_stream_create(&st->stream) != 0) {
+        rc = ckpt_err(err, -EIO, "staging: cannot create a CUDA stream");
+        st->cuda = 0;
+    }
     if (rc) {
         ckpt_stage_destroy(st);
         return rc;
@@ -185,8 +183,8 @@ void ckpt_stage_destroy(ckpt_stage *st)
     for (size_t i = 0; i < st->nfree; i++)
         slab_free(st, st->free[i]);
     free(st->free);
-    for (int i = 0; st->cuda && i < NSTREAMS; i++)
-        ckpt_gpu_stream_destroy(st->streams[i]);
+    if (st->cuda)
+        ckpt_gpu_stream_destroy(st->stream);
     pthread_mutex_destroy(&st->mu);
     pthread_cond_destroy(&st->cv);
     free(st);
@@ -252,6 +250,42 @@ static void slab_put(ckpt_stage *st, unsigned char *p)
     st->free[st->nfree++] = p;
     pthread_cond_broadcast(&st->cv);
     pthread_mutex_unlock(&st->mu);
+}
+
+int ckpt_stage_reserve(ckpt_stage *st, size_t bytes, ckpt_error *err)
+{
+    size_t want = bytes / st->slab + (bytes % st->slab != 0);
+    if (st->max_slabs && want > st->max_slabs)
+        want = st->max_slabs;
+    for (;;) {
+        pthread_mutex_lock(&st->mu);
+        int more = st->nalloc < want;
+        pthread_mutex_unlock(&st->mu);
+        if (!more)
+            return 0;
+        /* A fresh slab (the free list is empty while nalloc < want only
+         * if saves hold the others), straight back into the pool. */
+        unsigned char *p = NULL;
+        pthread_mutex_lock(&st->mu);
+        unsigned char **f = realloc(st->free, (st->nalloc + 1) * sizeof *f);
+        if (f) {
+            st->free = f;
+            st->nalloc++;
+        }
+        pthread_mutex_unlock(&st->mu);
+        p = f ? slab_alloc(st) : NULL;
+        if (!p) {
+            pthread_mutex_lock(&st->mu);
+            if (f)
+                st->nalloc--;
+            pthread_mutex_unlock(&st->mu);
+            return ckpt_err(err, -ENOMEM, "staging: out of %smemory "
+                            "reserving %zu bytes (%zu slabs of %zu made)",
+                            st->cuda ? "pinned " : "", bytes, st->nalloc,
+                            st->slab);
+        }
+        slab_put(st, p);
+    }
 }
 
 /* ------------------------------------------------------------ memory kinds */
@@ -387,25 +421,56 @@ static void host_copy_task(void *arg, int worker)
     free(t);
 }
 
-static void device_copy_done(void *arg)
-{
-    ctask *t = arg;
-    copy_done(t->s, t->idx, NULL);
-    free(t);
-}
-
-static int device_copy(ckpt_staged *s, ctask *t, ckpt_error *err)
+/* Queues a device-to-host copy into slab idx on the pool's one stream
+ * and records the slab's event after it.  No host callback follows a
+ * copy: the copies run back to back at the link's speed, whatever the
+ * CPUs are doing, and whoever needs the slab waits for its event. */
+static int device_copy(ckpt_staged *s, size_t idx, void *dst, const void *src,
+                       size_t n, ckpt_error *err)
 {
     ckpt_stage *st = s->st;
-    ckpt_gpu_stream *str = st->streams[st->next_stream++ % NSTREAMS];
     const char *why = NULL;
-    /* On failure, what was queued on the stream has landed: the slab may
-     * move. */
-    if (ckpt_gpu_copy_async(str, t->dst, t->src, t->n, device_copy_done, t,
-                            &why) == 0)
-        return 0;
-    return ckpt_err(err, -EIO, "staging: device-to-host copy of %zu bytes "
-                    "from %p failed: %s", t->n, t->src, why);
+    pthread_mutex_lock(&s->mu);
+    ckpt_gpu_event *ev = s->v[idx].ev;
+    s->anydev = 1;
+    pthread_mutex_unlock(&s->mu);
+    int rc = ev ? 0 : ckpt_gpu_event_create(&ev);
+    if (rc)
+        return ckpt_err(err, -EIO, "staging: cannot create a CUDA event");
+    pthread_mutex_lock(&s->mu);
+    s->v[idx].ev = ev;               /* only the producer sets it */
+    pthread_mutex_unlock(&s->mu);
+    /* On failure, what was queued on the stream has landed. */
+    rc = ckpt_gpu_copy_async(st->stream, dst, src, n, NULL, NULL, &why);
+    if (rc == 0)
+        rc = ckpt_gpu_event_record(ev, st->stream, &why);
+    if (rc)
+        return ckpt_err(err, -EIO, "staging: device-to-host copy of %zu "
+                        "bytes from %p failed: %s", n, src, why);
+    pthread_mutex_lock(&s->mu);
+    s->v[idx].dev = 1;
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+}
+
+/* With s->mu held: waits (without it) until slab k's device copies have
+ * landed; a failed copy fails the stream. */
+static void settle(ckpt_staged *s, size_t k)
+{
+    if (!s->v[k].dev)
+        return;
+    ckpt_gpu_event *ev = s->v[k].ev;
+    const char *why = NULL;
+    pthread_mutex_unlock(&s->mu);
+    int rc = ckpt_gpu_event_wait(ev, &why);
+    pthread_mutex_lock(&s->mu);
+    if (rc) {
+        ckpt_error e = { 0 };
+        ckpt_err(&e, -EIO, "staging: a device-to-host copy failed: %s", why);
+        copy_failed(s, &e);
+    }
+    s->v[k].dev = 0;
+    pthread_cond_broadcast(&s->cv);
 }
 
 /* Queues one copy of n bytes into slab idx. */
@@ -416,6 +481,16 @@ static int submit_copy(ckpt_staged *s, size_t idx, void *dst, const void *src,
         memcpy(dst, src, n);
         return 0;
     }
+    if (kind == CKPT_MEM_DEVICE) {
+        int rc = device_copy(s, idx, dst, src, n, err);
+        if (rc) {
+            pthread_mutex_lock(&s->mu);
+            copy_failed(s, err ? err : &(ckpt_error){ .code = rc });
+            pthread_cond_broadcast(&s->cv);
+            pthread_mutex_unlock(&s->mu);
+        }
+        return rc;
+    }
     ctask *t = malloc(sizeof *t);
     if (!t)
         return ckpt_err(err, -ENOMEM, "out of memory");
@@ -424,16 +499,7 @@ static int submit_copy(ckpt_staged *s, size_t idx, void *dst, const void *src,
     s->v[idx].pending++;
     s->inflight++;
     pthread_mutex_unlock(&s->mu);
-    int rc;
-    if (kind == CKPT_MEM_DEVICE) {
-        rc = device_copy(s, t, err);
-        if (rc) {
-            copy_done(s, idx, err);
-            free(t);
-        }
-        return rc;
-    }
-    rc = ckpt_pool_submit(s->st->copy, host_copy_task, t);
+    int rc = ckpt_pool_submit(s->st->copy, host_copy_task, t);
     if (rc) {
         /* Queue full of memory: copy here instead. */
         host_copy_task(t, 0);
@@ -542,6 +608,23 @@ int ckpt_staged_close(ckpt_staged *s, ckpt_error *err)
     pthread_cond_broadcast(&s->cv);
     while (s->inflight > 0)
         pthread_cond_wait(&s->cv, &s->mu);
+    if (s->anydev) {
+        /* Every device copy must have landed before the caller may
+         * overwrite its memory: one wait for the whole stream. */
+        const char *why = NULL;
+        pthread_mutex_unlock(&s->mu);
+        int drc = ckpt_gpu_stream_sync(s->st->stream, &why);
+        pthread_mutex_lock(&s->mu);
+        if (drc) {
+            ckpt_error e = { 0 };
+            ckpt_err(&e, -EIO, "staging: a device-to-host copy failed: %s",
+                     why);
+            copy_failed(s, &e);
+        }
+        for (size_t k = 0; k < s->nv; k++)
+            s->v[k].dev = 0;
+        pthread_cond_broadcast(&s->cv);
+    }
     int rc = s->rc;
     if (rc && err)
         *err = s->err;
@@ -554,12 +637,17 @@ static int slab_ready(const slabent *e)
     return e->sealed && e->pending == 0;
 }
 
-/* With s->mu held: gives slab k back to the pool. */
+/* With s->mu held: gives slab k back to the pool (its device copies
+ * have landed: settle, or the producer's close). */
 static void give_back(ckpt_staged *s, size_t k)
 {
     if (s->v[k].p) {
         slab_put(s->st, s->v[k].p);
         s->v[k].p = NULL;
+    }
+    if (s->v[k].ev) {
+        ckpt_gpu_event_destroy(s->v[k].ev);
+        s->v[k].ev = NULL;
     }
 }
 
@@ -590,6 +678,10 @@ int ckpt_staged_read(ckpt_staged *s, size_t want, const void **p, size_t *n,
          * encoding of what has landed. */
         if (!slab_ready(e) || (s->host && !s->closed && !s->starved)) {
             pthread_cond_wait(&s->cv, &s->mu);
+            continue;
+        }
+        if (e->dev) {
+            settle(s, s->rslab);
             continue;
         }
         if (s->roff == e->len) {
@@ -623,6 +715,7 @@ void ckpt_staged_drain(ckpt_staged *s)
     s->dropping = 1;
     for (;;) {
         while (s->rslab < s->nv && slab_ready(&s->v[s->rslab])) {
+            settle(s, s->rslab);
             give_back(s, s->rslab);
             s->rslab++;
             s->roff = 0;
@@ -648,95 +741,4 @@ void ckpt_staged_free(ckpt_staged *s)
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
     free(s);
-}
-
-/* ------------------------------------------------------------ device loads */
-
-/* Cuts region (off, size) of an ndim tensor into sub-boxes whose row-major
- * images are consecutive runs of the region's image, each at most `cap`
- * bytes (at least one element), and calls fn on each in order. */
-typedef int (*box_fn)(void *arg, const int64_t *off, const int64_t *size,
-                      size_t bytes);
-
-static int for_each_box(int ndim, const int64_t *off, const int64_t *size,
-                        size_t isz, size_t cap, box_fn fn, void *arg)
-{
-    int64_t o[CKPT_MAX_DIMS], z[CKPT_MAX_DIMS], idx[CKPT_MAX_DIMS];
-    if (ndim == 0)
-        return fn(arg, off, size, isz);
-    for (int d = 0; d < ndim; d++)
-        if (size[d] == 0)
-            return 0;
-    /* d: the outermost dim whose inner rows fit, one row per step of d. */
-    int d = ndim - 1;
-    size_t inner = isz;
-    for (int k = ndim - 1; k > 0; k--) {
-        size_t next = inner * (size_t)size[k];
-        if (next > cap)
-            break;
-        inner = next;
-        d = k - 1;
-    }
-    int64_t step = (int64_t)(cap / inner);
-    if (step < 1)
-        step = 1;
-    memset(idx, 0, sizeof idx);
-    for (;;) {
-        for (int64_t j = 0; j < size[d]; j += step) {
-            int64_t len = size[d] - j < step ? size[d] - j : step;
-            for (int k = 0; k < ndim; k++) {
-                o[k] = off[k] + (k < d ? idx[k] : 0);
-                z[k] = k < d ? 1 : size[k];
-            }
-            o[d] = off[d] + j;
-            z[d] = len;
-            int rc = fn(arg, o, z, inner * (size_t)len);
-            if (rc)
-                return rc;
-        }
-        int k = d - 1;
-        while (k >= 0 && ++idx[k] == size[k])
-            idx[k--] = 0;
-        if (k < 0)
-            return 0;
-    }
-}
-
-typedef struct dload {
-    ckpt_reader *r;
-    size_t idx;
-    ckpt_gpu_upload *up;
-    ckpt_error *err;
-} dload;
-
-/* Reads one box into the next bounce buffer and queues its upload. */
-static int dload_box(void *arg, const int64_t *off, const int64_t *size,
-                     size_t bytes)
-{
-    dload *L = arg;
-    void *buf;
-    int rc = ckpt_gpu_upload_buffer(L->up, &buf, L->err);
-    if (rc == 0)
-        rc = ckpt_read_region(L->r, L->idx, off, size, buf, L->err);
-    if (rc == 0)
-        rc = ckpt_gpu_upload_push(L->up, bytes, L->err);
-    return rc;
-}
-
-int ckpt_stage_load_device(ckpt_reader *r, size_t idx, const int64_t *offsets,
-                           const int64_t *sizes, void *dst, ckpt_error *err)
-{
-    static const int64_t zeros[CKPT_MAX_DIMS];
-    ckpt_tensor_info ti;
-    if (ckpt_reader_info(r, idx, &ti))
-        return ckpt_err(err, -EINVAL, "load: no tensor %zu", idx);
-    const int64_t *off = offsets ? offsets : zeros;
-    const int64_t *size = sizes ? sizes : ti.shape;
-    dload L = { .r = r, .idx = idx, .err = err };
-    int rc = ckpt_gpu_upload_open(&L.up, dst, BOUNCE_BYTES, err);
-    if (rc)
-        return rc;
-    rc = for_each_box(ti.ndim, off, size, ckpt_dtype_size(ti.dtype),
-                      BOUNCE_BYTES, dload_box, &L);
-    return ckpt_gpu_upload_close(L.up, rc, err);
 }

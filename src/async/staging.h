@@ -40,6 +40,10 @@ void ckpt_stage_destroy(ckpt_stage *st);
  * recognised). */
 int ckpt_stage_cuda(const ckpt_stage *st);
 size_t ckpt_stage_slab_bytes(const ckpt_stage *st);
+/* Grows the pool until it holds `bytes` of slabs (at most its cap), so
+ * that staging that much takes no allocation: 0, or -ENOMEM with a
+ * message (the slabs made so far stay). */
+int ckpt_stage_reserve(ckpt_stage *st, size_t bytes, ckpt_error *err);
 
 /* Where the n bytes at p live: CKPT_MEM_HOST or CKPT_MEM_DEVICE, or a
  * negative error (-EFAULT) with a message naming `what` when they are
@@ -82,10 +86,5 @@ void ckpt_staged_drain(ckpt_staged *s);
 /* Frees the stream, giving every slab it still holds back to the pool.
  * Both the producer and the consumer must be done with it. */
 void ckpt_staged_free(ckpt_staged *s);
-
-/* Loads through pinned bounce buffers: reads region (offsets, sizes) of
- * tensor idx into dst, which may be CUDA device memory. */
-int ckpt_stage_load_device(ckpt_reader *r, size_t idx, const int64_t *offsets,
-                           const int64_t *sizes, void *dst, ckpt_error *err);
 
 #endif

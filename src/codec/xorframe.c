@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "codec/huff.h"
 #include "common/error.h"
 
 #define XOR_VERSION 1
@@ -44,6 +45,38 @@ static int mostly_zero(const unsigned char *p, size_t n)
         zero += any == 0;
     }
     return blocks && zero * 8 >= blocks * SPARSE_EIGHTHS;
+}
+
+/* Items of a diff sampled by ckpt_xor_hopeless: one in XOR_SAMPLE, a
+ * prime, so that the sample does not line up with the power-of-two
+ * periods of tensors (every fourth element, or row, changed). */
+#define XOR_SAMPLE 7
+
+int ckpt_xor_hopeless(const void *diff, size_t n, size_t itemsize,
+                      size_t limit)
+{
+    const unsigned char *p = diff;
+    if (itemsize == 0 || itemsize > 8)
+        return 0;
+    uint32_t hist[8][256];
+    memset(hist, 0, sizeof hist);
+    size_t items = n / itemsize, got = 0, zero = 0;
+    for (size_t i = 0; i < items; i += XOR_SAMPLE, got++) {
+        unsigned any = 0;
+        for (size_t k = 0; k < itemsize; k++) {
+            hist[k][p[i * itemsize + k]]++;
+            any |= p[i * itemsize + k];
+        }
+        zero += any == 0;
+    }
+    /* Where many items are unchanged, zstd codes the zeros between the
+     * changed ones in fewer bits than their entropy alone says. */
+    if (got == 0 || zero * 2 >= got)
+        return 0;
+    double bits = 0;
+    for (size_t k = 0; k < itemsize; k++)
+        bits += ckpt_hist_entropy(hist[k], got) * (double)items;
+    return bits / 8 > (double)limit;
 }
 
 int ckpt_xor_encode(ckpt_codec_ctx *c, int codec, int level,

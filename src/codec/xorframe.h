@@ -29,6 +29,16 @@ int ckpt_xor_encode(ckpt_codec_ctx *c, int codec, int level,
                     size_t itemsize, const void *diff, size_t n, void *dst,
                     size_t cap, size_t *out_n, ckpt_error *err);
 
+/* 1 when the n XOR bytes of `diff` (items of itemsize bytes) surely
+ * cannot be coded in `limit` bytes by the byte-grouped codecs, which code
+ * byte k of every item as one plane: most of its items changed (else
+ * zstd's runs of zeros may beat any estimate), and the order-0 entropy of
+ * its planes, estimated from one item in 7, is above `limit` (no coder of
+ * single bytes does better, and the bytes of densely changed floats have
+ * no repeats for zstd to find).  Costs a tenth of coding them. */
+int ckpt_xor_hopeless(const void *diff, size_t n, size_t itemsize,
+                      size_t limit);
+
 /* Decodes an xor frame (src, stored_n bytes) against the base frame's raw
  * bytes `base` into exactly raw_n bytes at dst.  -EIO when it is corrupt
  * (bad header, unknown inner codec, wrong length). */

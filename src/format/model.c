@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/xxh.h"
+
 int ckpt_array_reserve(void **arr, size_t *cap, size_t need, size_t elem)
 {
     if (need <= *cap)
@@ -182,5 +184,27 @@ int ckpt_piece_add_frame(ckpt_piece_rec *p, const ckpt_frame_rec *f)
              sizeof *p->frames))
         return -ENOMEM;
     p->frames[p->nframes++] = *f;
+    return 0;
+}
+
+int ckpt_frames_hash(const ckpt_frame_rec *f, size_t n, uint64_t *out)
+{
+    if (n == 1) {
+        *out = f[0].checksum;
+        return 0;
+    }
+    XXH3_state_t *st = XXH3_createState();
+    if (!st || XXH3_64bits_reset(st) != XXH_OK) {
+        XXH3_freeState(st);
+        return -ENOMEM;
+    }
+    for (size_t i = 0; i < n; i++) {
+        unsigned char le[8];
+        for (int b = 0; b < 8; b++)
+            le[b] = (unsigned char)(f[i].checksum >> (8 * b));
+        XXH3_64bits_update(st, le, sizeof le);
+    }
+    *out = (uint64_t)XXH3_64bits_digest(st);
+    XXH3_freeState(st);
     return 0;
 }

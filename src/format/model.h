@@ -34,7 +34,10 @@ typedef struct ckpt_piece_rec {
     char *writer;           /* writer name (e.g. "rank3"), for messages */
     uint64_t raw_bytes;     /* prod(sizes) * itemsize */
     uint64_t stored_bytes;  /* sum of the frames' stored sizes */
-    uint64_t data_hash;     /* XXH3-64 of the whole piece's raw bytes */
+    uint64_t data_hash;     /* the piece's content hash: ckpt_frames_hash
+                               of its frames (what a writer records, meta
+                               CKPT_META_DATA_HASH), or the XXH3-64 of its
+                               raw bytes (indexes without that key) */
     ckpt_frame_rec *frames;
     size_t nframes, frames_cap;
 } ckpt_piece_rec;
@@ -83,5 +86,21 @@ int ckpt_manifest_declare(ckpt_manifest *m, const char *fqn,
 int ckpt_piece_add_frame(ckpt_piece_rec *p, const ckpt_frame_rec *f);
 /* Frees the strings and frames of a piece (not the piece itself). */
 void ckpt_piece_clear(ckpt_piece_rec *p);
+
+/* The metadata key naming how a checkpoint's data_hash values are made,
+ * and its one value: CKPT_DATA_HASH_FRAMES, ckpt_frames_hash.  Without
+ * the key, data_hash is the XXH3-64 of the piece's raw bytes
+ * (docs/FORMAT.md, "data_hash").  A writer's local plan records it in
+ * its info table, read back as metadata of the save. */
+#define CKPT_META_DATA_HASH "data_hash"
+#define CKPT_DATA_HASH_FRAMES "frames"
+
+/* The data_hash of a piece of n frames: the one frame's checksum when
+ * n == 1 (then the XXH3-64 of the raw bytes, as before the key), else
+ * the XXH3-64 (seed 0) of the frames' checksums as consecutive
+ * little-endian uint64s, in frame order.  Costs 8 bytes hashed a frame,
+ * where hashing the raw bytes again cost a second pass over them.
+ * Returns 0, or -ENOMEM. */
+int ckpt_frames_hash(const ckpt_frame_rec *f, size_t n, uint64_t *out);
 
 #endif

@@ -168,10 +168,17 @@ static int plan_init(ckpt_planfile *pf, const char *writer, ckpt_error *err)
     ckpt_db_val who[] = { CKPT_DB_TEXT("writer"), CKPT_DB_TEXT(writer) };
     ckpt_db_val producer[] = { CKPT_DB_TEXT("producer"),
                                CKPT_DB_TEXT("ckptfs " CKPT_VERSION_STRING) };
+    /* How this writer's pieces' data_hash is made, read back as the
+     * save's metadata (beside the other info rows: no page more to
+     * write than before, where a tmpfs save is counted in pages). */
+    ckpt_db_val hash[] = { CKPT_DB_TEXT(CKPT_META_DATA_HASH),
+                           CKPT_DB_TEXT(CKPT_DATA_HASH_FRAMES) };
     if (!rc)
         rc = run(pf, PS_INFO, who, 2, err);
     if (!rc)
         rc = run(pf, PS_INFO, producer, 2, err);
+    if (!rc)
+        rc = run(pf, PS_INFO, hash, 2, err);
     if (!rc)
         rc = mark_unsynced(pf, err);
     if (!rc)
@@ -645,6 +652,19 @@ static int read_info(sqlite3 *db, preader *r)
     return rc;
 }
 
+/* The plan's metadata, and how its data hashes are made (kept in info,
+ * read back as metadata). */
+static int read_meta(sqlite3 *db, preader *r)
+{
+    int rc = ckpt_db_each(db, "SELECT key, value FROM meta ORDER BY key",
+                          r->path, meta_row, r, r->err);
+    if (!rc)
+        rc = ckpt_db_each(db, "SELECT key, value FROM info WHERE key = '"
+                          CKPT_META_DATA_HASH "'", r->path, meta_row, r,
+                          r->err);
+    return rc;
+}
+
 static int read_all(sqlite3 *db, preader *r)
 {
     int rc = read_info(db, r);
@@ -668,8 +688,7 @@ static int read_all(sqlite3 *db, preader *r)
                             " FROM frames ORDER BY piece_id, seq", r->path,
                           frame_row, r, r->err);
     if (!rc)
-        rc = ckpt_db_each(db, "SELECT key, value FROM meta ORDER BY key",
-                          r->path, meta_row, r, r->err);
+        rc = read_meta(db, r);
     int has_declared = 0;
     if (!rc)
         rc = ckpt_db_each(db, "SELECT 1 FROM sqlite_master WHERE type = "
@@ -865,8 +884,7 @@ static int read_packed_all(sqlite3 *db, packed_reader *pr)
     preader *r = pr->r;
     int rc = read_info(db, r);
     if (!rc)
-        rc = ckpt_db_each(db, "SELECT key, value FROM meta ORDER BY key",
-                          r->path, meta_row, r, r->err);
+        rc = read_meta(db, r);
     int has_declared = 0;
     if (!rc)
         rc = ckpt_db_each(db, "SELECT 1 FROM sqlite_master WHERE type = "

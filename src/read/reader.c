@@ -31,6 +31,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "read/attach.h"
 #include "read/cache.h"
 #include "codec/codec.h"
 #include "codec/zstream.h"
@@ -118,6 +119,9 @@ struct ckpt_reader {
     ckpt_cache *cache;
     ckpt_pool *pool;
     scratch *free_scratch;
+    pthread_mutex_t attach_mu;      /* what follows */
+    void *attached;                 /* read/attach.h */
+    void (*attached_free)(void *);
     pthread_mutex_t scratch_mu;
     _Atomic uint64_t frames_decoded, bytes_decoded, bytes_read, bytes_served;
 };
@@ -1406,10 +1410,35 @@ static int alloc_tables(ckpt_reader *r, ckpt_error *err)
     return 0;
 }
 
+void *ckpt_reader_attached_take(ckpt_reader *r)
+{
+    pthread_mutex_lock(&r->attach_mu);
+    void *obj = r->attached;
+    r->attached = NULL;
+    pthread_mutex_unlock(&r->attach_mu);
+    return obj;
+}
+
+void ckpt_reader_attached_put(ckpt_reader *r, void *obj,
+                              void (*free_fn)(void *))
+{
+    pthread_mutex_lock(&r->attach_mu);
+    int full = r->attached != NULL;
+    if (!full) {
+        r->attached = obj;
+        r->attached_free = free_fn;
+    }
+    pthread_mutex_unlock(&r->attach_mu);
+    if (full)
+        free_fn(obj);
+}
+
 void ckpt_reader_close(ckpt_reader *r)
 {
     if (!r)
         return;
+    if (r->attached)
+        r->attached_free(r->attached);
     if (r->pool)
         ckpt_pool_destroy(r->pool);   /* finishes queued prefetches */
     if (r->cache)
@@ -1445,6 +1474,7 @@ void ckpt_reader_close(ckpt_reader *r)
     free(r->file_seen);
     free(r->file_st);
     pthread_mutex_destroy(&r->scratch_mu);
+    pthread_mutex_destroy(&r->attach_mu);
     free(r);
 }
 
@@ -1516,6 +1546,7 @@ int ckpt_reader_open(ckpt_reader **out, const char *dir,
     pthread_mutex_init(&r->perm_mu, NULL);
     r->index_file = "index.db";
     pthread_mutex_init(&r->scratch_mu, NULL);
+    pthread_mutex_init(&r->attach_mu, NULL);
     r->opts = ro;
     if (!(r->dir = strdup(dir)))
         rc = ckpt_err(err, -ENOMEM, "out of memory");

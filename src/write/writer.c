@@ -35,7 +35,6 @@
 #include "common/pool.h"
 #include "common/shape.h"
 #include "write/writer.h"
-#include "common/xxh.h"
 #include "format/index.h"
 #include "common/optsize.h"
 #include "write/wopts.h"
@@ -50,8 +49,11 @@
  * back.  Where frames change little (rows of a table) nearly every try
  * wins and every frame is tried; where everything changes (dense
  * training), the tries stop after a few and cost one base decode in
- * XOR_PROBE frames. */
-#define XOR_CREDIT 4
+ * XOR_PROBE frames.  The credit is spent in the order frames are
+ * submitted (a ticket each, see xor_reserve) and settled in the order
+ * they are drained, both on the caller's thread: which frames are tried
+ * does not depend on which encoder gets to a frame first. */
+#define XOR_CREDIT 2
 #define XOR_WIN_CREDIT 2
 #define XOR_CREDIT_MAX 64
 #define XOR_PROBE 32
@@ -96,6 +98,7 @@ typedef struct slot {
     uint64_t checksum;
     uint64_t seq;                /* frame number in the piece */
     int64_t base;                /* a delta frame's base id, else 0 */
+    int ticket;                  /* delta saves: its xor_reserve */
     unsigned char *xbuf;         /* delta saves: the base frame, XORed */
     unsigned char *xenc;         /* delta saves: the xor frame */
     int rc;
@@ -110,7 +113,6 @@ struct ckpt_stream {
     int codec;                   /* opts.codec resolved for the dtype */
     uint64_t received;
     uint64_t raw_pos;            /* raw offset of the next frame submitted */
-    XXH3_state_t *hash;
     slot *ring;
     int depth;
     uint64_t head, tail;         /* slots drained / submitted */
@@ -120,6 +122,8 @@ struct ckpt_stream {
                                     encode whole frames from it, uncopied */
     ckpt_base_frame *bf;         /* delta saves: the base chunk's frames */
     size_t nbf;
+    int tries;                   /* submitted slots holding an xor try,
+                                    not drained yet */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int rc;                      /* first error, sticky */
@@ -327,7 +331,8 @@ int ckpt_meta_reserved(const char *key)
 {
     static const char *const reserved[] = {
         "format_version", "created", "producer", "world_size", "identity",
-        CKPT_META_BASE, CKPT_META_BASE_IDENTITY, "layout.reused", NULL
+        CKPT_META_BASE, CKPT_META_BASE_IDENTITY, CKPT_META_DATA_HASH,
+        "layout.reused", NULL
     };
     for (int i = 0; key && reserved[i]; i++)
         if (strcmp(key, reserved[i]) == 0)
@@ -540,8 +545,11 @@ static ckpt_chunk_loc loc_of(const ckpt_stream *s)
 }
 
 /* The xor frame of sl against bf into sl->xenc: its stored size, or 0
- * (and sl->rc set) on error. */
-static size_t encode_xor(slot *sl, const ckpt_base_frame *bf, int worker)
+ * when it would not be coded in `limit` bytes (ckpt_xor_hopeless: not
+ * coded at all, which would cost more than coding the frame whole) or on
+ * error (sl->rc set). */
+static size_t encode_xor(slot *sl, const ckpt_base_frame *bf, size_t limit,
+                         int worker)
 {
     ckpt_stream *s = sl->s;
     ckpt_writer *w = s->w;
@@ -563,6 +571,9 @@ static size_t encode_xor(slot *sl, const ckpt_base_frame *bf, int worker)
     if (sl->rc)
         return 0;
     ckpt_xor_bytes(sl->xbuf, sl->xbuf, sl->src, sl->n);
+    if (s->codec != CKPT_CODEC_RAW &&
+        ckpt_xor_hopeless(sl->xbuf, sl->n, s->itemsize, limit))
+        return 0;
     size_t n = 0;
     int codec = s->codec == CKPT_CODEC_RAW ? CKPT_CODEC_ZSTD : s->codec;
     sl->rc = ckpt_xor_encode(w->ctx[worker], codec, w->opts.level,
@@ -581,24 +592,46 @@ static int xor_pays(size_t xn, size_t whole)
     return xn && xn * 3 <= whole * 2;
 }
 
-static int xor_try(ckpt_writer *w)
+/* A frame's ticket to try an xor frame. */
+enum {
+    TICKET_NONE,        /* no base frame it could be xor against */
+    TICKET_SKIP,        /* a candidate, not to be tried (no credit) */
+    TICKET_CREDIT,      /* to be tried: a credit spent */
+    TICKET_PROBE,       /* to be tried: the probe of XOR_PROBE candidates */
+};
+
+/* At submission, in frame order: the ticket of a frame that has a base
+ * frame it may be xor against. */
+static int xor_reserve(ckpt_writer *w)
 {
-    if (atomic_load(&w->xor_credit) <= 0 &&
-        atomic_fetch_add(&w->xor_skipped, 1) % XOR_PROBE != XOR_PROBE - 1)
-        return 0;
+    if (atomic_load(&w->xor_credit) > 0) {
+        atomic_fetch_sub(&w->xor_credit, 1);
+        return TICKET_CREDIT;
+    }
+    if (atomic_fetch_add(&w->xor_skipped, 1) % XOR_PROBE != XOR_PROBE - 1)
+        return TICKET_SKIP;
     atomic_fetch_sub(&w->xor_credit, 1);
-    return 1;
+    return TICKET_PROBE;
 }
 
-static void xor_won(ckpt_writer *w)
+/* At drain, in frame order: a frame that turned out a ref gives its
+ * ticket back (it tried nothing); an xor frame kept earns credit. */
+static void xor_settle(ckpt_writer *w, int ticket, int codec)
 {
-    int c = atomic_fetch_add(&w->xor_credit, XOR_WIN_CREDIT);
-    if (c + XOR_WIN_CREDIT > XOR_CREDIT_MAX)
-        atomic_store(&w->xor_credit, XOR_CREDIT_MAX);
+    if (codec == CKPT_CODEC_REF) {
+        if (ticket == TICKET_CREDIT || ticket == TICKET_PROBE)
+            atomic_fetch_add(&w->xor_credit, 1);
+        if (ticket == TICKET_SKIP || ticket == TICKET_PROBE)
+            atomic_fetch_sub(&w->xor_skipped, 1);
+    } else if (codec == CKPT_CODEC_XOR) {
+        int c = atomic_fetch_add(&w->xor_credit, XOR_WIN_CREDIT);
+        if (c + XOR_WIN_CREDIT > XOR_CREDIT_MAX)
+            atomic_store(&w->xor_credit, XOR_CREDIT_MAX);
+    }
 }
 
 /* A delta save's choice for sl: a ref when the base frame at its place is
- * identical (same size and XXH3-64); else, when xor_try allows, its xor
+ * identical (same size and XXH3-64); else, when its ticket allows, its xor
  * frame when that pays (xor_pays) against the base frame's own stored
  * size, a fair guess of what this frame costs whole, so that the frame
  * need not be coded twice.  *xor_n is the xor frame's size (0: none
@@ -606,8 +639,6 @@ static void xor_won(ckpt_writer *w)
  * error). */
 static int choose_delta(slot *sl, int worker, size_t *xor_n)
 {
-    ckpt_stream *s = sl->s;
-    ckpt_writer *w = s->w;
     const ckpt_base_frame *bf = base_frame(sl);
     *xor_n = 0;
     if (!bf)
@@ -618,17 +649,16 @@ static int choose_delta(slot *sl, int worker, size_t *xor_n)
         sl->base = bf->holder;
         return 1;
     }
-    if (bf->depth + 1 >= w->opts.full_every || !xor_try(w))
+    if (sl->ticket != TICKET_CREDIT && sl->ticket != TICKET_PROBE)
         return 0;
     size_t whole = bf->plain_size ? bf->plain_size : sl->n / 4;
-    *xor_n = encode_xor(sl, bf, worker);
+    *xor_n = encode_xor(sl, bf, whole * 2 / 3, worker);
     if (sl->rc)
         return 1;
     sl->base = bf->holder;
     if (xor_pays(*xor_n, whole)) {
         sl->codec = CKPT_CODEC_XOR;
         sl->enc_n = *xor_n;
-        xor_won(w);
         return 1;
     }
     return 0;
@@ -656,7 +686,6 @@ static void encode_task(void *arg, int worker)
     if (xor_pays(xor_n, sl->enc_n)) {
         sl->codec = CKPT_CODEC_XOR;
         sl->enc_n = xor_n;
-        xor_won(w);
     } else {
         sl->base = 0;
     }
@@ -690,6 +719,10 @@ static void drain_one(ckpt_stream *s)
     ckpt_writer *w = s->w;
     wait_slot(s, sl);
     s->head++;
+    if (sl->ticket == TICKET_CREDIT || sl->ticket == TICKET_PROBE)
+        s->tries--;
+    if (sl->rc == 0)
+        xor_settle(w, sl->ticket, sl->codec);
     if (s->rc)
         return;
     if (sl->rc) {
@@ -729,6 +762,24 @@ static void drain_all(ckpt_stream *s)
     s->borrowed = 0;
 }
 
+/* The ticket of sl (about to be submitted) to try an xor frame.  Out of
+ * credit while tries of the stream are in flight, it waits for them to
+ * be drained: their results decide, rather than how far ahead of them
+ * frames were handed out (otherwise, the frames submitted while the
+ * first tries are coded would all be skipped, even where every try wins). */
+static int xor_ticket(ckpt_stream *s, const slot *sl)
+{
+    const ckpt_base_frame *bf = s->nbf ? base_frame(sl) : NULL;
+    if (!bf || bf->depth + 1 >= s->w->opts.full_every)
+        return TICKET_NONE;
+    while (atomic_load(&s->w->xor_credit) <= 0 && s->tries > 0)
+        drain_one(s);
+    int t = xor_reserve(s->w);
+    if (t == TICKET_CREDIT || t == TICKET_PROBE)
+        s->tries++;
+    return t;
+}
+
 /* Hands ring[tail] (holding n bytes at src) to the pool. */
 static void submit_slot(ckpt_stream *s, const unsigned char *src, size_t n)
 {
@@ -737,7 +788,7 @@ static void submit_slot(ckpt_stream *s, const unsigned char *src, size_t n)
     sl->n = n;
     sl->seq = s->tail;
     sl->done = 0;
-    XXH3_64bits_update(s->hash, src, n);
+    sl->ticket = xor_ticket(s, sl);
     s->tail++;
     s->fill = 0;
     if (ckpt_pool_submit(s->w->pool, encode_task, sl)) {
@@ -808,8 +859,6 @@ static void stream_free(ckpt_stream *s)
     }
     free(s->bf);
     free(s->ring);
-    if (s->hash)
-        XXH3_freeState(s->hash);
     ckpt_piece_clear(&s->rec);
     pthread_mutex_destroy(&s->mu);
     pthread_cond_destroy(&s->cv);
@@ -885,9 +934,6 @@ int ckpt_writer_begin(ckpt_writer *w, const ckpt_piece *desc,
         s->itemsize = ckpt_dtype_size(s->rec.dtype);
         s->codec = ckpt_codec_resolve(w->opts.codec, s->rec.dtype);
         s->frame = w->opts.frame_size - w->opts.frame_size % s->itemsize;
-        s->hash = XXH3_createState();
-        if (!s->hash || XXH3_64bits_reset(s->hash) != XXH_OK)
-            rc = ckpt_err(err, -ENOMEM, "out of memory");
     }
     if (rc == 0 && w->bases) {
         ckpt_chunk_loc loc = loc_of(s);
@@ -941,6 +987,14 @@ static int stream_write(ckpt_stream *s, const void *buf, size_t len,
             p += s->frame;
             len -= s->frame;
             continue;
+        }
+        if (s->fill == 0 && (lend || s->lend) &&
+            s->received == s->rec.raw_bytes) {
+            /* The piece's last, short frame, lent too: copying it would
+             * cost a pass over bytes that may turn out a ref. */
+            s->borrowed = 1;
+            submit_slot(s, p, len);
+            break;
         }
         slot *sl = &s->ring[s->tail % (uint64_t)s->depth];
         if (s->fill == 0)
@@ -1036,8 +1090,12 @@ int ckpt_stream_end_as(ckpt_stream *s, const ckpt_piece *actual,
                       "%llu were written", s->rec.fqn,
                       (unsigned long long)s->rec.raw_bytes,
                       (unsigned long long)s->received);
+    /* The piece's hash from its frames' checksums, which the encoders
+     * computed: the raw bytes are hashed once (#28). */
+    if (rc == 0 && ckpt_frames_hash(s->rec.frames, s->rec.nframes,
+                                    &s->rec.data_hash))
+        rc = ckpt_err(err, -ENOMEM, "out of memory");
     if (rc == 0) {
-        s->rec.data_hash = XXH3_64bits_digest(s->hash);
         pthread_mutex_lock(&w->mu);
         ckpt_piece_rec *r = ckpt_manifest_add_piece(&w->pending);
         if (r) {

@@ -32,6 +32,7 @@ delta alternating.  The machine may be shared: the load average is printed.
 """
 import os
 import shutil
+import sqlite3
 import statistics
 import sys
 import tempfile
@@ -60,6 +61,25 @@ def files_of(path):
 def stored_bytes(path):
     return sum(os.path.getsize(os.path.join(path, "data", f))
                for f in os.listdir(os.path.join(path, "data")))
+
+
+def frame_kinds(path):
+    """The frames of a checkpoint by kind: ref, xor and whole (any other
+    codec), each as (count, raw MiB)."""
+    db = sqlite3.connect("file:%s?mode=ro" % os.path.join(path, "index.db"),
+                         uri=True)
+    try:
+        rows = db.execute("SELECT c.name, count(*), sum(f.raw_size) FROM "
+                          "frames f JOIN codecs c ON c.id = f.codec "
+                          "GROUP BY c.name").fetchall()
+    finally:
+        db.close()
+    kinds = {"ref": [0, 0.0], "xor": [0, 0.0], "whole": [0, 0.0]}
+    for name, n, raw in rows:
+        k = kinds[name if name in ("ref", "xor") else "whole"]
+        k[0] += n
+        k[1] += raw / 2**20
+    return kinds
 
 
 def drop(paths):
@@ -159,6 +179,10 @@ class Case(object):
                   self.raw / 2**20, self.t["full"], self.cpu["full"],
                   size["full"] / 2**20, self.t["delta"], self.cpu["delta"],
                   size["delta"] / 2**20))
+        kinds = frame_kinds(os.path.join(self.dir, "delta"))
+        print("  delta frames: " + ", ".join(
+            "%d %s (%.1f MiB)" % (kinds[k][0], k, kinds[k][1])
+            for k in ("ref", "xor", "whole")))
         for cold in (True, False):
             w = "cold" if cold else "warm"
             print("  load %s: full %.3f s (%.0f MiB/s, CPU %.3f s), delta "

@@ -7,6 +7,7 @@ the background part raise from wait() with nothing committed; the earlier
 checkpoint is untouched throughout.  The reference is a copy of the state
 made before the call."""
 import copy
+import errno
 import os
 import warnings
 
@@ -91,6 +92,23 @@ class Async(util.TempDir):
 
     def test_overwrite_after_return(self):
         self.overwrite_case()
+
+    def test_reserve_then_save(self):
+        with ckptfs.Saver() as saver:
+            saver.reserve(8 << 20)        # the staging, before any save
+            state = make_state(4)
+            ref = reference(state)
+            h = saver.save_async(self.path("ck"), state)
+            scribble(state)
+            h.wait()
+            self.check(self.path("ck"), ref)
+            with self.assertRaises(ValueError):
+                saver.reserve(-1)         # not a byte count
+            with self.assertRaises(ckptfs.CheckpointError) as cm:
+                saver.reserve(1 << 62)    # more than the machine has
+            self.assertEqual(cm.exception.errno, errno.ENOMEM)
+            self.assertIn("more than this machine's memory",
+                          str(cm.exception))
 
     def test_overwrite_with_small_staging_cap(self):
         # 1 MiB of staging for a ~3.5 MiB state: staged in slices

@@ -484,6 +484,39 @@ class Torch(Base):
         with self.assertRaises(ckptfs.MismatchError):
             ckptfs.load(ck, into={"bf": torch.zeros(7)})    # f32 != bf16
 
+    def test_load_to_device(self):
+        """load(device=) gives torch tensors on that device, read straight
+        into them (one ckpt_load_batch), equal to the saved ones; values
+        that are not tensors stay as they are.  Here the device is the
+        CPU; tests/gpu/torch_gpu.py does the same with "cuda"."""
+        state = {"w": torch.randn(40, 30), "b": torch.randn(9).to(
+            torch.bfloat16), "n": np.arange(12, dtype=np.int16),
+            "e": torch.zeros(0, 3), "lr": 0.5, "tag": b"x"}
+        ck = self.path("ck")
+        ckptfs.save(ck, state)
+        back = ckptfs.load(ck, device="cpu")
+        self.assertEqual(set(back), set(state))
+        for k in ("w", "b", "e"):
+            self.assertIsInstance(back[k], torch.Tensor)
+            self.assertTrue(same(state[k], back[k]), k)
+        self.assertIsInstance(back["n"], torch.Tensor)   # NumPy saved: torch
+        self.assertTrue(np.array_equal(back["n"].numpy(), state["n"]))
+        self.assertEqual(back["lr"], 0.5)
+        self.assertEqual(back["tag"], b"x")
+        # A foreign checkpoint (a flat dict): the same.
+        st = self.path("m.safetensors")
+        util.ckpt("export", ck, st, "--tensors", "w,b", check=True)
+        flat = ckptfs.load(st, device=torch.device("cpu"))
+        self.assertEqual(sorted(flat), ["b", "w"])
+        self.assertTrue(same(state["w"], flat["w"]))
+        self.assertTrue(same(state["b"], flat["b"]))
+        with self.assertRaises(ValueError) as cm:
+            ckptfs.load(ck, into=state, device="cpu")
+        self.assertIn("device= is for a new state", str(cm.exception))
+        with self.assertRaises(ValueError) as cm:
+            ckptfs.load(ck, framework="np", device="cpu")
+        self.assertIn("framework='np'", str(cm.exception))
+
     def test_unsupported_dtype(self):
         # A dtype ckptfs has no equivalent for: bits8 (torch 2.1+), else a
         # quantized tensor (torch 1.13 has no dense dtype ckptfs lacks).

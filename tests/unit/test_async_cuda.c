@@ -3,7 +3,8 @@
  * back into device memory, compared element by element with a host
  * reference made before the save; the device buffers are overwritten
  * (cudaMemset) right after the save call returns.  Also a mix of host and
- * device pieces, and a staging cap smaller than the state.
+ * device pieces, a staging cap smaller than the state, and ckpt_load_batch
+ * of device and host destinations together.
  *
  * Exits 77 (skipped, with a message) in a build without CUDA or where no
  * CUDA device is usable: the host-only path of the same build is what
@@ -23,6 +24,7 @@ int main(void)
 #else
 #include <check.h>
 #include <cuda_runtime_api.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -112,6 +114,41 @@ static void roundtrip(size_t cap)
     ck_assert_int_eq(ckpt_load_region(r, (size_t)ckpt_reader_find(r, "h"),
                                       NULL, NULL, back, &err), 0);
     ck_assert_mem_eq(back, rh, nh);
+    /* One batch: device and host destinations, a whole tensor, a region
+     * and a second tensor packed into the same bounce buffer. */
+    void *lb;
+    ck_assert_int_eq(cudaMalloc(&lb, nb), cudaSuccess);
+    ck_assert_int_eq(cudaMemset(lw, 0, nw), cudaSuccess);
+    ck_assert_int_eq(cudaMemset(lb, 0, nb), cudaSuccess);
+    unsigned char *hreg = calloc(1, (size_t)900 * 1001 * 4), *hh = calloc(1, nh);
+    size_t iw = (size_t)ckpt_reader_find(r, "w");
+    ckpt_read_item items[4] = {
+        { iw, NULL, NULL, lw },
+        { (size_t)ckpt_reader_find(r, "b"), NULL, NULL, lb },
+        { iw, off, sz, hreg },
+        { (size_t)ckpt_reader_find(r, "h"), NULL, NULL, hh },
+    };
+    ck_assert_msg(ckpt_load_batch(r, items, 4, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(cudaMemcpy(back, lw, nw, cudaMemcpyDeviceToHost), 0);
+    ck_assert_mem_eq(back, rw, nw);
+    ck_assert_int_eq(cudaMemcpy(back, lb, nb, cudaMemcpyDeviceToHost), 0);
+    ck_assert_mem_eq(back, rb, nb);
+    for (int64_t i = 0; i < 900; i++)
+        ck_assert_mem_eq(hreg + 4 * (size_t)(i * 1001),
+                         rw + 4 * (size_t)((17 + i) * C + 5), 1001 * 4);
+    ck_assert_mem_eq(hh, rh, nh);
+    /* A bad item after good ones: refused before anything is read. */
+    ck_assert_int_eq(cudaMemset(lb, 0, nb), cudaSuccess);
+    int64_t bad[1] = { 7001 };
+    items[3] = (ckpt_read_item){ items[1].idx, NULL, bad, hh };
+    ck_assert_int_eq(ckpt_load_batch(r, items + 1, 3, &err), -EINVAL);
+    ck_assert_msg(strstr(err.msg, "item 2 of 3") != NULL, "%s", err.msg);
+    ck_assert_int_eq(cudaMemcpy(back, lb, nb, cudaMemcpyDeviceToHost), 0);
+    for (size_t i = 0; i < nb; i++)
+        ck_assert_int_eq(back[i], 0);
+    cudaFree(lb);
+    free(hreg);
+    free(hh);
     ckpt_reader_close(r);
     cudaFree(dw);
     cudaFree(db);
@@ -152,6 +189,9 @@ int main(void)
     tcase_add_test(tc, test_device_small_cap);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
+    /* CUDA is initialized here (cudaGetDeviceCount) and cannot be used
+     * in a child forked after that: the tests run in this process. */
+    srunner_set_fork_status(sr, CK_NOFORK);
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);

@@ -20,6 +20,7 @@
 
 #include "ckptfs.h"
 #include "codec/xorframe.h"
+#include "common/xxh.h"
 #include "common/fileio.h"
 #include "write/gc.h"
 #include "unit_util.h"
@@ -56,10 +57,10 @@ static int save(const char *root, const char *name, const char *base,
     ckpt_write_opts_init(&o);
     o.frame_size = FRAME;
     o.sync = 0;
-    /* One encoder: frames are tried for xor in frame order, so the
-     * writer's xor budget (4 tries to start) always reaches frame 1,
-     * whatever the scheduling (several encoders race for it). */
-    o.threads = 1;
+    /* Several encoders: the writer's xor budget (2 tries to start) is
+     * spent in frame order whatever the scheduling, so it reaches frame
+     * 1 (xor_budget_in_frame_order). */
+    o.threads = 4;
     if (base) {
         join(bpath, root, base);
         o.base = bpath;
@@ -526,6 +527,206 @@ START_TEST(gc_keeps_bases)
 }
 END_TEST
 
+/* Saves "t", nf frames of FRAME bytes of v, into root/name against
+ * base (or NULL) with `threads` encoders. */
+static void save_t(const char *root, const char *name, const char *base,
+                   int threads, const float *v, int nf)
+{
+    char dir[4096], bpath[4096];
+    ckpt_error err = { 0 };
+    join(dir, root, name);
+    ckpt_write_opts o;
+    ckpt_write_opts_init(&o);
+    o.frame_size = FRAME;
+    o.sync = 0;
+    o.threads = threads;
+    if (base) {
+        join(bpath, root, base);
+        o.base = bpath;
+    }
+    ckpt_writer *wr;
+    ck_assert_msg(ckpt_writer_open(&wr, dir, "rank0", &o, &err) == 0, "%s",
+                  err.msg);
+    int64_t shape[1] = { (int64_t)nf * FRAME / 4 };
+    ckpt_piece p = { "t", CKPT_F32, 1, shape, NULL, NULL, v };
+    ck_assert_msg(ckpt_writer_put(wr, &p, &err) == 0, "%s", err.msg);
+    ck_assert_msg(ckpt_writer_close(wr, &err) == 0, "%s", err.msg);
+    ckpt_commit_opts co;
+    ckpt_commit_opts_init(&co);
+    co.sync = 0;
+    ck_assert_msg(ckpt_commit(dir, &co, &err) == 0, "%s", err.msg);
+}
+
+START_TEST(xor_budget_in_frame_order)
+{
+    /* Frames 0-3 all new (frames 0 and 1 take the 2 credits and their
+     * xor tries lose), frames 4-39 nudged (an xor try would win).  In
+     * frame order frames 2-32 are skipped candidates, frame 33 the probe
+     * (one in 32), whose win brings the tries back: frames 33-39 are xor,
+     * whatever the number of encoders racing for frames.  When the
+     * encoders spent the credit in the order they reached frames, a
+     * nudged frame taking a credit before a new one became xor; when
+     * the frames handed out before a win was drained were skipped, the
+     * ones after 33 depended on how many were in flight. */
+    enum { NF = 40, PER = FRAME / 4 };
+    char *root = make_tmpdir_tagged("delta");
+    float *v0 = xmalloc(sizeof(float) * NF * PER);
+    float *v1 = xmalloc(sizeof(float) * NF * PER);
+    rng r = { 5 };
+    for (int i = 0; i < NF * PER; i++)
+        v0[i] = (float)(rnd(&r) % 100000) / 7.0f;
+    memcpy(v1, v0, sizeof(float) * NF * PER);
+    for (int i = 0; i < 4 * PER; i++)
+        v1[i] = (float)(rnd(&r) % 100000) / 3.0f;
+    for (int i = 4 * PER; i < NF * PER; i += 16)
+        v1[i] += 1.0f;
+    save_t(root, "s0", NULL, 1, v0, NF);
+    const int threads[] = { 1, 2, 4, 8, 3, 8, 5, 8, 6, 8, 7, 8 };
+    for (size_t k = 0; k < sizeof threads / sizeof *threads; k++) {
+        char name[16];
+        snprintf(name, sizeof name, "d%zu", k);
+        save_t(root, name, "s0", threads[k], v1, NF);
+        ckpt_reader *rd = open_ck(root, name);
+        ckpt_error err = { 0 };
+        size_t t = (size_t)ckpt_reader_find(rd, "t");
+        for (uint64_t f = 0; f < NF; f++) {
+            ckpt_frame_info fi;
+            ck_assert_msg(ckpt_reader_frame(rd, t, 0, f, &fi, &err) == 0,
+                          "%s", err.msg);
+            int want_xor = f >= 33;
+            ck_assert_msg((fi.codec == CKPT_CODEC_XOR) == want_xor &&
+                          fi.codec != CKPT_CODEC_REF,
+                          "%d threads: frame %llu has codec %d", threads[k],
+                          (unsigned long long)f, fi.codec);
+        }
+        float *got = xmalloc(sizeof(float) * NF * PER);
+        ck_assert_int_eq(ckpt_read(rd, t, got, 0, sizeof(float) * NF * PER,
+                                   &err), (int64_t)(sizeof(float) * NF * PER));
+        ck_assert(memcmp(got, v1, sizeof(float) * NF * PER) == 0);
+        free(got);
+        ckpt_reader_close(rd);
+    }
+    free(v0);
+    free(v1);
+    remove_tmpdir(root);
+}
+END_TEST
+
+/* The int64 that sql gives (its first row) in root/name/index.db. */
+static int64_t index_int(const char *root, const char *name, const char *sql)
+{
+    char dir[4096], path[4096];
+    join(dir, root, name);
+    join(path, dir, "index.db");
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
+    ck_assert_msg(sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK,
+                  "%s", sql);
+    ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
+    int64_t v = sqlite3_column_int64(st, 0);
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return v;
+}
+
+START_TEST(data_hash_from_frames)
+{
+    /* A chunk's data_hash is the XXH3-64 of its frames' checksums (LE
+     * uint64s, in order), one frame's is that frame's checksum (the
+     * XXH3-64 of its bytes), and the index says which definition it
+     * uses: the writer hashes the bytes once, per frame (#28). */
+    state s;
+    two_saves(&s);
+    for (int k = 0; k < 2; k++) {
+        const char *name = k ? "s1" : "s0";
+        const float *w = k ? s.w1 : s.w0;
+        unsigned char le[16 * 8];
+        for (int f = 0; f < 16; f++) {
+            uint64_t sum = XXH3_64bits((const char *)w + f * FRAME, FRAME);
+            for (int b = 0; b < 8; b++)
+                le[f * 8 + b] = (unsigned char)(sum >> (8 * b));
+        }
+        uint64_t want = XXH3_64bits(le, sizeof le);
+        ck_assert_uint_eq((uint64_t)index_int(s.root, name,
+            "SELECT data_hash FROM chunks JOIN tensors ON tensor_id = "
+            "tensors.id WHERE fqn = 'w'"), want);
+        ck_assert_uint_eq((uint64_t)index_int(s.root, name,
+            "SELECT data_hash FROM chunks JOIN tensors ON tensor_id = "
+            "tensors.id WHERE fqn = 'b'"), XXH3_64bits(s.b, 100));
+        ck_assert_int_eq(index_int(s.root, name, "SELECT count(*) FROM meta "
+                                   "WHERE key = 'data_hash' AND value = "
+                                   "'frames'"), 1);
+    }
+    state_free(&s);
+}
+END_TEST
+
+/* The coded size of diff (n bytes of f32 XOR) as an xor frame. */
+static size_t xor_coded(const unsigned char *diff, size_t n)
+{
+    ckpt_codec_ctx *c = ckpt_codec_ctx_new();
+    ck_assert_ptr_nonnull(c);
+    ckpt_error err = { 0 };
+    size_t cap = CKPT_XOR_HEAD + ckpt_codec_bound(n), got;
+    unsigned char *enc = xmalloc(cap);
+    ck_assert_msg(ckpt_xor_encode(c, CKPT_CODEC_BG_F32, 1, 4, diff, n, enc,
+                                  cap, &got, &err) == 0, "%s", err.msg);
+    free(enc);
+    ckpt_codec_ctx_free(c);
+    return got;
+}
+
+START_TEST(xor_hopeless_is_sound)
+{
+    /* ckpt_xor_hopeless lets the writer skip coding an xor frame that
+     * cannot pay: whenever it says so, the frame coded is indeed over the
+     * limit; and it does say so for a frame of a dense training step
+     * (every element moved), so that such a try costs no coding. */
+    const size_t n = 1 << 20;
+    float *a = xmalloc(n), *b = xmalloc(n);
+    unsigned char *diff = xmalloc(n);
+    rng r = { 11 };
+    int said = 0;
+    /* moves from none to large, on a share of the elements from 1/64 to
+     * all of them */
+    const float step[] = { 1e-7f, 1e-5f, 1e-3f, 1e-1f, 10.0f };
+    for (size_t si = 0; si < sizeof step / sizeof *step; si++) {
+        for (int every = 1; every <= 64; every *= 4) {
+            for (size_t i = 0; i < n / 4; i++) {
+                a[i] = (float)(int64_t)(rnd(&r) % 200001 - 100000) / 1e4f;
+                b[i] = a[i];
+                if (i % (size_t)every == 0)
+                    b[i] += step[si] * (float)(int64_t)(rnd(&r) % 201 - 100);
+            }
+            ckpt_xor_bytes(diff, a, b, n);
+            size_t coded = xor_coded(diff, n);
+            for (size_t limit = n / 16; limit <= n; limit += n / 16) {
+                if (!ckpt_xor_hopeless(diff, n, 4, limit))
+                    continue;
+                said++;
+                ck_assert_msg(coded > limit, "step %g, 1 in %d moved: "
+                              "hopeless at %zu but coded in %zu",
+                              (double)step[si], every, limit, coded);
+            }
+            if (every == 1 && step[si] >= 1e-3f)
+                ck_assert_msg(ckpt_xor_hopeless(diff, n, 4, n * 2 / 3 * 4 / 5),
+                              "dense step %g not told hopeless (coded %zu)",
+                              (double)step[si], coded);
+        }
+    }
+    ck_assert_int_gt(said, 0);
+    /* a few changed rows: runs of zeros, never hopeless */
+    memset(diff, 0, n);
+    for (size_t i = 4096; i < 8192; i++)
+        diff[i] = (unsigned char)rnd(&r);
+    ck_assert(!ckpt_xor_hopeless(diff, n, 4, 1));
+    free(a);
+    free(b);
+    free(diff);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("delta");
@@ -542,6 +743,9 @@ static Suite *suite(void)
     tcase_add_test(tc, refuse_base_changed_during_save);
     tcase_add_test(tc, old_reader_version);
     tcase_add_test(tc, gc_keeps_bases);
+    tcase_add_test(tc, xor_budget_in_frame_order);
+    tcase_add_test(tc, data_hash_from_frames);
+    tcase_add_test(tc, xor_hopeless_is_sound);
     suite_add_tcase(s, tc);
     return s;
 }

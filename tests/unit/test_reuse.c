@@ -119,15 +119,15 @@ static void save(const char *root, int s, const layout *l)
     ck_assert_msg(commit_step(root, s, &err) == 0, "%s", err.msg);
 }
 
-/* The checkpoint's meta 'layout.reused' (malloc'd), or NULL. */
-static char *reused_from(const char *root, int s)
+/* Step s's metadata value of key (malloc'd), or NULL. */
+static char *meta_of(const char *root, int s, const char *key)
 {
     char dir[512];
     step_dir(dir, sizeof dir, root, s);
     ckpt_reader *r;
     ckpt_error err = { 0 };
     ck_assert_msg(ckpt_reader_open(&r, dir, NULL, &err) == 0, "%s", err.msg);
-    const char *v = ckpt_reader_meta_get(r, "layout.reused");
+    const char *v = ckpt_reader_meta_get(r, key);
     char *out = v ? strdup(v) : NULL;
     ckpt_reader_close(r);
     return out;
@@ -192,7 +192,7 @@ static int count(const char *root, int s, const char *sql)
 
 static void assert_reused(const char *root, int s, const char *from)
 {
-    char *got = reused_from(root, s);
+    char *got = meta_of(root, s, "layout.reused");
     if (from)
         ck_assert_msg(got && strcmp(got, from) == 0, "step %d reused %s, "
                       "want %s", s, got ? got : "nothing", from);
@@ -213,6 +213,13 @@ START_TEST(test_second_save_reuses)
     save(root, 2, &SAME);
     assert_reused(root, 2, "step-1");
     check_data(root, 2);
+    /* the writers' metadata as a fresh commit has it */
+    char *h1 = meta_of(root, 1, "data_hash"), *h2 = meta_of(root, 2,
+                                                            "data_hash");
+    ck_assert_msg(h1 && h2 && strcmp(h1, h2) == 0, "data_hash %s, %s",
+                  h1 ? h1 : "none", h2 ? h2 : "none");
+    free(h1);
+    free(h2);
     /* and the next one from that one, which recorded the layouts again */
     ck_assert_int_eq(count(root, 2, "SELECT count(*) FROM layouts"), W);
     save(root, 3, &SAME);

@@ -82,8 +82,12 @@ static int find_prev(ckpt_reuse *r, const char *dir, char *parent,
         self[--n] = '\0';
     char *slash = strrchr(self, '/');
     const char *name = slash ? slash + 1 : self;
-    snprintf(parent, pcap, "%.*s", slash ? (int)(slash - self) : 1,
-             slash ? (slash == self ? "/" : self) : ".");
+    if (!slash)
+        snprintf(parent, pcap, ".");
+    else if (slash == self)
+        snprintf(parent, pcap, "/");
+    else
+        snprintf(parent, pcap, "%.*s", (int)(slash - self), self);
     DIR *d = opendir(parent);
     if (!d)
         return 1;
@@ -198,11 +202,11 @@ static int layout_row(void *arg, sqlite3_stmt *st)
     l->digest = (uint64_t)sqlite3_column_int64(st, 2);
     l->file_id = fid;
     l->len = len;
+    r->nplans++;                        /* freed from here on */
     if (!(l->plan = strdup(plan)) || !(l->map = malloc(len ? len : 1)))
         return -ENOMEM;
     if (len)
         memcpy(l->map, map, len);
-    r->nplans++;
     return 0;
 }
 

@@ -30,13 +30,14 @@ static const int NDIM[NT] = { 2, 2, 1 };
 static const int64_t SHAPE[NT][2] = { { W, 16 }, { 16, 32 }, { W, 0 } };
 
 /* A save's layout: rank r's box of tensor t, with ranks `swap_a` and
- * `swap_b` exchanged in tensor 0 (-1: none), and rank `grow` (-1: none)
- * given two rows of tensor 0. */
+ * `swap_b` exchanged in tensor 0 (-1: none), rank `grow` (-1: none)
+ * given two rows of tensor 0, and rank `split` (-1: none) writing its row
+ * of tensor 0 as two pieces of 8 columns. */
 typedef struct layout {
-    int swap_a, swap_b, grow;
+    int swap_a, swap_b, grow, split;
 } layout;
 
-static const layout SAME = { -1, -1, -1 };
+static const layout SAME = { -1, -1, -1, -1 };
 
 static void box(const layout *l, int r, int t, int64_t *off, int64_t *size)
 {
@@ -95,10 +96,18 @@ static void write_step(const char *root, int s, const layout *l)
             int64_t off[2], size[2];
             float buf[64];
             box(l, r, t, off, size);
-            fill(s, t, off, size, buf);
-            ckpt_piece p = { FQN[t], CKPT_F32, NDIM[t], SHAPE[t], off, size,
-                             buf };
-            ck_assert_msg(ckpt_writer_put(w, &p, &err) == 0, "%s", err.msg);
+            int halves = t == 0 && r == l->split ? 2 : 1;
+            if (halves == 2)
+                size[1] /= 2;
+            for (int h = 0; h < halves; h++) {
+                if (halves == 2)
+                    off[1] = h * size[1];
+                fill(s, t, off, size, buf);
+                ckpt_piece p = { FQN[t], CKPT_F32, NDIM[t], SHAPE[t], off,
+                                 size, buf };
+                ck_assert_msg(ckpt_writer_put(w, &p, &err) == 0, "%s",
+                              err.msg);
+            }
         }
         ck_assert_msg(ckpt_writer_close(w, &err) == 0, "%s", err.msg);
     }
@@ -236,7 +245,7 @@ START_TEST(test_changed_layout_plans_afresh)
 {
     char *root = make_tmpdir_tagged("reuse");
     save(root, 1, &SAME);
-    layout swapped = { 0, 1, -1 };
+    layout swapped = { 0, 1, -1, -1 };
     save(root, 2, &swapped);
     assert_reused(root, 2, NULL);
     check_data(root, 2);
@@ -248,13 +257,31 @@ START_TEST(test_changed_layout_plans_afresh)
 }
 END_TEST
 
+/* Rank 9 alone writes its row of tensor 0 as two pieces: a valid save
+ * whose layout differs on one rank only. */
+START_TEST(test_changed_layout_on_one_rank_plans_afresh)
+{
+    char *root = make_tmpdir_tagged("reuse");
+    save(root, 1, &SAME);
+    layout split = { -1, -1, -1, 9 };
+    save(root, 2, &split);
+    assert_reused(root, 2, NULL);
+    check_data(root, 2);
+    /* and back: step 3 has step 1's layout, not step 2's */
+    save(root, 3, &SAME);
+    assert_reused(root, 3, NULL);
+    check_data(root, 3);
+    remove_tmpdir(root);
+}
+END_TEST
+
 /* Rank 5 writes two rows of tensor 0, overlapping rank 6's: the planner's
  * checks run and refuse it; nothing is committed. */
 START_TEST(test_changed_layout_on_one_rank_is_checked)
 {
     char *root = make_tmpdir_tagged("reuse");
     save(root, 1, &SAME);
-    layout grown = { -1, -1, 5 };
+    layout grown = { -1, -1, 5, -1 };
     write_step(root, 2, &grown);
     ckpt_error err = { 0 };
     ck_assert_int_eq(commit_step(root, 2, &err), -EINVAL);
@@ -340,6 +367,7 @@ static Suite *suite(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_second_save_reuses);
     tcase_add_test(tc, test_changed_layout_plans_afresh);
+    tcase_add_test(tc, test_changed_layout_on_one_rank_plans_afresh);
     tcase_add_test(tc, test_changed_layout_on_one_rank_is_checked);
     tcase_add_test(tc, test_damaged_layout_record);
     tcase_add_test(tc, test_damaged_packed_record);

@@ -104,3 +104,26 @@ int ckpt_layout_map_next(const uint8_t *map, size_t len, size_t *pos,
     r->dk = unzigzag(dk);
     return 0;
 }
+
+void ckpt_layout_map_copy(ckpt_strbuf *b, uint64_t ref, int64_t dk)
+{
+    ckpt_varint_put(b, 0);
+    ckpt_varint_put(b, ref);
+    ckpt_varint_put(b, zigzag(dk));
+}
+
+int ckpt_layout_map_is_copy(const uint8_t *map, size_t len, uint64_t *ref,
+                            int64_t *dk)
+{
+    size_t pos = 0;
+    uint64_t first, z;
+    if (ckpt_varint_get(map, len, &pos, &first))
+        return -1;
+    if (first)
+        return 0;
+    if (ckpt_varint_get(map, len, &pos, ref) ||
+        ckpt_varint_get(map, len, &pos, &z) || pos != len)
+        return -1;
+    *dk = unzigzag(z);
+    return 1;
+}

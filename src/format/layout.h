@@ -43,6 +43,15 @@ typedef struct ckpt_layout_map {
 void ckpt_layout_map_add(ckpt_layout_map *m, uint64_t t, uint64_t k);
 void ckpt_layout_map_end(ckpt_layout_map *m);
 
+/* A plan's map may instead be a copy of an earlier plan's (one whose map
+ * is runs), every chunk shifted by dk: the plans of a job append the
+ * same tensors in the same order, at their own chunk.  Writes it to b. */
+void ckpt_layout_map_copy(ckpt_strbuf *b, uint64_t ref, int64_t dk);
+/* 1 with *ref and *dk when map[0..len) is a copy, 0 when it is runs, -1
+ * when it is damaged. */
+int ckpt_layout_map_is_copy(const uint8_t *map, size_t len, uint64_t *ref,
+                            int64_t *dk);
+
 /* Reads the run at *pos of map[0..len) into *r and advances *pos: 0, or
  * -1 when the map is cut short or damaged (a count of 0, a value out of
  * range). */

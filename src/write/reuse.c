@@ -306,23 +306,26 @@ static int chunk_slots(ckpt_reuse *r)
     return 0;
 }
 
-/* Calls fn(arg, j, t, c) for each piece j of plan k's map (tensor t,
- * chunk c): 0, or 1 when the map is damaged or leaves the tensors. */
-static int each_piece(const ckpt_reuse *r, size_t k,
-                      int (*fn)(void *arg, uint64_t j, size_t t, uint64_t c),
-                      void *arg)
+/* Calls fn(arg, j, t, c + shift) for each piece j of the runs of
+ * map[0..len) (tensor t, chunk c) of `pieces` pieces: 0, or 1 when the
+ * map is damaged or leaves the tensors. */
+static int each_run_piece(const ckpt_reuse *r, const uint8_t *map,
+                          size_t len, uint64_t pieces, int64_t shift,
+                          int (*fn)(void *arg, uint64_t j, size_t t,
+                                    uint64_t c),
+                          void *arg)
 {
-    const prev_layout *l = &r->layouts[k];
     size_t pos = 0;
     uint64_t j = 0;
     int64_t nt = (int64_t)r->ntensors;
-    while (j < l->pieces) {
+    while (j < pieces) {
         ckpt_layout_run run;
-        if (ckpt_layout_map_next(l->map, l->len, &pos, &run) ||
-            run.count > l->pieces - j || run.dt > nt || run.dt < -nt ||
-            run.dk > INT32_MAX || run.dk < -(int64_t)INT32_MAX)
+        if (ckpt_layout_map_next(map, len, &pos, &run) ||
+            run.count > pieces - j || run.dt > nt || run.dt < -nt ||
+            run.dk > INT32_MAX || run.dk < -(int64_t)INT32_MAX ||
+            run.k0 > UINT32_MAX)
             return 1;
-        int64_t t = (int64_t)run.t0, c = (int64_t)run.k0;
+        int64_t t = (int64_t)run.t0, c = (int64_t)run.k0 + shift;
         for (uint64_t i = 0; i < run.count; i++, j++) {
             if (t < 0 || t >= nt || c < 0 ||
                 (uint64_t)c >= r->tensors[t].nchunks ||
@@ -332,7 +335,32 @@ static int each_piece(const ckpt_reuse *r, size_t k,
             c += run.dk;
         }
     }
-    return pos == l->len ? 0 : 1;
+    return pos == len ? 0 : 1;
+}
+
+/* each_run_piece over plan k's map, or over the runs of the earlier plan
+ * it copies. */
+static int each_piece(const ckpt_reuse *r, size_t k,
+                      int (*fn)(void *arg, uint64_t j, size_t t, uint64_t c),
+                      void *arg)
+{
+    const prev_layout *l = &r->layouts[k];
+    uint64_t ref;
+    int64_t dk = 0;
+    int copy = ckpt_layout_map_is_copy(l->map, l->len, &ref, &dk);
+    if (copy < 0)
+        return 1;
+    if (copy) {
+        const prev_layout *b = &r->layouts[ref < k ? ref : k];
+        uint64_t r2;
+        int64_t d2;
+        if (ref >= k || b->pieces != l->pieces ||
+            dk > UINT32_MAX || dk < -(int64_t)UINT32_MAX ||
+            ckpt_layout_map_is_copy(b->map, b->len, &r2, &d2) != 0)
+            return 1;
+        l = b;
+    }
+    return each_run_piece(r, l->map, l->len, l->pieces, dk, fn, arg);
 }
 
 /* The digest of the pieces a map describes, as their writer computes it
@@ -742,11 +770,31 @@ void ckpt_reuse_layouts_free(ckpt_index_layout *v, size_t n)
     free(v);
 }
 
+/* When the pieces of plan `pl` are those of plan `base` (tensors in the
+ * same order) at chunks shifted by one distance: 1 with *dk. */
+static int same_but_chunks(const uint64_t *tk, const ckpt_reuse_plan *base,
+                           const ckpt_reuse_plan *pl, int64_t *dk)
+{
+    size_t n = pl->end - pl->first;
+    if (!base || n == 0 || base->end - base->first != n)
+        return 0;
+    const uint64_t *a = tk + base->first, *b = tk + pl->first;
+    *dk = (int64_t)(b[0] & UINT32_MAX) - (int64_t)(a[0] & UINT32_MAX);
+    for (size_t i = 0; i < n; i++)
+        if (a[i] >> 32 != b[i] >> 32 ||
+            (int64_t)(b[i] & UINT32_MAX) - (int64_t)(a[i] & UINT32_MAX) !=
+                *dk)
+            return 0;
+    return 1;
+}
+
 /* Plan k's layout into *l: its digest recomputed from its pieces (which
  * must match its claim), its one shard, its map from tk[] (per piece:
- * tensor << 32 | chunk).  0, 1 when it cannot be recorded, -ENOMEM. */
+ * tensor << 32 | chunk): a copy of plan `base`'s (at position ref) when
+ * it can be, else runs.  0, 1 when it cannot be recorded, -ENOMEM. */
 static int plan_layout(const ckpt_pieces *all, const uint64_t *tk,
                        const char *name, const ckpt_reuse_plan *pl,
+                       const ckpt_reuse_plan *base, size_t ref,
                        ckpt_index_layout *l)
 {
     const ckpt_plan_synced *c = &pl->synced;
@@ -768,9 +816,15 @@ static int plan_layout(const ckpt_pieces *all, const uint64_t *tk,
                              ckpt_pieces_offsets(all, i),
                              ckpt_pieces_sizes(all, i),
                              ckpt_pieces_str(all, p->file));
-        ckpt_layout_map_add(&m, tk[i] >> 32, tk[i] & UINT32_MAX);
     }
-    ckpt_layout_map_end(&m);
+    int64_t dk;
+    if (same_but_chunks(tk, base, pl, &dk)) {
+        ckpt_layout_map_copy(&m.b, ref, dk);
+    } else {
+        for (size_t i = pl->first; i < pl->end; i++)
+            ckpt_layout_map_add(&m, tk[i] >> 32, tk[i] & UINT32_MAX);
+        ckpt_layout_map_end(&m);
+    }
     if (m.b.oom)
         return -ENOMEM;
     *l = (ckpt_index_layout){ name, c->layout_pieces, d,
@@ -798,9 +852,15 @@ int ckpt_reuse_layouts(const ckpt_pieces *all, const ckpt_plan *plan,
         for (size_t c = 0; c < plan->tensors[t].nchunks; c++)
             tk[plan->tensors[t].chunks[c]] = (uint64_t)t << 32 |
                                              (c & UINT32_MAX);
-    size_t k = 0;
-    for (; !rc && k < n; k++)
-        rc = plan_layout(all, tk, names[k], &plans[k], &v[k]);
+    size_t k = 0, base = n;         /* the last plan whose map is runs */
+    for (; !rc && k < n; k++) {
+        rc = plan_layout(all, tk, names[k], &plans[k],
+                         base < n ? &plans[base] : NULL, base, &v[k]);
+        if (!rc && ckpt_layout_map_is_copy(v[k].map, v[k].len,
+                                           &(uint64_t){ 0 },
+                                           &(int64_t){ 0 }) == 0)
+            base = k;
+    }
     free(tk);
     if (rc) {
         ckpt_reuse_layouts_free(v, k);

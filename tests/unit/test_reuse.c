@@ -306,7 +306,11 @@ START_TEST(test_damaged_layout_record)
         "layouts.plan WHEN 'rank0.plan' THEN 'rank1.plan' ELSE "
         "'rank0.plan' END) WHERE plan IN ('rank0.plan', 'rank1.plan')",
         /* a map cut short */
-        "UPDATE layouts SET map = substr(map, 1, 3) WHERE plan = 'rank7.plan'",
+        "UPDATE layouts SET map = substr(map, 1, length(map) - 1) WHERE "
+        "plan = 'rank7.plan'",
+        /* a copy of a later plan's map */
+        "UPDATE layouts SET map = X'00' || X'3C' || X'00' WHERE "
+        "plan = 'rank3.plan'",
         /* one record missing */
         "DELETE FROM layouts WHERE plan = 'rank9.plan'",
         /* none */

@@ -32,6 +32,18 @@
 #include "read/attach.h"
 #include "unit_util.h"
 
+/* AddressSanitizer's build: gcc says so one way, clang another. */
+#if defined(__SANITIZE_ADDRESS__)
+#define UNDER_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define UNDER_ASAN 1
+#endif
+#endif
+#ifndef UNDER_ASAN
+#define UNDER_ASAN 0
+#endif
+
 #define ROWS 300
 #define COLS 257
 #define BIG ((size_t)5 << 20)
@@ -795,7 +807,7 @@ START_TEST(test_reserve)
                   err.msg);
     ck_assert_msg(ckpt_saver_reserve(sv, (uint64_t)64 << 20, &err) == 0,
                   "%s", err.msg);
-#if defined(__SANITIZE_ADDRESS__)
+#if UNDER_ASAN
     /* ASan's shadow memory needs terabytes of address space. */
     printf("test_reserve: the ENOMEM case is left out under "
            "AddressSanitizer\n");

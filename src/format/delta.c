@@ -154,12 +154,10 @@ static int place_entry(entry *e, const char *root, const char *owner,
 
 static int open_list(ckpt_bases **out, const char *root,
                      const ckpt_index_base *rows, size_t n, chain *ch,
-                     const char *owner, ckpt_error *err);
+                     const char *owner, entry *pre, ckpt_error *err);
 
-/* Opens e->dir's index, checks its identity and the chain, and opens its
- * own bases. */
-static int open_entry(entry *e, const char *root, chain *ch,
-                      const char *owner, ckpt_error *err)
+/* Opens e->dir's index and loads its tensors (e->dir/index.db). */
+static int open_index(entry *e, const char *owner, ckpt_error *err)
 {
     char ixp[PATH_MAX];
     int rc = ckpt_path_join(ixp, sizeof ixp, e->dir, "index.db", err);
@@ -173,6 +171,18 @@ static int open_entry(entry *e, const char *root, chain *ch,
         rc = ckpt_index_load_tensors(e->ix, &e->d, err);
     if (rc)
         return ckpt_err_wrap(err, rc, "%s: base '%s'", owner, e->path);
+    return 0;
+}
+
+/* Opens e->dir's index unless it is open (a save's base, opened once to
+ * read its identity), checks its identity and the chain, and opens its
+ * own bases. */
+static int open_entry(entry *e, const char *root, chain *ch,
+                      const char *owner, ckpt_error *err)
+{
+    int rc = e->ix ? 0 : open_index(e, owner, err);
+    if (rc)
+        return rc;
     const char *have = ckpt_index_identity(&e->d);
     if (!have || strcmp(have, e->identity) != 0)
         return ckpt_err(err, -ESTALE, "%s: base checkpoint '%s' changed "
@@ -202,7 +212,7 @@ static int open_entry(entry *e, const char *root, chain *ch,
     if (rc || nrows == 0)
         return rc;
     ch->ident[ch->n++] = e->identity;
-    rc = open_list(&e->sub, root, rows, nrows, ch, e->dir, err);
+    rc = open_list(&e->sub, root, rows, nrows, ch, e->dir, NULL, err);
     ch->n--;
     ckpt_index_bases_free(rows, nrows);
     return rc;
@@ -233,9 +243,11 @@ static ckpt_bases *bases_new(size_t n)
     return b;
 }
 
+/* Opens the bases `rows`; with pre, the last row's index is pre's (open,
+ * its tensors loaded), which it takes. */
 static int open_list(ckpt_bases **out, const char *root,
                      const ckpt_index_base *rows, size_t n, chain *ch,
-                     const char *owner, ckpt_error *err)
+                     const char *owner, entry *pre, ckpt_error *err)
 {
     ckpt_bases *b = bases_new(n);
     if (!b)
@@ -252,6 +264,12 @@ static int open_list(ckpt_bases **out, const char *root,
         b->list[i] = (ckpt_index_base){ e->id, e->path, e->identity };
         if (e->id > b->top)
             b->top = e->id;
+        if (pre && i == n - 1) {
+            e->ix = pre->ix;
+            e->d = pre->d;
+            pre->ix = NULL;
+            memset(&pre->d, 0, sizeof pre->d);
+        }
         rc = place_entry(e, root, owner, err);
         if (!rc)
             rc = open_entry(e, root, ch, owner, err);
@@ -279,7 +297,7 @@ int ckpt_bases_open(ckpt_bases **out, const char *dir, ckpt_index *ix,
     if (identity)
         ch.ident[ch.n++] = identity;
     if (!rc)
-        rc = open_list(out, root, rows, n, &ch, dir, err);
+        rc = open_list(out, root, rows, n, &ch, dir, NULL, err);
     ckpt_index_bases_free(rows, n);
     return rc;
 }
@@ -319,6 +337,8 @@ int ckpt_bases_for_save(ckpt_bases **out, const char *save_dir,
         rc = ckpt_index_open(&probe.ix, ixp, err);
     if (!rc)
         rc = ckpt_index_load_tensors(probe.ix, &probe.d, err);
+    /* The base's entry below takes this open index (read once): the
+     * identity it is checked against is the one read here. */
     const char *ident = rc ? NULL : ckpt_index_identity(&probe.d);
     if (!rc && !ident)
         rc = ckpt_err(err, -EINVAL, "base %s has no identity (it was "
@@ -344,7 +364,8 @@ int ckpt_bases_for_save(ckpt_bases **out, const char *save_dir,
         all[n] = (ckpt_index_base){ top + 1, (char *)name, (char *)ident };
         chain ch = { .n = 0 };
         if (!rc)
-            rc = open_list(out, root, all, n + 1, &ch, save_dir, err);
+            rc = open_list(out, root, all, n + 1, &ch, save_dir, &probe,
+                           err);
         if (!rc)
             (*out)->top = top + 1;
     }

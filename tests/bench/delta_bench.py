@@ -17,6 +17,9 @@ before it, then loaded from both, cold and warm:
       codec; target: save time <= 1.1x a full save.
   Every case: load of the delta >= 0.8x the load of the full checkpoint
   (ratio of rates: full load time / delta load time), cold and warm.
+  (c)'s saves and loads take 10-50 ms, whose medians of a few runs move
+  by a fifth between runs on a shared machine: (c) times
+  max(CKPT_BENCH_REPS, CKPT_BENCH_DELTA_DENSE_REPS) runs (default 21).
 
 Saves are ckptfs.save (sync on); loads ckptfs.load into preallocated
 arrays.  Each time is printed with the CPU time of the process beside it
@@ -50,6 +53,9 @@ MISSED = []
 # steps later).
 LAYERS = int(os.environ.get("CKPT_BENCH_DELTA_LAYERS", "2"))
 STEPS = int(os.environ.get("CKPT_BENCH_DELTA_STEPS", "300"))
+# The dense case's repetitions: its times are short (see the docstring).
+DENSE_REPS = max(REPS, int(os.environ.get("CKPT_BENCH_DELTA_DENSE_REPS",
+                                          "21")))
 
 
 def files_of(path):
@@ -121,13 +127,14 @@ class Case(object):
     ckptfs.Raw items."""
 
     def __init__(self, work, name, base_state, next_state, codec="auto",
-                 plain=None):
+                 plain=None, reps=REPS):
         self.dir = os.path.join(work, name)
         os.makedirs(self.dir)
         self.base = os.path.join(self.dir, "s0")
         self.next = next_state
         self.plain = plain or next_state
         self.codec = codec
+        self.reps = reps
         ckptfs.save(self.base, base_state, codec=codec)
         self.raw = sum(nbytes(v) for v in next_state.values())
 
@@ -153,7 +160,7 @@ class Case(object):
     def run(self):
         t = {"full": [], "delta": []}
         size = {}
-        for _ in range(REPS):
+        for _ in range(self.reps):
             for kind in ("full", "delta"):
                 secs, size[kind] = self.save(kind)
                 t[kind].append(secs)
@@ -165,7 +172,7 @@ class Case(object):
             if not cold:
                 for kind in ("full", "delta"):
                     self.load(kind, False, into)      # warm the cache
-            for _ in range(REPS):
+            for _ in range(self.reps):
                 for kind in ("full", "delta"):
                     loads[(kind, cold)].append(self.load(kind, cold, into))
         med = lambda v, i: statistics.median(x[i] for x in v)  # noqa: E731
@@ -343,7 +350,8 @@ def case_dense(work, rng):
           for k, v in s0.items()}
     nxt = {k: ckptfs.Raw(v, "bf16") if k.startswith("model.") else v
            for k, v in s1.items()}
-    c = Case(work, "dense", s0, nxt, plain=s1)
+    c = Case(work, "dense", s0, nxt, plain=s1, reps=DENSE_REPS)
+    print("  %d runs of each save and load (medians)" % c.reps)
     c.run()
     r = c.size["delta"] / c.size["full"]
     print("  size, delta / full (default codec): %.3fx (raw / full %.2f, "

@@ -710,9 +710,12 @@ START_TEST(test_planfile_roundtrip)
             ck_assert_int_eq(fb->codec, fa->codec);
         }
     }
-    ck_assert_uint_eq(got.nmeta, 2);
+    /* The user's two keys, and how the plan's data_hash is made. */
+    ck_assert_uint_eq(got.nmeta, 3);
     ck_assert_str_eq(ckpt_manifest_get_meta(&got, "step"), "101");
     ck_assert_str_eq(ckpt_manifest_get_meta(&got, "lr"), "0.1");
+    ck_assert_str_eq(ckpt_manifest_get_meta(&got, CKPT_META_DATA_HASH),
+                     CKPT_DATA_HASH_FRAMES);
     for (size_t i = 0; i < got.nmeta; i++)
         ck_assert_str_eq(got.meta[i].writer, "rank0");
 
@@ -726,8 +729,9 @@ START_TEST(test_planfile_roundtrip)
     ck_assert_int_eq(ckpt_planfile_read(path, &got, &err), 0);
     ck_assert_uint_eq(got.npieces, fx.m.npieces + 1);
     ck_assert_str_eq(got.pieces[got.npieces - 1].writer, "rank1");
-    ck_assert_uint_eq(got.nmeta, 3);
-    ck_assert_str_eq(got.meta[2].writer, "rank1");
+    ck_assert_uint_eq(got.nmeta, 5);     /* rank1's step and data_hash */
+    ck_assert_str_eq(got.meta[3].writer, "rank1");
+    ck_assert_str_eq(got.meta[4].writer, "rank1");
 
     ckpt_manifest_free(&got);
     ckpt_manifest_free(&fx.m);
@@ -772,7 +776,7 @@ START_TEST(test_plans_to_index)
     ckpt_index_data d;
     ck_assert_int_eq(ckpt_index_load(ix, &d, &err), 0);
     ck_assert_uint_eq(d.ntensors, 5);
-    ck_assert_uint_eq(d.nmeta, 2);
+    ck_assert_uint_eq(d.nmeta, 3);     /* step, lr, data_hash */
     ck_assert_uint_eq(find(&d, "model.w")->nchunks, 2);
     ckpt_index_data_free(&d);
     ckpt_index_close(ix);

@@ -621,9 +621,11 @@ void ckpt_saver_destroy(ckpt_saver *s);
 int ckpt_saver_cuda(const ckpt_saver *s);
 /* Allocates staging memory for `bytes` of state now (at most the cap),
  * so that the first save does not pay for it in its stall: pinned memory
- * where a device is usable costs about 0.4 s per GiB to make.  Every save
+ * where a device is usable costs about 0.5 s per GiB to make.  Every save
  * grows the pool to its state's size anyway, before staging.  0, or
- * -ENOMEM (what was made stays). */
+ * -ENOMEM: more bytes than the machine's memory are refused before any
+ * allocation (a size in the wrong unit); otherwise what was made before
+ * memory ran out stays in the pool. */
 int ckpt_saver_reserve(ckpt_saver *s, uint64_t bytes, ckpt_error *err);
 
 typedef struct ckpt_save_opts {

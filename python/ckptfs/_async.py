@@ -98,7 +98,7 @@ class Saver(object):
 
     def reserve(self, nbytes):
         """Makes staging memory for nbytes of state now (pinned where the
-        saver reads CUDA tensors: about 0.4 s per GiB), so that the first
+        saver reads CUDA tensors: about 0.5 s per GiB), so that the first
         save_async does not pay for it in its stall."""
         if int(nbytes) < 0:
             raise ValueError("reserve: %r is not a byte count" % (nbytes,))

@@ -1,7 +1,6 @@
 """_api.py - ckptfs.save and ckptfs.load: whole (nested) state dicts to and
 from a checkpoint, in one process."""
 import ctypes
-import errno
 import pickle
 
 import numpy as np
@@ -261,18 +260,11 @@ class _Loader(object):
         tensor of the stored dtype in one ckpt_load_batch; returns them
         all for _fill when this libckptfs cannot reach device memory
         (built without CUDA: EFAULT), else []."""
-        if not dev:
+        if not dev or self.r.load_device_batch(
+                [(i, dest.data_ptr()) for i, _, dest in dev],
+                {dest.device for _, _, dest in dev}):
             return []
-        import torch
-        for d in {dest.device for _, _, dest in dev}:
-            torch.cuda.synchronize(d)          # torch's work on them first
-        try:
-            self.r.load_batch([(i, dest.data_ptr()) for i, _, dest in dev])
-        except OSError as exc:
-            if exc.errno != errno.EFAULT:
-                raise
-            return dev
-        return []
+        return dev
 
     def _fill(self, i, code, dest):
         """Reads tensor i into `dest`, one that _host_addr cannot take
@@ -290,15 +282,6 @@ class _Loader(object):
     def _fill_torch(self, i, code, t):
         import torch
         tdt = _dtypes.torch_dtype(code, torch)
-        if t.is_contiguous() and t.dtype == tdt:
-            if t.device.type == "cuda":
-                torch.cuda.synchronize(t.device)   # torch's work on t first
-                try:
-                    self.r.read_into(i, t.data_ptr(), device=True)
-                    return
-                except OSError as exc:   # this libckptfs has no CUDA
-                    if exc.errno != errno.EFAULT:
-                        raise
         raw = self.r.read_array(i)
         if tdt is None and t.dtype == torch.uint8:
             src = torch.from_numpy(raw)          # fp8 bits, as they are

@@ -11,6 +11,7 @@ files.
 import collections
 import contextlib
 import ctypes
+import errno
 import operator
 import os
 import threading
@@ -229,12 +230,12 @@ class Reader(object):
         return {name: int(getattr(s, name)) for name, _ in C.Stats._fields_}
 
     # ------------------------------------------------------------ reading
-    def read_into(self, i, addr, offsets=None, sizes=None, device=False):
+    def read_into(self, i, addr, offsets=None, sizes=None):
         """Reads the region [offsets, offsets + sizes) of tensor i (None:
-        all of it) row-major to address `addr`; device: addr may be CUDA
-        memory."""
+        all of it) row-major to host memory at `addr` (device memory goes
+        through load_batch)."""
         err = C.Error()
-        if offsets is None and not device:
+        if offsets is None:
             nbytes = self.raw_info(i)[3]
             if nbytes:
                 with self._use() as h:
@@ -244,11 +245,11 @@ class Reader(object):
                     raise EOFError("tensor %d: read %d of %d bytes"
                                    % (i, got, nbytes))
             return
-        fn = C.lib.ckpt_load_region if device else C.lib.ckpt_read_region
         offs = C.int64_array(offsets) if offsets is not None else None
         size = C.int64_array(sizes) if sizes is not None else None
         with self._use() as h:
-            check(fn(h, i, offs, size, addr, ctypes.byref(err)), err)
+            check(C.lib.ckpt_read_region(h, i, offs, size, addr,
+                                         ctypes.byref(err)), err)
 
     def read_batch(self, items):
         """Reads many tensors in one call, the work of all of them shared
@@ -261,6 +262,22 @@ class Reader(object):
         (ckpt_load_batch: one pipeline through pinned buffers for all the
         device items)."""
         self._batch(C.lib.ckpt_load_batch, items)
+
+    def load_device_batch(self, items, devices):
+        """load_batch of items whose addrs are CUDA memory on the torch
+        `devices`, after torch's work on them: True, or False when this
+        libckptfs cannot reach device memory (built without CUDA: EFAULT;
+        nothing was read)."""
+        import torch
+        for d in devices:
+            torch.cuda.synchronize(d)
+        try:
+            self.load_batch(items)
+        except OSError as exc:
+            if exc.errno != errno.EFAULT:
+                raise
+            return False
+        return True
 
     def _batch(self, fn, items):
         if not items:

@@ -522,17 +522,11 @@ class StorageReader(_dcp.StorageReader):
         in one ckpt_load_batch (pinned bounce buffers shared by all);
         returns them for _read_other when this libckptfs cannot reach
         device memory (built without CUDA: EFAULT), else []."""
-        if not dev:
+        if not dev or r.load_device_batch(
+                [item for item, _ in dev],
+                {other[2].device for _, other in dev}):
             return []
-        for d in {other[2].device for _, other in dev}:
-            torch.cuda.synchronize(d)        # torch's work on them first
-        try:
-            r.load_batch([item for item, _ in dev])
-        except OSError as exc:
-            if exc.errno != errno.EFAULT:
-                raise
-            return [other for _, other in dev]
-        return []
+        return [other for _, other in dev]
 
     @staticmethod
     def _region(req, target):
@@ -550,20 +544,10 @@ class StorageReader(_dcp.StorageReader):
 
     @staticmethod
     def _read_other(r, i, req, target, offsets, sizes, code):
-        """A region into a destination that is not host memory of the
-        stored dtype: uploaded to a CUDA tensor of that dtype, converted
-        (or widened) otherwise."""
-        if target.device.type == "cuda":
-            torch.cuda.synchronize(target.device)  # torch's work on it first
-            if (target.is_contiguous()
-                    and target.dtype == _dtypes.torch_dtype(code, torch)):
-                try:
-                    r.read_into(i, target.data_ptr(), offsets, sizes,
-                                device=True)
-                    return
-                except OSError as exc:
-                    if exc.errno != errno.EFAULT:
-                        raise
+        """A region into a destination that neither read_batch nor
+        _read_device takes as it is (another dtype, not contiguous, or
+        device memory this libckptfs cannot reach): read on the host,
+        converted (or widened), copied in by torch."""
         src = convert(r.read_array(i, offsets, sizes), code, "pt", True,
                       "tensor '%s'" % req.storage_index.fqn)
         with torch.no_grad():

@@ -188,8 +188,7 @@ int ckpt_devload(ckpt_reader *r, const ckpt_read_item *items, size_t n,
     }
     for (size_t i = 0; rc == 0 && i < n; i++) {
         const ckpt_read_item *it = &items[i];
-        if (item_bytes(r, it, &ti) == 0)
-            continue;
+        ckpt_reader_info(r, it->idx, &ti);   /* empty regions add nothing */
         rc = add_region(&F, it->idx, ti.ndim,
                         it->offsets ? it->offsets : zeros,
                         it->sizes ? it->sizes : ti.shape,

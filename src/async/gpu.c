@@ -19,6 +19,16 @@
 #ifdef HAVE_CUDA
 #include <cuda_runtime_api.h>
 
+/* 0 for cudaSuccess; else clears CUDA's sticky error, says why, -EIO. */
+static int cuda_rc(cudaError_t e, const char **why)
+{
+    if (e == cudaSuccess)
+        return 0;
+    cudaGetLastError();
+    *why = cudaGetErrorString(e);
+    return -EIO;
+}
+
 int ckpt_gpu_built(void)
 {
     return 1;
@@ -96,30 +106,18 @@ void ckpt_gpu_stream_destroy(ckpt_gpu_stream *s)
 }
 
 int ckpt_gpu_copy_async(ckpt_gpu_stream *s, void *dst, const void *src,
-                        size_t n, void (*done)(void *arg), void *arg,
-                        const char **why)
+                        size_t n, const char **why)
 {
-    cudaError_t e = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s->s);
-    if (e == cudaSuccess && done)
-        e = cudaLaunchHostFunc(s->s, done, arg);
-    if (e == cudaSuccess)
-        return 0;
-    cudaGetLastError();
-    /* Whatever was queued on the stream must land before the caller
-     * reuses the memory. */
-    cudaStreamSynchronize(s->s);
-    *why = cudaGetErrorString(e);
-    return -EIO;
+    int rc = cuda_rc(cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, s->s),
+                     why);
+    if (rc)   /* what was queued must land before the memory is reused */
+        cudaStreamSynchronize(s->s);
+    return rc;
 }
 
 int ckpt_gpu_stream_sync(ckpt_gpu_stream *s, const char **why)
 {
-    cudaError_t e = cudaStreamSynchronize(s->s);
-    if (e == cudaSuccess)
-        return 0;
-    cudaGetLastError();
-    *why = cudaGetErrorString(e);
-    return -EIO;
+    return cuda_rc(cudaStreamSynchronize(s->s), why);
 }
 
 struct ckpt_gpu_event {
@@ -153,33 +151,18 @@ void ckpt_gpu_event_destroy(ckpt_gpu_event *ev)
 int ckpt_gpu_event_record(ckpt_gpu_event *ev, ckpt_gpu_stream *s,
                           const char **why)
 {
-    cudaError_t e = cudaEventRecord(ev->e, s->s);
-    if (e == cudaSuccess)
-        return 0;
-    cudaGetLastError();
-    *why = cudaGetErrorString(e);
-    return -EIO;
+    return cuda_rc(cudaEventRecord(ev->e, s->s), why);
 }
 
 int ckpt_gpu_event_wait(ckpt_gpu_event *ev, const char **why)
 {
-    cudaError_t e = cudaEventSynchronize(ev->e);
-    if (e == cudaSuccess)
-        return 0;
-    cudaGetLastError();
-    *why = cudaGetErrorString(e);
-    return -EIO;
+    return cuda_rc(cudaEventSynchronize(ev->e), why);
 }
 
 int ckpt_gpu_copy_to_host(void *dst, const void *src, size_t n,
                           const char **why)
 {
-    cudaError_t e = cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost);
-    if (e == cudaSuccess)
-        return 0;
-    cudaGetLastError();
-    *why = cudaGetErrorString(e);
-    return -EIO;
+    return cuda_rc(cudaMemcpy(dst, src, n, cudaMemcpyDeviceToHost), why);
 }
 
 struct ckpt_gpu_upload {
@@ -355,8 +338,7 @@ void ckpt_gpu_stream_destroy(ckpt_gpu_stream *s)
 }
 
 int ckpt_gpu_copy_async(ckpt_gpu_stream *s, void *dst, const void *src,
-                        size_t n, void (*done)(void *arg), void *arg,
-                        const char **why)
+                        size_t n, const char **why)
 {
     *why = NO_CUDA;
     return -ENOTSUP;

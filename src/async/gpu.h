@@ -34,12 +34,11 @@ typedef struct ckpt_gpu_stream ckpt_gpu_stream;
 int ckpt_gpu_stream_create(ckpt_gpu_stream **out);
 void ckpt_gpu_stream_destroy(ckpt_gpu_stream *s);
 /* Queues a copy of n bytes from src to dst (either may be device or
- * host memory) on s, and done(arg) once it has landed (called from the
- * CUDA runtime's thread; done may be NULL).  On failure, waits for what s
- * had queued and returns -EIO with *why set; done is not called then. */
+ * host memory) on s; an event recorded after it says when it has landed.
+ * On failure, waits for what s had queued and returns -EIO with *why
+ * set. */
 int ckpt_gpu_copy_async(ckpt_gpu_stream *s, void *dst, const void *src,
-                        size_t n, void (*done)(void *arg), void *arg,
-                        const char **why);
+                        size_t n, const char **why);
 /* Waits for everything queued on s: 0, or -EIO with *why set (a copy
  * failed). */
 int ckpt_gpu_stream_sync(ckpt_gpu_stream *s, const char **why);

@@ -441,7 +441,7 @@ static int device_copy(ckpt_staged *s, size_t idx, void *dst, const void *src,
     s->v[idx].ev = ev;               /* only the producer sets it */
     pthread_mutex_unlock(&s->mu);
     /* On failure, what was queued on the stream has landed. */
-    rc = ckpt_gpu_copy_async(st->stream, dst, src, n, NULL, NULL, &why);
+    rc = ckpt_gpu_copy_async(st->stream, dst, src, n, &why);
     if (rc == 0)
         rc = ckpt_gpu_event_record(ev, st->stream, &why);
     if (rc)

@@ -145,11 +145,6 @@ static void pieces_of(const state *S, ckpt_piece *p, char (*names)[32],
     }
 }
 
-static double med(double *v, int n)
-{
-    return median(v, n);
-}
-
 /* Part 1: stalls of async saves against the D2H copy; leaves the last
  * save's checkpoint at DIR/save. */
 static void bench_saves(const cfg *c, state *S, char *ckdir, size_t cklen)
@@ -223,7 +218,8 @@ static void bench_saves(const cfg *c, state *S, char *ckdir, size_t cklen)
     }
     free(got);
     ckpt_reader_close(r);
-    double mc = med(copy, reps), ms = med(stall, reps), mb = med(bg, reps);
+    double mc = median(copy, reps), ms = median(stall, reps);
+    double mb = median(bg, reps);
     printf("async save of %.2f GiB from device memory (%zu tensors, %s):\n",
            bytes / (1 << 30), S->n, ckpt_codec_name(c->codec));
     printf("  cudaMemcpy D2H into pinned memory (the limit): %.3f s "
@@ -352,12 +348,12 @@ static void bench_loads(const cfg *c, state *S, const char *ckdir, int cold)
                 state_check(S, kinds[j].name);
         }
     double bytes = (double)S->n * (double)S->each;
-    double base = med(t[0], reps);
+    double base = median(t[0], reps);
     printf("%s load of %.2f GiB into device memory (median of %d; every "
            "byte of the first of each checked):\n", cold ? "cold" : "warm",
            bytes / (1 << 30), reps);
     for (int j = 0; j < 3; j++) {
-        double m = med(t[j], reps);
+        double m = median(t[j], reps);
         printf("  %-42s %.3f s (%.1f GB/s) = %.2fx", kinds[j].name, m,
                bytes / m / 1e9, base / m);
         if (j)

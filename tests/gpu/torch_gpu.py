@@ -57,7 +57,6 @@ except ImportError:
         ckptfs.__file__, list(getattr(ckptfs, "__path__", [])), sys.path))
     raise
 
-MIB = 1 << 20
 
 
 def result(name, value):
@@ -313,7 +312,7 @@ def part_loop(work, gib):
     empty_cache()
 
 
-def timed(fn, reps, cold, files):
+def timed(fn, reps, cold):
     out = []
     for _ in range(reps):
         if cold:
@@ -348,11 +347,11 @@ def part_load(work, gib):
     regimes = [("warm", 3)] + ([("cold", 1)] if drop_caches() else [])
     for name, reps in regimes:
         cold = name == "cold"
-        t_st = timed(lambda: load_file(st, device=str(DEV)), reps, cold, None)
+        t_st = timed(lambda: load_file(st, device=str(DEV)), reps, cold)
         empty_cache()
-        t_new = timed(lambda: ckptfs.load(ck, device=DEV), reps, cold, None)
+        t_new = timed(lambda: ckptfs.load(ck, device=DEV), reps, cold)
         empty_cache()
-        t_into = timed(lambda: ckptfs.load(ck, into=into), reps, cold, None)
+        t_into = timed(lambda: ckptfs.load(ck, into=into), reps, cold)
         print("%s load of %.2f GiB into device memory (median of %d):"
               % (name, size / (1 << 30), reps))
         print("  safetensors.torch.load_file(device='cuda'): %.3f s "
@@ -399,8 +398,8 @@ def part_dcp(work, gib):
     scribble(dest)
     load_fs()
     check_state(state, dest, "dcp.load through FileSystemReader")
-    t_fs = timed(load_fs, 3, False, None)
-    t_ours = timed(load_ours, 3, False, None)
+    t_fs = timed(load_fs, 3, False)
+    t_ours = timed(load_ours, 3, False)
     print("DCP with %.2f GiB of CUDA tensors (torch %s):" % (
         size / (1 << 30), torch.__version__))
     print("  dcp.save: ckptfs.torch %.3f s, FileSystemWriter %.3f s (%.2fx)"

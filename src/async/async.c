@@ -119,7 +119,7 @@ void ckpt_async_cleanup(const char *dir, const char *writer, int owned,
 {
     char rel[256], path[PATH_CAP];
     static const char *const fmt[] = {
-        "data/%s.shard", ".pending/%s.plan", ".pending/%s.plan-journal",
+        "data/%s.shard", ".pending/%s.plan",
     };
     if (ckpt_dir_probe(dir) == CKPT_DIR_COMMITTED)
         return;

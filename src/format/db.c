@@ -6,6 +6,7 @@
  * expected (see db.h).
  */
 #include "format/db.h"
+#include "format/planlog.h"
 #include "common/error.h"
 #include "common/shape.h"
 
@@ -191,6 +192,20 @@ static const char *kind_of(uint32_t app_id)
 
 /* Runs a PRAGMA that answers one integer; a file that is not SQLite is
  * refused as not being a ckptfs `kind`. */
+/* 1 when the file at path starts as a local plan does (planlog.h): no
+ * SQLite file since plans are logs. */
+static int is_plan(const char *path)
+{
+    char head[sizeof CKPT_PLANLOG_MAGIC] = "";
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = pread(fd, head, sizeof head, 0);
+    close(fd);
+    return n == (ssize_t)sizeof head &&
+           memcmp(head, CKPT_PLANLOG_MAGIC, sizeof head) == 0;
+}
+
 static int pragma_int(sqlite3 *db, const char *sql, const char *path,
                       const char *kind, int64_t *out, ckpt_error *err)
 {
@@ -207,8 +222,9 @@ static int pragma_int(sqlite3 *db, const char *sql, const char *path,
     if (rc == SQLITE_OK)
         return 0;
     if ((rc & 0xff) == SQLITE_NOTADB)
-        return ckpt_err(err, -EINVAL, "%s is not a ckptfs %s (not a SQLite "
-                        "database)", path, kind);
+        return ckpt_err(err, -EINVAL, "%s is not a ckptfs %s (%s)", path,
+                        kind, is_plan(path) ? "it is a ckptfs local plan"
+                                            : "not a SQLite database");
     return ckpt_db_err(err, db, rc, path, "cannot read its header");
 }
 

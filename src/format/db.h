@@ -11,7 +11,8 @@
 #include "ckptfs.h"
 
 #define CKPT_INDEX_APP_ID 0x636b7074   /* "ckpt": index.db */
-#define CKPT_PLAN_APP_ID  0x636b706c   /* "ckpl": a writer's plan file */
+#define CKPT_PLAN_APP_ID  0x636b706c   /* "ckpl": a plan file of an older
+                                          ckptfs (SQLite; now planlog.h) */
 /* The user_version a new index or plan starts with; an index whose frames
  * refer to a base checkpoint's is raised to 2, one with packed tensors to
  * 3 (CKPT_FORMAT_VERSION). */

@@ -1,110 +1,60 @@
 /*
  * planfile.c - a writer's local plan, .pending/<writer>.plan (see planfile.h
- * and docs/FORMAT.md): a small SQLite file to which one writer appends, in
- * one transaction per call, the pieces it wrote with their frames, and its
- * metadata.  At commit every plan is read
- * back into one manifest for the planner.
+ * and docs/FORMAT.md "Local plans"): a log of records (planlog.h) to which
+ * one writer appends, one write per call, the pieces it wrote with their
+ * frames, its metadata and the tensors it declares.  At commit every plan
+ * is read back into one manifest for the planner.
  *
- * SQLite never syncs a plan (its journal still undoes an append that a
- * killed writer left half done).  What the commit needs durable it syncs
- * itself: a plan tells it how much of its shard the writer synced
- * already (info 'synced', "BYTES:FILE"), so that each shard is synced
- * once.  Its info 'unsynced' names the host and boot it was last written
+ * Nothing of a plan is synced, and no other file goes with it: a record
+ * that a killed writer left half written is cut short at the end of the
+ * file, and readers ignore it, so an append counts whole or not at all.
+ * What the commit needs durable it syncs itself: a plan tells it how much
+ * of its shard the writer synced already (the synced claim), so that each
+ * shard is synced once.  Its header names the host and boot it was written
  * in: a power loss may have cost it its last appends (or its directory
  * entry), so a commit on that host after a restart refuses it rather than
  * publish a checkpoint missing pieces.
  */
 #include "format/planfile.h"
-#include "format/db.h"
+#include "format/planlog.h"
 #include "format/chunkpack.h"
 #include "format/layout.h"
 #include "codec/codec.h"
 #include "common/error.h"
 #include "common/fileio.h"
 #include "common/pool.h"
-#include "common/shape.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define DIMS_JSON_CAP (CKPT_MAX_DIMS * 21 + 3)
 /* "HOST BOOT_ID" */
 #define HOST_BOOT_CAP 320
-/* How long a reader waits for a writer's append to finish. */
-#define BUSY_TIMEOUT_MS 10000
 
-static const char PLAN_SCHEMA[] =
-    "CREATE TABLE info(key TEXT PRIMARY KEY, value TEXT NOT NULL)"
-    " WITHOUT ROWID;"
-    "CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)"
-    " WITHOUT ROWID;"
-    "CREATE TABLE pieces(id INTEGER PRIMARY KEY, fqn TEXT NOT NULL,"
-    " dtype TEXT NOT NULL, shape TEXT NOT NULL, offsets TEXT NOT NULL,"
-    " sizes TEXT NOT NULL, file TEXT NOT NULL, raw_bytes INTEGER NOT NULL,"
-    " stored_bytes INTEGER NOT NULL, data_hash INTEGER NOT NULL);"
-    "CREATE TABLE frames(piece_id INTEGER NOT NULL REFERENCES pieces(id),"
-    " seq INTEGER NOT NULL, file_offset INTEGER NOT NULL,"
-    " stored_size INTEGER NOT NULL, raw_offset INTEGER NOT NULL,"
-    " raw_size INTEGER NOT NULL, codec INTEGER NOT NULL,"
-    " checksum INTEGER NOT NULL, base INTEGER NOT NULL DEFAULT 0,"
-    " PRIMARY KEY(piece_id, seq)) WITHOUT ROWID;";
-
-/* Tensors declared in the save (a file created or described through a
- * mount) and why their piece failed: a commit refuses one without any
- * piece.  Plans written before this table existed have none. */
-static const char DECLARED_SCHEMA[] =
-    "CREATE TABLE declared(fqn TEXT PRIMARY KEY, reason TEXT NOT NULL)"
-    " WITHOUT ROWID;";
-/* The pieces' frames again, one row per append, as the records of a
- * packed tensor (chunkpack.h, file id 0) in piece order: what a commit
- * that reuses the previous save's layout reads instead of the rows
- * (docs/FORMAT.md, "Layouts").  Plans written before it have none. */
-static const char PACKED_SCHEMA[] =
-    "CREATE TABLE packed(seq INTEGER PRIMARY KEY, pieces INTEGER NOT NULL,"
-    " data BLOB NOT NULL);";
-static const char DECLARE_SQL[] =
-    "INSERT INTO declared(fqn, reason) VALUES(?,?) ON CONFLICT(fqn) DO"
-    " UPDATE SET reason = excluded.reason WHERE excluded.reason <> ''";
-
-enum { PS_INFO, PS_PIECE, PS_FRAME, PS_META, PS_PACKED, PS_N };
-
-static const char *const PLAN_SQL[PS_N] = {
-    "INSERT OR REPLACE INTO info(key, value) VALUES(?,?)",
-    "INSERT INTO pieces(fqn, dtype, shape, offsets, sizes, file, raw_bytes,"
-    " stored_bytes, data_hash) VALUES(?,?,?,?,?,?,?,?,?)",
-    "INSERT INTO frames(piece_id, seq, file_offset, stored_size, raw_offset,"
-    " raw_size, codec, checksum, base) VALUES(?,?,?,?,?,?,?,?,?)",
-    "INSERT OR REPLACE INTO meta(key, value) VALUES(?,?)",
-    "INSERT INTO packed(pieces, data) VALUES(?,?)",
-};
+/* APPEND record flags. */
+#define APPEND_SYNCED 1u    /* a synced claim follows */
+#define APPEND_LAYOUT 2u    /* a layout claim follows (else: none) */
 
 struct ckpt_planfile {
-    sqlite3 *db;
+    int fd;                     /* -1: closed for good after a failure */
     char *path;
-    sqlite3_stmt *st[PS_N];
-    char synced[CKPT_PLAN_SYNCED_CAP];  /* "BYTES:FILE" for the next append,
-                                           or "" */
-    char boot[HOST_BOOT_CAP];           /* host_boot(), once */
+    off_t end;                  /* where the complete records end */
+    int broken;                 /* a failed write could not be undone */
+    int has_synced;             /* a claim for the next append: */
+    uint64_t synced_bytes;
+    char synced_file[CKPT_PLAN_SYNCED_CAP];
     uint64_t layout, laid;      /* the digest of the pieces appended, and
                                    their count (layout.h) */
     int unpacked;               /* a piece could not be packed: no layout
                                    is claimed any more */
-    ckpt_strbuf rec;            /* the packed records of an append */
+    ckpt_strbuf rec;            /* the record being written */
+    ckpt_strbuf packed;         /* the packed records of an append */
 };
-
-static int run(ckpt_planfile *pf, int which, const ckpt_db_val *v, int n,
-               ckpt_error *err)
-{
-    return ckpt_db_run(pf->st[which], v, n, pf->path,
-                       "cannot write the local plan", err);
-}
 
 /* Where and when this process runs, "HOST BOOT_ID", into buf; "" when
  * the boot id cannot be read (then no restart can be told). */
@@ -123,75 +73,78 @@ static void host_boot(char *buf, size_t cap)
     snprintf(buf, cap, "%s %s", host, boot);
 }
 
-/* Records (in the caller's transaction) the host and boot of this
- * change, which no sync makes durable. */
-static int mark_unsynced(ckpt_planfile *pf, ckpt_error *err)
-{
-    if (!pf->boot[0])
-        return 0;
-    ckpt_db_val v[] = { CKPT_DB_TEXT("unsynced"), CKPT_DB_TEXT(pf->boot) };
-    return run(pf, PS_INFO, v, 2, err);
-}
-
 /* -------------------------------------------------------------- writing */
 
-static int prepare_all(ckpt_planfile *pf, ckpt_error *err)
+/* Writes pf->rec at the end of the plan in one call (the rest again after
+ * a short write).  On failure the plan is cut back to its last complete
+ * record, or, when that fails too, refuses every later append. */
+static int put_record(ckpt_planfile *pf, ckpt_error *err)
 {
-    int rc = 0;
-    for (int i = 0; !rc && i < PS_N; i++)
-        rc = ckpt_db_prepare(pf->db, PLAN_SQL[i], &pf->st[i], pf->path, err);
-    return rc;
-}
-
-/* Closes the connection (its statements first, so that it does close). */
-static void close_db(ckpt_planfile *pf)
-{
-    for (int i = 0; i < PS_N; i++) {
-        sqlite3_finalize(pf->st[i]);
-        pf->st[i] = NULL;
+    if (pf->fd < 0 || pf->broken)
+        return ckpt_err(err, -EIO, "%s: the local plan failed earlier and "
+                        "takes no more records", pf->path);
+    const char *p = pf->rec.p;
+    size_t left = pf->rec.len;
+    off_t at = pf->end;
+    while (left) {
+        ssize_t n = pwrite(pf->fd, p, left, at);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            int e = n < 0 ? errno : EIO;
+            if (ftruncate(pf->fd, pf->end) != 0)
+                pf->broken = 1;
+            return ckpt_err_sys(err, -e, "%s: cannot write the local plan",
+                                pf->path);
+        }
+        p += n;
+        left -= (size_t)n;
+        at += n;
     }
-    sqlite3_close(pf->db);
-    pf->db = NULL;
+    pf->end = at;
+    return 0;
 }
 
-static int plan_init(ckpt_planfile *pf, const char *writer, ckpt_error *err)
+/* Ends the record in pf->rec (begun at 0 or after the preamble). */
+static int end_record(ckpt_planfile *pf, size_t start, ckpt_error *err)
 {
-    int rc = ckpt_db_exec(pf->db, "BEGIN", pf->path, err);
-    if (!rc)
-        rc = ckpt_db_exec(pf->db, PLAN_SCHEMA, pf->path, err);
-    if (!rc)
-        rc = ckpt_db_exec(pf->db, DECLARED_SCHEMA, pf->path, err);
-    if (!rc)
-        rc = ckpt_db_exec(pf->db, PACKED_SCHEMA, pf->path, err);
-    if (!rc)
-        rc = prepare_all(pf, err);
-    ckpt_db_val who[] = { CKPT_DB_TEXT("writer"), CKPT_DB_TEXT(writer) };
-    ckpt_db_val producer[] = { CKPT_DB_TEXT("producer"),
-                               CKPT_DB_TEXT("ckptfs " CKPT_VERSION_STRING) };
-    /* How this writer's pieces' data_hash is made, read back as the
-     * save's metadata (beside the other info rows: no page more to
-     * write than before, where a tmpfs save is counted in pages). */
-    ckpt_db_val hash[] = { CKPT_DB_TEXT(CKPT_META_DATA_HASH),
-                           CKPT_DB_TEXT(CKPT_DATA_HASH_FRAMES) };
-    if (!rc)
-        rc = run(pf, PS_INFO, who, 2, err);
-    if (!rc)
-        rc = run(pf, PS_INFO, producer, 2, err);
-    if (!rc)
-        rc = run(pf, PS_INFO, hash, 2, err);
-    if (!rc)
-        rc = mark_unsynced(pf, err);
-    if (!rc)
-        rc = ckpt_db_exec(pf->db, "COMMIT", pf->path, err);
-    return rc;
+    int rc = ckpt_planlog_end(&pf->rec, start);
+    if (rc == -EFBIG)
+        return ckpt_err(err, rc, "%s: one append of more than 4 GiB to the "
+                        "local plan", pf->path);
+    if (rc)
+        return ckpt_err(err, rc, "%s: out of memory", pf->path);
+    return 0;
 }
 
 static void plan_free(ckpt_planfile *pf)
 {
-    close_db(pf);
+    if (pf->fd >= 0)
+        close(pf->fd);
     ckpt_strbuf_free(&pf->rec);
+    ckpt_strbuf_free(&pf->packed);
     free(pf->path);
     free(pf);
+}
+
+/* The preamble and the header record: the writer, what wrote the plan,
+ * the host and boot it is written in, and the save's metadata that the
+ * writer implies (how its data hashes are made). */
+static int write_header(ckpt_planfile *pf, const char *writer,
+                        ckpt_error *err)
+{
+    char boot[HOST_BOOT_CAP];
+    host_boot(boot, sizeof boot);
+    ckpt_planlog_preamble(&pf->rec);
+    size_t start = ckpt_planlog_begin(&pf->rec, CKPT_PLANREC_HEADER);
+    ckpt_planlog_str(&pf->rec, writer);
+    ckpt_planlog_str(&pf->rec, "ckptfs " CKPT_VERSION_STRING);
+    ckpt_planlog_str(&pf->rec, boot);
+    ckpt_varint_put(&pf->rec, 1);
+    ckpt_planlog_str(&pf->rec, CKPT_META_DATA_HASH);
+    ckpt_planlog_str(&pf->rec, CKPT_DATA_HASH_FRAMES);
+    int rc = end_record(pf, start, err);
+    return rc ? rc : put_record(pf, err);
 }
 
 int ckpt_planfile_create(ckpt_planfile **out, const char *path,
@@ -206,16 +159,16 @@ int ckpt_planfile_create(ckpt_planfile **out, const char *path,
         free(pf);
         return ckpt_err(err, -ENOMEM, "%s: out of memory", path);
     }
-    host_boot(pf->boot, sizeof pf->boot);
     pf->layout = CKPT_LAYOUT_SEED;
-    /* PERSIST: a transaction per flush (a piece closed through a mount)
-     * reuses one journal file instead of creating and unlinking one. */
-    int rc = ckpt_db_create(&pf->db, path, CKPT_PLAN_APP_ID, "PERSIST", err);
-    if (rc) {
+    pf->fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
+                  0644);
+    if (pf->fd < 0) {
+        int rc = ckpt_err_sys(err, -errno, "%s: cannot create the local "
+                              "plan", path);
         plan_free(pf);
         return rc;
     }
-    rc = plan_init(pf, writer, err);
+    int rc = write_header(pf, writer, err);
     if (rc) {
         plan_free(pf);
         unlink(path);
@@ -236,78 +189,64 @@ static int check_piece_fields(const ckpt_planfile *pf, const ckpt_piece_rec *p,
         return ckpt_err(err, -EINVAL, "%s: tensor '%s': bad dtype (%d) or "
                         "dimension count (%d)", pf->path, p->fqn,
                         (int)p->dtype, p->ndim);
+    for (int d = 0; d < p->ndim; d++)
+        if (p->shape[d] < 0 || p->offsets[d] < 0 || p->sizes[d] < 0)
+            return ckpt_err(err, -EINVAL, "%s: tensor '%s': negative shape, "
+                            "offset or size", pf->path, p->fqn);
+    for (size_t k = 0; k < p->nframes; k++)
+        if (p->frames[k].codec < 0 || p->frames[k].base < 0)
+            return ckpt_err(err, -EINVAL, "%s: tensor '%s': frame %zu has a "
+                            "bad codec or base", pf->path, p->fqn, k);
     return 0;
 }
 
-static int append_frames(ckpt_planfile *pf, const ckpt_piece_rec *p,
-                         int64_t id, ckpt_error *err)
+static void put_piece(ckpt_strbuf *b, const ckpt_piece_rec *p)
 {
+    ckpt_planlog_str(b, p->fqn);
+    ckpt_planlog_str(b, ckpt_dtype_name(p->dtype));
+    ckpt_varint_put(b, (uint64_t)p->ndim);
+    const int64_t *dims[3] = { p->shape, p->offsets, p->sizes };
+    for (int c = 0; c < 3; c++)
+        for (int d = 0; d < p->ndim; d++)
+            ckpt_varint_put(b, (uint64_t)dims[c][d]);
+    ckpt_planlog_str(b, p->file);
+    ckpt_varint_put(b, p->raw_bytes);
+    ckpt_varint_put(b, p->stored_bytes);
+    ckpt_planlog_u64(b, p->data_hash);
+    ckpt_varint_put(b, p->nframes);
     for (size_t k = 0; k < p->nframes; k++) {
         const ckpt_frame_rec *f = &p->frames[k];
-        ckpt_db_val v[] = {
-            CKPT_DB_INT(id), CKPT_DB_INT(k), CKPT_DB_INT(f->file_offset),
-            CKPT_DB_INT(f->stored_size), CKPT_DB_INT(f->raw_offset),
-            CKPT_DB_INT(f->raw_size), CKPT_DB_INT(f->codec),
-            CKPT_DB_INT((int64_t)f->checksum), CKPT_DB_INT(f->base),
-        };
-        int rc = run(pf, PS_FRAME, v, 9, err);
-        if (rc)
-            return rc;
+        ckpt_varint_put(b, f->file_offset);
+        ckpt_varint_put(b, f->stored_size);
+        ckpt_varint_put(b, f->raw_offset);
+        ckpt_varint_put(b, f->raw_size);
+        ckpt_varint_put(b, (uint64_t)f->codec);
+        ckpt_planlog_u64(b, f->checksum);
+        ckpt_varint_put(b, (uint64_t)f->base);
     }
-    return 0;
-}
-
-static int append_piece(ckpt_planfile *pf, const ckpt_piece_rec *p, size_t i,
-                        ckpt_error *err)
-{
-    int rc = check_piece_fields(pf, p, i, err);
-    if (rc)
-        return rc;
-    char shape[DIMS_JSON_CAP], off[DIMS_JSON_CAP], size[DIMS_JSON_CAP];
-    ckpt_shape_format_json(shape, sizeof shape, p->ndim, p->shape);
-    ckpt_shape_format_json(off, sizeof off, p->ndim, p->offsets);
-    ckpt_shape_format_json(size, sizeof size, p->ndim, p->sizes);
-    ckpt_db_val v[] = {
-        CKPT_DB_TEXT(p->fqn), CKPT_DB_TEXT(ckpt_dtype_name(p->dtype)),
-        CKPT_DB_TEXT(shape), CKPT_DB_TEXT(off), CKPT_DB_TEXT(size),
-        CKPT_DB_TEXT(p->file), CKPT_DB_INT(p->raw_bytes),
-        CKPT_DB_INT(p->stored_bytes), CKPT_DB_INT((int64_t)p->data_hash),
-    };
-    rc = run(pf, PS_PIECE, v, 9, err);
-    return rc ? rc : append_frames(pf, p, sqlite3_last_insert_rowid(pf->db),
-                                   err);
 }
 
 int ckpt_planfile_share(ckpt_planfile *pf, ckpt_error *err)
 {
-    close_db(pf);
-    int rc = ckpt_db_open_rw(&pf->db, pf->path, "PERSIST", err);
-    if (!rc)
-        rc = prepare_all(pf, err);
-    if (rc)
-        close_db(pf);      /* the writer fails for good (writer.c) */
-    return rc;
+    if (pf->fd >= 0)
+        close(pf->fd);
+    pf->fd = open(pf->path, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (pf->fd < 0)       /* the writer fails for good (writer.c) */
+        return ckpt_err_sys(err, -errno, "%s: cannot open the local plan "
+                            "again", pf->path);
+    return 0;
 }
 
 void ckpt_planfile_note_synced(ckpt_planfile *pf, const char *file,
                                uint64_t bytes)
 {
-    int n = snprintf(pf->synced, sizeof pf->synced, "%llu:%s",
-                     (unsigned long long)bytes, file);
-    if (n < 0 || (size_t)n >= sizeof pf->synced)
-        pf->synced[0] = '\0';      /* no claim: the commit syncs it */
-}
-
-/* The claim noted by ckpt_planfile_note_synced, in the open transaction. */
-static int write_synced(ckpt_planfile *pf, ckpt_error *err)
-{
-    if (!pf->synced[0])
-        return 0;
-    ckpt_db_val v[] = { CKPT_DB_TEXT("synced"), CKPT_DB_TEXT(pf->synced) };
-    int rc = run(pf, PS_INFO, v, 2, err);
-    if (!rc)
-        pf->synced[0] = '\0';
-    return rc;
+    size_t n = strlen(file);
+    pf->has_synced = n < sizeof pf->synced_file;  /* else: the commit
+                                                      syncs it */
+    if (pf->has_synced) {
+        memcpy(pf->synced_file, file, n + 1);
+        pf->synced_bytes = bytes;
+    }
 }
 
 /* 1 when piece p's frames can be a packed record: no delta frame, and
@@ -326,15 +265,12 @@ static int packable(const ckpt_piece_rec *p)
     return 1;
 }
 
-/* In the open transaction: the pieces' layout added to the plan's digest
- * (into *layout, *unpacked) and their packed records as one row, and
- * info 'layout' ("PIECES:DIGEST", or "none" once a piece could not be
- * packed). */
-static int append_layout(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
-                         size_t npieces, uint64_t *layout, int *unpacked,
-                         ckpt_error *err)
+/* The pieces' layout added to the plan's digest (into *layout,
+ * *unpacked) and their packed records into pf->packed. */
+static void pack_layout(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
+                        size_t npieces, uint64_t *layout, int *unpacked)
 {
-    pf->rec.len = 0;
+    pf->packed.len = 0;
     for (size_t i = 0; i < npieces && !*unpacked; i++) {
         const ckpt_piece_rec *p = &pieces[i];
         *layout = ckpt_layout_step(*layout, p->fqn, p->dtype, p->ndim,
@@ -342,58 +278,74 @@ static int append_layout(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
         if (!packable(p))
             *unpacked = 1;
         else
-            ckpt_pack_put(&pf->rec, 0, p->frames, p->nframes, p->data_hash);
+            ckpt_pack_put(&pf->packed, 0, p->frames, p->nframes,
+                          p->data_hash);
     }
-    if (pf->rec.oom)
-        return ckpt_err(err, -ENOMEM, "%s: out of memory", pf->path);
-    int rc = 0;
-    if (!*unpacked && npieces) {
-        ckpt_db_val v[] = { CKPT_DB_INT(npieces),
-                            CKPT_DB_BLOB(pf->rec.p, pf->rec.len) };
-        rc = run(pf, PS_PACKED, v, 2, err);
+}
+
+/* An APPEND record's payload: flags, the claims, the packed records,
+ * the metadata, then the pieces (last, so that a reader of the packed
+ * records stops before them). */
+static void put_append(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
+                       size_t npieces, const ckpt_kv *meta, size_t nmeta,
+                       uint64_t layout, int unpacked)
+{
+    ckpt_strbuf *b = &pf->rec;
+    ckpt_varint_put(b, (pf->has_synced ? APPEND_SYNCED : 0) |
+                       (unpacked ? 0 : APPEND_LAYOUT));
+    if (pf->has_synced) {
+        ckpt_varint_put(b, pf->synced_bytes);
+        ckpt_planlog_str(b, pf->synced_file);
     }
-    char claim[64] = "none";
-    if (!*unpacked)
-        snprintf(claim, sizeof claim, "%llu:%016llx",
-                 (unsigned long long)(pf->laid + npieces),
-                 (unsigned long long)*layout);
-    ckpt_db_val v[] = { CKPT_DB_TEXT("layout"), CKPT_DB_TEXT(claim) };
-    return rc ? rc : run(pf, PS_INFO, v, 2, err);
+    if (!unpacked) {
+        ckpt_varint_put(b, pf->laid + npieces);
+        ckpt_planlog_u64(b, layout);
+    }
+    uint64_t npacked = !unpacked ? npieces : 0;
+    ckpt_varint_put(b, npacked);
+    if (npacked) {
+        ckpt_varint_put(b, pf->packed.len);
+        ckpt_strbuf_add(b, pf->packed.p, pf->packed.len);
+    }
+    ckpt_varint_put(b, nmeta);
+    for (size_t i = 0; i < nmeta; i++) {
+        ckpt_planlog_str(b, meta[i].key);
+        ckpt_planlog_str(b, meta[i].value);
+    }
+    ckpt_varint_put(b, npieces);
+    for (size_t i = 0; i < npieces; i++)
+        put_piece(b, &pieces[i]);
 }
 
 int ckpt_planfile_append(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
                          size_t npieces, const ckpt_kv *meta, size_t nmeta,
                          ckpt_error *err)
 {
+    for (size_t i = 0; i < npieces; i++) {
+        int rc = check_piece_fields(pf, &pieces[i], i, err);
+        if (rc)
+            return rc;
+    }
+    for (size_t i = 0; i < nmeta; i++)
+        if (!meta[i].key || !meta[i].value)
+            return ckpt_err(err, -EINVAL, "%s: metadata entry %zu has no %s",
+                            pf->path, i, meta[i].key ? "value" : "key");
     uint64_t layout = pf->layout;
     int unpacked = pf->unpacked;
-    int rc = ckpt_db_exec(pf->db, "BEGIN IMMEDIATE", pf->path, err);
+    pack_layout(pf, pieces, npieces, &layout, &unpacked);
+    pf->rec.len = 0;
+    size_t start = ckpt_planlog_begin(&pf->rec, CKPT_PLANREC_APPEND);
+    put_append(pf, pieces, npieces, meta, nmeta, layout, unpacked);
+    int rc = pf->packed.oom ? ckpt_err(err, -ENOMEM, "%s: out of memory",
+                                       pf->path)
+                            : end_record(pf, start, err);
     if (!rc)
-        rc = write_synced(pf, err);
-    if (!rc)
-        rc = mark_unsynced(pf, err);
-    for (size_t i = 0; !rc && i < npieces; i++)
-        rc = append_piece(pf, &pieces[i], i, err);
-    if (!rc)
-        rc = append_layout(pf, pieces, npieces, &layout, &unpacked, err);
-    for (size_t i = 0; !rc && i < nmeta; i++) {
-        if (!meta[i].key || !meta[i].value) {
-            rc = ckpt_err(err, -EINVAL, "%s: metadata entry %zu has no %s",
-                          pf->path, i, meta[i].key ? "value" : "key");
-            break;
-        }
-        ckpt_db_val v[] = { CKPT_DB_TEXT(meta[i].key),
-                            CKPT_DB_TEXT(meta[i].value) };
-        rc = run(pf, PS_META, v, 2, err);
-    }
-    if (!rc)
-        rc = ckpt_db_exec(pf->db, "COMMIT", pf->path, err);
-    if (rc && !sqlite3_get_autocommit(pf->db))
-        sqlite3_exec(pf->db, "ROLLBACK", NULL, NULL, NULL);  /* keeps rc */
+        rc = put_record(pf, err);
     if (!rc) {
         pf->layout = layout;
         pf->unpacked = unpacked;
         pf->laid += npieces;
+        pf->has_synced = 0;
     }
     return rc;
 }
@@ -401,25 +353,19 @@ int ckpt_planfile_append(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
 int ckpt_planfile_declare(ckpt_planfile *pf, const ckpt_kv *declared,
                           size_t n, ckpt_error *err)
 {
-    sqlite3_stmt *st = NULL;
-    int rc = ckpt_db_exec(pf->db, "BEGIN IMMEDIATE", pf->path, err);
-    if (!rc)
-        rc = mark_unsynced(pf, err);
-    if (!rc)
-        rc = ckpt_db_prepare(pf->db, DECLARE_SQL, &st, pf->path, err);
-    for (size_t i = 0; !rc && i < n; i++) {
-        ckpt_db_val v[] = { CKPT_DB_TEXT(declared[i].key),
-                            CKPT_DB_TEXT(declared[i].value ? declared[i].value
-                                                           : "") };
-        rc = ckpt_db_run(st, v, 2, pf->path, "cannot write the local plan",
-                         err);
+    for (size_t i = 0; i < n; i++)
+        if (!declared[i].key)
+            return ckpt_err(err, -EINVAL, "%s: declared tensor %zu has no "
+                            "name", pf->path, i);
+    pf->rec.len = 0;
+    size_t start = ckpt_planlog_begin(&pf->rec, CKPT_PLANREC_DECLARE);
+    ckpt_varint_put(&pf->rec, n);
+    for (size_t i = 0; i < n; i++) {
+        ckpt_planlog_str(&pf->rec, declared[i].key);
+        ckpt_planlog_str(&pf->rec, declared[i].value);
     }
-    sqlite3_finalize(st);
-    if (!rc)
-        rc = ckpt_db_exec(pf->db, "COMMIT", pf->path, err);
-    if (rc && !sqlite3_get_autocommit(pf->db))
-        sqlite3_exec(pf->db, "ROLLBACK", NULL, NULL, NULL);  /* keeps rc */
-    return rc;
+    int rc = end_record(pf, start, err);
+    return rc ? rc : put_record(pf, err);
 }
 
 void ckpt_planfile_close(ckpt_planfile *pf)
@@ -430,26 +376,42 @@ void ckpt_planfile_close(ckpt_planfile *pf)
 
 /* -------------------------------------------------------------- reading */
 
+/* A declared tensor as read, in the plan's buffer. */
+typedef struct decl_ref {
+    const char *fqn, *reason;
+    size_t seq;
+} decl_ref;
+
 typedef struct preader {
     const char *path;
     char *writer;
-    ckpt_pieces *tab;       /* where the pieces go */
-    size_t base;            /* the plan's first piece in tab */
-    ckpt_manifest m;        /* its metadata */
-    int64_t *ids;           /* pieces.id per piece read, ascending */
-    size_t nids, ids_cap;
-    size_t next;            /* frames: the piece being filled */
-    ckpt_plan_synced *synced;   /* its claim, or NULL: not asked */
+    ckpt_pieces *tab;       /* where the pieces go, or NULL: not read */
+    ckpt_manifest m;        /* the plan's metadata and declared tensors */
+    ckpt_plan_synced *synced;   /* its claims, or NULL: not asked */
+    ckpt_plan_packed *packed;   /* its packed records, or NULL: not asked */
+    ckpt_strbuf data;       /* the packed records read */
+    decl_ref *decl;         /* declared tensors, in record order */
+    size_t ndecl, decl_cap;
+    ckpt_frame_rec *frames; /* a piece's frames being read */
+    size_t frames_cap;
+    const char *dtype_name; /* the last dtype read, parsed: */
+    ckpt_dtype dtype;
+    const char *info_key, *info_value;   /* the header's metadata (one) */
     ckpt_error *err;
 } preader;
 
-static int plan_damaged(preader *r, const char *what, int64_t id)
+static int plan_damaged(preader *r, const char *what, uint64_t at)
 {
-    return ckpt_err(r->err, -EIO, "%s: damaged local plan: %s (piece %lld)",
-                    r->path, what, (long long)id);
+    return ckpt_err(r->err, -EIO, "%s: damaged local plan: %s (record at "
+                    "offset %llu)", r->path, what, (unsigned long long)at);
 }
 
-/* A plan last written on this host before it restarted is refused. */
+static int oom(preader *r)
+{
+    return ckpt_err(r->err, -ENOMEM, "%s: out of memory", r->path);
+}
+
+/* A plan written on this host before it restarted is refused. */
 static int check_unsynced(preader *r, const char *written)
 {
     char now[HOST_BOOT_CAP];
@@ -464,264 +426,288 @@ static int check_unsynced(preader *r, const char *written)
                     "the step again", r->path, (int)host, now);
 }
 
-/* info 'layout' ("PIECES:DIGEST" or "none"). */
-static int layout_row(preader *r, const char *v)
+/* The HEADER record: the writer, the producer, host and boot, metadata. */
+static int read_header(preader *r, const ckpt_planlog_rec *rec)
 {
-    unsigned long long n, d;
-    int used = 0;
-    if (strcmp(v, "none") == 0 || !r->synced)
-        return 0;
-    if (sscanf(v, "%llu:%16llx%n", &n, &d, &used) != 2 || v[used] ||
-        strlen(v) != (size_t)used)
-        return plan_damaged(r, "bad layout claim", 0);
-    r->synced->has_layout = 1;
-    r->synced->layout_pieces = n;
-    r->synced->layout = d;
-    return 0;
-}
-
-/* info 'synced' ("BYTES:FILE"), 'unsynced' ("HOST BOOT_ID") and 'layout'. */
-static int claim_row(void *arg, sqlite3_stmt *st)
-{
-    preader *r = arg;
-    const char *k = (const char *)sqlite3_column_text(st, 0);
-    const char *v = (const char *)sqlite3_column_text(st, 1);
-    if (!k || !v)
-        return plan_damaged(r, "info without key or value", 0);
-    if (strcmp(k, "unsynced") == 0)
-        return check_unsynced(r, v);
-    if (strcmp(k, "layout") == 0)
-        return layout_row(r, v);
-    char *end;
-    errno = 0;
-    unsigned long long n = strtoull(v, &end, 10);
-    if (errno || end == v || *end != ':' ||
-        strlen(end + 1) >= sizeof r->synced->file)
-        return plan_damaged(r, "bad synced claim", 0);
-    if (r->synced) {
-        r->synced->has = 1;
-        r->synced->bytes = n;
-        snprintf(r->synced->file, sizeof r->synced->file, "%s", end + 1);
-    }
-    return 0;
-}
-
-static int info_row(void *arg, sqlite3_stmt *st)
-{
-    preader *r = arg;
-    const char *w = (const char *)sqlite3_column_text(st, 0);
-    if (!w || !*w || !(r->writer = strdup(w)))
-        return ckpt_err(r->err, w && *w ? -ENOMEM : -EIO,
-                        "%s: the local plan has no writer name", r->path);
-    return 0;
-}
-
-/* dtype, shape, offsets and sizes of a piece row into p. */
-static int piece_dims(preader *r, sqlite3_stmt *st, ckpt_piece_rec *p,
-                      int64_t id)
-{
-    const char *dt = (const char *)sqlite3_column_text(st, 2);
-    p->dtype = dt ? ckpt_dtype_parse(dt) : CKPT_DTYPE_INVALID;
-    if (p->dtype == CKPT_DTYPE_INVALID)
-        return ckpt_err(r->err, -EINVAL, "%s: tensor '%s' (piece %lld): "
-                        "unknown dtype '%s'", r->path, p->fqn, (long long)id,
-                        dt ? dt : "NULL");
-    int64_t *dims[3] = { p->shape, p->offsets, p->sizes };
-    for (int c = 0; c < 3; c++) {
-        const char *text = (const char *)sqlite3_column_text(st, 3 + c);
-        int n = ckpt_db_dims(text, dims[c], r->path, "", r->err);
-        if (n < 0) {
-            /* Again, for the message: named only when it is needed (a
-             * committer reads millions of pieces). */
-            char what[300];
-            snprintf(what, sizeof what, "tensor '%.200s' piece %lld",
-                     p->fqn, (long long)id);
-            return ckpt_db_dims(text, dims[c], r->path, what, r->err);
+    ckpt_planlog_cur c = { rec->p, rec->len, 0, 0 };
+    const char *w = ckpt_planlog_get_str(&c);
+    ckpt_planlog_get_str(&c);                       /* producer */
+    const char *boot = ckpt_planlog_get_str(&c);
+    uint64_t n = ckpt_planlog_get_varint(&c);
+    for (uint64_t i = 0; !c.bad && i < n; i++) {
+        const char *k = ckpt_planlog_get_str(&c);
+        const char *v = ckpt_planlog_get_str(&c);
+        if (i == 0) {
+            r->info_key = k;
+            r->info_value = v;
         }
-        if (c > 0 && n != p->ndim)
-            return plan_damaged(r, "shape, offsets and sizes differ in "
-                                "length", id);
-        p->ndim = n;
     }
+    if (c.bad || n > 1 || c.pos != c.len)
+        return plan_damaged(r, "bad header", rec->at);
+    if (!*w)
+        return ckpt_err(r->err, -EIO, "%s: the local plan has no writer name",
+                        r->path);
+    if (!(r->writer = strdup(w)))
+        return oom(r);
+    return *boot ? check_unsynced(r, boot) : 0;
+}
+
+/* A piece's dtype, by name (the last one's parse reused). */
+static int read_dtype(preader *r, ckpt_planlog_cur *c, ckpt_piece_rec *p,
+                      uint64_t at)
+{
+    const char *dt = ckpt_planlog_get_str(c);
+    if (!dt)
+        return plan_damaged(r, "bad piece", at);
+    if (!r->dtype_name || strcmp(dt, r->dtype_name) != 0) {
+        r->dtype = ckpt_dtype_parse(dt);
+        r->dtype_name = dt;
+    }
+    p->dtype = r->dtype;
+    if (p->dtype == CKPT_DTYPE_INVALID)
+        return ckpt_err(r->err, -EINVAL, "%s: tensor '%s': unknown dtype "
+                        "'%.40s'", r->path, p->fqn, dt);
     return 0;
 }
 
-static int piece_row(void *arg, sqlite3_stmt *st)
+/* One piece with its frames into r->tab. */
+static int read_piece(preader *r, ckpt_planlog_cur *c, uint64_t at)
 {
-    preader *r = arg;
-    int64_t id = sqlite3_column_int64(st, 0);
-    const char *fqn = (const char *)sqlite3_column_text(st, 1);
-    const char *file = (const char *)sqlite3_column_text(st, 6);
-    if (!fqn || !file)
-        return plan_damaged(r, "piece without fqn or file", id);
-    if (ckpt_array_reserve((void **)&r->ids, &r->ids_cap, r->nids + 1,
-                           sizeof *r->ids))
-        return ckpt_err(r->err, -ENOMEM, "%s: out of memory", r->path);
-    int64_t *ids = r->ids;
-    /* A record to copy into the table: its strings are only read. */
-    ckpt_piece_rec p = { .fqn = (char *)fqn, .file = (char *)file,
-                         .writer = r->writer };
-    if (ckpt_db_col_u64(st, 7, &p.raw_bytes) ||
-        ckpt_db_col_u64(st, 8, &p.stored_bytes))
-        return plan_damaged(r, "negative or missing byte counts", id);
-    p.data_hash = (uint64_t)sqlite3_column_int64(st, 9);
-    int rc = piece_dims(r, st, &p, id);
+    ckpt_piece_rec p = { .writer = r->writer };
+    p.fqn = (char *)ckpt_planlog_get_str(c);
+    if (!p.fqn)
+        return plan_damaged(r, "bad piece", at);
+    int rc = read_dtype(r, c, &p, at);
     if (rc)
         return rc;
-    if (ckpt_pieces_add(r->tab, &p))
-        return ckpt_err(r->err, -ENOMEM, "%s: out of memory", r->path);
-    ids[r->nids++] = id;
+    uint64_t ndim = ckpt_planlog_get_varint(c);
+    if (ndim > CKPT_MAX_DIMS)
+        return plan_damaged(r, "bad dimension count", at);
+    p.ndim = (int)ndim;
+    int64_t *dims[3] = { p.shape, p.offsets, p.sizes };
+    for (int k = 0; k < 3; k++)
+        for (int d = 0; d < p.ndim; d++) {
+            uint64_t v = ckpt_planlog_get_varint(c);
+            if (v > INT64_MAX)
+                c->bad = 1;
+            dims[k][d] = (int64_t)v;
+        }
+    p.file = (char *)ckpt_planlog_get_str(c);
+    p.raw_bytes = ckpt_planlog_get_varint(c);
+    p.stored_bytes = ckpt_planlog_get_varint(c);
+    p.data_hash = ckpt_planlog_get_u64(c);
+    uint64_t nf = ckpt_planlog_get_varint(c);
+    /* A frame takes at least 14 bytes: no count past what is left. */
+    if (c->bad || nf > (c->len - c->pos) / 14)
+        return plan_damaged(r, "bad piece", at);
+    if (ckpt_array_reserve((void **)&r->frames, &r->frames_cap,
+                           nf ? (size_t)nf : 1, sizeof *r->frames))
+        return oom(r);
+    for (uint64_t k = 0; k < nf; k++) {
+        ckpt_frame_rec *f = &r->frames[k];
+        f->file_offset = ckpt_planlog_get_varint(c);
+        f->stored_size = ckpt_planlog_get_varint(c);
+        f->raw_offset = ckpt_planlog_get_varint(c);
+        f->raw_size = ckpt_planlog_get_varint(c);
+        uint64_t codec = ckpt_planlog_get_varint(c);
+        f->checksum = ckpt_planlog_get_u64(c);
+        uint64_t base = ckpt_planlog_get_varint(c);
+        if (c->bad || codec > INT_MAX || base > INT64_MAX)
+            return plan_damaged(r, "bad frame", at);
+        f->codec = (int)codec;
+        f->base = (int64_t)base;
+    }
+    p.frames = r->frames;
+    p.nframes = (size_t)nf;
+    return ckpt_pieces_add(r->tab, &p) ? oom(r) : 0;
+}
+
+/* The claims of an APPEND record (each one replaces the last). */
+static int read_claims(preader *r, ckpt_planlog_cur *c, uint64_t at)
+{
+    uint64_t flags = ckpt_planlog_get_varint(c);
+    uint64_t bytes = 0, pieces = 0, digest = 0;
+    const char *file = NULL;
+    if (flags & APPEND_SYNCED) {
+        bytes = ckpt_planlog_get_varint(c);
+        file = ckpt_planlog_get_str(c);
+    }
+    if (flags & APPEND_LAYOUT) {
+        pieces = ckpt_planlog_get_varint(c);
+        digest = ckpt_planlog_get_u64(c);
+    }
+    if (c->bad || flags > (APPEND_SYNCED | APPEND_LAYOUT) ||
+        (file && strlen(file) >= CKPT_PLAN_SYNCED_CAP))
+        return plan_damaged(r, "bad claims", at);
+    if (!r->synced)
+        return 0;
+    if (file) {
+        r->synced->has = 1;
+        r->synced->bytes = bytes;
+        snprintf(r->synced->file, sizeof r->synced->file, "%s", file);
+    }
+    r->synced->has_layout = (flags & APPEND_LAYOUT) != 0;
+    r->synced->layout_pieces = pieces;
+    r->synced->layout = digest;
     return 0;
 }
 
-static int frame_row(void *arg, sqlite3_stmt *st)
+/* The packed records of an APPEND record, kept when asked for. */
+static int read_packed_recs(preader *r, ckpt_planlog_cur *c, uint64_t at)
 {
-    preader *r = arg;
-    int64_t id = sqlite3_column_int64(st, 0);
-    while (r->next < r->nids && r->ids[r->next] < id)
-        r->next++;
-    if (r->next == r->nids || r->ids[r->next] != id)
-        return plan_damaged(r, "frame of a missing piece", id);
-    size_t i = r->base + r->next;
-    ckpt_frame_rec f = { 0 };
-    int64_t codec = sqlite3_column_int64(st, 6);
-    if (sqlite3_column_int64(st, 1) != (int64_t)r->tab->v[i].nframes ||
-        ckpt_db_col_u64(st, 2, &f.file_offset) ||
-        ckpt_db_col_u64(st, 3, &f.stored_size) ||
-        ckpt_db_col_u64(st, 4, &f.raw_offset) ||
-        ckpt_db_col_u64(st, 5, &f.raw_size) || codec < 0 || codec > INT_MAX)
-        return plan_damaged(r, "bad frame", id);
-    f.codec = (int)codec;
-    f.checksum = (uint64_t)sqlite3_column_int64(st, 7);
-    f.base = sqlite3_column_int64(st, 8);
-    if (f.base < 0)
-        return plan_damaged(r, "bad frame base", id);
-    if (ckpt_pieces_add_frame(r->tab, i, &f))
-        return ckpt_err(r->err, -ENOMEM, "%s: out of memory", r->path);
-    return 0;
+    uint64_t n = ckpt_planlog_get_varint(c);
+    if (!n)
+        return 0;
+    uint64_t len = ckpt_planlog_get_varint(c);
+    const uint8_t *p = len <= SIZE_MAX ? ckpt_planlog_get_bytes(c, len) : NULL;
+    if (!p)
+        return plan_damaged(r, "bad packed records", at);
+    if (!r->packed)
+        return 0;
+    if (n > UINT64_MAX - r->packed->pieces)
+        return plan_damaged(r, "bad packed records", at);
+    r->packed->pieces += n;
+    ckpt_strbuf_add(&r->data, p, (size_t)len);
+    return r->data.oom ? oom(r) : 0;
 }
 
-static int declared_row(void *arg, sqlite3_stmt *st)
+static int read_append(preader *r, const ckpt_planlog_rec *rec)
 {
-    preader *r = arg;
-    const char *f = (const char *)sqlite3_column_text(st, 0);
-    const char *why = (const char *)sqlite3_column_text(st, 1);
-    if (!f)
-        return plan_damaged(r, "declared tensor without fqn", 0);
-    if (ckpt_manifest_declare(&r->m, f, why, r->writer))
-        return ckpt_err(r->err, -ENOMEM, "%s: out of memory", r->path);
-    return 0;
-}
-
-/* Counts the `declared` tables (0 in plans older than it). */
-static int table_row(void *arg, sqlite3_stmt *st)
-{
-    (void)st;
-    (*(int *)arg)++;
-    return 0;
-}
-
-static int meta_row(void *arg, sqlite3_stmt *st)
-{
-    preader *r = arg;
-    const char *k = (const char *)sqlite3_column_text(st, 0);
-    const char *v = (const char *)sqlite3_column_text(st, 1);
-    if (!k || !v)
-        return plan_damaged(r, "metadata without key or value", 0);
-    if (ckpt_manifest_set_meta(&r->m, k, v, r->writer))
-        return ckpt_err(r->err, -ENOMEM, "%s: out of memory", r->path);
-    return 0;
-}
-
-/* Reads everything inside one read transaction, so that a writer's append
- * is seen whole or not at all. */
-/* Begins the read transaction and reads info: the writer, the claims. */
-static int read_info(sqlite3 *db, preader *r)
-{
-    int rc = ckpt_db_exec(db, "BEGIN", r->path, r->err);
+    ckpt_planlog_cur c = { rec->p, rec->len, 0, 0 };
+    int rc = read_claims(r, &c, rec->at);
     if (!rc)
-        rc = ckpt_db_each(db, "SELECT value FROM info WHERE key = 'writer'",
-                          r->path, info_row, r, r->err);
-    if (!rc && !r->writer)
-        rc = ckpt_err(r->err, -EIO, "%s: the local plan has no writer name",
-                      r->path);
-    if (!rc)
-        rc = ckpt_db_each(db, "SELECT key, value FROM info WHERE key IN "
-                          "('synced', 'unsynced', 'layout')", r->path,
-                          claim_row, r, r->err);
+        rc = read_packed_recs(r, &c, rec->at);
+    uint64_t nmeta = rc ? 0 : ckpt_planlog_get_varint(&c);
+    for (uint64_t i = 0; !rc && i < nmeta; i++) {
+        const char *k = ckpt_planlog_get_str(&c);
+        const char *v = ckpt_planlog_get_str(&c);
+        if (!k || !v)
+            return plan_damaged(r, "bad metadata", rec->at);
+        if (ckpt_manifest_set_meta(&r->m, k, v, r->writer))
+            return oom(r);
+    }
+    if (rc || !r->tab)
+        return rc;
+    uint64_t n = ckpt_planlog_get_varint(&c);
+    for (uint64_t i = 0; !rc && !c.bad && i < n; i++)
+        rc = read_piece(r, &c, rec->at);
+    if (!rc && (c.bad || c.pos != c.len))
+        rc = plan_damaged(r, "bad pieces", rec->at);
     return rc;
 }
 
-/* The plan's metadata, and how its data hashes are made (kept in info,
- * read back as metadata). */
-static int read_meta(sqlite3 *db, preader *r)
+static int read_declare(preader *r, const ckpt_planlog_rec *rec)
 {
-    int rc = ckpt_db_each(db, "SELECT key, value FROM meta ORDER BY key",
-                          r->path, meta_row, r, r->err);
-    if (!rc)
-        rc = ckpt_db_each(db, "SELECT key, value FROM info WHERE key = '"
-                          CKPT_META_DATA_HASH "'", r->path, meta_row, r,
-                          r->err);
-    return rc;
+    ckpt_planlog_cur c = { rec->p, rec->len, 0, 0 };
+    uint64_t n = ckpt_planlog_get_varint(&c);
+    for (uint64_t i = 0; !c.bad && i < n; i++) {
+        const char *f = ckpt_planlog_get_str(&c);
+        const char *why = ckpt_planlog_get_str(&c);
+        if (c.bad)
+            break;
+        if (ckpt_array_reserve((void **)&r->decl, &r->decl_cap, r->ndecl + 1,
+                               sizeof *r->decl))
+            return oom(r);
+        r->decl[r->ndecl] = (decl_ref){ f, why, r->ndecl };
+        r->ndecl++;
+    }
+    if (c.bad || c.pos != c.len)
+        return plan_damaged(r, "bad declared tensors", rec->at);
+    return 0;
 }
 
-static int read_all(sqlite3 *db, preader *r)
+static int decl_cmp(const void *a, const void *b)
 {
-    int rc = read_info(db, r);
-    if (!rc)
-        rc = ckpt_db_each(db, "SELECT id, fqn, dtype, shape, offsets, sizes,"
-                          " file, raw_bytes, stored_bytes, data_hash FROM "
-                          "pieces ORDER BY id", r->path, piece_row, r, r->err);
-    /* Plans older than delta saves have no frames.base. */
-    int has_base = 0;
-    if (!rc)
-        rc = ckpt_db_each(db, "SELECT 1 FROM pragma_table_info('frames') "
-                          "WHERE name = 'base'", r->path, table_row,
-                          &has_base, r->err);
-    if (!rc)
-        rc = ckpt_db_each(db, has_base
-                          ? "SELECT piece_id, seq, file_offset, stored_size,"
-                            " raw_offset, raw_size, codec, checksum, base"
-                            " FROM frames ORDER BY piece_id, seq"
-                          : "SELECT piece_id, seq, file_offset, stored_size,"
-                            " raw_offset, raw_size, codec, checksum, 0"
-                            " FROM frames ORDER BY piece_id, seq", r->path,
-                          frame_row, r, r->err);
-    if (!rc)
-        rc = read_meta(db, r);
-    int has_declared = 0;
-    if (!rc)
-        rc = ckpt_db_each(db, "SELECT 1 FROM sqlite_master WHERE type = "
-                          "'table' AND name = 'declared'", r->path,
-                          table_row, &has_declared, r->err);
-    if (!rc && has_declared)
-        rc = ckpt_db_each(db, "SELECT fqn, reason FROM declared ORDER BY fqn",
-                          r->path, declared_row, r, r->err);
-    if (!rc)
-        rc = ckpt_db_exec(db, "COMMIT", r->path, r->err);
-    return rc;
+    const decl_ref *x = a, *y = b;
+    int c = strcmp(x->fqn, y->fqn);
+    return c ? c : (x->seq > y->seq) - (x->seq < y->seq);
 }
 
-/* Opens read-write when allowed, so that SQLite can roll back the journal
- * of an append that a crashed writer left half done. */
-static int open_plan(sqlite3 **db, const char *path, ckpt_error *err)
+static int meta_cmp(const void *a, const void *b)
 {
-    struct stat st;
-    if (lstat(path, &st))
-        return ckpt_err_sys(err, -errno, "cannot open local plan %s", path);
-    if (!S_ISREG(st.st_mode) || st.st_size == 0)
-        return ckpt_err(err, -EINVAL, "%s is not a ckptfs local plan (%s)",
-                        path, S_ISREG(st.st_mode) ? "empty file"
-                                                  : "not a regular file");
-    int rc = sqlite3_open_v2(path, db, SQLITE_OPEN_READWRITE |
-                             SQLITE_OPEN_NOMUTEX |
-                             SQLITE_OPEN_NOFOLLOW, NULL);
-    if (rc != SQLITE_OK)
-        return ckpt_db_err(err, *db, rc, path, "cannot open local plan");
-    rc = sqlite3_busy_timeout(*db, BUSY_TIMEOUT_MS);
-    if (rc != SQLITE_OK)
-        return ckpt_db_err(err, *db, rc, path, "cannot set a busy timeout");
-    return ckpt_db_check_id(*db, path, CKPT_PLAN_APP_ID, err);
+    return strcmp(((const ckpt_kv *)a)->key, ((const ckpt_kv *)b)->key);
+}
+
+/* The declared tensors into r->m in fqn order, once each, with the last
+ * non-empty reason given. */
+static int take_declared(preader *r)
+{
+    if (r->ndecl)
+        qsort(r->decl, r->ndecl, sizeof *r->decl, decl_cmp);
+    ckpt_manifest *m = &r->m;
+    for (size_t i = 0, j; i < r->ndecl; i = j) {
+        const char *why = "";
+        for (j = i; j < r->ndecl && strcmp(r->decl[j].fqn, r->decl[i].fqn) == 0;
+             j++)
+            if (*r->decl[j].reason)
+                why = r->decl[j].reason;
+        if (ckpt_array_reserve((void **)&m->declared, &m->declared_cap,
+                               m->ndeclared + 1, sizeof *m->declared))
+            return oom(r);
+        ckpt_kv *d = &m->declared[m->ndeclared];
+        d->key = strdup(r->decl[i].fqn);
+        d->value = strdup(why);
+        d->writer = strdup(r->writer);
+        m->ndeclared++;
+        if (!d->key || !d->value || !d->writer)
+            return oom(r);
+    }
+    return 0;
+}
+
+/* Every complete record of the plan buf[0..size). */
+static int read_records(preader *r, const uint8_t *buf, size_t size)
+{
+    size_t pos = CKPT_PLANLOG_PREAMBLE;
+    ckpt_planlog_rec rec;
+    int rc = ckpt_planlog_next(buf, size, &pos, &rec, r->path, r->err);
+    if (rc == 0 || (rc == 1 && rec.type != CKPT_PLANREC_HEADER))
+        return ckpt_err(r->err, -EINVAL, "%s is not a ckptfs local plan (%s)",
+                        r->path, rc ? "no header record" : "cut short");
+    rc = rc < 0 ? rc : read_header(r, &rec);
+    while (!rc && (rc = ckpt_planlog_next(buf, size, &pos, &rec, r->path,
+                                          r->err)) == 1) {
+        if (rec.type == CKPT_PLANREC_APPEND)
+            rc = read_append(r, &rec);
+        else if (rec.type == CKPT_PLANREC_DECLARE)
+            rc = read_declare(r, &rec);
+        else
+            rc = plan_damaged(r, "unknown record type", rec.at);
+    }
+    if (rc < 0)
+        return rc;
+    /* In key order, then the header's (as the SQLite plans had it). */
+    if (r->m.nmeta)
+        qsort(r->m.meta, r->m.nmeta, sizeof *r->m.meta, meta_cmp);
+    if (r->info_key &&
+        ckpt_manifest_set_meta(&r->m, r->info_key, r->info_value, r->writer))
+        return oom(r);
+    return 0;
+}
+
+/* Reads the plan at r->path into r (its buffer freed before returning:
+ * everything kept is copied). */
+static int read_plan(preader *r)
+{
+    uint8_t *buf;
+    size_t size;
+    ckpt_manifest_init(&r->m);
+    int rc = ckpt_planlog_load(r->path, &buf, &size, r->err);
+    if (!rc)
+        rc = read_records(r, buf, size);
+    if (!rc && r->packed) {
+        if (r->ndecl)
+            qsort(r->decl, r->ndecl, sizeof *r->decl, decl_cmp);
+        for (size_t i = 0; i < r->ndecl; i++)
+            r->packed->declared += i == 0 ||
+                strcmp(r->decl[i].fqn, r->decl[i - 1].fqn) != 0;
+    } else if (!rc) {
+        rc = take_declared(r);
+    }
+    free(buf);
+    free(r->decl);
+    free(r->frames);
+    return rc;
 }
 
 int ckpt_planfile_read_pieces(const char *path, ckpt_pieces *tab,
@@ -734,21 +720,31 @@ int ckpt_planfile_read_synced(const char *path, ckpt_pieces *tab,
                               ckpt_manifest *meta, ckpt_plan_synced *synced,
                               ckpt_error *err)
 {
-    preader r = { .path = path, .tab = tab, .base = tab->n,
-                  .synced = synced, .err = err };
+    preader r = { .path = path, .tab = tab, .synced = synced, .err = err };
     if (synced)
         memset(synced, 0, sizeof *synced);
-    ckpt_manifest_init(&r.m);
-    sqlite3 *db = NULL;
-    int rc = open_plan(&db, path, err);
-    if (!rc)
-        rc = read_all(db, &r);
-    sqlite3_close(db);   /* also ends a read transaction left open */
+    int rc = read_plan(&r);
     if (!rc && ckpt_manifest_take(meta, &r.m))
         rc = ckpt_err(err, -ENOMEM, "%s: out of memory", path);
     ckpt_manifest_free(&r.m);
-    free(r.ids);
     free(r.writer);
+    return rc;
+}
+
+/* What ckpt_planfile_read_packed_many reads of one plan. */
+static int read_packed(const char *path, ckpt_plan_packed *out,
+                       ckpt_error *err)
+{
+    preader r = { .path = path, .synced = &out->claim, .packed = out,
+                  .err = err };
+    out->has_packed = 1;
+    int rc = read_plan(&r);
+    if (!rc && ckpt_manifest_take(&out->meta, &r.m))
+        rc = ckpt_err(err, -ENOMEM, "%s: out of memory", path);
+    ckpt_manifest_free(&r.m);
+    out->writer = r.writer;
+    out->data = (uint8_t *)r.data.p;
+    out->len = r.data.len;
     return rc;
 }
 
@@ -765,9 +761,6 @@ typedef struct read_slot {
     int rc;
     ckpt_taskgroup *g;
 } read_slot;
-
-static int read_packed(const char *path, ckpt_plan_packed *out,
-                       ckpt_error *err);
 
 static void read_task(void *arg, int worker)
 {
@@ -845,81 +838,6 @@ int ckpt_planfile_read_many(const char *dir, char *const *names, size_t n,
     if (pool)
         ckpt_pool_destroy(pool);
     free(slots);
-    return rc;
-}
-
-/* -------------------------------------------- reading for a reused layout */
-
-static int count_row(void *arg, sqlite3_stmt *st)
-{
-    *(size_t *)arg = (size_t)sqlite3_column_int64(st, 0);
-    return 0;
-}
-
-/* A packed row: its records appended to out's. */
-typedef struct packed_reader {
-    preader *r;
-    ckpt_plan_packed *out;
-    ckpt_strbuf data;
-} packed_reader;
-
-static int packed_row(void *arg, sqlite3_stmt *st)
-{
-    packed_reader *pr = arg;
-    uint64_t n;
-    const void *p = sqlite3_column_blob(st, 1);
-    size_t len = (size_t)sqlite3_column_bytes(st, 1);
-    if (ckpt_db_col_u64(st, 0, &n) || n > UINT64_MAX - pr->out->pieces ||
-        (!p && len))
-        return plan_damaged(pr->r, "bad packed row", 0);
-    pr->out->pieces += n;
-    ckpt_strbuf_add(&pr->data, p, len);
-    return pr->data.oom ? ckpt_err(pr->r->err, -ENOMEM, "%s: out of memory",
-                                   pr->r->path) : 0;
-}
-
-/* Everything but the piece rows, in one read transaction. */
-static int read_packed_all(sqlite3 *db, packed_reader *pr)
-{
-    preader *r = pr->r;
-    int rc = read_info(db, r);
-    if (!rc)
-        rc = read_meta(db, r);
-    int has_declared = 0;
-    if (!rc)
-        rc = ckpt_db_each(db, "SELECT 1 FROM sqlite_master WHERE type = "
-                          "'table' AND name IN ('declared', 'packed')",
-                          r->path, table_row, &has_declared, r->err);
-    /* Both tables came in before layouts were claimed. */
-    pr->out->has_packed = has_declared == 2;
-    if (!rc && pr->out->has_packed)
-        rc = ckpt_db_each(db, "SELECT count(*) FROM declared", r->path,
-                          count_row, &pr->out->declared, r->err);
-    if (!rc && pr->out->has_packed)
-        rc = ckpt_db_each(db, "SELECT pieces, data FROM packed ORDER BY seq",
-                          r->path, packed_row, pr, r->err);
-    if (!rc)
-        rc = ckpt_db_exec(db, "COMMIT", r->path, r->err);
-    return rc;
-}
-
-static int read_packed(const char *path, ckpt_plan_packed *out,
-                       ckpt_error *err)
-{
-    preader r = { .path = path, .synced = &out->claim, .err = err };
-    packed_reader pr = { .r = &r, .out = out };
-    ckpt_manifest_init(&r.m);
-    sqlite3 *db = NULL;
-    int rc = open_plan(&db, path, err);
-    if (!rc)
-        rc = read_packed_all(db, &pr);
-    sqlite3_close(db);
-    if (!rc && ckpt_manifest_take(&out->meta, &r.m))
-        rc = ckpt_err(err, -ENOMEM, "%s: out of memory", path);
-    ckpt_manifest_free(&r.m);
-    out->writer = r.writer;
-    out->data = (uint8_t *)pr.data.p;
-    out->len = pr.data.len;
     return rc;
 }
 

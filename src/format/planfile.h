@@ -1,9 +1,10 @@
 /*
  * planfile.h - .pending/<writer>.plan, a writer's local plan (schema in
  * docs/FORMAT.md): the pieces it wrote, with their frames, and its
- * metadata; appended durably as pieces close, read back by the commit.
- * It identifies itself with PRAGMA application_id CKPT_PLAN_APP_ID (db.h)
- * and carries the format version in PRAGMA user_version.
+ * metadata; appended as pieces close (one record per call, planlog.h),
+ * read back by the commit.  Its preamble names it and its format
+ * version; an older ckptfs's SQLite plan (application_id
+ * CKPT_PLAN_APP_ID, db.h) is refused by name.
  */
 #ifndef CKPT_PLANFILE_H
 #define CKPT_PLANFILE_H
@@ -36,7 +37,8 @@ typedef struct ckpt_plan_synced {
 int ckpt_planfile_create(ckpt_planfile **out, const char *path,
                          const char *writer, ckpt_error *err);
 /* Appends pieces (with frames), metadata and a noted synced-shard claim
- * in one transaction (undone whole if the process dies in it). */
+ * as one record, written by one call (a process that dies in it leaves a
+ * record cut short, which readers ignore; a failed write is cut back). */
 int ckpt_planfile_append(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
                          size_t npieces, const ckpt_kv *meta, size_t nmeta,
                          ckpt_error *err);
@@ -46,8 +48,7 @@ int ckpt_planfile_append(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
 void ckpt_planfile_note_synced(ckpt_planfile *pf, const char *file,
                                uint64_t bytes);
 /* Records declared tensors (key = FQN, value = why its piece failed or
- * "") in one transaction; a later non-empty reason replaces an earlier
- * one. */
+ * "") as one record; a later non-empty reason replaces an earlier one. */
 int ckpt_planfile_declare(ckpt_planfile *pf, const ckpt_kv *declared,
                           size_t n, ckpt_error *err);
 /* Closes the file and opens it again: by close-to-open consistency, a
@@ -59,8 +60,10 @@ int ckpt_planfile_declare(ckpt_planfile *pf, const ckpt_kv *declared,
 int ckpt_planfile_share(ckpt_planfile *pf, ckpt_error *err);
 void ckpt_planfile_close(ckpt_planfile *pf);
 /* Reads a whole plan file, appending its pieces and metadata to m (each
- * piece's and kv's writer set to the plan's writer name).  Refuses files
- * that are not ckptfs plans. */
+ * piece's and kv's writer set to the plan's writer name): its complete
+ * records, as a writer may still append.  Refuses files that are not
+ * ckptfs plans (-EINVAL) and damage before the last record (-EIO, naming
+ * the offset). */
 int ckpt_planfile_read(const char *path, ckpt_manifest *m, ckpt_error *err);
 /* The same into the compact table (the committer's): pieces are appended
  * to tab (on error it may hold some of them), metadata to meta. */

@@ -435,8 +435,6 @@ static void save_cleanup(const coll *c, const char *dir, int owned,
         remove_file(dir, rel);
         snprintf(rel, sizeof rel, ".pending/rank%d.plan", c->rank);
         remove_file(dir, rel);
-        snprintf(rel, sizeof rel, ".pending/rank%d.plan-journal", c->rank);
-        remove_file(dir, rel);
     }
     MPI_Barrier(c->comm);
     if (c->rank != 0 || !allowed)

@@ -614,17 +614,14 @@ static void unlink_plan(void *arg, int worker)
     (void)worker;
     unlink_task *t = arg;
     char path[4096];
-    if ((size_t)snprintf(path, sizeof path, "%s/%s-journal", t->dir,
-                         t->name) < sizeof path) {
+    if ((size_t)snprintf(path, sizeof path, "%s/%s", t->dir, t->name) <
+        sizeof path)
         unlink(path);
-        path[strlen(path) - strlen("-journal")] = '\0';
-        unlink(path);
-    }
     ckpt_tg_done(t->g);
 }
 
-/* Once the save is committed, its plans (and their journals) go, a
- * 16k-rank save's 32k files on several threads; ckpt_commit removes
+/* Once the save is committed, its plans go, a 16k-rank save's 16k
+ * files on several threads; ckpt_commit removes
  * the rest of .pending/.  Best effort: what stays is removed there. */
 static void remove_plans(const char *pending, const name_list *plans)
 {

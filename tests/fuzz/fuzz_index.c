@@ -13,10 +13,15 @@
  *         (its base with it), listed (tensors, chunks, frames, metadata),
  *         read (bytes and a region of every tensor, bounded) and verified;
  *   2 mod 4: index.db of `plain` (a version-1 index), the same way;
- *   odd:  rank0's plan of an uncommitted copy of the delta save; the save
- *         is then committed (the planner and the committer's bases run on
- *         what the plan says) and, if that succeeds, the result is
- *         opened, read and verified the same way.
+ *   1 mod 4: rank0's plan of an uncommitted copy of the delta save; the
+ *         save is then committed (the planner and the committer's bases
+ *         run on what the plan says) and, if that succeeds, the result is
+ *         opened, read and verified the same way;
+ *   3 mod 4: the same, the plan made of the rest as records without their
+ *         framing (per record: a type byte, a 2-byte little-endian payload
+ *         length, the payload), framed here with valid checksums
+ *         (src/format/planlog.h), so that the fuzzer reaches the parser of
+ *         the records' contents past their checksums.
  * Any crash, sanitizer report, leak or hang is a finding; refusals are
  * the expected outcome for most inputs.
  *
@@ -35,6 +40,8 @@
 
 #include "ckptfs.h"
 #include "common/fileio.h"
+#include "common/strbuf.h"
+#include "format/planlog.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -56,6 +63,42 @@ static void die(const char *what, const ckpt_error *err)
 {
     fprintf(stderr, "fuzz_index: %s: %s\n", what, err ? err->msg : "");
     exit(2);
+}
+
+/* The records of plan p[0..n) without their framing, as the input of
+ * selector 3 (a seed): the selector, then per record its type, 2-byte
+ * payload length and payload (longer payloads are cut). */
+static void unframe(ckpt_strbuf *out, const uint8_t *p, size_t n)
+{
+    size_t pos = CKPT_PLANLOG_PREAMBLE;
+    ckpt_planlog_rec r;
+    ckpt_error err = { 0 };
+    ckpt_strbuf_add(out, "\3", 1);
+    while (ckpt_planlog_next(p, n, &pos, &r, "seed", &err) == 1) {
+        size_t len = r.len > 0xffff ? 0xffff : r.len;
+        uint8_t head[3] = { (uint8_t)r.type, (uint8_t)len,
+                            (uint8_t)(len >> 8) };
+        ckpt_strbuf_add(out, head, sizeof head);
+        ckpt_strbuf_add(out, r.p, len);
+    }
+}
+
+/* The plan that selector 3's input d[0..n) describes, framed, into out. */
+static void frame(ckpt_strbuf *out, const uint8_t *d, size_t n)
+{
+    ckpt_planlog_preamble(out);
+    size_t pos = 0;
+    while (n - pos >= 3) {
+        size_t len = d[pos + 1] | (size_t)d[pos + 2] << 8;
+        int type = d[pos];
+        pos += 3;
+        if (len > n - pos)
+            len = n - pos;
+        size_t start = ckpt_planlog_begin(out, type ? type : 1);
+        ckpt_strbuf_add(out, d + pos, len);
+        ckpt_planlog_end(out, start);
+        pos += len;
+    }
 }
 
 static char *slurp(const char *path, size_t *len)
@@ -186,6 +229,11 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
         memcpy(buf + 1, plan0, plan0_len);
         path_in(p, sizeof p, seeds, "plan-rank0");
         spill(p, buf, plan0_len + 1);
+        ckpt_strbuf recs = { 0 };
+        unframe(&recs, (const uint8_t *)plan0, plan0_len);
+        path_in(p, sizeof p, seeds, "plan-rank0-records");
+        spill(p, recs.p, recs.len);
+        ckpt_strbuf_free(&recs);
         free(buf);
         free(idx);
         path_in(p, sizeof p, plain, "index.db");
@@ -286,7 +334,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         exercise(dir);
         return 0;
     }
-    if (reset_save(data + 1, size - 1))
+    ckpt_strbuf framed = { 0 };
+    if (data[0] % 4 == 3)
+        frame(&framed, data + 1, size - 1);
+    int rc = data[0] % 4 == 3
+             ? reset_save((const uint8_t *)framed.p, framed.len)
+             : reset_save(data + 1, size - 1);
+    ckpt_strbuf_free(&framed);
+    if (rc)
         return 0;
     ckpt_commit_opts co;
     ckpt_commit_opts_init(&co);

@@ -74,9 +74,8 @@ static void age_tree(const char *path, int ago_s)
         snprintf(p, sizeof p, "%s%s", path, subs[i]);
         (void)utimensat(AT_FDCWD, p, t, AT_SYMLINK_NOFOLLOW);
     }
-    const char *files[] = { "/.pending/w0.plan", "/.pending/w0.plan-journal",
-                            "/data/w0.shard", "/.pending/w1.plan",
-                            "/.pending/w1.plan-journal", "/data/w1.shard" };
+    const char *files[] = { "/.pending/w0.plan", "/data/w0.shard",
+                            "/.pending/w1.plan", "/data/w1.shard" };
     for (size_t i = 0; i < sizeof files / sizeof *files; i++) {
         snprintf(p, sizeof p, "%s%s", path, files[i]);
         (void)utimensat(AT_FDCWD, p, t, AT_SYMLINK_NOFOLLOW);

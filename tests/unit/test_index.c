@@ -20,6 +20,7 @@
 #include "format/db.h"
 #include "format/index.h"
 #include "format/planfile.h"
+#include "planedit.h"
 #include "format/model.h"
 #include "format/plan.h"
 #include "unit_util.h"
@@ -906,11 +907,17 @@ START_TEST(test_planfile_refusals)
     snprintf(path, sizeof path, "%s/other.db", fx.dir);
     make_db(path, CKPT_INDEX_APP_ID, 1);
     ck_assert_int_eq(ckpt_planfile_read(path, &got, &err), -EINVAL);
-    expect_msg(&err, "is not a ckptfs local plan (it is a ckptfs index)");
+    expect_msg(&err, "is not a ckptfs local plan (an SQLite database)");
     write_file(fx.dir, "junk.plan", 5000);
     snprintf(path, sizeof path, "%s/junk.plan", fx.dir);
     ck_assert_int_eq(ckpt_planfile_read(path, &got, &err), -EINVAL);
-    expect_msg(&err, "not a SQLite database");
+    expect_msg(&err, "is not a ckptfs local plan (no plan header)");
+    /* A plan of an older ckptfs (SQLite, application_id 'ckpl'). */
+    snprintf(path, sizeof path, "%s/old.plan", fx.dir);
+    make_db(path, CKPT_PLAN_APP_ID, 1);
+    ck_assert_int_eq(ckpt_planfile_read(path, &got, &err), -EINVAL);
+    expect_msg(&err, "old.plan was written by an older ckptfs (an SQLite "
+               "plan)");
     snprintf(path, sizeof path, "%s/none.plan", fx.dir);
     ck_assert_int_eq(ckpt_planfile_read(path, &got, &err), -ENOENT);
     expect_msg(&err, "none.plan");
@@ -920,19 +927,6 @@ START_TEST(test_planfile_refusals)
     rm_tree(fx.dir);
 }
 END_TEST
-
-/* Sets info `key` of plan `path` to `value` behind the plan's back. */
-static void set_info(const char *path, const char *key, const char *value)
-{
-    sqlite3 *db;
-    ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
-    char *sql = sqlite3_mprintf("UPDATE info SET value = %Q WHERE key = %Q",
-                                value, key);
-    ck_assert_int_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
-    ck_assert_int_eq(sqlite3_changes(db), 1);
-    sqlite3_free(sql);
-    sqlite3_close(db);
-}
 
 /* The synced-shard claim reaches the committer, and a plan last written
  * on this host in another boot (a restart: its unsynced appends may be
@@ -969,14 +963,14 @@ START_TEST(test_planfile_claims)
         char other[400];
         snprintf(other, sizeof other, "%s 00000000-0000-0000-0000-0000000"
                  "00000", host);
-        set_info(path, "unsynced", other);
+        planedit_set_boot(path, other);
         ck_assert_int_eq(ckpt_planfile_read_synced(path, &tab, &m, &got,
                                                    &err), -ESTALE);
         expect_msg(&err, "before it restarted");
         expect_msg(&err, "rank0.plan");
         snprintf(other, sizeof other, "not-%s 00000000-0000-0000-0000-"
                  "000000000000", host);
-        set_info(path, "unsynced", other);
+        planedit_set_boot(path, other);
         ck_assert_int_eq(ckpt_planfile_read_synced(path, &tab, &m, &got,
                                                    &err), 0);
     }

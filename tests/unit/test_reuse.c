@@ -20,6 +20,7 @@
 
 #include "ckptfs.h"
 #include "unit_util.h"
+#include "planedit.h"
 
 #define W 64
 #define NT 3
@@ -184,6 +185,14 @@ static int edit(const char *root, int s, const char *plan, const char *sql)
     return n;
 }
 
+/* The path of plan `name` of step s (in a static buffer). */
+static const char *plan_path(const char *root, int s, const char *name)
+{
+    static char path[600];
+    snprintf(path, sizeof path, "%s/step-%d/.pending/%s", root, s, name);
+    return path;
+}
+
 static int count(const char *root, int s, const char *sql)
 {
     char path[600];
@@ -337,8 +346,8 @@ START_TEST(test_damaged_packed_record)
     char *root = make_tmpdir_tagged("reuse");
     save(root, 1, &SAME);
     write_step(root, 2, &SAME);
-    ck_assert_int_eq(edit(root, 2, "rank3.plan", "UPDATE packed SET data = "
-                          "substr(data, 1, length(data) - 5)"), 1);
+    ck_assert_int_eq(planedit_cut_packed(plan_path(root, 2, "rank3.plan"),
+                                         5), 1);
     ckpt_error err = { 0 };
     ck_assert_msg(commit_step(root, 2, &err) == 0, "%s", err.msg);
     assert_reused(root, 2, NULL);
@@ -353,8 +362,8 @@ START_TEST(test_plan_claim_checked)
 {
     char *root = make_tmpdir_tagged("reuse");
     write_step(root, 1, &SAME);
-    ck_assert_int_eq(edit(root, 1, "rank2.plan", "UPDATE info SET value = "
-                          "'3:0123456789abcdef' WHERE key = 'layout'"), 1);
+    ck_assert_int_ge(planedit_set_layout(plan_path(root, 1, "rank2.plan"),
+                                         3, 0x0123456789abcdefull), 1);
     ckpt_error err = { 0 };
     ck_assert_msg(commit_step(root, 1, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(count(root, 1, "SELECT count(*) FROM sqlite_master "

@@ -168,13 +168,12 @@ static void check_data(const char *root, int s)
     ckpt_reader_close(r);
 }
 
-/* Runs sql on root/step-s/.pending/<plan> or, plan NULL, its index.db;
- * returns the rows it changed. */
-static int edit(const char *root, int s, const char *plan, const char *sql)
+/* Runs sql on root/step-s/index.db; returns the rows it changed (plans
+ * are edited with planedit.h). */
+static int edit_index(const char *root, int s, const char *sql)
 {
     char path[600];
-    snprintf(path, sizeof path, "%s/step-%d/%s%s", root, s,
-             plan ? ".pending/" : "index.db", plan ? plan : "");
+    snprintf(path, sizeof path, "%s/step-%d/index.db", root, s);
     sqlite3 *db;
     ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
     char *msg = NULL;
@@ -329,7 +328,7 @@ START_TEST(test_damaged_layout_record)
         char *root = make_tmpdir_tagged("reuse");
         save(root, 1, &SAME);
         /* (a DROP changes no row) */
-        ck_assert(edit(root, 1, NULL, damage[d]) > 0 ||
+        ck_assert(edit_index(root, 1, damage[d]) > 0 ||
                   strncmp(damage[d], "DROP", 4) == 0);
         save(root, 2, &SAME);
         assert_reused(root, 2, NULL);

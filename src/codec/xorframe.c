@@ -7,6 +7,7 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "codec/bytegroup.h"
 #include "codec/huff.h"
 #include "common/error.h"
 
@@ -47,6 +48,22 @@ static int mostly_zero(const unsigned char *p, size_t n)
     return blocks && zero * 8 >= blocks * SPARSE_EIGHTHS;
 }
 
+/* The verdict of the estimates below, from the histograms of np byte
+ * planes over `got` sampled items (`zero` of them unchanged): most items
+ * changed, and the planes' order-0 entropy over `items` items is above
+ * `limit` bytes.  Where many items are unchanged, zstd codes the zeros
+ * between the changed ones in fewer bits than their entropy alone says. */
+static int entropy_over(uint32_t hist[][256], int np, size_t got,
+                        size_t zero, size_t items, size_t limit)
+{
+    if (got == 0 || zero * 2 >= got)
+        return 0;
+    double bits = 0;
+    for (int k = 0; k < np; k++)
+        bits += ckpt_hist_entropy(hist[k], got) * (double)items;
+    return bits / 8 > (double)limit;
+}
+
 /* Items of a diff sampled by ckpt_xor_hopeless: one in XOR_SAMPLE, a
  * prime, so that the sample does not line up with the power-of-two
  * periods of tensors (every fourth element, or row, changed). */
@@ -69,14 +86,42 @@ int ckpt_xor_hopeless(const void *diff, size_t n, size_t itemsize,
         }
         zero += any == 0;
     }
-    /* Where many items are unchanged, zstd codes the zeros between the
-     * changed ones in fewer bits than their entropy alone says. */
-    if (got == 0 || zero * 2 >= got)
+    return entropy_over(hist, (int)itemsize, got, zero, items, limit);
+}
+
+/* Elements per sampled block of ckpt_xor_planes_hopeless, and blocks
+ * between two sampled ones (one in XOR_SAMPLE). */
+#define PLANE_BLOCK 64
+
+int ckpt_xor_planes_hopeless(int layout, const void *cur, size_t n,
+                             const unsigned char *planes, int np,
+                             size_t limit)
+{
+    size_t es = ckpt_bg_esize(layout);
+    if (es == 0 || np <= 0 || np > ckpt_bg_nplanes(layout))
         return 0;
-    double bits = 0;
-    for (size_t k = 0; k < itemsize; k++)
-        bits += ckpt_hist_entropy(hist[k], got) * (double)items;
-    return bits / 8 > (double)limit;
+    size_t ne = n / es, got = 0, zero = 0;
+    uint32_t hist[CKPT_BG_MAX_PLANES][256];
+    memset(hist, 0, sizeof hist);
+    uint8_t own[CKPT_BG_MAX_PLANES][PLANE_BLOCK];
+    uint8_t *pl[CKPT_BG_MAX_PLANES];
+    for (int k = 0; k < CKPT_BG_MAX_PLANES; k++)
+        pl[k] = own[k];
+    for (size_t i = 0; i + PLANE_BLOCK <= ne;
+         i += PLANE_BLOCK * XOR_SAMPLE) {
+        ckpt_bg_split(layout, (const uint8_t *)cur + i * es, PLANE_BLOCK,
+                      pl);
+        for (size_t j = 0; j < PLANE_BLOCK; j++, got++) {
+            unsigned any = 0;
+            for (int k = 0; k < np; k++) {
+                unsigned x = own[k][j] ^ planes[(size_t)k * ne + i + j];
+                hist[k][x]++;
+                any |= x;
+            }
+            zero += any == 0;
+        }
+    }
+    return entropy_over(hist, np, got, zero, ne, limit);
 }
 
 int ckpt_xor_encode(ckpt_codec_ctx *c, int codec, int level,

@@ -640,6 +640,44 @@ int ckpt_bases_read(ckpt_bases *b, int64_t id, const ckpt_chunk_loc *loc,
                    sum, err);
 }
 
+int ckpt_bases_leading_planes(ckpt_bases *b, int64_t id,
+                              const ckpt_chunk_loc *loc, uint64_t seq,
+                              uint64_t raw_size, int max_coded, void *dst,
+                              int *layout, ckpt_codec_ctx *c,
+                              ckpt_delta_scratch *sc, ckpt_error *err)
+{
+    *layout = 0;
+    entry *e = find_entry(b, id);
+    if (!e)
+        return 0;
+    ckpt_frame_rec rec;
+    int fd;
+    int rc = frame_at(b, e, loc, seq, &rec, &fd, err);
+    if (rc || fd < 0 || rec.raw_size != raw_size)
+        return rc;
+    unsigned char head[CKPT_BG_HEAD_MAX];
+    size_t hn = rec.stored_size < sizeof head ? rec.stored_size : sizeof head;
+    size_t prefix = 0;
+    int np = 0;
+    unsigned char *buf = NULL;
+    rc = ckpt_pread_full(fd, head, hn, rec.file_offset, e->dir, err);
+    if (!rc)
+        np = ckpt_codec_leading_planes(rec.codec, head, hn, raw_size,
+                                       max_coded, &prefix, layout);
+    if (!rc && np && prefix <= rec.stored_size &&
+        !(buf = ckpt_delta_scratch_at(sc, 1, prefix)))
+        rc = ckpt_err(err, -ENOMEM, "out of memory");
+    if (!rc && buf)
+        rc = ckpt_pread_full(fd, buf, prefix, rec.file_offset, e->dir, err);
+    if (!rc && buf)
+        rc = ckpt_codec_decode_leading(c, rec.codec, buf, prefix, raw_size,
+                                       np, dst, err);
+    if (rc)
+        return ckpt_err_wrap(err, rc, "base '%s', tensor '%s' frame %llu",
+                             e->path, loc->fqn, (unsigned long long)seq);
+    return buf ? np : 0;
+}
+
 /* Where frame seq of base id's chunk at loc gets its bytes: its holder
  * and XOR depth. */
 static int frame_depth(ckpt_bases *b, int64_t id, const ckpt_chunk_loc *loc,

@@ -527,17 +527,17 @@ START_TEST(gc_keeps_bases)
 }
 END_TEST
 
-/* Saves "t", nf frames of FRAME bytes of v, into root/name against
+/* Saves "t", nf frames of `frame` bytes of v, into root/name against
  * base (or NULL) with `threads` encoders. */
 static void save_t(const char *root, const char *name, const char *base,
-                   int threads, const float *v, int nf)
+                   int threads, const float *v, int nf, size_t frame)
 {
     char dir[4096], bpath[4096];
     ckpt_error err = { 0 };
     join(dir, root, name);
     ckpt_write_opts o;
     ckpt_write_opts_init(&o);
-    o.frame_size = FRAME;
+    o.frame_size = frame;
     o.sync = 0;
     o.threads = threads;
     if (base) {
@@ -547,7 +547,7 @@ static void save_t(const char *root, const char *name, const char *base,
     ckpt_writer *wr;
     ck_assert_msg(ckpt_writer_open(&wr, dir, "rank0", &o, &err) == 0, "%s",
                   err.msg);
-    int64_t shape[1] = { (int64_t)nf * FRAME / 4 };
+    int64_t shape[1] = { (int64_t)(nf * frame / 4) };
     ckpt_piece p = { "t", CKPT_F32, 1, shape, NULL, NULL, v };
     ck_assert_msg(ckpt_writer_put(wr, &p, &err) == 0, "%s", err.msg);
     ck_assert_msg(ckpt_writer_close(wr, &err) == 0, "%s", err.msg);
@@ -555,6 +555,19 @@ static void save_t(const char *root, const char *name, const char *base,
     ckpt_commit_opts_init(&co);
     co.sync = 0;
     ck_assert_msg(ckpt_commit(dir, &co, &err) == 0, "%s", err.msg);
+}
+
+/* Reads tensor t of rd whole, checks it is the n bytes at want, and
+ * closes rd. */
+static void read_back(ckpt_reader *rd, size_t t, const void *want, size_t n)
+{
+    ckpt_error err = { 0 };
+    unsigned char *got = xmalloc(n);
+    ck_assert_msg(ckpt_read(rd, t, got, 0, n, &err) == (int64_t)n, "%s",
+                  err.msg);
+    ck_assert(memcmp(got, want, n) == 0);
+    free(got);
+    ckpt_reader_close(rd);
 }
 
 START_TEST(xor_budget_in_frame_order)
@@ -580,12 +593,12 @@ START_TEST(xor_budget_in_frame_order)
         v1[i] = (float)(rnd(&r) % 100000) / 3.0f;
     for (int i = 4 * PER; i < NF * PER; i += 16)
         v1[i] += 1.0f;
-    save_t(root, "s0", NULL, 1, v0, NF);
+    save_t(root, "s0", NULL, 1, v0, NF, FRAME);
     const int threads[] = { 1, 2, 4, 8, 3, 8, 5, 8, 6, 8, 7, 8 };
     for (size_t k = 0; k < sizeof threads / sizeof *threads; k++) {
         char name[16];
         snprintf(name, sizeof name, "d%zu", k);
-        save_t(root, name, "s0", threads[k], v1, NF);
+        save_t(root, name, "s0", threads[k], v1, NF, FRAME);
         ckpt_reader *rd = open_ck(root, name);
         ckpt_error err = { 0 };
         size_t t = (size_t)ckpt_reader_find(rd, "t");
@@ -599,12 +612,7 @@ START_TEST(xor_budget_in_frame_order)
                           "%d threads: frame %llu has codec %d", threads[k],
                           (unsigned long long)f, fi.codec);
         }
-        float *got = xmalloc(sizeof(float) * NF * PER);
-        ck_assert_int_eq(ckpt_read(rd, t, got, 0, sizeof(float) * NF * PER,
-                                   &err), (int64_t)(sizeof(float) * NF * PER));
-        ck_assert(memcmp(got, v1, sizeof(float) * NF * PER) == 0);
-        free(got);
-        ckpt_reader_close(rd);
+        read_back(rd, t, v1, sizeof(float) * NF * PER);
     }
     free(v0);
     free(v1);
@@ -727,6 +735,158 @@ START_TEST(xor_hopeless_is_sound)
 }
 END_TEST
 
+/* n floats in [-10, 10] with every mantissa bit in use: byte planes 0
+ * and 1 stored as they are, the exponent's Huffman-coded. */
+static void fill_noise(float *v, size_t n, rng *r)
+{
+    for (size_t i = 0; i < n; i++)
+        v[i] = (float)(int64_t)(rnd(r) % 2000001 - 1000000) / 1e5f;
+}
+
+START_TEST(try_judged_before_base_decode)
+{
+    /* Every frame of "t" replaced: an xor try cannot pay, and the writer
+     * sees so from the base frame's leading byte planes (stored or
+     * Huffman-coded mantissa bytes), without decoding the frame: damage
+     * the exponent plane of every base frame, which a decode would find,
+     * and the delta save still goes through, every frame stored whole
+     * and read back exactly.  (Decoding the base frame for each try
+     * failed such a save with the base's checksum mismatch.) */
+    enum { NF = 6, FR = 1 << 16, PER = FR / 4 };
+    char *root = make_tmpdir_tagged("delta");
+    float *v0 = xmalloc(FR * NF), *v1 = xmalloc(FR * NF);
+    rng r = { 17 };
+    fill_noise(v0, (size_t)NF * PER, &r);
+    fill_noise(v1, (size_t)NF * PER, &r);
+    save_t(root, "s0", NULL, 2, v0, NF, FR);
+    char dir[4096], path[4096];
+    join(dir, root, "s0");
+    join(path, dir, "data/rank0.shard");
+    ckpt_reader *r0 = open_ck(root, "s0");
+    ckpt_error err = { 0 };
+    int fd = open(path, O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    for (uint64_t f = 0; f < NF; f++) {
+        ckpt_frame_info fi;
+        ck_assert_msg(ckpt_reader_frame(r0, (size_t)ckpt_reader_find(r0, "t"),
+                                        0, f, &fi, &err) == 0, "%s", err.msg);
+        ck_assert_int_eq(fi.codec, CKPT_CODEC_BG_F32);
+        unsigned char h[24], b;
+        ck_assert_int_eq(pread(fd, h, sizeof h, (off_t)fi.file_offset), 24);
+        size_t at = sizeof h;                /* past planes 0-2 */
+        for (int k = 0; k < 3; k++)
+            at += (size_t)h[5 + 5 * k] | (size_t)h[6 + 5 * k] << 8 |
+                  (size_t)h[7 + 5 * k] << 16 | (size_t)h[8 + 5 * k] << 24;
+        ck_assert_msg(h[4] == 0 && h[9] == 0 && h[19] != 0,
+                      "frame %llu: planes 0, 1 stored, 3 coded (methods "
+                      "%d %d %d)", (unsigned long long)f, h[4], h[9], h[19]);
+        off_t pos = (off_t)(fi.file_offset + at + 40);
+        ck_assert_int_eq(pread(fd, &b, 1, pos), 1);
+        b ^= 0x5A;
+        ck_assert_int_eq(pwrite(fd, &b, 1, pos), 1);
+    }
+    close(fd);
+    ckpt_reader_close(r0);
+    save_t(root, "s1", "s0", 2, v1, NF, FR);
+    ckpt_reader *rd = open_ck(root, "s1");
+    size_t t = (size_t)ckpt_reader_find(rd, "t");
+    for (uint64_t f = 0; f < NF; f++) {
+        ckpt_frame_info fi;
+        ck_assert_msg(ckpt_reader_frame(rd, t, 0, f, &fi, &err) == 0, "%s",
+                      err.msg);
+        ck_assert_int_eq(fi.codec, CKPT_CODEC_BG_F32);
+    }
+    read_back(rd, t, v1, FR * NF);
+    free(v0);
+    free(v1);
+    remove_tmpdir(root);
+}
+END_TEST
+
+/* Planes 0..np-1 of the bgf32 frame of the n bytes at v (into planes),
+ * as a writer's try peeks at them; returns np. */
+static int leading_planes(const float *v, size_t n, unsigned char *planes,
+                          int *layout)
+{
+    ckpt_codec_ctx *c = ckpt_codec_ctx_new();
+    ck_assert_ptr_nonnull(c);
+    ckpt_error err = { 0 };
+    size_t cap = ckpt_codec_bound(n), got, prefix;
+    int used;
+    unsigned char *enc = xmalloc(cap);
+    ck_assert_msg(ckpt_codec_encode(c, CKPT_CODEC_BG_F32, 1, 4, v, n, enc,
+                                    cap, &got, &used, &err) == 0, "%s",
+                  err.msg);
+    ck_assert_int_eq(used, CKPT_CODEC_BG_F32);
+    int np = ckpt_codec_leading_planes(used, enc, got, n, 2, &prefix,
+                                       layout);
+    ck_assert_int_ge(np, 1);
+    ck_assert_int_le(np, 3);
+    ck_assert_msg(ckpt_codec_decode_leading(c, used, enc, prefix, n, np,
+                                            planes, &err) == 0, "%s",
+                  err.msg);
+    free(enc);
+    ckpt_codec_ctx_free(c);
+    return np;
+}
+
+START_TEST(planes_hopeless_is_sound)
+{
+    /* ckpt_xor_planes_hopeless judges a try from the base frame's leading
+     * planes only: whenever it says hopeless, the xor frame coded is
+     * indeed over the limit; it says so for frames whose every element
+     * was replaced or moved by a large step; and never for a frame of
+     * which a few rows changed (the embedding tables' case, where every
+     * try must go on). */
+    const size_t n = 1 << 20, ne = n / 4;
+    float *a = xmalloc(n), *b = xmalloc(n);
+    unsigned char *diff = xmalloc(n), *planes = xmalloc(n);
+    rng r = { 23 };
+    int said = 0, layout;
+    const float step[] = { 1e-5f, 1e-3f, 1e-1f, 10.0f };
+    for (size_t si = 0; si < sizeof step / sizeof *step; si++) {
+        for (int every = 1; every <= 64; every *= 4) {
+            fill_noise(a, ne, &r);
+            memcpy(b, a, n);
+            for (size_t i = 0; i < ne; i += (size_t)every)
+                b[i] += step[si] * (float)(int64_t)(rnd(&r) % 201 - 100);
+            int np = leading_planes(a, n, planes, &layout);
+            ckpt_xor_bytes(diff, a, b, n);
+            size_t coded = xor_coded(diff, n);
+            for (size_t limit = n / 16; limit <= n; limit += n / 16) {
+                if (!ckpt_xor_planes_hopeless(layout, b, n, planes, np,
+                                              limit))
+                    continue;
+                said++;
+                ck_assert_msg(coded > limit, "step %g, 1 in %d moved: "
+                              "hopeless at %zu but coded in %zu",
+                              (double)step[si], every, limit, coded);
+            }
+            if (every == 1 && step[si] >= 1e-1f)
+                ck_assert_msg(ckpt_xor_planes_hopeless(layout, b, n, planes,
+                                                       np, n * 2 / 3 * 4 / 5),
+                              "dense step %g not told hopeless (coded %zu)",
+                              (double)step[si], coded);
+        }
+    }
+    ck_assert_int_gt(said, 0);
+    /* every element replaced */
+    fill_noise(a, ne, &r);
+    fill_noise(b, ne, &r);
+    int np = leading_planes(a, n, planes, &layout);
+    ck_assert(ckpt_xor_planes_hopeless(layout, b, n, planes, np, n / 2));
+    /* 5% of 128-wide rows replaced: never hopeless */
+    memcpy(b, a, n);
+    for (size_t row = 0; row < ne / 128; row += 20)
+        fill_noise(b + row * 128, 128, &r);
+    ck_assert(!ckpt_xor_planes_hopeless(layout, b, n, planes, np, 1));
+    free(a);
+    free(b);
+    free(diff);
+    free(planes);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("delta");
@@ -746,6 +906,8 @@ static Suite *suite(void)
     tcase_add_test(tc, xor_budget_in_frame_order);
     tcase_add_test(tc, data_hash_from_frames);
     tcase_add_test(tc, xor_hopeless_is_sound);
+    tcase_add_test(tc, try_judged_before_base_decode);
+    tcase_add_test(tc, planes_hopeless_is_sound);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -57,6 +57,11 @@
 #define XOR_WIN_CREDIT 2
 #define XOR_CREDIT_MAX 64
 #define XOR_PROBE 32
+/* A try is judged from its base frame's leading planes before the frame
+ * is decoded (planes_hopeless) unless the writer's credit is above this
+ * when its ticket is taken: a run of wins (embedding tables, where every
+ * try wins) goes straight to the decode, which it needs anyway. */
+#define XOR_PEEK_CREDIT (2 * XOR_CREDIT)
 
 struct ckpt_writer {
     pthread_mutex_t mu;          /* guards everything below but opts/pool */
@@ -99,6 +104,8 @@ typedef struct slot {
     uint64_t seq;                /* frame number in the piece */
     int64_t base;                /* a delta frame's base id, else 0 */
     int ticket;                  /* delta saves: its xor_reserve */
+    int peek;                    /* its try judges the base frame's
+                                    leading planes first (planes_hopeless) */
     unsigned char *xenc;         /* delta saves: the xor frame */
     int rc;
     int done;
@@ -590,7 +597,7 @@ static size_t encode_xor(slot *sl, const ckpt_base_frame *bf, size_t limit,
         return 0;
     }
     ckpt_chunk_loc loc = loc_of(s);
-    if (s->codec != CKPT_CODEC_RAW &&
+    if (s->codec != CKPT_CODEC_RAW && sl->peek &&
         (planes_hopeless(sl, bf, &loc, limit, xbuf, worker) || sl->rc))
         return 0;
     uint64_t base_sum;   /* checked: no delta is made over damaged bytes */
@@ -632,8 +639,9 @@ enum {
 
 /* At submission, in frame order: the ticket of a frame that has a base
  * frame it may be xor against. */
-static int xor_reserve(ckpt_writer *w)
+static int xor_reserve(ckpt_writer *w, int *peek)
 {
+    *peek = atomic_load(&w->xor_credit) <= XOR_PEEK_CREDIT;
     if (atomic_load(&w->xor_credit) > 0) {
         atomic_fetch_sub(&w->xor_credit, 1);
         return TICKET_CREDIT;
@@ -797,14 +805,14 @@ static void drain_all(ckpt_stream *s)
  * be drained: their results decide, rather than how far ahead of them
  * frames were handed out (otherwise, the frames submitted while the
  * first tries are coded would all be skipped, even where every try wins). */
-static int xor_ticket(ckpt_stream *s, const slot *sl)
+static int xor_ticket(ckpt_stream *s, slot *sl)
 {
     const ckpt_base_frame *bf = s->nbf ? base_frame(sl) : NULL;
     if (!bf || bf->depth + 1 >= s->w->opts.full_every)
         return TICKET_NONE;
     while (atomic_load(&s->w->xor_credit) <= 0 && s->tries > 0)
         drain_one(s);
-    int t = xor_reserve(s->w);
+    int t = xor_reserve(s->w, &sl->peek);
     if (t == TICKET_CREDIT || t == TICKET_PROBE)
         s->tries++;
     return t;

@@ -42,10 +42,10 @@ int ckpt_xor_hopeless(const void *diff, size_t n, size_t itemsize,
 /* The same verdict before the base frame is decoded: `planes` holds the
  * first np byte planes of the base frame (byte layout `layout`, each
  * n / element-size bytes, one after another: ckpt_bases_leading_planes),
- * `cur` the frame's n raw bytes.  The XOR
- * of those planes alone, sampled in blocks of 64 elements (one in 7), must
- * have most elements changed and an order-0 entropy above `limit`: the
- * other planes can only add to it.  Costs a fraction of decoding the base
+ * `cur` the frame's n raw bytes.  The XOR of those planes alone, sampled
+ * in blocks of 64 elements (one in 16), must have most elements changed
+ * and an order-0 entropy above `limit`: the other planes can only add to
+ * it.  Costs a fraction of decoding the base
  * frame, which a try that cannot pay then does not. */
 int ckpt_xor_planes_hopeless(int layout, const void *cur, size_t n,
                              const unsigned char *planes, int np,

@@ -80,16 +80,18 @@ static size_t bitmap_bytes(size_t n)
 }
 
 /* The payload of a sparse xor frame of diff (n bytes) into a buffer of
- * `room` bytes: the bitmap of its nonzero blocks, then those blocks, the
- * last one padded with zeros to BLOCK bytes.  Returns the number of
- * blocks listed, or SIZE_MAX when they would not fit in `room`. */
+ * `room` bytes: its nonzero blocks (the last one padded with zeros to
+ * BLOCK bytes), then the bitmap that lists them (built at the end of
+ * `room` meanwhile).  Returns the number of blocks listed, or SIZE_MAX
+ * when they would not fit in `room`. */
 static size_t pack_sparse(const unsigned char *diff, size_t n,
                           unsigned char *out, size_t room)
 {
     size_t nb = nblocks(n), bm = bitmap_bytes(n), k = 0;
     if (bm > room)
         return SIZE_MAX;
-    memset(out, 0, bm);
+    unsigned char *map = out + room - bm;   /* moved behind the blocks */
+    memset(map, 0, bm);
     for (size_t b = 0; b < nb; b++) {
         size_t off = b * BLOCK, len = n - off < BLOCK ? n - off : BLOCK;
         uint64_t any = 0;
@@ -107,12 +109,13 @@ static size_t pack_sparse(const unsigned char *diff, size_t n,
             continue;
         if (bm + (k + 1) * BLOCK > room)
             return SIZE_MAX;
-        unsigned char *blk = out + bm + k * BLOCK;
+        unsigned char *blk = out + k * BLOCK;
         memcpy(blk, diff + off, len);
         memset(blk + len, 0, BLOCK - len);
-        out[b / 8] |= (unsigned char)(1u << (b % 8));
+        map[b / 8] |= (unsigned char)(1u << (b % 8));
         k++;
     }
+    memmove(out + k * BLOCK, map, bm);
     return k;
 }
 
@@ -156,7 +159,15 @@ static int code_body(ckpt_codec_ctx *c, int codec, int level,
 /* The sparse form of diff into dst, when at least half of its blocks are
  * zero (few rows or elements changed) and it has a whole block: 1 when
  * written, 0 when the XOR is too dense or short for it, or a negative
- * errno. */
+ * errno.  The payload is coded with zstd (unless `codec` is raw) and kept
+ * so only where that saves a third of it; else it is stored raw and a
+ * read XORs it into place straight from the stored bytes.  The blocks of
+ * rows that moved a little (an optimizer step on a few embedding rows)
+ * are random low mantissa bytes beside zero exponent bytes: zstd saves a
+ * quarter of them, and its decode then cost a warm load of such a delta
+ * a tenth of its CPU time (the byte-grouped codecs' Huffman planes decode
+ * such small frames slower still); blocks in which a few elements
+ * changed are mostly zeros, which zstd codes in almost nothing. */
 static int encode_sparse(ckpt_codec_ctx *c, int codec, int level,
                          const unsigned char *diff, size_t n,
                          unsigned char *dst, size_t cap, size_t *out_n,
@@ -173,10 +184,15 @@ static int encode_sparse(ckpt_codec_ctx *c, int codec, int level,
     size_t k = pack_sparse(diff, n, payload, room);
     int rc = 0;
     if (k != SIZE_MAX) {
-        /* zstd takes the bitmap's runs of zeros fastest, both ways */
+        size_t pn = bitmap_bytes(n) + k * BLOCK;
         rc = code_body(c, codec == CKPT_CODEC_RAW ? codec : CKPT_CODEC_ZSTD,
-                       level, 1, payload, bitmap_bytes(n) + k * BLOCK, dst,
-                       cap, SPARSE_HEAD, out_n, err);
+                       level, 1, payload, pn, dst, cap, SPARSE_HEAD, out_n,
+                       err);
+        if (!rc && (*out_n - SPARSE_HEAD) * 3 > pn * 2) {
+            memcpy(dst + SPARSE_HEAD, payload, pn);
+            dst[1] = CKPT_CODEC_RAW;
+            *out_n = SPARSE_HEAD + pn;
+        }
         dst[0] = XOR_SPARSE;
         put_u32(dst + 2, (uint32_t)k);
     }
@@ -256,17 +272,19 @@ static int check_sparse(const unsigned char *p, size_t n, size_t k,
                         ckpt_error *err)
 {
     size_t nb = nblocks(n), bm = bitmap_bytes(n), set = 0;
+    const unsigned char *map = p + k * BLOCK;
     for (size_t i = 0; i < bm; i++)
-        set += (size_t)__builtin_popcount(p[i]);
-    if (nb % 8 && p[bm - 1] >> (nb % 8))
+        for (unsigned v = map[i]; v; v &= v - 1)   /* mostly zero bytes */
+            set++;
+    if (nb % 8 && map[bm - 1] >> (nb % 8))
         return ckpt_err(err, -EIO, "sparse xor frame: its bitmap lists "
                         "blocks past the frame's %zu", nb);
     if (set != k)
         return ckpt_err(err, -EIO, "sparse xor frame: its bitmap lists %zu "
                         "blocks, its header %zu", set, k);
     size_t tail = n % BLOCK;
-    if (tail && k && (p[(nb - 1) / 8] >> ((nb - 1) % 8) & 1)) {
-        const unsigned char *last = p + bm + (k - 1) * BLOCK;
+    if (tail && k && (map[(nb - 1) / 8] >> ((nb - 1) % 8) & 1)) {
+        const unsigned char *last = p + (k - 1) * BLOCK;
         for (size_t i = tail; i < BLOCK; i++)
             if (last[i])
                 return ckpt_err(err, -EIO, "sparse xor frame: bytes past "
@@ -275,14 +293,15 @@ static int check_sparse(const unsigned char *p, size_t n, size_t k,
     return 0;
 }
 
-/* Applies a sparse xor frame's payload p (checked) to dst (n bytes). */
+/* Applies a sparse xor frame's payload p of k blocks (checked) to dst
+ * (n bytes). */
 static void apply_sparse(unsigned char *dst, const unsigned char *p,
-                         size_t n)
+                         size_t k, size_t n)
 {
     size_t nb = nblocks(n);
-    const unsigned char *blk = p + bitmap_bytes(n);
+    const unsigned char *blk = p, *map = p + k * BLOCK;
     for (size_t i = 0; i < nb; i += 8) {
-        unsigned bits = p[i / 8];
+        unsigned bits = map[i / 8];
         while (bits) {
             size_t b = i + (size_t)__builtin_ctz(bits);
             size_t off = b * BLOCK;
@@ -295,7 +314,8 @@ static void apply_sparse(unsigned char *dst, const unsigned char *p,
 }
 
 /* Decodes and applies a sparse xor frame s to dst (n bytes), its payload
- * decoded into tmp (n bytes: a payload is never larger than its frame). */
+ * decoded into tmp (n bytes: a payload is never larger than its frame),
+ * or read in place where it is stored raw. */
 static int sparse_apply(ckpt_codec_ctx *c, const unsigned char *s,
                         size_t stored_n, unsigned char *dst, void *tmp,
                         size_t n, ckpt_error *err)
@@ -306,11 +326,20 @@ static int sparse_apply(ckpt_codec_ctx *c, const unsigned char *s,
                         "%zu blocks, more than its %zu-byte frame holds "
                         "in this form", k, n);
     size_t pn = bitmap_bytes(n) + k * BLOCK;
-    int rc = body_decode(c, s, stored_n, SPARSE_HEAD, tmp, pn, err);
+    const unsigned char *p = s + SPARSE_HEAD;
+    int rc = 0;
+    if (s[1] != CKPT_CODEC_RAW) {
+        rc = body_decode(c, s, stored_n, SPARSE_HEAD, tmp, pn, err);
+        p = tmp;
+    } else if (stored_n - SPARSE_HEAD != pn) {
+        rc = ckpt_err(err, -EIO, "sparse xor frame: %zu payload bytes "
+                      "stored for %zu blocks and a %zu-byte bitmap",
+                      stored_n - SPARSE_HEAD, k, bitmap_bytes(n));
+    }
     if (!rc)
-        rc = check_sparse(tmp, n, k, err);
+        rc = check_sparse(p, n, k, err);
     if (!rc)
-        apply_sparse(dst, tmp, n);
+        apply_sparse(dst, p, k, n);
     return rc;
 }
 

@@ -27,9 +27,9 @@ void ckpt_xor_bytes(void *dst, const void *a, const void *b, size_t n);
  * bytes, at least CKPT_XOR_HEAD + ckpt_codec_bound(n)); *out_n is the
  * stored size, header included.  A diff that is zero in at least half of
  * its 64-byte blocks (few rows or elements changed) is stored sparse
- * (version 2): the bitmap of its nonzero blocks and those blocks, coded
- * with zstd whatever `codec` says (raw when `codec` is raw).  Returns 0
- * or a negative errno. */
+ * (version 2): its nonzero blocks and the bitmap that lists them, coded
+ * with zstd where that saves a third of them (never when `codec` is
+ * raw), else stored raw.  Returns 0 or a negative errno. */
 int ckpt_xor_encode(ckpt_codec_ctx *c, int codec, int level,
                     size_t itemsize, const void *diff, size_t n, void *dst,
                     size_t cap, size_t *out_n, ckpt_error *err);
@@ -54,8 +54,8 @@ int ckpt_xor_decode(ckpt_codec_ctx *c, const void *src, size_t stored_n,
 
 /* The same with the base frame's raw bytes already in dst, which end as
  * the frame's: the XOR bytes (version 1) or the sparse payload (version
- * 2, at most raw_n bytes) are decoded into tmp (raw_n bytes) and applied
- * where they are not zero.  The hot path: the base frame decodes straight
+ * 2, at most raw_n bytes; read in place when stored raw) are decoded into
+ * tmp (raw_n bytes) and applied where they are not zero.  The hot path: the base frame decodes straight
  * into place, and dst is touched again only where it changed. */
 int ckpt_xor_apply(ckpt_codec_ctx *c, const void *src, size_t stored_n,
                    void *dst, void *tmp, size_t raw_n, ckpt_error *err);

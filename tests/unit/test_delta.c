@@ -260,15 +260,24 @@ START_TEST(xor_sparse_and_dense)
     rng r = { 5 };
     for (size_t i = 0; i < n; i++)
         base[i] = (unsigned char)rnd(&r);
-    /* a few rows changed, and the last byte: runs of zeros, coded zstd */
+    /* a row changed at random, and the last byte: sparse (the changed
+     * blocks alone), stored raw: zstd would not save a third of them */
     memcpy(nw, base, n);
     for (size_t i = 8192; i < 8192 + 512; i++)
-        nw[i] ^= (unsigned char)(1 + i % 250);
+        nw[i] ^= (unsigned char)(1 + rnd(&r) % 255);
     nw[n - 1] ^= 0x80;
     int version;
     ck_assert_int_eq(xor_round_trip(base, nw, n, CKPT_CODEC_BG_F32, &version),
+                     CKPT_CODEC_RAW);
+    ck_assert_int_eq(version, 2);
+    /* one byte in 256 changed: sparse, its blocks mostly zeros, coded
+     * zstd */
+    memcpy(nw, base, n);
+    for (size_t i = 3; i < n; i += 256)
+        nw[i] ^= 0x40;
+    ck_assert_int_eq(xor_round_trip(base, nw, n, CKPT_CODEC_BG_F32, &version),
                      CKPT_CODEC_ZSTD);
-    ck_assert_int_eq(version, 2);   /* sparse: the changed blocks alone */
+    ck_assert_int_eq(version, 2);
     /* every element nudged: byte planes, as asked */
     float *f = (float *)base, *g = (float *)nw;
     for (size_t i = 0; i < n / 4; i++) {
@@ -367,9 +376,10 @@ START_TEST(xor_sparse_refusals)
 {
     /* A frame of 340 bytes: 6 blocks, the last of 20 bytes.  Blocks 1
      * and 5 changed, stored raw (codec raw), so that the payload can be
-     * damaged by hand: version 2, codec 0, u32 count 2, the bitmap
-     * 0x22, block 1, block 5 padded with zeros. */
-    enum { RAW_N = 340, HEAD = 6, BM = 1, STORED = HEAD + BM + 2 * 64 };
+     * damaged by hand: version 2, codec 0, u32 count 2, block 1, block 5
+     * padded with zeros, the bitmap 0x22. */
+    enum { RAW_N = 340, HEAD = 6, BM = 1, STORED = HEAD + 2 * 64 + BM,
+           MAP = HEAD + 2 * 64 };
     unsigned char diff[RAW_N] = { 0 };
     rng r = { 31 };
     for (int i = 64; i < 128; i++)
@@ -383,28 +393,29 @@ START_TEST(xor_sparse_refusals)
     ck_assert_msg(ckpt_xor_encode(c, CKPT_CODEC_RAW, 1, 4, diff, RAW_N, enc,
                                   cap, &got, &err) == 0, "%s", err.msg);
     ck_assert_uint_eq(got, STORED);
-    static const unsigned char head[HEAD + BM] = { 2, 0, 2, 0, 0, 0, 0x22 };
+    static const unsigned char head[HEAD] = { 2, 0, 2, 0, 0, 0 };
     ck_assert(memcmp(enc, head, sizeof head) == 0);
-    ck_assert(memcmp(enc + HEAD + BM, diff + 64, 64) == 0);
-    ck_assert_int_eq(enc[HEAD + BM + 64 + 19], 0x80);
+    ck_assert(memcmp(enc + HEAD, diff + 64, 64) == 0);
+    ck_assert_int_eq(enc[HEAD + 64 + 19], 0x80);
+    ck_assert_int_eq(enc[MAP], 0x22);
     memcpy(f, enc, STORED);
 
     f[2] = 3;                        /* the header says 3 blocks */
-    expect_refused(f, STORED, RAW_N, "raw frame holds 129 bytes but 193");
+    expect_refused(f, STORED, RAW_N, "129 payload bytes stored for 3 blocks");
     f[2] = 7;                        /* more blocks than the frame has */
     expect_refused(f, STORED, RAW_N, "lists 7 blocks, more than");
     f[2] = f[3] = f[4] = f[5] = 0xff;
     expect_refused(f, STORED, RAW_N, "more than its 340-byte frame");
     memcpy(f, enc, STORED);
-    f[HEAD] = 0x23;                  /* 3 bits for 2 blocks */
+    f[MAP] = 0x23;                   /* 3 bits for 2 blocks */
     expect_refused(f, STORED, RAW_N, "bitmap lists 3 blocks, its header 2");
-    f[HEAD] = 0x60;                  /* bit 6: past the last block, 5 */
+    f[MAP] = 0x60;                   /* bit 6: past the last block, 5 */
     expect_refused(f, STORED, RAW_N, "past the frame");
     memcpy(f, enc, STORED);
-    f[STORED - 1] = 1;               /* the padding of the short block */
+    f[MAP - 1] = 1;                  /* the padding of the short block */
     expect_refused(f, STORED, RAW_N, "past the end of the frame");
     memcpy(f, enc, STORED);
-    expect_refused(f, STORED - 1, RAW_N, "raw frame holds 128 bytes");
+    expect_refused(f, STORED - 1, RAW_N, "128 payload bytes stored for 2");
     expect_refused(f, 5, RAW_N, "shorter than its header");
     f[0] = 3;                        /* a version from a later writer */
     expect_refused(f, STORED, RAW_N, "header version 3, which this reader "
@@ -413,12 +424,17 @@ START_TEST(xor_sparse_refusals)
     f[1] = CKPT_CODEC_XOR;
     expect_refused(f, STORED, RAW_N, "not an ordinary codec");
 
-    /* the same blocks coded with zstd, the stream cut short */
+    /* blocks of one changed byte each, which zstd codes: the stream cut
+     * short, its header's count one more */
+    memset(diff, 0, RAW_N);
+    diff[64 + 5] = diff[RAW_N - 1] = 0x80;
     ck_assert_msg(ckpt_xor_encode(c, CKPT_CODEC_BG_F32, 1, 4, diff, RAW_N,
                                   enc, cap, &got, &err) == 0, "%s", err.msg);
     ck_assert_int_eq(enc[0], 2);
-    if (enc[1] == CKPT_CODEC_ZSTD)
-        expect_refused(enc, got - 3, RAW_N, "zstd");
+    ck_assert_int_eq(enc[1], CKPT_CODEC_ZSTD);
+    expect_refused(enc, got - 3, RAW_N, "zstd");
+    enc[2]++;
+    expect_refused(enc, got, RAW_N, "zstd");
     free(enc);
     ckpt_codec_ctx_free(c);
 }

@@ -104,8 +104,9 @@ int ckpt_bases_read(ckpt_bases *b, int64_t id, const ckpt_chunk_loc *loc,
 /* The leading byte planes of frame `seq` of the chunk at `loc` in base
  * `id` (a holder: its frame is not a ref), without decoding the frame:
  * those it stores as they are, and at most `max_coded` that it codes,
- * never all of them (ckpt_codec_leading_planes), read (stored bytes in
- * slot 1 of sc) and decoded into dst, which has room for raw_size bytes.
+ * never all of them (ckpt_codec_leading_planes), taken from the shard's
+ * mapping where resident (else read into slot 1 of sc) and decoded into
+ * dst, which has room for raw_size bytes.
  * Returns their count, each raw_size / element-size bytes, one after
  * another, with the frame's byte layout in *layout: 0 when the frame is
  * not byte-grouped (or an xor frame).  Unchecked bytes, for a writer

@@ -221,9 +221,10 @@ START_TEST(round_trip)
 END_TEST
 
 /* Codes new over base as an xor frame with `codec` and checks both ways of
- * decoding it against new; returns the inner codec the frame chose. */
+ * decoding it against new; returns the inner codec the frame chose, and
+ * its header's version in *version. */
 static int xor_round_trip(const unsigned char *base, const unsigned char *nw,
-                          size_t n, int codec)
+                          size_t n, int codec, int *version)
 {
     ckpt_codec_ctx *c = ckpt_codec_ctx_new();
     ck_assert_ptr_nonnull(c);
@@ -242,6 +243,7 @@ static int xor_round_trip(const unsigned char *base, const unsigned char *nw,
                   err.msg);
     ck_assert(memcmp(out, nw, n) == 0);
     int inner = enc[1];
+    *version = enc[0];
     free(diff);
     free(enc);
     free(out);
@@ -258,23 +260,270 @@ START_TEST(xor_sparse_and_dense)
     rng r = { 5 };
     for (size_t i = 0; i < n; i++)
         base[i] = (unsigned char)rnd(&r);
-    /* a few rows changed, and the last byte: runs of zeros, coded zstd */
+    /* a row changed at random, and the last byte: sparse (the changed
+     * blocks alone), stored raw: zstd would not save a third of them */
     memcpy(nw, base, n);
     for (size_t i = 8192; i < 8192 + 512; i++)
-        nw[i] ^= (unsigned char)(1 + i % 250);
+        nw[i] ^= (unsigned char)(1 + rnd(&r) % 255);
     nw[n - 1] ^= 0x80;
-    ck_assert_int_eq(xor_round_trip(base, nw, n, CKPT_CODEC_BG_F32),
+    int version;
+    ck_assert_int_eq(xor_round_trip(base, nw, n, CKPT_CODEC_BG_F32, &version),
+                     CKPT_CODEC_RAW);
+    ck_assert_int_eq(version, 2);
+    /* one byte in 256 changed: sparse, its blocks mostly zeros, coded
+     * zstd */
+    memcpy(nw, base, n);
+    for (size_t i = 3; i < n; i += 256)
+        nw[i] ^= 0x40;
+    ck_assert_int_eq(xor_round_trip(base, nw, n, CKPT_CODEC_BG_F32, &version),
                      CKPT_CODEC_ZSTD);
+    ck_assert_int_eq(version, 2);
     /* every element nudged: byte planes, as asked */
     float *f = (float *)base, *g = (float *)nw;
     for (size_t i = 0; i < n / 4; i++) {
         f[i] = (float)(int64_t)(rnd(&r) % 2001 - 1000) / 100.0f;
         g[i] = f[i] * 1.0001f + 1e-6f;
     }
-    ck_assert_int_ne(xor_round_trip(base, nw, n, CKPT_CODEC_BG_F32),
+    ck_assert_int_ne(xor_round_trip(base, nw, n, CKPT_CODEC_BG_F32, &version),
                      CKPT_CODEC_ZSTD);
+    ck_assert_int_eq(version, 1);   /* dense: the whole XOR */
     free(base);
     free(nw);
+}
+END_TEST
+
+/* The 64-byte blocks in which a and b (n bytes) differ, and all blocks. */
+static size_t blocks_changed(const unsigned char *a, const unsigned char *b,
+                             size_t n, size_t *all)
+{
+    size_t changed = 0;
+    *all = (n + 63) / 64;
+    for (size_t off = 0; off < n; off += 64)
+        changed += memcmp(a + off, b + off, n - off < 64 ? n - off : 64) != 0;
+    return changed;
+}
+
+START_TEST(xor_sparse_densities)
+{
+    /* rows of 128 f32 (512 bytes) or single bytes changed, from none to
+     * all of them, in frames of whole blocks, a short last block, and
+     * shorter than a block: bit-exact both ways, and stored sparse
+     * (version 2) exactly when at least half of the blocks are zero and
+     * there is a whole one */
+    static const size_t sizes[] = { 65536, 65536 + 36, 4095, 100, 64, 63, 1 };
+    static const int permille[] = { 0, 10, 50, 200, 450, 1000 };
+    rng r = { 21 };
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+        size_t n = sizes[si];
+        unsigned char *base = xmalloc(n), *nw = xmalloc(n);
+        for (size_t pi = 0; pi < sizeof permille / sizeof *permille; pi++) {
+            for (int rows = 0; rows < 2; rows++) {
+                for (size_t i = 0; i < n; i++)
+                    base[i] = (unsigned char)rnd(&r);
+                memcpy(nw, base, n);
+                size_t unit = rows ? 512 : 1;
+                for (size_t at = 0; at < n; at += unit) {
+                    if ((int)(rnd(&r) % 1000) >= permille[pi])
+                        continue;
+                    for (size_t i = at; i < at + unit && i < n; i++)
+                        nw[i] ^= (unsigned char)(1 + rnd(&r) % 255);
+                }
+                size_t all, changed = blocks_changed(base, nw, n, &all);
+                int version;
+                (void)xor_round_trip(base, nw, n, CKPT_CODEC_BG_F32,
+                                     &version);
+                int sparse = n >= 64 && changed * 2 <= all;
+                ck_assert_msg(version == (sparse ? 2 : 1),
+                              "%zu bytes, %zu of %zu blocks changed: "
+                              "version %d", n, changed, all, version);
+            }
+        }
+        free(base);
+        free(nw);
+    }
+}
+END_TEST
+
+/* Expects the xor frame f (n bytes, copied to a buffer of exactly that
+ * size, so that ASan sees any overread) refused by both decoders of a
+ * raw_n-byte frame, with `what` in the message. */
+static void expect_refused(const unsigned char *f, size_t n, size_t raw_n,
+                           const char *what)
+{
+    ckpt_codec_ctx *c = ckpt_codec_ctx_new();
+    ck_assert_ptr_nonnull(c);
+    unsigned char *src = xmalloc(n ? n : 1), *base = xmalloc(raw_n);
+    unsigned char *dst = xmalloc(raw_n), *tmp = xmalloc(raw_n);
+    memcpy(src, f, n);
+    memset(base, 0x5a, raw_n);
+    ckpt_error err = { 0 };
+    ck_assert_int_eq(ckpt_xor_decode(c, src, n, base, dst, raw_n, &err),
+                     -EIO);
+    ck_assert_msg(strstr(err.msg, what), "expected '%s', got: %s", what,
+                  err.msg);
+    memset(&err, 0, sizeof err);
+    ck_assert_int_eq(ckpt_xor_apply(c, src, n, dst, tmp, raw_n, &err), -EIO);
+    ck_assert_msg(strstr(err.msg, what), "expected '%s', got: %s", what,
+                  err.msg);
+    free(src);
+    free(base);
+    free(dst);
+    free(tmp);
+    ckpt_codec_ctx_free(c);
+}
+
+START_TEST(xor_sparse_refusals)
+{
+    /* A frame of 340 bytes: 6 blocks, the last of 20 bytes.  Blocks 1
+     * and 5 changed, stored raw (codec raw), so that the payload can be
+     * damaged by hand: version 2, codec 0, u32 count 2, block 1, block 5
+     * padded with zeros, the bitmap 0x22. */
+    enum { RAW_N = 340, HEAD = 6, BM = 1, STORED = HEAD + 2 * 64 + BM,
+           MAP = HEAD + 2 * 64 };
+    unsigned char diff[RAW_N] = { 0 };
+    rng r = { 31 };
+    for (int i = 64; i < 128; i++)
+        diff[i] = (unsigned char)(1 + rnd(&r) % 255);
+    diff[RAW_N - 1] = 0x80;
+    ckpt_codec_ctx *c = ckpt_codec_ctx_new();
+    ck_assert_ptr_nonnull(c);
+    ckpt_error err = { 0 };
+    size_t cap = CKPT_XOR_HEAD + ckpt_codec_bound(RAW_N), got;
+    unsigned char *enc = xmalloc(cap), f[STORED];
+    ck_assert_msg(ckpt_xor_encode(c, CKPT_CODEC_RAW, 1, 4, diff, RAW_N, enc,
+                                  cap, &got, &err) == 0, "%s", err.msg);
+    ck_assert_uint_eq(got, STORED);
+    static const unsigned char head[HEAD] = { 2, 0, 2, 0, 0, 0 };
+    ck_assert(memcmp(enc, head, sizeof head) == 0);
+    ck_assert(memcmp(enc + HEAD, diff + 64, 64) == 0);
+    ck_assert_int_eq(enc[HEAD + 64 + 19], 0x80);
+    ck_assert_int_eq(enc[MAP], 0x22);
+    memcpy(f, enc, STORED);
+
+    f[2] = 3;                        /* the header says 3 blocks */
+    expect_refused(f, STORED, RAW_N, "129 payload bytes stored for 3 blocks");
+    f[2] = 7;                        /* more blocks than the frame has */
+    expect_refused(f, STORED, RAW_N, "lists 7 blocks, more than");
+    f[2] = f[3] = f[4] = f[5] = 0xff;
+    expect_refused(f, STORED, RAW_N, "more than its 340-byte frame");
+    memcpy(f, enc, STORED);
+    f[MAP] = 0x23;                   /* 3 bits for 2 blocks */
+    expect_refused(f, STORED, RAW_N, "bitmap lists 3 blocks, its header 2");
+    f[MAP] = 0x60;                   /* bit 6: past the last block, 5 */
+    expect_refused(f, STORED, RAW_N, "past the frame");
+    memcpy(f, enc, STORED);
+    f[MAP - 1] = 1;                  /* the padding of the short block */
+    expect_refused(f, STORED, RAW_N, "past the end of the frame");
+    memcpy(f, enc, STORED);
+    expect_refused(f, STORED - 1, RAW_N, "128 payload bytes stored for 2");
+    expect_refused(f, 5, RAW_N, "shorter than its header");
+    f[0] = 3;                        /* a version from a later writer */
+    expect_refused(f, STORED, RAW_N, "header version 3, which this reader "
+                   "does not know");
+    f[0] = 2;
+    f[1] = CKPT_CODEC_XOR;
+    expect_refused(f, STORED, RAW_N, "not an ordinary codec");
+
+    /* blocks of one changed byte each, which zstd codes: the stream cut
+     * short, its header's count one more */
+    memset(diff, 0, RAW_N);
+    diff[64 + 5] = diff[RAW_N - 1] = 0x80;
+    ck_assert_msg(ckpt_xor_encode(c, CKPT_CODEC_BG_F32, 1, 4, diff, RAW_N,
+                                  enc, cap, &got, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(enc[0], 2);
+    ck_assert_int_eq(enc[1], CKPT_CODEC_ZSTD);
+    expect_refused(enc, got - 3, RAW_N, "zstd");
+    enc[2]++;
+    expect_refused(enc, got, RAW_N, "zstd");
+    free(enc);
+    ckpt_codec_ctx_free(c);
+}
+END_TEST
+
+/* The stored byte `at` bytes into frame k of "w" in root/name (which
+ * must hold it), XORed with `flip` on disk when flip is not 0; returns the
+ * byte as it was. */
+static int frame_byte(const char *root, const char *name, uint64_t k,
+                      uint64_t at, unsigned char flip)
+{
+    ckpt_reader *r = open_ck(root, name);
+    ckpt_error err = { 0 };
+    ckpt_frame_info fi;
+    ck_assert_msg(ckpt_reader_frame(r, (size_t)ckpt_reader_find(r, "w"), 0,
+                                    k, &fi, &err) == 0, "%s", err.msg);
+    ckpt_reader_close(r);
+    ck_assert_uint_lt(at, fi.stored_size);
+    char dir[4096], path[4096];
+    join(dir, root, name);
+    join(path, dir, "data/rank0.shard");
+    int fd = open(path, O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    unsigned char byte = 0, was;
+    off_t off = (off_t)(fi.file_offset + at);
+    ck_assert_int_eq(pread(fd, &byte, 1, off), 1);
+    was = byte;
+    byte ^= flip;
+    ck_assert_int_eq(flip ? pwrite(fd, &byte, 1, off) : 1, 1);
+    close(fd);
+    return was;
+}
+
+/* Reads "w" of root/name whole, expecting -EIO with `what` (and not
+ * `not`, when given) in the message. */
+static void expect_read_fails(const char *root, const char *name,
+                              const char *what, const char *not)
+{
+    ckpt_reader *r = open_ck(root, name);
+    ckpt_error err = { 0 };
+    float *got = xmalloc(sizeof(float) * N);
+    ck_assert_int_eq(ckpt_read(r, (size_t)ckpt_reader_find(r, "w"), got, 0,
+                               sizeof(float) * N, &err), -EIO);
+    ck_assert_msg(strstr(err.msg, what), "expected '%s': %s", what, err.msg);
+    ck_assert_msg(!not || !strstr(err.msg, not), "not '%s': %s", not,
+                  err.msg);
+    free(got);
+    ckpt_reader_close(r);
+}
+
+START_TEST(sparse_xor_in_a_checkpoint)
+{
+    /* s1 against s0, one row of four changed in frames 0 and 1 and one
+     * element in frame 2: sparse xor frames, read back bit for bit and
+     * verified; a damaged base under one is named as the fault, a damaged
+     * delta is refused */
+    state s;
+    ckpt_error err = { 0 };
+    s.root = make_tmpdir_tagged("delta");
+    s.w0 = xmalloc(sizeof(float) * N);
+    s.w1 = xmalloc(sizeof(float) * N);
+    fill(s.w0, 17);
+    memcpy(s.w1, s.w0, sizeof(float) * N);
+    for (int i = 1 * COLS; i < 2 * COLS; i++)
+        s.w1[i] *= 1.5f;
+    for (int i = 6 * COLS; i < 7 * COLS; i++)
+        s.w1[i] += 0.25f;
+    s.w1[9 * COLS + 3] = -1.0f;
+    for (int i = 0; i < 100; i++)
+        s.b[i] = (unsigned char)(i * 3);
+    ck_assert_msg(save(s.root, "s0", NULL, 0, s.w0, s.b, &err) == 0, "%s",
+                  err.msg);
+    ck_assert_msg(save(s.root, "s1", "s0", 0, s.w1, s.b, &err) == 0, "%s",
+                  err.msg);
+    for (uint64_t k = 0; k < 3; k++) {
+        ck_assert_int_eq(codec_of(s.root, "s1", k), CKPT_CODEC_XOR);
+        ck_assert_int_eq(frame_byte(s.root, "s1", k, 0, 0), 2);
+    }
+    ck_assert_int_eq(codec_of(s.root, "s1", 3), CKPT_CODEC_REF);
+    check_read(s.root, "s1", s.w1, s.b);
+    check_read(s.root, "s0", s.w0, s.b);
+
+    frame_byte(s.root, "s0", 1, 40, 0xA5);
+    expect_read_fails(s.root, "s1", "base 's0'", NULL);
+    frame_byte(s.root, "s0", 1, 40, 0xA5);    /* repaired */
+    check_read(s.root, "s1", s.w1, s.b);
+    frame_byte(s.root, "s1", 1, 8, 0xA5);     /* in the sparse payload */
+    expect_read_fails(s.root, "s1", "", "base 's0'");
+    state_free(&s);
 }
 END_TEST
 
@@ -895,6 +1144,9 @@ static Suite *suite(void)
     tcase_add_test(tc, round_trip);
     tcase_add_test(tc, depth_bound);
     tcase_add_test(tc, xor_sparse_and_dense);
+    tcase_add_test(tc, xor_sparse_densities);
+    tcase_add_test(tc, xor_sparse_refusals);
+    tcase_add_test(tc, sparse_xor_in_a_checkpoint);
     tcase_add_test(tc, damaged_base_under_xor);
     tcase_add_test(tc, refuse_missing);
     tcase_add_test(tc, refuse_changed);

@@ -932,6 +932,55 @@ static int decode_bg(ckpt_codec_ctx *c, int codec, const unsigned char *src,
     return 0;
 }
 
+int ckpt_codec_leading_planes(int codec, const void *head, size_t hn,
+                              size_t raw_n, int max_coded, size_t *prefix,
+                              int *layout)
+{
+    const unsigned char *h = head;
+    *layout = layout_of(codec);
+    int np = ckpt_bg_nplanes(*layout);
+    size_t es = ckpt_bg_esize(*layout);
+    size_t pos = BG_HEAD + (size_t)np * BG_PLANE_HEAD;
+    if (np == 0 || hn < pos || raw_n < es || h[0] != BG_VERSION ||
+        h[1] != *layout || h[2] != es || h[3] != np)
+        return 0;
+    int k = 0;
+    for (; k < np - 1; k++) {
+        const unsigned char *p = h + BG_HEAD + (size_t)k * BG_PLANE_HEAD;
+        if (p[0] != BG_STORED && max_coded-- <= 0)
+            break;
+        pos += get32le(p + 1);
+    }
+    *prefix = pos;
+    return k;
+}
+
+int ckpt_codec_decode_leading(ckpt_codec_ctx *c, int codec, const void *src,
+                              size_t prefix, size_t raw_n, int np, void *dst,
+                              ckpt_error *err)
+{
+    const unsigned char *s = src;
+    int layout = layout_of(codec);
+    size_t ne = raw_n / ckpt_bg_esize(layout);
+    size_t pos = BG_HEAD + (size_t)ckpt_bg_nplanes(layout) * BG_PLANE_HEAD;
+    uint8_t *out = dst;
+    for (int k = 0; k < np; k++, out += ne) {
+        const unsigned char *h = s + BG_HEAD + (size_t)k * BG_PLANE_HEAD;
+        plane_in pi = { h[0], s + pos, get32le(h + 1) };
+        const uint8_t *got;
+        if (pi.len > prefix - pos || !plane_len_ok(pi.method, pi.src, pi.len,
+                                                   ne) ||
+            decode_plane(c, &pi, out, ne, &got))
+            return ckpt_err(err, -EIO, "corrupt %s frame: plane %d (method "
+                            "%d, %zu bytes) does not decode to %zu bytes",
+                            CODECS[codec].name, k, pi.method, pi.len, ne);
+        if (got != out)
+            memcpy(out, got, ne);
+        pos += pi.len;
+    }
+    return 0;
+}
+
 int ckpt_codec_decode(ckpt_codec_ctx *c, int codec, const void *src,
                       size_t stored_n, void *dst, size_t raw_n,
                       ckpt_error *err)

@@ -60,4 +60,30 @@ int ckpt_codec_decode(ckpt_codec_ctx *c, int codec, const void *src,
                       size_t stored_n, void *dst, size_t raw_n,
                       ckpt_error *err);
 
+/* The room ckpt_codec_leading_planes reads: the longest byte-grouped
+ * header (version, layout, element size, plane count, and a method and
+ * length for each of at most 8 planes). */
+#define CKPT_BG_HEAD_MAX (4 + 8 * 5)
+
+/* The leading planes of a byte-grouped frame of raw_n bytes stored with
+ * `codec`, judged from its first hn bytes `head` (at most
+ * CKPT_BG_HEAD_MAX are looked at): planes 0, 1, ... as long as each is
+ * stored as it is or, for at most `max_coded` of them, coded, and never
+ * the last (all of them would be the whole frame's decode).  Returns
+ * their count, with *prefix the bytes of the frame up to their end and
+ * *layout the codec's byte layout (bytegroup.h); 0 when the frame is not
+ * byte-grouped or its header does not match.  For a caller that wants a
+ * few planes of a frame without decoding it (a delta save's xor tries,
+ * ckpt_codec_decode_leading). */
+int ckpt_codec_leading_planes(int codec, const void *head, size_t hn,
+                              size_t raw_n, int max_coded, size_t *prefix,
+                              int *layout);
+
+/* Planes 0..np-1 of that frame, from its first `prefix` bytes src (as
+ * ckpt_codec_leading_planes gave them), into dst: np planes of raw_n /
+ * element-size bytes, one after another.  -EIO when they are corrupt. */
+int ckpt_codec_decode_leading(ckpt_codec_ctx *c, int codec, const void *src,
+                              size_t prefix, size_t raw_n, int np, void *dst,
+                              ckpt_error *err);
+
 #endif

@@ -270,6 +270,13 @@ int ckpt_foreign_set_dir(ckpt_foreign *f, const char *path,
     return f->dir ? 0 : ckpt_err(err, -ENOMEM, "out of memory");
 }
 
+int ckpt_foreign_dir_has(const char *dir, const char *name)
+{
+    char p[4096];
+    int n = snprintf(p, sizeof p, "%s/%s", dir, name);
+    return n > 0 && (size_t)n < sizeof p && access(p, F_OK) == 0;
+}
+
 /* Appended, whether the key is set already or not: finish keeps the
  * last value of each key (a search here would make a header of many keys
  * cost their square). */

@@ -130,6 +130,9 @@ int ckpt_foreign_set_meta(ckpt_foreign *f, const char *key,
  * *file to the file's name within it, or NULL for a folder. */
 int ckpt_foreign_set_dir(ckpt_foreign *f, const char *path,
                          const char **file, ckpt_error *err);
+/* 1 when `name` exists in folder `dir` (an index file that says how a
+ * folder's files are laid out), 0 otherwise or when the path is too long. */
+int ckpt_foreign_dir_has(const char *dir, const char *name);
 /* The frames of a chunk of `raw` bytes of elements of `isz` bytes stored
  * at *src: one per ~1 MiB of a row-major chunk, one for a strided chunk
  * (none when raw is 0).  Sets *n; with out, also a new array of them

@@ -512,9 +512,7 @@ int ckpt_safetensors_open(const char *path, ckpt_foreign *f, ckpt_error *err)
     if (rc == 0 && file) {
         rc = add_file(f, file, err);
     } else if (rc == 0) {
-        char idx[4096];
-        int n = snprintf(idx, sizeof idx, "%s/%s", path, INDEX_JSON);
-        rc = n > 0 && (size_t)n < sizeof idx && access(idx, F_OK) == 0
+        rc = ckpt_foreign_dir_has(path, INDEX_JSON)
                  ? open_indexed(f, path, NULL, err) : open_all(f, path, err);
     }
     if (rc == 0)

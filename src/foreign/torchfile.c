@@ -315,10 +315,7 @@ int ckpt_torchfile_open(const char *path, ckpt_foreign *f, ckpt_error *err)
     if (rc == 0 && file) {
         rc = add_file(f, file, err);
     } else if (rc == 0) {
-        char idx[4096];
-        int n = snprintf(idx, sizeof idx, "%s/%s", path,
-                         CKPT_TORCH_INDEX_JSON);
-        rc = n > 0 && (size_t)n < sizeof idx && access(idx, F_OK) == 0
+        rc = ckpt_foreign_dir_has(path, CKPT_TORCH_INDEX_JSON)
                  ? open_indexed(f, err) : open_all(f, err);
     }
     if (rc == 0)

@@ -20,6 +20,7 @@
 #include "codec/xorframe.h"
 #include "common/confine.h"
 #include "common/error.h"
+#include "common/filemap.h"
 #include "common/fileio.h"
 
 typedef struct entry {
@@ -31,6 +32,9 @@ typedef struct entry {
     ckpt_index_data d;
     ckpt_frame_rec ***frames;   /* per tensor, per chunk, lazily */
     int *fds;                   /* per file, -1 until opened */
+    ckpt_smap *maps;            /* per file, mapped when its fd opens:
+                                   coded frames decode in place when
+                                   their bytes are in the page cache */
     ckpt_confine conf;
     struct ckpt_bases *sub;     /* its own bases, or NULL */
 } entry;
@@ -65,10 +69,14 @@ static void entry_free(entry *e)
         free(e->frames[t]);
     }
     free(e->frames);
-    for (size_t i = 0; e->fds && i < e->d.nfiles; i++)
+    for (size_t i = 0; e->fds && i < e->d.nfiles; i++) {
+        if (e->maps)
+            ckpt_smap_close(&e->maps[i]);
         if (e->fds[i] >= 0)
             close(e->fds[i]);
+    }
     free(e->fds);
+    free(e->maps);
     ckpt_index_data_free(&e->d);
     ckpt_index_close(e->ix);
     ckpt_confine_close(&e->conf);
@@ -199,7 +207,8 @@ static int open_entry(entry *e, const char *root, chain *ch,
                         "%d", owner, e->path, CKPT_MAX_BASE_DEPTH);
     e->frames = calloc(e->d.ntensors + 1, sizeof *e->frames);
     e->fds = malloc((e->d.nfiles + 1) * sizeof *e->fds);
-    if (!e->frames || !e->fds)
+    e->maps = calloc(e->d.nfiles + 1, sizeof *e->maps);
+    if (!e->frames || !e->fds || !e->maps)
         return ckpt_err(err, -ENOMEM, "out of memory");
     for (size_t i = 0; i < e->d.nfiles; i++)
         e->fds[i] = -1;
@@ -511,14 +520,15 @@ static int entry_fd(entry *e, int file, ckpt_error *err)
                              e->d.files[file].path);
     /* Read as the reader reads its own shards: mostly forward (a hint). */
     (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+    ckpt_smap_open(&e->maps[file], fd);
     e->fds[file] = fd;
     return fd;
 }
 
-/* Frame seq of the chunk at loc in base id of b, copied, with its file
- * descriptor (-1 for a ref). */
+/* Frame seq of the chunk at loc in base id of b, copied, with its shard
+ * file's mapping and descriptor (NULL for a ref). */
 static int frame_at(ckpt_bases *b, entry *e, const ckpt_chunk_loc *loc,
-                    uint64_t seq, ckpt_frame_rec *rec, int *fd,
+                    uint64_t seq, ckpt_frame_rec *rec, const ckpt_smap **map,
                     ckpt_error *err)
 {
     const ckpt_frame_rec *f;
@@ -532,9 +542,10 @@ static int frame_at(ckpt_bases *b, entry *e, const ckpt_chunk_loc *loc,
                       "against", e->path, (unsigned long long)seq, loc->fqn);
     if (!rc) {
         *rec = f[seq];
-        *fd = rec->codec == CKPT_CODEC_REF ? -1 : entry_fd(e, file, err);
-        if (*fd < -1)
-            rc = *fd;
+        int fd = rec->codec == CKPT_CODEC_REF ? -1 : entry_fd(e, file, err);
+        if (fd < -1)
+            rc = fd;
+        *map = fd < 0 ? NULL : &e->maps[file];
     }
     pthread_mutex_unlock(&b->mu);
     return rc;
@@ -545,9 +556,13 @@ static int read_at(ckpt_bases *b, int64_t id, const ckpt_chunk_loc *loc,
                    void *dst, ckpt_codec_ctx *c, ckpt_delta_scratch *sc,
                    int hops, uint64_t *sum, ckpt_error *err);
 
-/* Produces rec's raw bytes (rec_size bytes) into dst. */
+/* Produces rec's raw bytes (rec_size bytes) into dst; its stored bytes
+ * are decoded in place from the shard's mapping when they are in the page
+ * cache (as the reader does with its own frames: a pread's copy cost a
+ * warm load of an embedding delta a fifth of its CPU), else read. */
 static int decode_rec(entry *e, const ckpt_chunk_loc *loc, uint64_t seq,
-                      const ckpt_frame_rec *rec, int fd, void *dst,
+                      const ckpt_frame_rec *rec, const ckpt_smap *map,
+                      void *dst,
                       ckpt_codec_ctx *c, ckpt_delta_scratch *sc, int hops,
                       ckpt_error *err)
 {
@@ -559,15 +574,20 @@ static int decode_rec(entry *e, const ckpt_chunk_loc *loc, uint64_t seq,
             return ckpt_err(err, -EIO, "raw frame stores %llu bytes for %llu",
                             (unsigned long long)rec->stored_size,
                             (unsigned long long)rec->raw_size);
-        return ckpt_pread_full(fd, dst, rec->raw_size, rec->file_offset,
-                               e->dir, err);
+        return ckpt_pread_full(map->fd, dst, rec->raw_size,
+                               rec->file_offset, e->dir, err);
     }
-    int own_src, own_tmp = 0;
-    unsigned char *tmp = NULL;
-    unsigned char *src = level_buf(sc, hops, 0, rec->stored_size, &own_src);
-    int rc = src ? ckpt_pread_full(fd, src, rec->stored_size,
+    int own_src = 0, own_tmp = 0, rc = 0;
+    unsigned char *tmp = NULL, *buf = NULL;
+    const unsigned char *src = ckpt_smap_resident(map, rec->file_offset,
+                                                  rec->stored_size);
+    if (!src) {
+        buf = level_buf(sc, hops, 0, rec->stored_size, &own_src);
+        rc = buf ? ckpt_pread_full(map->fd, buf, rec->stored_size,
                                    rec->file_offset, e->dir, err)
                  : ckpt_err(err, -ENOMEM, "out of memory");
+        src = buf;
+    }
     if (rc) {
     } else if (rec->codec != CKPT_CODEC_XOR) {
         rc = ckpt_codec_decode(c, rec->codec, src, rec->stored_size, dst,
@@ -585,7 +605,7 @@ static int decode_rec(entry *e, const ckpt_chunk_loc *loc, uint64_t seq,
     if (own_tmp)
         free(tmp);
     if (own_src)
-        free(src);
+        free(buf);
     return rc;
 }
 
@@ -604,8 +624,8 @@ static int read_at(ckpt_bases *b, int64_t id, const ckpt_chunk_loc *loc,
                         "nest deeper than %d (a reference cycle?)", loc->fqn,
                         (unsigned long long)seq, CKPT_MAX_BASE_DEPTH);
     ckpt_frame_rec rec;
-    int fd;
-    int rc = frame_at(b, e, loc, seq, &rec, &fd, err);
+    const ckpt_smap *map;
+    int rc = frame_at(b, e, loc, seq, &rec, &map, err);
     if (!rc && (rec.raw_offset != raw_offset || rec.raw_size != raw_size))
         rc = ckpt_err(err, -EIO, "base '%s': frame %llu of tensor '%s' "
                       "holds raw bytes [%llu,+%llu), the delta's "
@@ -615,7 +635,7 @@ static int read_at(ckpt_bases *b, int64_t id, const ckpt_chunk_loc *loc,
                       (unsigned long long)raw_offset,
                       (unsigned long long)raw_size);
     if (!rc)
-        rc = decode_rec(e, loc, seq, &rec, fd, dst, c, sc, hops, err);
+        rc = decode_rec(e, loc, seq, &rec, map, dst, c, sc, hops, err);
     /* Checked where the bytes are the caller's result; bytes an xor
      * frame is applied over are checked as the result of that. */
     if (!rc && sum && ckpt_checksum(dst, raw_size) != rec.checksum)
@@ -640,6 +660,52 @@ int ckpt_bases_read(ckpt_bases *b, int64_t id, const ckpt_chunk_loc *loc,
                    sum, err);
 }
 
+int ckpt_bases_leading_planes(ckpt_bases *b, int64_t id,
+                              const ckpt_chunk_loc *loc, uint64_t seq,
+                              uint64_t raw_size, int max_coded, void *dst,
+                              int *layout, ckpt_codec_ctx *c,
+                              ckpt_delta_scratch *sc, ckpt_error *err)
+{
+    *layout = 0;
+    entry *e = find_entry(b, id);
+    if (!e)
+        return 0;
+    ckpt_frame_rec rec;
+    const ckpt_smap *map;
+    int rc = frame_at(b, e, loc, seq, &rec, &map, err);
+    if (rc || !map || rec.raw_size != raw_size)
+        return rc;
+    /* the frame's bytes in place when they are in the page cache, as
+     * decode_rec takes them; else its header, then the planes, read */
+    const unsigned char *src = ckpt_smap_resident(map, rec.file_offset,
+                                                  rec.stored_size);
+    unsigned char head[CKPT_BG_HEAD_MAX];
+    size_t hn = rec.stored_size < sizeof head ? rec.stored_size : sizeof head;
+    size_t prefix = 0;
+    int np = 0;
+    if (!src)
+        rc = ckpt_pread_full(map->fd, head, hn, rec.file_offset, e->dir, err);
+    if (!rc)
+        np = ckpt_codec_leading_planes(rec.codec, src ? src : head, hn,
+                                       raw_size, max_coded, &prefix, layout);
+    if (!rc && np && prefix > rec.stored_size)
+        np = 0;
+    unsigned char *buf = NULL;
+    if (!rc && np && !src &&
+        !(src = buf = ckpt_delta_scratch_at(sc, 1, prefix)))
+        rc = ckpt_err(err, -ENOMEM, "out of memory");
+    if (!rc && buf)
+        rc = ckpt_pread_full(map->fd, buf, prefix, rec.file_offset, e->dir,
+                             err);
+    if (!rc && np)
+        rc = ckpt_codec_decode_leading(c, rec.codec, src, prefix, raw_size,
+                                       np, dst, err);
+    if (rc)
+        return ckpt_err_wrap(err, rc, "base '%s', tensor '%s' frame %llu",
+                             e->path, loc->fqn, (unsigned long long)seq);
+    return np;
+}
+
 /* Where frame seq of base id's chunk at loc gets its bytes: its holder
  * and XOR depth. */
 static int frame_depth(ckpt_bases *b, int64_t id, const ckpt_chunk_loc *loc,
@@ -650,8 +716,8 @@ static int frame_depth(ckpt_bases *b, int64_t id, const ckpt_chunk_loc *loc,
         return ckpt_err(err, -EIO, "tensor '%s': a base frame names base "
                         "%lld, which is not listed", loc->fqn, (long long)id);
     ckpt_frame_rec rec;
-    int fd;
-    int rc = frame_at(b, e, loc, seq, &rec, &fd, err);
+    const ckpt_smap *map;
+    int rc = frame_at(b, e, loc, seq, &rec, &map, err);
     if (rc)
         return rc;
     if (rec.codec != CKPT_CODEC_REF && rec.codec != CKPT_CODEC_XOR) {

@@ -101,6 +101,24 @@ int ckpt_bases_read(ckpt_bases *b, int64_t id, const ckpt_chunk_loc *loc,
                     void *dst, ckpt_codec_ctx *c, ckpt_delta_scratch *sc,
                     uint64_t *sum, ckpt_error *err);
 
+/* The leading byte planes of frame `seq` of the chunk at `loc` in base
+ * `id` (a holder: its frame is not a ref), without decoding the frame:
+ * those it stores as they are, and at most `max_coded` that it codes,
+ * never all of them (ckpt_codec_leading_planes), taken from the shard's
+ * mapping where resident (else read into slot 1 of sc) and decoded into
+ * dst, which has room for raw_size bytes.
+ * Returns their count, each raw_size / element-size bytes, one after
+ * another, with the frame's byte layout in *layout: 0 when the frame is
+ * not byte-grouped (or an xor frame).  Unchecked bytes, for a writer
+ * deciding whether an xor frame against the base frame could pay; what it
+ * then stores is made from the frame read whole and checked
+ * (ckpt_bases_read). */
+int ckpt_bases_leading_planes(ckpt_bases *b, int64_t id,
+                              const ckpt_chunk_loc *loc, uint64_t seq,
+                              uint64_t raw_size, int max_coded, void *dst,
+                              int *layout, ckpt_codec_ctx *c,
+                              ckpt_delta_scratch *sc, ckpt_error *err);
+
 /* The meta 'identity' of a loaded index, or NULL. */
 const char *ckpt_index_identity(const ckpt_index_data *d);
 

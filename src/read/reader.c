@@ -538,6 +538,21 @@ static int copy_strided(ckpt_reader *r, size_t t, size_t c, uint64_t src,
     return 0;
 }
 
+/* The stored bytes of coded frame fr in *src: in place in the shard's
+ * mapping when they are in the page cache, else read into the scratch's
+ * buffer. */
+static int frame_stored(const frame_ref *fr, int fd, scratch *s,
+                        const unsigned char **src, ckpt_error *err)
+{
+    ckpt_reader *r = fr->r;
+    const ckpt_frame_rec *f = fr->f;
+    *src = ckpt_smap_resident(&r->maps[chunk_at(r, fr->t, fr->c)->file],
+                              f->file_offset, f->stored_size);
+    return *src ? 0 : ckpt_sio_stored(s->io, fd, f->stored_size,
+                                      f->file_offset, src,
+                                      file_of(r, fr->t, fr->c), err);
+}
+
 /* A delta frame (ref or xor) of fr into dst, its checksum in *sum: the
  * base frame at its place, decoded straight into dst, with an xor
  * frame's XOR applied over it.  The bytes under an xor frame are checked
@@ -566,8 +581,7 @@ static int decode_delta(const frame_ref *fr, int fd, void *dst, scratch *s,
                                    &s->delta, NULL, err)
                  : ckpt_err(err, -ENOMEM, "out of memory");
     if (!rc)
-        rc = ckpt_sio_stored(s->io, fd, f->stored_size, f->file_offset, &src,
-                             file_of(r, fr->t, fr->c), err);
+        rc = frame_stored(fr, fd, s, &src, err);
     if (!rc)
         rc = ckpt_xor_apply(s->codec, src, f->stored_size, dst, tmp,
                             f->raw_size, err);
@@ -615,11 +629,8 @@ static int decode_frame(const frame_ref *fr, void *dst, scratch *s,
                                r->foreign ? NULL : &sum, file, err);
         summed = 1;
     } else {
-        const unsigned char *src = ckpt_smap_resident(
-            &r->maps[ch->file], f->file_offset, f->stored_size);
-        if (!src)
-            rc = ckpt_sio_stored(s->io, fd, f->stored_size, f->file_offset,
-                                 &src, file, err);
+        const unsigned char *src;
+        rc = frame_stored(fr, fd, s, &src, err);
         if (rc == 0)
             rc = ckpt_codec_decode(s->codec, f->codec, src, f->stored_size,
                                    dst, f->raw_size, err);

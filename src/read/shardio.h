@@ -12,6 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include "ckptfs.h"
+#include "common/filemap.h"   /* ckpt_smap: coded frames read in place */
 
 /* Per-thread state: bounce buffer, stored-bytes buffer, hash state.  Not
  * shared between threads. */
@@ -34,25 +35,5 @@ int ckpt_sio_stored(ckpt_sio *s, int fd, size_t n, uint64_t off,
 /* 1 when a read of file offset `off` into dst goes straight to dst (the
  * kernel's copy is fast for that alignment), 0 when it is bounced. */
 int ckpt_sio_direct(const void *dst, uint64_t off);
-
-/* A read-only shared mapping of a whole shard file, as long as the file
- * was when it was mapped; base NULL when it could not be mapped (the
- * reads then all go through pread). */
-typedef struct ckpt_smap {
-    unsigned char *base;
-    uint64_t len;
-    int fd;                   /* the file's (not owned) */
-} ckpt_smap;
-
-/* Maps fd's file; never fails (an unmappable file leaves m->base NULL). */
-void ckpt_smap_open(ckpt_smap *m, int fd);
-void ckpt_smap_close(ckpt_smap *m);
-
-/* The n stored bytes at `off`, in place in the mapping, when every page
- * of them is in the page cache now and within the file as it is now; NULL
- * when they are not (or lie past the mapped length), and the caller reads
- * them with ckpt_sio_stored. */
-const unsigned char *ckpt_smap_resident(const ckpt_smap *m, uint64_t off,
-                                        size_t n);
 
 #endif

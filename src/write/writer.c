@@ -57,6 +57,11 @@
 #define XOR_WIN_CREDIT 2
 #define XOR_CREDIT_MAX 64
 #define XOR_PROBE 32
+/* A try is judged from its base frame's leading planes before the frame
+ * is decoded (planes_hopeless) unless the writer's credit is above this
+ * when its ticket is taken: a run of wins (embedding tables, where every
+ * try wins) goes straight to the decode, which it needs anyway. */
+#define XOR_PEEK_CREDIT (2 * XOR_CREDIT)
 
 struct ckpt_writer {
     pthread_mutex_t mu;          /* guards everything below but opts/pool */
@@ -99,7 +104,8 @@ typedef struct slot {
     uint64_t seq;                /* frame number in the piece */
     int64_t base;                /* a delta frame's base id, else 0 */
     int ticket;                  /* delta saves: its xor_reserve */
-    unsigned char *xbuf;         /* delta saves: the base frame, XORed */
+    int peek;                    /* its try judges the base frame's
+                                    leading planes first (planes_hopeless) */
     unsigned char *xenc;         /* delta saves: the xor frame */
     int rc;
     int done;
@@ -544,40 +550,71 @@ static ckpt_chunk_loc loc_of(const ckpt_stream *s)
                              s->rec.shape, s->rec.offsets, s->rec.sizes };
 }
 
+/* Coded planes of a base frame that a try decodes to judge it
+ * (ckpt_bases_leading_planes) before decoding the whole frame: the low
+ * mantissa bytes, which a dense step turns to noise. */
+#define PEEK_CODED 2
+
+/* 1 when sl's xor frame against bf surely cannot be coded in `limit`
+ * bytes, judged from the base frame's leading planes (into xbuf, whose
+ * stored ones are only read): a try that would lose by far costs those
+ * planes, not a decode of the frame.  0 when it may pay, when the base
+ * frame has no such planes, or on error (sl->rc set). */
+static int planes_hopeless(slot *sl, const ckpt_base_frame *bf,
+                           const ckpt_chunk_loc *loc, size_t limit,
+                           unsigned char *xbuf, int worker)
+{
+    ckpt_writer *w = sl->s->w;
+    int layout;
+    int np = ckpt_bases_leading_planes(w->bases, bf->holder, loc, sl->seq,
+                                       sl->n, PEEK_CODED, xbuf, &layout,
+                                       w->ctx[worker], &w->dsc[worker],
+                                       &sl->err);
+    if (np < 0)
+        sl->rc = np;
+    return np > 0 && ckpt_xor_planes_hopeless(layout, sl->src, sl->n, xbuf,
+                                              np, limit);
+}
+
 /* The xor frame of sl against bf into sl->xenc: its stored size, or 0
- * when it would not be coded in `limit` bytes (ckpt_xor_hopeless: not
- * coded at all, which would cost more than coding the frame whole) or on
- * error (sl->rc set). */
+ * when it would not be coded in `limit` bytes (planes_hopeless and
+ * ckpt_xor_hopeless: not coded at all, which would cost more than coding
+ * the frame whole) or on error (sl->rc set).  The base frame, XORed, is
+ * made in the worker's scratch (slot 0): kept for the writer's life, not
+ * faulted in again for every stream. */
 static size_t encode_xor(slot *sl, const ckpt_base_frame *bf, size_t limit,
                          int worker)
 {
     ckpt_stream *s = sl->s;
     ckpt_writer *w = s->w;
     size_t cap = CKPT_XOR_HEAD + ckpt_codec_bound(s->frame);
-    if (!sl->xbuf)
-        sl->xbuf = malloc(s->frame);
+    unsigned char *xbuf = ckpt_delta_scratch_at(&w->dsc[worker], 0,
+                                                s->frame);
     if (!sl->xenc)
         sl->xenc = malloc(cap);
-    if (!sl->xbuf || !sl->xenc) {
+    if (!xbuf || !sl->xenc) {
         sl->rc = ckpt_err(&sl->err, -ENOMEM, "out of memory");
         return 0;
     }
     ckpt_chunk_loc loc = loc_of(s);
+    if (s->codec != CKPT_CODEC_RAW && sl->peek &&
+        (planes_hopeless(sl, bf, &loc, limit, xbuf, worker) || sl->rc))
+        return 0;
     uint64_t base_sum;   /* checked: no delta is made over damaged bytes */
     sl->rc = ckpt_bases_read(w->bases, bf->holder, &loc, sl->seq,
-                             bf->raw_offset, sl->n, sl->xbuf,
+                             bf->raw_offset, sl->n, xbuf,
                              w->ctx[worker], &w->dsc[worker], &base_sum,
                              &sl->err);
     if (sl->rc)
         return 0;
-    ckpt_xor_bytes(sl->xbuf, sl->xbuf, sl->src, sl->n);
+    ckpt_xor_bytes(xbuf, xbuf, sl->src, sl->n);
     if (s->codec != CKPT_CODEC_RAW &&
-        ckpt_xor_hopeless(sl->xbuf, sl->n, s->itemsize, limit))
+        ckpt_xor_hopeless(xbuf, sl->n, s->itemsize, limit))
         return 0;
     size_t n = 0;
     int codec = s->codec == CKPT_CODEC_RAW ? CKPT_CODEC_ZSTD : s->codec;
     sl->rc = ckpt_xor_encode(w->ctx[worker], codec, w->opts.level,
-                             s->itemsize, sl->xbuf, sl->n, sl->xenc, cap, &n,
+                             s->itemsize, xbuf, sl->n, sl->xenc, cap, &n,
                              &sl->err);
     return sl->rc ? 0 : n;
 }
@@ -602,8 +639,9 @@ enum {
 
 /* At submission, in frame order: the ticket of a frame that has a base
  * frame it may be xor against. */
-static int xor_reserve(ckpt_writer *w)
+static int xor_reserve(ckpt_writer *w, int *peek)
 {
+    *peek = atomic_load(&w->xor_credit) <= XOR_PEEK_CREDIT;
     if (atomic_load(&w->xor_credit) > 0) {
         atomic_fetch_sub(&w->xor_credit, 1);
         return TICKET_CREDIT;
@@ -767,14 +805,14 @@ static void drain_all(ckpt_stream *s)
  * be drained: their results decide, rather than how far ahead of them
  * frames were handed out (otherwise, the frames submitted while the
  * first tries are coded would all be skipped, even where every try wins). */
-static int xor_ticket(ckpt_stream *s, const slot *sl)
+static int xor_ticket(ckpt_stream *s, slot *sl)
 {
     const ckpt_base_frame *bf = s->nbf ? base_frame(sl) : NULL;
     if (!bf || bf->depth + 1 >= s->w->opts.full_every)
         return TICKET_NONE;
     while (atomic_load(&s->w->xor_credit) <= 0 && s->tries > 0)
         drain_one(s);
-    int t = xor_reserve(s->w);
+    int t = xor_reserve(s->w, &sl->peek);
     if (t == TICKET_CREDIT || t == TICKET_PROBE)
         s->tries++;
     return t;
@@ -854,7 +892,6 @@ static void stream_free(ckpt_stream *s)
     for (int i = 0; s->ring && i < s->depth; i++) {
         free(s->ring[i].own);
         free(s->ring[i].enc);
-        free(s->ring[i].xbuf);
         free(s->ring[i].xenc);
     }
     free(s->bf);

@@ -88,6 +88,28 @@ def frame_kinds(path):
     return kinds
 
 
+def xor_forms(path):
+    """The xor frames of a checkpoint by form (docs/FORMAT.md, "Delta
+    checkpoints"): its header's version (1 dense, 2 sparse) and the codec
+    of its stream, read from the shard files: {(version, codec): count}."""
+    db = sqlite3.connect("file:%s?mode=ro" % os.path.join(path, "index.db"),
+                         uri=True)
+    try:
+        rows = db.execute("SELECT fl.path, f.file_offset FROM frames f "
+                          "JOIN codecs c ON c.id = f.codec JOIN chunks ch "
+                          "ON ch.id = f.chunk_id JOIN files fl ON fl.id = "
+                          "ch.file_id WHERE c.name = 'xor'").fetchall()
+    finally:
+        db.close()
+    forms = {}
+    for name, off in rows:
+        with open(os.path.join(path, name), "rb") as f:
+            f.seek(off)
+            head = tuple(f.read(2))
+        forms[head] = forms.get(head, 0) + 1
+    return forms
+
+
 def drop(paths):
     """Evicts the files of these checkpoints from the page cache."""
     for p in paths:
@@ -190,6 +212,14 @@ class Case(object):
         print("  delta frames: " + ", ".join(
             "%d %s (%.1f MiB)" % (kinds[k][0], k, kinds[k][1])
             for k in ("ref", "xor", "whole")))
+        if kinds["xor"][0]:
+            names = {0: "raw", 1: "zstd"}
+            print("  xor frames: " + ", ".join(
+                "%d %s (%s)" % (n, "sparse" if v == 2 else "dense"
+                                if v == 1 else "version %d" % v,
+                                names.get(c, "codec %d" % c))
+                for (v, c), n in sorted(xor_forms(
+                    os.path.join(self.dir, "delta")).items())))
         for cold in (True, False):
             w = "cold" if cold else "warm"
             print("  load %s: full %.3f s (%.0f MiB/s, CPU %.3f s), delta "

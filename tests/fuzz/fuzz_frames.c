@@ -3,8 +3,10 @@
  * decoder (zstd, the byte-grouped frames' header, plane table, stored,
  * constant, packed, Huffman and zstd planes) on arbitrary frame bytes, the
  * Huffman stream decoder alone, a delta checkpoint's xor frames (header,
- * inner codec, XOR with a base frame), and a round trip (encode, decode,
- * compare) of arbitrary raw bytes through every codec and as an xor frame.
+ * inner codec, XOR with a base frame; dense and sparse: the bitmap, the
+ * block count, the packed blocks), and a round trip (encode, decode,
+ * compare) of arbitrary raw bytes through every codec and as an xor frame
+ * (dense, or with most of its 64-byte blocks equal to the base's).
  *
  * Input: byte 0 picks the mode and codec, bytes 1-3 the raw size (at most
  * 2^20, so a frame decodes into a bounded buffer, as the reader's frames
@@ -36,7 +38,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static ckpt_codec_ctx *ctx;
 static ckpt_huf_dtable dtable;
-static uint8_t *raw, *enc, *back, *basef;
+static uint8_t *raw, *enc, *back, *basef, *want;
 
 static size_t itemsize_of(int codec)
 {
@@ -90,18 +92,20 @@ static void fill_base(void)
         basef[i] = (uint8_t)(i * 131 + (i >> 9));
 }
 
-/* A seed xor frame: the base with every 7th byte changed, as bgf32. */
-static void write_xor_seed(const char *dir, size_t n)
+/* A seed xor frame: the base with every 7th byte changed in one 64-byte
+ * block of `period` (1: every block, a dense frame; more: a sparse one),
+ * as bgf32. */
+static void write_xor_seed(const char *dir, size_t n, size_t period)
 {
-    for (size_t i = 0; i < n; i++)
-        raw[i] = (uint8_t)(i % 7 ? 0 : 0x5a);    /* the XOR itself */
+    for (size_t i = 0; i < n; i++)    /* the XOR itself */
+        raw[i] = (uint8_t)(i % 7 || (i / 64) % period ? 0 : 0x5a);
     size_t out_n;
     ckpt_error err = { 0 };
     if (ckpt_xor_encode(ctx, 4, 1, 4, raw, n, enc,
                         CKPT_XOR_HEAD + ckpt_codec_bound(n), &out_n, &err))
         return;
     char path[4200];
-    snprintf(path, sizeof path, "%s/xor-%zu", dir, n);
+    snprintf(path, sizeof path, "%s/xor-%zu-%zu", dir, n, period);
     FILE *f = fopen(path, "wb");
     if (!f)
         return;
@@ -114,8 +118,10 @@ static void write_xor_seed(const char *dir, size_t n)
 
 static void write_seeds(const char *dir)
 {
-    write_xor_seed(dir, 4096);
-    write_xor_seed(dir, 65536);
+    write_xor_seed(dir, 4096, 1);
+    write_xor_seed(dir, 65536, 1);
+    write_xor_seed(dir, 4096, 5);
+    write_xor_seed(dir, 65536 + 36, 9);
     static const size_t sizes[] = { 4096, 65536, 4093, 8 };
     for (int codec = 0; codec < NCODEC; codec++)
         for (int k = 0; k < 4; k++) {
@@ -134,7 +140,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     enc = malloc(ckpt_codec_bound(MAX_RAW) + 64);
     back = malloc(MAX_RAW + 8);
     basef = malloc(MAX_RAW + 8);
-    if (!ctx || !raw || !enc || !back || !basef)
+    want = malloc(MAX_RAW + 8);
+    if (!ctx || !raw || !enc || !back || !basef || !want)
         abort();
     fill_base();
     const char *seeds = getenv("CKPT_FUZZ_WRITE_SEEDS");
@@ -182,20 +189,26 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (codec == NCODEC)
         return 0;
     if (codec == XOR_SEL) {
-        /* the input as a new frame over the base: XOR, code, decode */
+        /* the input as a new frame over the base: XOR, code, decode;
+         * sparse: the base's bytes kept in all but one block of `sparse` */
         size_t rn = in_n < MAX_RAW ? in_n : MAX_RAW, out_n;
         int inner = (int)(n % NCODEC);
+        size_t sparse = n / NCODEC % 8;
         ckpt_xor_bytes(raw, in, basef, rn);
+        for (size_t i = 0; sparse > 1 && i < rn; i++)
+            if ((i / 64) % sparse)
+                raw[i] = 0;
+        ckpt_xor_bytes(want, raw, basef, rn);
         if (ckpt_xor_encode(ctx, inner, 1, itemsize_of(inner), raw, rn, enc,
                             CKPT_XOR_HEAD + ckpt_codec_bound(rn), &out_n,
                             &err))
             abort();
         if (ckpt_xor_decode(ctx, enc, out_n, basef, back, rn, &err) != 0 ||
-            memcmp(back, in, rn) != 0)
+            memcmp(back, want, rn) != 0)
             abort();
         memcpy(back, basef, rn);   /* applied over the base in place */
         if (ckpt_xor_apply(ctx, enc, out_n, back, raw, rn, &err) != 0 ||
-            memcmp(back, in, rn) != 0)
+            memcmp(back, want, rn) != 0)
             abort();
         return 0;
     }

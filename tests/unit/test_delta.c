@@ -221,9 +221,10 @@ START_TEST(round_trip)
 END_TEST
 
 /* Codes new over base as an xor frame with `codec` and checks both ways of
- * decoding it against new; returns the inner codec the frame chose. */
+ * decoding it against new; returns the inner codec the frame chose, and
+ * its header's version in *version. */
 static int xor_round_trip(const unsigned char *base, const unsigned char *nw,
-                          size_t n, int codec)
+                          size_t n, int codec, int *version)
 {
     ckpt_codec_ctx *c = ckpt_codec_ctx_new();
     ck_assert_ptr_nonnull(c);
@@ -242,6 +243,7 @@ static int xor_round_trip(const unsigned char *base, const unsigned char *nw,
                   err.msg);
     ck_assert(memcmp(out, nw, n) == 0);
     int inner = enc[1];
+    *version = enc[0];
     free(diff);
     free(enc);
     free(out);
@@ -258,23 +260,270 @@ START_TEST(xor_sparse_and_dense)
     rng r = { 5 };
     for (size_t i = 0; i < n; i++)
         base[i] = (unsigned char)rnd(&r);
-    /* a few rows changed, and the last byte: runs of zeros, coded zstd */
+    /* a row changed at random, and the last byte: sparse (the changed
+     * blocks alone), stored raw: zstd would not save a third of them */
     memcpy(nw, base, n);
     for (size_t i = 8192; i < 8192 + 512; i++)
-        nw[i] ^= (unsigned char)(1 + i % 250);
+        nw[i] ^= (unsigned char)(1 + rnd(&r) % 255);
     nw[n - 1] ^= 0x80;
-    ck_assert_int_eq(xor_round_trip(base, nw, n, CKPT_CODEC_BG_F32),
+    int version;
+    ck_assert_int_eq(xor_round_trip(base, nw, n, CKPT_CODEC_BG_F32, &version),
+                     CKPT_CODEC_RAW);
+    ck_assert_int_eq(version, 2);
+    /* one byte in 256 changed: sparse, its blocks mostly zeros, coded
+     * zstd */
+    memcpy(nw, base, n);
+    for (size_t i = 3; i < n; i += 256)
+        nw[i] ^= 0x40;
+    ck_assert_int_eq(xor_round_trip(base, nw, n, CKPT_CODEC_BG_F32, &version),
                      CKPT_CODEC_ZSTD);
+    ck_assert_int_eq(version, 2);
     /* every element nudged: byte planes, as asked */
     float *f = (float *)base, *g = (float *)nw;
     for (size_t i = 0; i < n / 4; i++) {
         f[i] = (float)(int64_t)(rnd(&r) % 2001 - 1000) / 100.0f;
         g[i] = f[i] * 1.0001f + 1e-6f;
     }
-    ck_assert_int_ne(xor_round_trip(base, nw, n, CKPT_CODEC_BG_F32),
+    ck_assert_int_ne(xor_round_trip(base, nw, n, CKPT_CODEC_BG_F32, &version),
                      CKPT_CODEC_ZSTD);
+    ck_assert_int_eq(version, 1);   /* dense: the whole XOR */
     free(base);
     free(nw);
+}
+END_TEST
+
+/* The 64-byte blocks in which a and b (n bytes) differ, and all blocks. */
+static size_t blocks_changed(const unsigned char *a, const unsigned char *b,
+                             size_t n, size_t *all)
+{
+    size_t changed = 0;
+    *all = (n + 63) / 64;
+    for (size_t off = 0; off < n; off += 64)
+        changed += memcmp(a + off, b + off, n - off < 64 ? n - off : 64) != 0;
+    return changed;
+}
+
+START_TEST(xor_sparse_densities)
+{
+    /* rows of 128 f32 (512 bytes) or single bytes changed, from none to
+     * all of them, in frames of whole blocks, a short last block, and
+     * shorter than a block: bit-exact both ways, and stored sparse
+     * (version 2) exactly when at least half of the blocks are zero and
+     * there is a whole one */
+    static const size_t sizes[] = { 65536, 65536 + 36, 4095, 100, 64, 63, 1 };
+    static const int permille[] = { 0, 10, 50, 200, 450, 1000 };
+    rng r = { 21 };
+    for (size_t si = 0; si < sizeof sizes / sizeof *sizes; si++) {
+        size_t n = sizes[si];
+        unsigned char *base = xmalloc(n), *nw = xmalloc(n);
+        for (size_t pi = 0; pi < sizeof permille / sizeof *permille; pi++) {
+            for (int rows = 0; rows < 2; rows++) {
+                for (size_t i = 0; i < n; i++)
+                    base[i] = (unsigned char)rnd(&r);
+                memcpy(nw, base, n);
+                size_t unit = rows ? 512 : 1;
+                for (size_t at = 0; at < n; at += unit) {
+                    if ((int)(rnd(&r) % 1000) >= permille[pi])
+                        continue;
+                    for (size_t i = at; i < at + unit && i < n; i++)
+                        nw[i] ^= (unsigned char)(1 + rnd(&r) % 255);
+                }
+                size_t all, changed = blocks_changed(base, nw, n, &all);
+                int version;
+                (void)xor_round_trip(base, nw, n, CKPT_CODEC_BG_F32,
+                                     &version);
+                int sparse = n >= 64 && changed * 2 <= all;
+                ck_assert_msg(version == (sparse ? 2 : 1),
+                              "%zu bytes, %zu of %zu blocks changed: "
+                              "version %d", n, changed, all, version);
+            }
+        }
+        free(base);
+        free(nw);
+    }
+}
+END_TEST
+
+/* Expects the xor frame f (n bytes, copied to a buffer of exactly that
+ * size, so that ASan sees any overread) refused by both decoders of a
+ * raw_n-byte frame, with `what` in the message. */
+static void expect_refused(const unsigned char *f, size_t n, size_t raw_n,
+                           const char *what)
+{
+    ckpt_codec_ctx *c = ckpt_codec_ctx_new();
+    ck_assert_ptr_nonnull(c);
+    unsigned char *src = xmalloc(n ? n : 1), *base = xmalloc(raw_n);
+    unsigned char *dst = xmalloc(raw_n), *tmp = xmalloc(raw_n);
+    memcpy(src, f, n);
+    memset(base, 0x5a, raw_n);
+    ckpt_error err = { 0 };
+    ck_assert_int_eq(ckpt_xor_decode(c, src, n, base, dst, raw_n, &err),
+                     -EIO);
+    ck_assert_msg(strstr(err.msg, what), "expected '%s', got: %s", what,
+                  err.msg);
+    memset(&err, 0, sizeof err);
+    ck_assert_int_eq(ckpt_xor_apply(c, src, n, dst, tmp, raw_n, &err), -EIO);
+    ck_assert_msg(strstr(err.msg, what), "expected '%s', got: %s", what,
+                  err.msg);
+    free(src);
+    free(base);
+    free(dst);
+    free(tmp);
+    ckpt_codec_ctx_free(c);
+}
+
+START_TEST(xor_sparse_refusals)
+{
+    /* A frame of 340 bytes: 6 blocks, the last of 20 bytes.  Blocks 1
+     * and 5 changed, stored raw (codec raw), so that the payload can be
+     * damaged by hand: version 2, codec 0, u32 count 2, block 1, block 5
+     * padded with zeros, the bitmap 0x22. */
+    enum { RAW_N = 340, HEAD = 6, BM = 1, STORED = HEAD + 2 * 64 + BM,
+           MAP = HEAD + 2 * 64 };
+    unsigned char diff[RAW_N] = { 0 };
+    rng r = { 31 };
+    for (int i = 64; i < 128; i++)
+        diff[i] = (unsigned char)(1 + rnd(&r) % 255);
+    diff[RAW_N - 1] = 0x80;
+    ckpt_codec_ctx *c = ckpt_codec_ctx_new();
+    ck_assert_ptr_nonnull(c);
+    ckpt_error err = { 0 };
+    size_t cap = CKPT_XOR_HEAD + ckpt_codec_bound(RAW_N), got;
+    unsigned char *enc = xmalloc(cap), f[STORED];
+    ck_assert_msg(ckpt_xor_encode(c, CKPT_CODEC_RAW, 1, 4, diff, RAW_N, enc,
+                                  cap, &got, &err) == 0, "%s", err.msg);
+    ck_assert_uint_eq(got, STORED);
+    static const unsigned char head[HEAD] = { 2, 0, 2, 0, 0, 0 };
+    ck_assert(memcmp(enc, head, sizeof head) == 0);
+    ck_assert(memcmp(enc + HEAD, diff + 64, 64) == 0);
+    ck_assert_int_eq(enc[HEAD + 64 + 19], 0x80);
+    ck_assert_int_eq(enc[MAP], 0x22);
+    memcpy(f, enc, STORED);
+
+    f[2] = 3;                        /* the header says 3 blocks */
+    expect_refused(f, STORED, RAW_N, "129 payload bytes stored for 3 blocks");
+    f[2] = 7;                        /* more blocks than the frame has */
+    expect_refused(f, STORED, RAW_N, "lists 7 blocks, more than");
+    f[2] = f[3] = f[4] = f[5] = 0xff;
+    expect_refused(f, STORED, RAW_N, "more than its 340-byte frame");
+    memcpy(f, enc, STORED);
+    f[MAP] = 0x23;                   /* 3 bits for 2 blocks */
+    expect_refused(f, STORED, RAW_N, "bitmap lists 3 blocks, its header 2");
+    f[MAP] = 0x60;                   /* bit 6: past the last block, 5 */
+    expect_refused(f, STORED, RAW_N, "past the frame");
+    memcpy(f, enc, STORED);
+    f[MAP - 1] = 1;                  /* the padding of the short block */
+    expect_refused(f, STORED, RAW_N, "past the end of the frame");
+    memcpy(f, enc, STORED);
+    expect_refused(f, STORED - 1, RAW_N, "128 payload bytes stored for 2");
+    expect_refused(f, 5, RAW_N, "shorter than its header");
+    f[0] = 3;                        /* a version from a later writer */
+    expect_refused(f, STORED, RAW_N, "header version 3, which this reader "
+                   "does not know");
+    f[0] = 2;
+    f[1] = CKPT_CODEC_XOR;
+    expect_refused(f, STORED, RAW_N, "not an ordinary codec");
+
+    /* blocks of one changed byte each, which zstd codes: the stream cut
+     * short, its header's count one more */
+    memset(diff, 0, RAW_N);
+    diff[64 + 5] = diff[RAW_N - 1] = 0x80;
+    ck_assert_msg(ckpt_xor_encode(c, CKPT_CODEC_BG_F32, 1, 4, diff, RAW_N,
+                                  enc, cap, &got, &err) == 0, "%s", err.msg);
+    ck_assert_int_eq(enc[0], 2);
+    ck_assert_int_eq(enc[1], CKPT_CODEC_ZSTD);
+    expect_refused(enc, got - 3, RAW_N, "zstd");
+    enc[2]++;
+    expect_refused(enc, got, RAW_N, "zstd");
+    free(enc);
+    ckpt_codec_ctx_free(c);
+}
+END_TEST
+
+/* The stored byte `at` bytes into frame k of "w" in root/name (which
+ * must hold it), XORed with `flip` on disk when flip is not 0; returns the
+ * byte as it was. */
+static int frame_byte(const char *root, const char *name, uint64_t k,
+                      uint64_t at, unsigned char flip)
+{
+    ckpt_reader *r = open_ck(root, name);
+    ckpt_error err = { 0 };
+    ckpt_frame_info fi;
+    ck_assert_msg(ckpt_reader_frame(r, (size_t)ckpt_reader_find(r, "w"), 0,
+                                    k, &fi, &err) == 0, "%s", err.msg);
+    ckpt_reader_close(r);
+    ck_assert_uint_lt(at, fi.stored_size);
+    char dir[4096], path[4096];
+    join(dir, root, name);
+    join(path, dir, "data/rank0.shard");
+    int fd = open(path, O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    unsigned char byte = 0, was;
+    off_t off = (off_t)(fi.file_offset + at);
+    ck_assert_int_eq(pread(fd, &byte, 1, off), 1);
+    was = byte;
+    byte ^= flip;
+    ck_assert_int_eq(flip ? pwrite(fd, &byte, 1, off) : 1, 1);
+    close(fd);
+    return was;
+}
+
+/* Reads "w" of root/name whole, expecting -EIO with `what` (and not
+ * `not`, when given) in the message. */
+static void expect_read_fails(const char *root, const char *name,
+                              const char *what, const char *not)
+{
+    ckpt_reader *r = open_ck(root, name);
+    ckpt_error err = { 0 };
+    float *got = xmalloc(sizeof(float) * N);
+    ck_assert_int_eq(ckpt_read(r, (size_t)ckpt_reader_find(r, "w"), got, 0,
+                               sizeof(float) * N, &err), -EIO);
+    ck_assert_msg(strstr(err.msg, what), "expected '%s': %s", what, err.msg);
+    ck_assert_msg(!not || !strstr(err.msg, not), "not '%s': %s", not,
+                  err.msg);
+    free(got);
+    ckpt_reader_close(r);
+}
+
+START_TEST(sparse_xor_in_a_checkpoint)
+{
+    /* s1 against s0, one row of four changed in frames 0 and 1 and one
+     * element in frame 2: sparse xor frames, read back bit for bit and
+     * verified; a damaged base under one is named as the fault, a damaged
+     * delta is refused */
+    state s;
+    ckpt_error err = { 0 };
+    s.root = make_tmpdir_tagged("delta");
+    s.w0 = xmalloc(sizeof(float) * N);
+    s.w1 = xmalloc(sizeof(float) * N);
+    fill(s.w0, 17);
+    memcpy(s.w1, s.w0, sizeof(float) * N);
+    for (int i = 1 * COLS; i < 2 * COLS; i++)
+        s.w1[i] *= 1.5f;
+    for (int i = 6 * COLS; i < 7 * COLS; i++)
+        s.w1[i] += 0.25f;
+    s.w1[9 * COLS + 3] = -1.0f;
+    for (int i = 0; i < 100; i++)
+        s.b[i] = (unsigned char)(i * 3);
+    ck_assert_msg(save(s.root, "s0", NULL, 0, s.w0, s.b, &err) == 0, "%s",
+                  err.msg);
+    ck_assert_msg(save(s.root, "s1", "s0", 0, s.w1, s.b, &err) == 0, "%s",
+                  err.msg);
+    for (uint64_t k = 0; k < 3; k++) {
+        ck_assert_int_eq(codec_of(s.root, "s1", k), CKPT_CODEC_XOR);
+        ck_assert_int_eq(frame_byte(s.root, "s1", k, 0, 0), 2);
+    }
+    ck_assert_int_eq(codec_of(s.root, "s1", 3), CKPT_CODEC_REF);
+    check_read(s.root, "s1", s.w1, s.b);
+    check_read(s.root, "s0", s.w0, s.b);
+
+    frame_byte(s.root, "s0", 1, 40, 0xA5);
+    expect_read_fails(s.root, "s1", "base 's0'", NULL);
+    frame_byte(s.root, "s0", 1, 40, 0xA5);    /* repaired */
+    check_read(s.root, "s1", s.w1, s.b);
+    frame_byte(s.root, "s1", 1, 8, 0xA5);     /* in the sparse payload */
+    expect_read_fails(s.root, "s1", "", "base 's0'");
+    state_free(&s);
 }
 END_TEST
 
@@ -527,17 +776,17 @@ START_TEST(gc_keeps_bases)
 }
 END_TEST
 
-/* Saves "t", nf frames of FRAME bytes of v, into root/name against
+/* Saves "t", nf frames of `frame` bytes of v, into root/name against
  * base (or NULL) with `threads` encoders. */
 static void save_t(const char *root, const char *name, const char *base,
-                   int threads, const float *v, int nf)
+                   int threads, const float *v, int nf, size_t frame)
 {
     char dir[4096], bpath[4096];
     ckpt_error err = { 0 };
     join(dir, root, name);
     ckpt_write_opts o;
     ckpt_write_opts_init(&o);
-    o.frame_size = FRAME;
+    o.frame_size = frame;
     o.sync = 0;
     o.threads = threads;
     if (base) {
@@ -547,7 +796,7 @@ static void save_t(const char *root, const char *name, const char *base,
     ckpt_writer *wr;
     ck_assert_msg(ckpt_writer_open(&wr, dir, "rank0", &o, &err) == 0, "%s",
                   err.msg);
-    int64_t shape[1] = { (int64_t)nf * FRAME / 4 };
+    int64_t shape[1] = { (int64_t)(nf * frame / 4) };
     ckpt_piece p = { "t", CKPT_F32, 1, shape, NULL, NULL, v };
     ck_assert_msg(ckpt_writer_put(wr, &p, &err) == 0, "%s", err.msg);
     ck_assert_msg(ckpt_writer_close(wr, &err) == 0, "%s", err.msg);
@@ -555,6 +804,19 @@ static void save_t(const char *root, const char *name, const char *base,
     ckpt_commit_opts_init(&co);
     co.sync = 0;
     ck_assert_msg(ckpt_commit(dir, &co, &err) == 0, "%s", err.msg);
+}
+
+/* Reads tensor t of rd whole, checks it is the n bytes at want, and
+ * closes rd. */
+static void read_back(ckpt_reader *rd, size_t t, const void *want, size_t n)
+{
+    ckpt_error err = { 0 };
+    unsigned char *got = xmalloc(n);
+    ck_assert_msg(ckpt_read(rd, t, got, 0, n, &err) == (int64_t)n, "%s",
+                  err.msg);
+    ck_assert(memcmp(got, want, n) == 0);
+    free(got);
+    ckpt_reader_close(rd);
 }
 
 START_TEST(xor_budget_in_frame_order)
@@ -580,12 +842,12 @@ START_TEST(xor_budget_in_frame_order)
         v1[i] = (float)(rnd(&r) % 100000) / 3.0f;
     for (int i = 4 * PER; i < NF * PER; i += 16)
         v1[i] += 1.0f;
-    save_t(root, "s0", NULL, 1, v0, NF);
+    save_t(root, "s0", NULL, 1, v0, NF, FRAME);
     const int threads[] = { 1, 2, 4, 8, 3, 8, 5, 8, 6, 8, 7, 8 };
     for (size_t k = 0; k < sizeof threads / sizeof *threads; k++) {
         char name[16];
         snprintf(name, sizeof name, "d%zu", k);
-        save_t(root, name, "s0", threads[k], v1, NF);
+        save_t(root, name, "s0", threads[k], v1, NF, FRAME);
         ckpt_reader *rd = open_ck(root, name);
         ckpt_error err = { 0 };
         size_t t = (size_t)ckpt_reader_find(rd, "t");
@@ -599,12 +861,7 @@ START_TEST(xor_budget_in_frame_order)
                           "%d threads: frame %llu has codec %d", threads[k],
                           (unsigned long long)f, fi.codec);
         }
-        float *got = xmalloc(sizeof(float) * NF * PER);
-        ck_assert_int_eq(ckpt_read(rd, t, got, 0, sizeof(float) * NF * PER,
-                                   &err), (int64_t)(sizeof(float) * NF * PER));
-        ck_assert(memcmp(got, v1, sizeof(float) * NF * PER) == 0);
-        free(got);
-        ckpt_reader_close(rd);
+        read_back(rd, t, v1, sizeof(float) * NF * PER);
     }
     free(v0);
     free(v1);
@@ -727,6 +984,158 @@ START_TEST(xor_hopeless_is_sound)
 }
 END_TEST
 
+/* n floats in [-10, 10] with every mantissa bit in use: byte planes 0
+ * and 1 stored as they are, the exponent's Huffman-coded. */
+static void fill_noise(float *v, size_t n, rng *r)
+{
+    for (size_t i = 0; i < n; i++)
+        v[i] = (float)(int64_t)(rnd(r) % 2000001 - 1000000) / 1e5f;
+}
+
+START_TEST(try_judged_before_base_decode)
+{
+    /* Every frame of "t" replaced: an xor try cannot pay, and the writer
+     * sees so from the base frame's leading byte planes (stored or
+     * Huffman-coded mantissa bytes), without decoding the frame: damage
+     * the exponent plane of every base frame, which a decode would find,
+     * and the delta save still goes through, every frame stored whole
+     * and read back exactly.  (Decoding the base frame for each try
+     * failed such a save with the base's checksum mismatch.) */
+    enum { NF = 6, FR = 1 << 16, PER = FR / 4 };
+    char *root = make_tmpdir_tagged("delta");
+    float *v0 = xmalloc(FR * NF), *v1 = xmalloc(FR * NF);
+    rng r = { 17 };
+    fill_noise(v0, (size_t)NF * PER, &r);
+    fill_noise(v1, (size_t)NF * PER, &r);
+    save_t(root, "s0", NULL, 2, v0, NF, FR);
+    char dir[4096], path[4096];
+    join(dir, root, "s0");
+    join(path, dir, "data/rank0.shard");
+    ckpt_reader *r0 = open_ck(root, "s0");
+    ckpt_error err = { 0 };
+    int fd = open(path, O_RDWR);
+    ck_assert_int_ge(fd, 0);
+    for (uint64_t f = 0; f < NF; f++) {
+        ckpt_frame_info fi;
+        ck_assert_msg(ckpt_reader_frame(r0, (size_t)ckpt_reader_find(r0, "t"),
+                                        0, f, &fi, &err) == 0, "%s", err.msg);
+        ck_assert_int_eq(fi.codec, CKPT_CODEC_BG_F32);
+        unsigned char h[24], b;
+        ck_assert_int_eq(pread(fd, h, sizeof h, (off_t)fi.file_offset), 24);
+        size_t at = sizeof h;                /* past planes 0-2 */
+        for (int k = 0; k < 3; k++)
+            at += (size_t)h[5 + 5 * k] | (size_t)h[6 + 5 * k] << 8 |
+                  (size_t)h[7 + 5 * k] << 16 | (size_t)h[8 + 5 * k] << 24;
+        ck_assert_msg(h[4] == 0 && h[9] == 0 && h[19] != 0,
+                      "frame %llu: planes 0, 1 stored, 3 coded (methods "
+                      "%d %d %d)", (unsigned long long)f, h[4], h[9], h[19]);
+        off_t pos = (off_t)(fi.file_offset + at + 40);
+        ck_assert_int_eq(pread(fd, &b, 1, pos), 1);
+        b ^= 0x5A;
+        ck_assert_int_eq(pwrite(fd, &b, 1, pos), 1);
+    }
+    close(fd);
+    ckpt_reader_close(r0);
+    save_t(root, "s1", "s0", 2, v1, NF, FR);
+    ckpt_reader *rd = open_ck(root, "s1");
+    size_t t = (size_t)ckpt_reader_find(rd, "t");
+    for (uint64_t f = 0; f < NF; f++) {
+        ckpt_frame_info fi;
+        ck_assert_msg(ckpt_reader_frame(rd, t, 0, f, &fi, &err) == 0, "%s",
+                      err.msg);
+        ck_assert_int_eq(fi.codec, CKPT_CODEC_BG_F32);
+    }
+    read_back(rd, t, v1, FR * NF);
+    free(v0);
+    free(v1);
+    remove_tmpdir(root);
+}
+END_TEST
+
+/* Planes 0..np-1 of the bgf32 frame of the n bytes at v (into planes),
+ * as a writer's try peeks at them; returns np. */
+static int leading_planes(const float *v, size_t n, unsigned char *planes,
+                          int *layout)
+{
+    ckpt_codec_ctx *c = ckpt_codec_ctx_new();
+    ck_assert_ptr_nonnull(c);
+    ckpt_error err = { 0 };
+    size_t cap = ckpt_codec_bound(n), got, prefix;
+    int used;
+    unsigned char *enc = xmalloc(cap);
+    ck_assert_msg(ckpt_codec_encode(c, CKPT_CODEC_BG_F32, 1, 4, v, n, enc,
+                                    cap, &got, &used, &err) == 0, "%s",
+                  err.msg);
+    ck_assert_int_eq(used, CKPT_CODEC_BG_F32);
+    int np = ckpt_codec_leading_planes(used, enc, got, n, 2, &prefix,
+                                       layout);
+    ck_assert_int_ge(np, 1);
+    ck_assert_int_le(np, 3);
+    ck_assert_msg(ckpt_codec_decode_leading(c, used, enc, prefix, n, np,
+                                            planes, &err) == 0, "%s",
+                  err.msg);
+    free(enc);
+    ckpt_codec_ctx_free(c);
+    return np;
+}
+
+START_TEST(planes_hopeless_is_sound)
+{
+    /* ckpt_xor_planes_hopeless judges a try from the base frame's leading
+     * planes only: whenever it says hopeless, the xor frame coded is
+     * indeed over the limit; it says so for frames whose every element
+     * was replaced or moved by a large step; and never for a frame of
+     * which a few rows changed (the embedding tables' case, where every
+     * try must go on). */
+    const size_t n = 1 << 20, ne = n / 4;
+    float *a = xmalloc(n), *b = xmalloc(n);
+    unsigned char *diff = xmalloc(n), *planes = xmalloc(n);
+    rng r = { 23 };
+    int said = 0, layout;
+    const float step[] = { 1e-5f, 1e-3f, 1e-1f, 10.0f };
+    for (size_t si = 0; si < sizeof step / sizeof *step; si++) {
+        for (int every = 1; every <= 64; every *= 4) {
+            fill_noise(a, ne, &r);
+            memcpy(b, a, n);
+            for (size_t i = 0; i < ne; i += (size_t)every)
+                b[i] += step[si] * (float)(int64_t)(rnd(&r) % 201 - 100);
+            int np = leading_planes(a, n, planes, &layout);
+            ckpt_xor_bytes(diff, a, b, n);
+            size_t coded = xor_coded(diff, n);
+            for (size_t limit = n / 16; limit <= n; limit += n / 16) {
+                if (!ckpt_xor_planes_hopeless(layout, b, n, planes, np,
+                                              limit))
+                    continue;
+                said++;
+                ck_assert_msg(coded > limit, "step %g, 1 in %d moved: "
+                              "hopeless at %zu but coded in %zu",
+                              (double)step[si], every, limit, coded);
+            }
+            if (every == 1 && step[si] >= 1e-1f)
+                ck_assert_msg(ckpt_xor_planes_hopeless(layout, b, n, planes,
+                                                       np, n * 2 / 3 * 4 / 5),
+                              "dense step %g not told hopeless (coded %zu)",
+                              (double)step[si], coded);
+        }
+    }
+    ck_assert_int_gt(said, 0);
+    /* every element replaced */
+    fill_noise(a, ne, &r);
+    fill_noise(b, ne, &r);
+    int np = leading_planes(a, n, planes, &layout);
+    ck_assert(ckpt_xor_planes_hopeless(layout, b, n, planes, np, n / 2));
+    /* 5% of 128-wide rows replaced: never hopeless */
+    memcpy(b, a, n);
+    for (size_t row = 0; row < ne / 128; row += 20)
+        fill_noise(b + row * 128, 128, &r);
+    ck_assert(!ckpt_xor_planes_hopeless(layout, b, n, planes, np, 1));
+    free(a);
+    free(b);
+    free(diff);
+    free(planes);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("delta");
@@ -735,6 +1144,9 @@ static Suite *suite(void)
     tcase_add_test(tc, round_trip);
     tcase_add_test(tc, depth_bound);
     tcase_add_test(tc, xor_sparse_and_dense);
+    tcase_add_test(tc, xor_sparse_densities);
+    tcase_add_test(tc, xor_sparse_refusals);
+    tcase_add_test(tc, sparse_xor_in_a_checkpoint);
     tcase_add_test(tc, damaged_base_under_xor);
     tcase_add_test(tc, refuse_missing);
     tcase_add_test(tc, refuse_changed);
@@ -746,6 +1158,8 @@ static Suite *suite(void)
     tcase_add_test(tc, xor_budget_in_frame_order);
     tcase_add_test(tc, data_hash_from_frames);
     tcase_add_test(tc, xor_hopeless_is_sound);
+    tcase_add_test(tc, try_judged_before_base_decode);
+    tcase_add_test(tc, planes_hopeless_is_sound);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -158,12 +158,14 @@ int ckpt_pack_get(const uint8_t *blob, size_t len, size_t *pos,
             return -1;
         out->stored_bytes += f.stored_size;
         out->codec_mask |= 1u << f.codec;
+        if (k == 0)
+            out->data_hash = f.checksum;
         if (frames)
             frames[k] = f;
     }
     out->raw_bytes = raw;
-    uint64_t hash;
-    if ((nf2 & 1) && get_u64(blob, len, pos, &hash))
+    out->own_hash = (int)(nf2 & 1);
+    if (out->own_hash && get_u64(blob, len, pos, &out->data_hash))
         return -1;
     return 0;
 }

@@ -51,6 +51,9 @@ typedef struct ckpt_pack_chunk {
     int64_t file_id;
     uint64_t nframes, raw_bytes, stored_bytes;
     unsigned codec_mask;
+    int own_hash;           /* h: the data hash was stored */
+    uint64_t data_hash;     /* the stored one, or else the first frame's
+                               checksum (0 with no frame) */
 } ckpt_pack_chunk;
 
 /* Reads the chunk record at *pos of blob[0..len) into *out, and its frames

@@ -54,6 +54,9 @@ struct ckpt_planfile {
                                    is claimed any more */
     ckpt_strbuf rec;            /* the record being written */
     ckpt_strbuf packed;         /* the packed records of an append */
+    char **files;               /* the shard paths named in the plan: */
+    size_t nfiles;              /* in records written */
+    size_t files_n, files_cap;  /* and in the record being written */
 };
 
 /* Where and when this process runs, "HOST BOOT_ID", into buf; "" when
@@ -123,8 +126,18 @@ static void plan_free(ckpt_planfile *pf)
         close(pf->fd);
     ckpt_strbuf_free(&pf->rec);
     ckpt_strbuf_free(&pf->packed);
+    for (size_t i = 0; i < pf->files_n; i++)
+        free(pf->files[i]);
+    free(pf->files);
     free(pf->path);
     free(pf);
+}
+
+/* Forgets the shard paths first named in a record that was not written. */
+static void files_undo(ckpt_planfile *pf)
+{
+    while (pf->files_n > pf->nfiles)
+        free(pf->files[--pf->files_n]);
 }
 
 /* The preamble and the header record: the writer, what wrote the plan,
@@ -200,8 +213,34 @@ static int check_piece_fields(const ckpt_planfile *pf, const ckpt_piece_rec *p,
     return 0;
 }
 
-static void put_piece(ckpt_strbuf *b, const ckpt_piece_rec *p)
+/* A piece's shard as a reference into the plan's list of shard paths:
+ * varint f > 0, the f-th path named before in the plan, or 0 and the
+ * path (then numbered next).  -ENOMEM. */
+static int put_file(ckpt_planfile *pf, const char *file)
 {
+    ckpt_strbuf *b = &pf->rec;
+    for (size_t i = pf->files_n; i-- > 0;)  /* the newest first: usually 1 */
+        if (strcmp(pf->files[i], file) == 0) {
+            ckpt_varint_put(b, i + 1);
+            return 0;
+        }
+    char *copy = strdup(file);
+    if (!copy || ckpt_array_reserve((void **)&pf->files, &pf->files_cap,
+                                    pf->files_n + 1, sizeof *pf->files)) {
+        free(copy);
+        return -ENOMEM;
+    }
+    pf->files[pf->files_n++] = copy;
+    ckpt_varint_put(b, 0);
+    ckpt_planlog_str(b, file);
+    return 0;
+}
+
+/* A piece: its tensor, box and shard, then, unless its frames are in the
+ * append's packed records, its sizes, data hash and frames. */
+static int put_piece(ckpt_planfile *pf, const ckpt_piece_rec *p, int packed)
+{
+    ckpt_strbuf *b = &pf->rec;
     ckpt_planlog_str(b, p->fqn);
     ckpt_planlog_str(b, ckpt_dtype_name(p->dtype));
     ckpt_varint_put(b, (uint64_t)p->ndim);
@@ -209,11 +248,17 @@ static void put_piece(ckpt_strbuf *b, const ckpt_piece_rec *p)
     for (int c = 0; c < 3; c++)
         for (int d = 0; d < p->ndim; d++)
             ckpt_varint_put(b, (uint64_t)dims[c][d]);
-    ckpt_planlog_str(b, p->file);
+    if (put_file(pf, p->file))
+        return -ENOMEM;
+    if (packed)
+        return 0;
     ckpt_varint_put(b, p->raw_bytes);
     ckpt_varint_put(b, p->stored_bytes);
-    ckpt_planlog_u64(b, p->data_hash);
-    ckpt_varint_put(b, p->nframes);
+    /* As in a packed record: no data hash when it is the one frame's. */
+    int own_hash = p->nframes != 1 || p->frames[0].checksum != p->data_hash;
+    ckpt_varint_put(b, 2 * (uint64_t)p->nframes + (uint64_t)own_hash);
+    if (own_hash)
+        ckpt_planlog_u64(b, p->data_hash);
     for (size_t k = 0; k < p->nframes; k++) {
         const ckpt_frame_rec *f = &p->frames[k];
         ckpt_varint_put(b, f->file_offset);
@@ -224,6 +269,7 @@ static void put_piece(ckpt_strbuf *b, const ckpt_piece_rec *p)
         ckpt_planlog_u64(b, f->checksum);
         ckpt_varint_put(b, (uint64_t)f->base);
     }
+    return 0;
 }
 
 int ckpt_planfile_share(ckpt_planfile *pf, ckpt_error *err)
@@ -249,20 +295,30 @@ void ckpt_planfile_note_synced(ckpt_planfile *pf, const char *file,
     }
 }
 
-/* 1 when piece p's frames can be a packed record: no delta frame, and
- * each frame after the previous one in the shard (the record stores the
- * distance). */
+/* 1 when piece p's frames can be a packed record, which the plan then
+ * holds instead of them, so that the record gives back exactly what was
+ * appended: no delta frame, each frame after the previous one in the
+ * shard (the record stores the distance), raw offsets the running sum of
+ * raw sizes (the record does not store them), and the piece's raw and
+ * stored bytes the sums of its frames'. */
 static int packable(const ckpt_piece_rec *p)
 {
-    uint64_t end = 0;
+    uint64_t end = 0, raw = 0, stored = 0;
     for (size_t k = 0; k < p->nframes; k++) {
         const ckpt_frame_rec *f = &p->frames[k];
         if (f->base || f->codec == CKPT_CODEC_REF ||
-            f->codec == CKPT_CODEC_XOR || (k && f->file_offset < end))
+            f->codec == CKPT_CODEC_XOR || f->codec > 31 ||
+            f->raw_size == 0 || f->raw_offset != raw ||
+            (k && f->file_offset < end) ||
+            f->stored_size > INT64_MAX - f->file_offset ||
+            f->raw_size > UINT64_MAX - raw ||
+            f->stored_size > UINT64_MAX - stored)
             return 0;
         end = f->file_offset + f->stored_size;
+        raw += f->raw_size;
+        stored += f->stored_size;
     }
-    return 1;
+    return raw == p->raw_bytes && stored == p->stored_bytes;
 }
 
 /* The pieces' layout added to the plan's digest (into *layout,
@@ -286,9 +342,9 @@ static void pack_layout(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
 /* An APPEND record's payload: flags, the claims, the packed records,
  * the metadata, then the pieces (last, so that a reader of the packed
  * records stops before them). */
-static void put_append(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
-                       size_t npieces, const ckpt_kv *meta, size_t nmeta,
-                       uint64_t layout, int unpacked)
+static int put_append(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
+                      size_t npieces, const ckpt_kv *meta, size_t nmeta,
+                      uint64_t layout, int unpacked)
 {
     ckpt_strbuf *b = &pf->rec;
     ckpt_varint_put(b, (pf->has_synced ? APPEND_SYNCED : 0) |
@@ -314,7 +370,9 @@ static void put_append(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
     }
     ckpt_varint_put(b, npieces);
     for (size_t i = 0; i < npieces; i++)
-        put_piece(b, &pieces[i]);
+        if (put_piece(pf, &pieces[i], npacked != 0))
+            return -ENOMEM;
+    return 0;
 }
 
 int ckpt_planfile_append(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
@@ -335,13 +393,16 @@ int ckpt_planfile_append(ckpt_planfile *pf, const ckpt_piece_rec *pieces,
     pack_layout(pf, pieces, npieces, &layout, &unpacked);
     pf->rec.len = 0;
     size_t start = ckpt_planlog_begin(&pf->rec, CKPT_PLANREC_APPEND);
-    put_append(pf, pieces, npieces, meta, nmeta, layout, unpacked);
-    int rc = pf->packed.oom ? ckpt_err(err, -ENOMEM, "%s: out of memory",
-                                       pf->path)
-                            : end_record(pf, start, err);
+    int rc = put_append(pf, pieces, npieces, meta, nmeta, layout, unpacked);
+    rc = rc || pf->packed.oom ? ckpt_err(err, -ENOMEM, "%s: out of memory",
+                                         pf->path)
+                              : end_record(pf, start, err);
     if (!rc)
         rc = put_record(pf, err);
+    if (rc)
+        files_undo(pf);
     if (!rc) {
+        pf->nfiles = pf->files_n;
         pf->layout = layout;
         pf->unpacked = unpacked;
         pf->laid += npieces;
@@ -394,6 +455,12 @@ typedef struct preader {
     size_t ndecl, decl_cap;
     ckpt_frame_rec *frames; /* a piece's frames being read */
     size_t frames_cap;
+    const char **files;     /* the shard paths named so far, in the plan's
+                               buffer */
+    size_t nfiles, files_cap;
+    const uint8_t *recs;    /* the packed records of the append being read */
+    size_t recs_len, recs_pos;
+    uint64_t nrecs;
     const char *dtype_name; /* the last dtype read, parsed: */
     ckpt_dtype dtype;
     const char *info_key, *info_value;   /* the header's metadata (one) */
@@ -470,6 +537,91 @@ static int read_dtype(preader *r, ckpt_planlog_cur *c, ckpt_piece_rec *p,
     return 0;
 }
 
+/* A piece's shard into *file: a reference to a path named before in the
+ * plan, or a new one (put_file). */
+static int read_file(preader *r, ckpt_planlog_cur *c, const char **file,
+                     uint64_t at)
+{
+    uint64_t f = ckpt_planlog_get_varint(c);
+    if (c->bad || f > r->nfiles)
+        return plan_damaged(r, "bad shard file reference", at);
+    if (f) {
+        *file = r->files[f - 1];
+        return 0;
+    }
+    const char *s = ckpt_planlog_get_str(c);
+    if (!s)
+        return plan_damaged(r, "bad piece", at);
+    if (ckpt_array_reserve((void **)&r->files, &r->files_cap, r->nfiles + 1,
+                           sizeof *r->files))
+        return oom(r);
+    r->files[r->nfiles++] = s;
+    *file = s;
+    return 0;
+}
+
+/* Piece p's sizes, data hash and frames (into r->frames) from the
+ * append's next packed record. */
+static int read_packed_frames(preader *r, ckpt_piece_rec *p, uint64_t at)
+{
+    size_t pos = r->recs_pos;
+    uint64_t file, nf2;
+    if (ckpt_varint_get(r->recs, r->recs_len, &pos, &file) ||
+        ckpt_varint_get(r->recs, r->recs_len, &pos, &nf2) ||
+        nf2 / 2 > (r->recs_len - pos) / 12)   /* 12 bytes a frame at least */
+        return plan_damaged(r, "bad packed record", at);
+    if (ckpt_array_reserve((void **)&r->frames, &r->frames_cap,
+                           nf2 / 2 ? (size_t)(nf2 / 2) : 1,
+                           sizeof *r->frames))
+        return oom(r);
+    ckpt_pack_chunk pc;
+    if (ckpt_pack_get(r->recs, r->recs_len, &r->recs_pos, &pc, r->frames,
+                      r->frames_cap) ||
+        pc.file_id != 0 || (!pc.own_hash && pc.nframes != 1))
+        return plan_damaged(r, "bad packed record", at);
+    p->raw_bytes = pc.raw_bytes;
+    p->stored_bytes = pc.stored_bytes;
+    p->data_hash = pc.data_hash;
+    p->nframes = (size_t)pc.nframes;
+    return 0;
+}
+
+/* Piece p's sizes, data hash and frames (into r->frames) as written in
+ * the piece (an append without packed records). */
+static int read_own_frames(preader *r, ckpt_planlog_cur *c, ckpt_piece_rec *p,
+                           uint64_t at)
+{
+    p->raw_bytes = ckpt_planlog_get_varint(c);
+    p->stored_bytes = ckpt_planlog_get_varint(c);
+    uint64_t nf2 = ckpt_planlog_get_varint(c), nf = nf2 / 2;
+    if (nf2 & 1)
+        p->data_hash = ckpt_planlog_get_u64(c);
+    /* A frame takes at least 14 bytes: no count past what is left. */
+    if (c->bad || nf > (c->len - c->pos) / 14 || (!(nf2 & 1) && nf != 1))
+        return plan_damaged(r, "bad piece", at);
+    if (ckpt_array_reserve((void **)&r->frames, &r->frames_cap,
+                           nf ? (size_t)nf : 1, sizeof *r->frames))
+        return oom(r);
+    for (uint64_t k = 0; k < nf; k++) {
+        ckpt_frame_rec *f = &r->frames[k];
+        f->file_offset = ckpt_planlog_get_varint(c);
+        f->stored_size = ckpt_planlog_get_varint(c);
+        f->raw_offset = ckpt_planlog_get_varint(c);
+        f->raw_size = ckpt_planlog_get_varint(c);
+        uint64_t codec = ckpt_planlog_get_varint(c);
+        f->checksum = ckpt_planlog_get_u64(c);
+        uint64_t base = ckpt_planlog_get_varint(c);
+        if (c->bad || codec > INT_MAX || base > INT64_MAX)
+            return plan_damaged(r, "bad frame", at);
+        f->codec = (int)codec;
+        f->base = (int64_t)base;
+    }
+    if (!(nf2 & 1))
+        p->data_hash = r->frames[0].checksum;
+    p->nframes = (size_t)nf;
+    return 0;
+}
+
 /* One piece with its frames into r->tab. */
 static int read_piece(preader *r, ckpt_planlog_cur *c, uint64_t at)
 {
@@ -492,33 +644,17 @@ static int read_piece(preader *r, ckpt_planlog_cur *c, uint64_t at)
                 c->bad = 1;
             dims[k][d] = (int64_t)v;
         }
-    p.file = (char *)ckpt_planlog_get_str(c);
-    p.raw_bytes = ckpt_planlog_get_varint(c);
-    p.stored_bytes = ckpt_planlog_get_varint(c);
-    p.data_hash = ckpt_planlog_get_u64(c);
-    uint64_t nf = ckpt_planlog_get_varint(c);
-    /* A frame takes at least 14 bytes: no count past what is left. */
-    if (c->bad || nf > (c->len - c->pos) / 14)
+    if (c->bad)
         return plan_damaged(r, "bad piece", at);
-    if (ckpt_array_reserve((void **)&r->frames, &r->frames_cap,
-                           nf ? (size_t)nf : 1, sizeof *r->frames))
-        return oom(r);
-    for (uint64_t k = 0; k < nf; k++) {
-        ckpt_frame_rec *f = &r->frames[k];
-        f->file_offset = ckpt_planlog_get_varint(c);
-        f->stored_size = ckpt_planlog_get_varint(c);
-        f->raw_offset = ckpt_planlog_get_varint(c);
-        f->raw_size = ckpt_planlog_get_varint(c);
-        uint64_t codec = ckpt_planlog_get_varint(c);
-        f->checksum = ckpt_planlog_get_u64(c);
-        uint64_t base = ckpt_planlog_get_varint(c);
-        if (c->bad || codec > INT_MAX || base > INT64_MAX)
-            return plan_damaged(r, "bad frame", at);
-        f->codec = (int)codec;
-        f->base = (int64_t)base;
-    }
+    const char *file = NULL;
+    if ((rc = read_file(r, c, &file, at)))
+        return rc;
+    p.file = (char *)file;
+    rc = r->nrecs ? read_packed_frames(r, &p, at)
+                  : read_own_frames(r, c, &p, at);
+    if (rc)
+        return rc;
     p.frames = r->frames;
-    p.nframes = (size_t)nf;
     return ckpt_pieces_add(r->tab, &p) ? oom(r) : 0;
 }
 
@@ -562,6 +698,10 @@ static int read_packed_recs(preader *r, ckpt_planlog_cur *c, uint64_t at)
     const uint8_t *p = len <= SIZE_MAX ? ckpt_planlog_get_bytes(c, len) : NULL;
     if (!p)
         return plan_damaged(r, "bad packed records", at);
+    r->recs = p;
+    r->recs_len = (size_t)len;
+    r->recs_pos = 0;
+    r->nrecs = n;
     if (!r->packed)
         return 0;
     if (n > UINT64_MAX - r->packed->pieces)
@@ -574,6 +714,7 @@ static int read_packed_recs(preader *r, ckpt_planlog_cur *c, uint64_t at)
 static int read_append(preader *r, const ckpt_planlog_rec *rec)
 {
     ckpt_planlog_cur c = { rec->p, rec->len, 0, 0 };
+    r->nrecs = 0;
     int rc = read_claims(r, &c, rec->at);
     if (!rc)
         rc = read_packed_recs(r, &c, rec->at);
@@ -589,9 +730,12 @@ static int read_append(preader *r, const ckpt_planlog_rec *rec)
     if (rc || !r->tab)
         return rc;
     uint64_t n = ckpt_planlog_get_varint(&c);
+    if (r->nrecs && n != r->nrecs)
+        return plan_damaged(r, "as many packed records as pieces expected",
+                            rec->at);
     for (uint64_t i = 0; !rc && !c.bad && i < n; i++)
         rc = read_piece(r, &c, rec->at);
-    if (!rc && (c.bad || c.pos != c.len))
+    if (!rc && (c.bad || c.pos != c.len || r->recs_pos != r->recs_len))
         rc = plan_damaged(r, "bad pieces", rec->at);
     return rc;
 }
@@ -707,6 +851,7 @@ static int read_plan(preader *r)
     free(buf);
     free(r->decl);
     free(r->frames);
+    free(r->files);
     return rc;
 }
 

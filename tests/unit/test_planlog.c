@@ -339,6 +339,40 @@ START_TEST(test_damage_before_the_end_is_refused)
 }
 END_TEST
 
+/* Reads plan path into *tab and *m (initialized here): it must read. */
+static void read_plan_ok(const char *path, ckpt_pieces *tab, ckpt_manifest *m)
+{
+    ckpt_error err = { 0 };
+    ckpt_pieces_init(tab);
+    ckpt_manifest_init(m);
+    ck_assert_msg(ckpt_planfile_read_pieces(path, tab, m, &err) == 0, "%s",
+                  err.msg);
+}
+
+/* Appends piece *p with a long metadata value to plan pf (file path)
+ * with room in the file for 40 bytes more only (the file size limit):
+ * the append fails and the plan is as it was. */
+static void append_cut_short(ckpt_planfile *pf, const char *path,
+                             const ckpt_piece_rec *p)
+{
+    struct stat st, now;
+    ckpt_error err = { 0 };
+    ck_assert_int_eq(stat(path, &st), 0);
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit old, lim;
+    ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+    lim = old;
+    lim.rlim_cur = (rlim_t)st.st_size + 40;
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    ckpt_kv big[] = { { "big", "a value longer than the forty bytes the limit"
+                        " leaves for this record", NULL } };
+    ck_assert_int_eq(ckpt_planfile_append(pf, p, 1, big, 1, &err), -EFBIG);
+    ck_assert_msg(strstr(err.msg, strrchr(path, '/') + 1), "%s", err.msg);
+    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
+    ck_assert_int_eq(stat(path, &now), 0);
+    ck_assert_int_eq(now.st_size, st.st_size);
+}
+
 /* An append whose write fails part way (the file size limit here) is
  * cut back: the next append follows the last good record. */
 START_TEST(test_failed_write_is_undone)
@@ -352,38 +386,120 @@ START_TEST(test_failed_write_is_undone)
     ckpt_planfile *pf;
     ck_assert_int_eq(ckpt_planfile_create(&pf, path, "rank0", &err), 0);
     ck_assert_int_eq(ckpt_planfile_append(pf, p, 1, NULL, 0, &err), 0);
-    struct stat st;
-    ck_assert_int_eq(stat(path, &st), 0);
-    /* Room for part of the next record only. */
-    signal(SIGXFSZ, SIG_IGN);
-    struct rlimit old, lim;
-    ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
-    lim = old;
-    lim.rlim_cur = (rlim_t)st.st_size + 40;
-    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &lim), 0);
-    ckpt_kv big[] = { { "big", "a value longer than the forty bytes the limit"
-                        " leaves for this record", NULL } };
-    ck_assert_int_eq(ckpt_planfile_append(pf, p + 1, 1, big, 1, &err),
-                     -EFBIG);
-    ck_assert_msg(strstr(err.msg, "p.plan"), "%s", err.msg);
-    ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
-    struct stat now;
-    ck_assert_int_eq(stat(path, &now), 0);
-    ck_assert_int_eq(now.st_size, st.st_size);
+    append_cut_short(pf, path, p + 1);
     ck_assert_int_eq(ckpt_planfile_append(pf, p + 2, 1, NULL, 0, &err), 0);
     ckpt_planfile_close(pf);
     ckpt_pieces tab;
     ckpt_manifest m;
-    ckpt_pieces_init(&tab);
-    ckpt_manifest_init(&m);
-    ck_assert_msg(ckpt_planfile_read_pieces(path, &tab, &m, &err) == 0, "%s",
-                  err.msg);
+    read_plan_ok(path, &tab, &m);
     ck_assert_uint_eq(tab.n, 2);
     same_piece(&tab, 0, &p[0]);
     same_piece(&tab, 1, &p[2]);
     ck_assert_ptr_null(ckpt_manifest_get_meta(&m, "big"));
     ckpt_pieces_free(&tab);
     ckpt_manifest_free(&m);
+    free(path);
+    remove_tmpdir(dir);
+}
+END_TEST
+
+/* How many times n bytes of `what` occur in file path. */
+static int occurrences(const char *path, const void *what, size_t n)
+{
+    FILE *f = fopen(path, "rb");
+    ck_assert_ptr_nonnull(f);
+    static char buf[1 << 16];
+    size_t len = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    int count = 0;
+    for (size_t i = 0; i + n <= len; i++)
+        count += memcmp(buf + i, what, n) == 0;
+    return count;
+}
+
+/* One-frame piece i of shard `file` (data hash its frame's checksum but
+ * for i = 1), or with gap = 1 two frames whose raw offsets leave a gap
+ * (which no packed record can say). */
+static void small_piece(ckpt_piece_rec *p, ckpt_frame_rec *f, int i,
+                        const char *file, int gap)
+{
+    memset(p, 0, sizeof *p);
+    p->fqn = i % 2 ? "model.b" : "model.a";
+    p->file = (char *)file;
+    p->dtype = CKPT_F32;
+    p->ndim = 1;
+    p->shape[0] = 64;
+    p->offsets[0] = 8 * i;
+    p->sizes[0] = 8;
+    p->raw_bytes = 32;
+    p->nframes = gap ? 2 : 1;
+    for (size_t k = 0; k < p->nframes; k++) {
+        f[k] = (ckpt_frame_rec){ .file_offset = 32u * (unsigned)i + 16 * k,
+                                 .stored_size = p->nframes == 1 ? 32 : 16,
+                                 .raw_offset = 20 * k,
+                                 .raw_size = p->nframes == 1 ? 32 : 16,
+                                 .codec = CKPT_CODEC_RAW,
+                                 .checksum = 0xc0ffee0000000000ull +
+                                             (uint64_t)(16 * i) + k };
+        p->stored_bytes += f[k].stored_size;
+    }
+    p->data_hash = i == 1 || gap ? 0xabcdefull : f[0].checksum;
+    p->frames = f;
+}
+
+/* Shard paths are written once per plan and referred to after (a name
+ * first given in an append that failed is given again), a one-frame
+ * piece's frames are written once (its packed record) and its data hash
+ * not at all when it is its frame's checksum; pieces no packed record
+ * can hold (raw offsets with a gap) keep their own frames.  Every piece
+ * reads back as appended. */
+START_TEST(test_compact_pieces)
+{
+    char *dir = make_tmpdir_tagged("planlog");
+    char *path = plan_in(dir, "p.plan");
+    ckpt_piece_rec p[6];
+    ckpt_frame_rec f[6][2];
+    const char *rank0 = "data/rank0.shard", *other = "data/other.shard";
+    small_piece(&p[0], f[0], 0, rank0, 0);
+    small_piece(&p[1], f[1], 1, rank0, 0);
+    small_piece(&p[2], f[2], 2, other, 0);      /* its append fails */
+    small_piece(&p[3], f[3], 3, other, 0);
+    small_piece(&p[4], f[4], 4, rank0, 0);
+    small_piece(&p[5], f[5], 5, other, 1);      /* gap: not packable */
+    ckpt_error err = { 0 };
+    ckpt_planfile *pf;
+    ck_assert_int_eq(ckpt_planfile_create(&pf, path, "rank0", &err), 0);
+    ck_assert_int_eq(ckpt_planfile_append(pf, p, 2, NULL, 0, &err), 0);
+    append_cut_short(pf, path, p + 2);
+    ck_assert_int_eq(ckpt_planfile_append(pf, p + 3, 2, NULL, 0, &err), 0);
+    ck_assert_int_eq(ckpt_planfile_append(pf, p + 5, 1, NULL, 0, &err), 0);
+    ckpt_planfile_close(pf);
+
+    ckpt_pieces tab;
+    ckpt_manifest m;
+    read_plan_ok(path, &tab, &m);
+    ck_assert_uint_eq(tab.n, 5);
+    same_piece(&tab, 0, &p[0]);
+    same_piece(&tab, 1, &p[1]);
+    same_piece(&tab, 2, &p[3]);
+    same_piece(&tab, 3, &p[4]);
+    same_piece(&tab, 4, &p[5]);
+    ckpt_pieces_free(&tab);
+    ckpt_manifest_free(&m);
+
+    ck_assert_int_eq(occurrences(path, rank0, strlen(rank0)), 1);
+    ck_assert_int_eq(occurrences(path, other, strlen(other)), 1);
+    uint8_t le[8];
+    for (int k = 0; k < 4; k++) {
+        const ckpt_piece_rec *q = &p[k < 2 ? k : k + 1];
+        for (int b = 0; b < 8; b++)
+            le[b] = (uint8_t)(q->frames[0].checksum >> (8 * b));
+        ck_assert_int_eq(occurrences(path, le, 8), 1);
+    }
+    uint64_t h = 0xabcdefull;   /* piece 1's own hash, and piece 5's */
+    for (int b = 0; b < 8; b++)
+        le[b] = (uint8_t)(h >> (8 * b));
+    ck_assert_int_eq(occurrences(path, le, 8), 2);
     free(path);
     remove_tmpdir(dir);
 }
@@ -463,6 +579,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_torn_tail_is_ignored);
     tcase_add_test(tc, test_damage_before_the_end_is_refused);
     tcase_add_test(tc, test_failed_write_is_undone);
+    tcase_add_test(tc, test_compact_pieces);
     tcase_add_test(tc, test_reader_beside_appender);
     suite_add_tcase(s, tc);
     return s;

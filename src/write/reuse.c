@@ -395,27 +395,33 @@ static int verify_plan(const ckpt_reuse *r, size_t k)
            a.d != r->plans[k].claim.layout;
 }
 
-typedef struct verify_task {
-    const ckpt_reuse *r;
+/* One plan's work (verify_plan, index_records) run by on_every_plan. */
+typedef int (*plan_fn)(ckpt_reuse *r, size_t k, uint64_t *end);
+
+typedef struct plan_task {
+    ckpt_reuse *r;
     size_t k;
+    plan_fn fn;
+    uint64_t *end;
     int rc;
     ckpt_taskgroup *g;
-} verify_task;
+} plan_task;
 
-static void verify_run(void *arg, int worker)
+static void plan_run(void *arg, int worker)
 {
     (void)worker;
-    verify_task *v = arg;
-    v->rc = verify_plan(v->r, v->k);
+    plan_task *v = arg;
+    v->rc = v->fn(v->r, v->k, v->end);
     ckpt_tg_done(v->g);
 }
 
-/* verify_plan of every plan, on a thread per CPU: the index of the first
- * that fails, or n. */
-static size_t verify_all(const ckpt_reuse *r, size_t n, ckpt_error *err,
-                         int *rc)
+/* fn on plans 0..n-1 (plan k's end into ends[k] when ends is not NULL),
+ * on a thread per CPU: the index of the first (in plan order) that
+ * returned other than 0, with what it returned in *rc; or n. */
+static size_t on_every_plan(ckpt_reuse *r, size_t n, plan_fn fn,
+                            uint64_t *ends, ckpt_error *err, int *rc)
 {
-    verify_task *v = calloc(n ? n : 1, sizeof *v);
+    plan_task *v = calloc(n ? n : 1, sizeof *v);
     ckpt_pool *pool = NULL;
     int threads = ckpt_cpu_count();
     *rc = v ? ckpt_pool_create(&pool, threads > 1 ? threads - 1 : 1, err)
@@ -425,18 +431,26 @@ static size_t verify_all(const ckpt_reuse *r, size_t n, ckpt_error *err,
         ckpt_taskgroup g;
         ckpt_tg_init(&g);
         for (size_t k = 0; k < n; k++)
-            v[k] = (verify_task){ r, k, 0, &g };
+            v[k] = (plan_task){ r, k, fn, ends ? &ends[k] : NULL, 0, &g };
         if (n)
-            ckpt_pool_run_tasks(pool, verify_run, v, n, sizeof *v, &g);
+            ckpt_pool_run_tasks(pool, plan_run, v, n, sizeof *v, &g);
         ckpt_tg_destroy(&g);
         for (size_t k = 0; k < n && bad_at == n; k++)
-            if (v[k].rc)
+            if (v[k].rc) {
                 bad_at = k;
+                *rc = v[k].rc;
+            }
     }
     if (pool)
         ckpt_pool_destroy(pool);
     free(v);
     return bad_at;
+}
+
+static int verify_one(ckpt_reuse *r, size_t k, uint64_t *end)
+{
+    (void)end;
+    return verify_plan(r, k);
 }
 
 /* Piece j of plan k is chunk c of tensor t: 1 when another piece is. */
@@ -600,8 +614,8 @@ static int prepare(ckpt_reuse *r, const char *dir, const char *pending,
         rc = check_plan(r, k, names[k], why, cap);
     if (!rc)
         rc = chunk_slots(r);
-    size_t bad_at = rc ? n : verify_all(r, n, err, &rc);
-    if (!rc && bad_at < n)
+    size_t bad_at = rc ? n : on_every_plan(r, n, verify_one, NULL, err, &rc);
+    if (bad_at < n && rc == 1)
         rc = skip(why, cap, "plan %s: the layout %s records for it is not "
                   "its pieces' (damaged)", names[bad_at], r->from);
     uint64_t mapped = 0;
@@ -615,10 +629,12 @@ static int prepare(ckpt_reuse *r, const char *dir, const char *pending,
     }
     if (!rc && mapped != r->nchunks)
         rc = skip(why, cap, "the layouts of %s leave chunks out", r->from);
-    for (size_t k = 0; !rc && k < n; k++)
-        if ((rc = index_records(r, k, &ends[k])) == 1)
-            skip(why, cap, "the packed records of plan %s are damaged",
-                 names[k]);
+    /* Each plan's records indexed on its own thread (rec_at[k], ends[k]
+     * are plan k's alone). */
+    if (!rc && (bad_at = on_every_plan(r, n, index_records, ends, err,
+                                       &rc)) < n && rc == 1)
+        skip(why, cap, "the packed records of plan %s are damaged",
+             names[bad_at]);
     if (!rc && (rc = check_shards(r, dir, ends)) == 1)
         skip(why, cap, "a shard is missing or shorter than its frames");
     if (!rc)

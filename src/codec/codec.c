@@ -31,6 +31,7 @@
  *    decode by filling.
  */
 #include "codec/codec.h"
+#include "common/le.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -329,18 +330,6 @@ static int encode_zstd(ckpt_codec_ctx *c, int level, const void *src,
 
 /* ------------------------------------------------------------ planes */
 
-static void put32le(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t get32le(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
-}
-
 static int is_float_layout(int layout)
 {
     return layout == CKPT_BG_BF16 || layout == CKPT_BG_F16 ||
@@ -544,7 +533,7 @@ static void put_plane_head(unsigned char *dst, int k, const plane_code *pc)
 {
     unsigned char *h = dst + BG_HEAD + (size_t)k * BG_PLANE_HEAD;
     h[0] = (unsigned char)pc->method;
-    put32le(h + 1, (uint32_t)pc->len);
+    ckpt_put_le32(h + 1, (uint32_t)pc->len);
 }
 
 /* The planes of one frame being encoded. */
@@ -726,7 +715,7 @@ static int zstd_check_frame(const void *src, size_t stored_n, size_t raw_n,
                             ckpt_error *err)
 {
     const unsigned char *p = src;
-    if (stored_n < 4 || get32le(p) != ZSTD_MAGICNUMBER)
+    if (stored_n < 4 || ckpt_get_le32(p) != ZSTD_MAGICNUMBER)
         return ckpt_err(err, -EIO,
                         "corrupt zstd frame (%zu bytes): bad magic number",
                         stored_n);
@@ -827,7 +816,7 @@ static int bg_read_planes(int codec, const unsigned char *src, size_t sn,
     const char *name = CODECS[codec].name;
     for (int k = 0; k < np; k++) {
         const unsigned char *h = src + BG_HEAD + (size_t)k * BG_PLANE_HEAD;
-        pi[k] = (plane_in){ h[0], src + pos, get32le(h + 1) };
+        pi[k] = (plane_in){ h[0], src + pos, ckpt_get_le32(h + 1) };
         if (pi[k].len > end - pos)
             return ckpt_err(err, -EIO, "corrupt %s frame: plane %d says %zu "
                             "bytes, %zu are left", name, k, pi[k].len,
@@ -949,7 +938,7 @@ int ckpt_codec_leading_planes(int codec, const void *head, size_t hn,
         const unsigned char *p = h + BG_HEAD + (size_t)k * BG_PLANE_HEAD;
         if (p[0] != BG_STORED && max_coded-- <= 0)
             break;
-        pos += get32le(p + 1);
+        pos += ckpt_get_le32(p + 1);
     }
     *prefix = pos;
     return k;
@@ -966,7 +955,7 @@ int ckpt_codec_decode_leading(ckpt_codec_ctx *c, int codec, const void *src,
     uint8_t *out = dst;
     for (int k = 0; k < np; k++, out += ne) {
         const unsigned char *h = s + BG_HEAD + (size_t)k * BG_PLANE_HEAD;
-        plane_in pi = { h[0], s + pos, get32le(h + 1) };
+        plane_in pi = { h[0], s + pos, ckpt_get_le32(h + 1) };
         const uint8_t *got;
         if (pi.len > prefix - pos || !plane_len_ok(pi.method, pi.src, pi.len,
                                                    ne) ||

@@ -15,6 +15,7 @@
  * whole byte.  The lengths must form a complete prefix code (Kraft sum 1).
  */
 #include "codec/huff.h"
+#include "common/le.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -45,18 +46,6 @@ static inline void store64le(uint8_t *p, uint64_t v)
     v = __builtin_bswap64(v);
 #endif
     memcpy(p, &v, 8);
-}
-
-static void store32le(uint8_t *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint32_t load32le(const uint8_t *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
 }
 
 /* ------------------------------------------------------------ histogram */
@@ -347,7 +336,7 @@ size_t ckpt_huf_encode(const ckpt_huf_code *code, const uint8_t *src,
         uint8_t *start = p;
         p = encode_stream(code->enc, src + lo, hi - lo, p);
         if (k < NSTREAMS - 1)
-            store32le(jump + 4 * k, (uint32_t)(p - start));
+            ckpt_put_le32(jump + 4 * k, (uint32_t)(p - start));
     }
     return (size_t)(p - dst);
 }
@@ -549,8 +538,9 @@ int ckpt_huf_decode(ckpt_huf_dtable *t, const uint8_t *src, size_t sn,
     bitrd s[NSTREAMS];
     size_t off = h, left = sn - h;
     for (int k = 0; k < NSTREAMS; k++) {
-        size_t sz = k < NSTREAMS - 1 ? load32le(src + h - JUMP_BYTES + 4 * k)
-                                     : left;
+        size_t sz = k < NSTREAMS - 1
+                        ? ckpt_get_le32(src + h - JUMP_BYTES + 4 * k)
+                        : left;
         if (sz > left)
             return -1;
         size_t lo, hi;

@@ -2,6 +2,7 @@
  * xorframe.c - "xor" frames of delta checkpoints (see xorframe.h).
  */
 #include "codec/xorframe.h"
+#include "common/le.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -167,18 +168,6 @@ static size_t pack_sparse(const unsigned char *diff, size_t n,
     return k;
 }
 
-static void put_u32(unsigned char *p, uint32_t v)
-{
-    for (int i = 0; i < 4; i++)
-        p[i] = (unsigned char)(v >> (8 * i));
-}
-
-static uint32_t get_u32(const unsigned char *p)
-{
-    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-           (uint32_t)p[3] << 24;
-}
-
 /* Codes `n_in` bytes at `in` with `codec` behind a header of `head`
  * bytes at dst (cap bytes), storing them as they are where the codec
  * does not make them smaller; the header's codec byte and *out_n set. */
@@ -242,7 +231,7 @@ static int encode_sparse(ckpt_codec_ctx *c, int codec, int level,
             *out_n = SPARSE_HEAD + pn;
         }
         dst[0] = XOR_SPARSE;
-        put_u32(dst + 2, (uint32_t)k);
+        ckpt_put_le32(dst + 2, (uint32_t)k);
     }
     free(payload);
     return rc ? rc : k != SIZE_MAX;
@@ -368,7 +357,7 @@ static int sparse_apply(ckpt_codec_ctx *c, const unsigned char *s,
                         size_t stored_n, unsigned char *dst, void *tmp,
                         size_t n, ckpt_error *err)
 {
-    size_t k = get_u32(s + 2);
+    size_t k = ckpt_get_le32(s + 2);
     if (k > nblocks(n) || bitmap_bytes(n) + k * BLOCK > n)
         return ckpt_err(err, -EIO, "sparse xor frame: its header lists "
                         "%zu blocks, more than its %zu-byte frame holds "

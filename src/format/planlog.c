@@ -4,6 +4,7 @@
  * them back with every length checked against the file.
  */
 #include "format/planlog.h"
+#include "common/le.h"
 #include "format/db.h"
 #include "format/chunkpack.h"
 #include "common/xxh.h"
@@ -18,20 +19,6 @@
 /* The header of an SQLite file: an older ckptfs's plan. */
 static const char SQLITE_MAGIC[16] = "SQLite format 3";
 
-static void put_le(uint8_t *p, uint64_t v, int n)
-{
-    for (int i = 0; i < n; i++)
-        p[i] = (uint8_t)(v >> (8 * i));
-}
-
-static uint64_t get_le(const uint8_t *p, int n)
-{
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
 /* The check of a record's head: its first 8 bytes' XXH3-64, low half. */
 static uint32_t head_check(const uint8_t *head)
 {
@@ -42,7 +29,7 @@ void ckpt_planlog_preamble(ckpt_strbuf *b)
 {
     uint8_t pre[CKPT_PLANLOG_PREAMBLE] = { 0 };
     memcpy(pre, CKPT_PLANLOG_MAGIC, sizeof CKPT_PLANLOG_MAGIC);
-    put_le(pre + 12, CKPT_PLANLOG_VERSION, 4);
+    ckpt_put_le(pre + 12, CKPT_PLANLOG_VERSION, 4);
     ckpt_strbuf_add(b, pre, sizeof pre);
 }
 
@@ -63,10 +50,10 @@ int ckpt_planlog_end(ckpt_strbuf *b, size_t start)
     if (len > UINT32_MAX)
         return -EFBIG;
     uint8_t *head = (uint8_t *)b->p + start;
-    put_le(head, len, 4);
-    put_le(head + 8, head_check(head), 4);
+    ckpt_put_le(head, len, 4);
+    ckpt_put_le(head + 8, head_check(head), 4);
     uint8_t sum[CKPT_PLANLOG_TAIL];
-    put_le(sum, XXH3_64bits(head, CKPT_PLANLOG_HEAD + len), 8);
+    ckpt_put_le(sum, XXH3_64bits(head, CKPT_PLANLOG_HEAD + len), 8);
     ckpt_strbuf_add(b, sum, sizeof sum);
     return b->oom ? -ENOMEM : 0;
 }
@@ -74,7 +61,7 @@ int ckpt_planlog_end(ckpt_strbuf *b, size_t start)
 void ckpt_planlog_u64(ckpt_strbuf *b, uint64_t v)
 {
     uint8_t w[8];
-    put_le(w, v, 8);
+    ckpt_put_le(w, v, 8);
     ckpt_strbuf_add(b, w, sizeof w);
 }
 
@@ -113,7 +100,7 @@ int ckpt_planlog_check(const uint8_t *buf, size_t size, const char *path,
                         path, size == 0 ? "empty file"
                               : size < CKPT_PLANLOG_PREAMBLE ? "cut short"
                               : "no plan header");
-    uint64_t v = get_le(buf + 12, 4);
+    uint64_t v = ckpt_get_le(buf + 12, 4);
     if (v != CKPT_PLANLOG_VERSION)
         return ckpt_err(err, -EINVAL, "%s: local plan format version %llu "
                         "(this ckptfs reads version %u): finish or abort "
@@ -145,19 +132,19 @@ int ckpt_planlog_next(const uint8_t *buf, size_t size, size_t *pos,
     if (left < CKPT_PLANLOG_HEAD)
         return 0;                   /* the end, or a head cut short */
     const uint8_t *head = buf + at;
-    if (get_le(head + 8, 4) != head_check(head) || head[5] || head[6] ||
+    if (ckpt_get_le(head + 8, 4) != head_check(head) || head[5] || head[6] ||
         head[7] || head[4] == 0) {
         /* A power loss may leave zeros where a write did not land. */
         if (all_zero(head, left))
             return 0;
         return damaged(path, at, "bad record head", err);
     }
-    uint64_t len = get_le(head, 4);
+    uint64_t len = ckpt_get_le(head, 4);
     if (len > left - CKPT_PLANLOG_HEAD ||
         left - CKPT_PLANLOG_HEAD - len < CKPT_PLANLOG_TAIL)
         return 0;                   /* cut short: still being written */
     size_t end = at + CKPT_PLANLOG_HEAD + (size_t)len + CKPT_PLANLOG_TAIL;
-    if (get_le(buf + end - CKPT_PLANLOG_TAIL, 8) !=
+    if (ckpt_get_le(buf + end - CKPT_PLANLOG_TAIL, 8) !=
         XXH3_64bits(head, CKPT_PLANLOG_HEAD + (size_t)len)) {
         if (end == size)
             return 0;               /* the last write, torn */
@@ -243,7 +230,7 @@ const uint8_t *ckpt_planlog_get_bytes(ckpt_planlog_cur *c, size_t n)
 uint64_t ckpt_planlog_get_u64(ckpt_planlog_cur *c)
 {
     const uint8_t *p = ckpt_planlog_get_bytes(c, 8);
-    return p ? get_le(p, 8) : 0;
+    return p ? ckpt_get_le(p, 8) : 0;
 }
 
 const char *ckpt_planlog_get_str(ckpt_planlog_cur *c)

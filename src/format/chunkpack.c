@@ -164,6 +164,7 @@ int ckpt_pack_get(const uint8_t *blob, size_t len, size_t *pos,
             frames[k] = f;
     }
     out->raw_bytes = raw;
+    out->file_end = end;
     out->own_hash = (int)(nf2 & 1);
     if (out->own_hash && get_u64(blob, len, pos, &out->data_hash))
         return -1;

@@ -54,6 +54,8 @@ typedef struct ckpt_pack_chunk {
     int own_hash;           /* h: the data hash was stored */
     uint64_t data_hash;     /* the stored one, or else the first frame's
                                checksum (0 with no frame) */
+    uint64_t file_end;      /* where its last frame ends in the file (0
+                               with no frame): frames are in file order */
 } ckpt_pack_chunk;
 
 /* Reads the chunk record at *pos of blob[0..len) into *out, and its frames

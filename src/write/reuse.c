@@ -9,12 +9,19 @@
  * piece count, shard, and the map of its pieces to (tensor, chunk).  The
  * maps must together hit every chunk exactly once: the chunks of a grid
  * tile their tensor, so the pieces do.
+ *
+ * Each plan is read once along its map, on a thread per CPU: its digest,
+ * its packed records (each whole, holding its chunk's raw bytes), its
+ * pieces' chunks and its tensors' totals.  The index's records are then
+ * built tensor by tensor on the same threads, a few tensors ahead of the
+ * index writer that inserts them in order.
  */
 #include "write/reuse.h"
 
 #include <dirent.h>
 #include <errno.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <limits.h>
 #include <sqlite3.h>
 #include <stdio.h>
@@ -40,6 +47,20 @@ typedef struct prev_layout {
     size_t len;
 } prev_layout;
 
+/* One tensor's totals of its chunks' records (summed by one worker). */
+typedef struct ckpt_reuse_sum {
+    uint64_t stored, nframes;
+    uint32_t mask;
+} ckpt_reuse_sum;
+
+/* A tensor's packed records, built on the pool for the index writer. */
+typedef struct blob_task {
+    ckpt_reuse *r;
+    size_t t;
+    ckpt_strbuf b;
+    ckpt_taskgroup g;
+} blob_task;
+
 struct ckpt_reuse {
     char from[NAME_MAX + 1];
     ckpt_index_file_name *files;    /* the previous index's, by id - 1 */
@@ -54,7 +75,11 @@ struct ckpt_reuse {
     size_t nplans;
     ckpt_plan_packed *plans;
     uint32_t **rec_at;              /* per plan, per piece: its record */
-    uint64_t *slot;                 /* per chunk: plan << 32 | piece */
+    _Atomic uint64_t *slot;         /* per chunk: plan << 32 | piece */
+    ckpt_pool *pool;                /* scans plans, builds the records */
+    ckpt_reuse_sum *sums;           /* per pool worker + 1, per tensor */
+    blob_task *window;              /* the records being built */
+    size_t nwindow, next_blob;
     ckpt_index_layout *out_layouts;
     ckpt_manifest meta;
 };
@@ -302,7 +327,8 @@ static int chunk_slots(ckpt_reuse *r)
     r->slot = malloc((n ? n : 1) * sizeof *r->slot);
     if (!r->slot)
         return -ENOMEM;
-    memset(r->slot, 0xff, (n ? n : 1) * sizeof *r->slot);
+    for (uint64_t c = 0; c < n; c++)
+        atomic_init(&r->slot[c], UINT64_MAX);
     return 0;
 }
 
@@ -363,168 +389,171 @@ static int each_piece(const ckpt_reuse *r, size_t k,
     return each_run_piece(r, l->map, l->len, l->pieces, dk, fn, arg);
 }
 
-/* The digest of the pieces a map describes, as their writer computes it
- * of its own (layout.h). */
-typedef struct digest_arg {
-    const ckpt_reuse *r;
-    const char *file;
-    uint64_t d;
-} digest_arg;
+/* What a plan's scan found wrong (scan_task.why). */
+enum {
+    SCAN_LAYOUT = 1,    /* its map is damaged or not its pieces' */
+    SCAN_RECORDS,       /* its packed records are damaged */
+    SCAN_RAW,           /* a piece's frames do not hold its box's bytes */
+};
 
-static int digest_piece(void *arg, uint64_t j, size_t t, uint64_t c)
+/* One plan's scan (scan_plan), run on the pool. */
+typedef struct scan_task {
+    ckpt_reuse *r;
+    size_t k;
+    const char *file;   /* its shard, as the previous index names it */
+    uint64_t digest;    /* of the pieces its map describes */
+    size_t pos;         /* its next record */
+    uint64_t end;       /* where its records' frames end in its shard */
+    ckpt_reuse_sum *sum;    /* the worker's totals per tensor */
+    int rc;             /* 0, 1 (why), -ENOMEM */
+    int why;
+    size_t bad_t;       /* SCAN_RAW: the tensor and chunk */
+    uint64_t bad_c;
+    ckpt_taskgroup *g;
+} scan_task;
+
+/* Piece j of plan a->k, chunk c of tensor t by its map: its step of the
+ * digest (as its writer computes it of its own, layout.h), its record
+ * (which starts at a->pos and must hold the box's raw bytes), its slot
+ * (chunks_hit checks that no other piece took it), and its record's
+ * totals.  0, or 1
+ * with a->why. */
+static int scan_piece(void *arg, uint64_t j, size_t t, uint64_t c)
 {
-    (void)j;
-    digest_arg *a = arg;
-    const ckpt_index_packed_tensor *pt = &a->r->tensors[t];
+    scan_task *a = arg;
+    ckpt_reuse *r = a->r;
+    const ckpt_index_packed_tensor *pt = &r->tensors[t];
+    const ckpt_plan_packed *p = &r->plans[a->k];
     int64_t off[CKPT_MAX_DIMS], size[CKPT_MAX_DIMS];
     ckpt_grid_box(pt->ndim, pt->shape, pt->grid, c, off, size);
-    a->d = ckpt_layout_step(a->d, pt->fqn, pt->dtype, pt->ndim, pt->shape,
-                            off, size, a->file);
-    return 0;
-}
-
-/* 0 when plan k's claimed digest is the digest of the pieces its map in
- * the previous index describes - the map is then the plan's pieces,
- * whatever that index holds - or 1. */
-static int verify_plan(const ckpt_reuse *r, size_t k)
-{
-    const prev_layout *l = &r->layouts[k];
-    digest_arg a = { r, l->file_id ? r->files[l->file_id - 1].path : NULL,
-                     CKPT_LAYOUT_SEED };
-    return each_piece(r, k, digest_piece, &a) ||
-           a.d != r->plans[k].claim.layout;
-}
-
-/* One plan's work (verify_plan, index_records) run by on_every_plan. */
-typedef int (*plan_fn)(ckpt_reuse *r, size_t k, uint64_t *end);
-
-typedef struct plan_task {
-    ckpt_reuse *r;
-    size_t k;
-    plan_fn fn;
-    uint64_t *end;
-    int rc;
-    ckpt_taskgroup *g;
-} plan_task;
-
-static void plan_run(void *arg, int worker)
-{
-    (void)worker;
-    plan_task *v = arg;
-    v->rc = v->fn(v->r, v->k, v->end);
-    ckpt_tg_done(v->g);
-}
-
-/* fn on plans 0..n-1 (plan k's end into ends[k] when ends is not NULL),
- * on a thread per CPU: the index of the first (in plan order) that
- * returned other than 0, with what it returned in *rc; or n. */
-static size_t on_every_plan(ckpt_reuse *r, size_t n, plan_fn fn,
-                            uint64_t *ends, ckpt_error *err, int *rc)
-{
-    plan_task *v = calloc(n ? n : 1, sizeof *v);
-    ckpt_pool *pool = NULL;
-    int threads = ckpt_cpu_count();
-    *rc = v ? ckpt_pool_create(&pool, threads > 1 ? threads - 1 : 1, err)
-            : -ENOMEM;
-    size_t bad_at = n;
-    if (!*rc) {
-        ckpt_taskgroup g;
-        ckpt_tg_init(&g);
-        for (size_t k = 0; k < n; k++)
-            v[k] = (plan_task){ r, k, fn, ends ? &ends[k] : NULL, 0, &g };
-        if (n)
-            ckpt_pool_run_tasks(pool, plan_run, v, n, sizeof *v, &g);
-        ckpt_tg_destroy(&g);
-        for (size_t k = 0; k < n && bad_at == n; k++)
-            if (v[k].rc) {
-                bad_at = k;
-                *rc = v[k].rc;
-            }
+    a->digest = ckpt_layout_step(a->digest, pt->fqn, pt->dtype, pt->ndim,
+                                 pt->shape, off, size, a->file);
+    r->rec_at[a->k][j] = (uint32_t)a->pos;
+    ckpt_pack_chunk rec;
+    if (a->pos >= p->len || p->data[a->pos] != 0 ||
+        ckpt_pack_get(p->data, p->len, &a->pos, &rec, NULL, 0)) {
+        a->why = SCAN_RECORDS;
+        return 1;
     }
-    if (pool)
-        ckpt_pool_destroy(pool);
-    free(v);
-    return bad_at;
-}
-
-static int verify_one(ckpt_reuse *r, size_t k, uint64_t *end)
-{
-    (void)end;
-    return verify_plan(r, k);
-}
-
-/* Piece j of plan k is chunk c of tensor t: 1 when another piece is. */
-typedef struct place_arg {
-    ckpt_reuse *r;
-    size_t k;
-} place_arg;
-
-static int place_piece(void *arg, uint64_t j, size_t t, uint64_t c)
-{
-    place_arg *a = arg;
-    uint64_t *s = &a->r->slot[a->r->chunk0[t] + c];
-    if (*s != UINT64_MAX)
+    uint64_t raw = ckpt_dtype_size(pt->dtype);
+    for (int d = 0; d < pt->ndim; d++)
+        raw *= (uint64_t)size[d];
+    if (rec.raw_bytes != raw) {
+        a->why = SCAN_RAW;
+        a->bad_t = t;
+        a->bad_c = c;
         return 1;
-    *s = (uint64_t)a->k << 32 | j;
+    }
+    /* A plain store (a locked exchange waits for the line): a chunk hit
+     * twice leaves another one empty, which chunks_hit finds. */
+    atomic_store_explicit(&r->slot[r->chunk0[t] + c],
+                          (uint64_t)a->k << 32 | j, memory_order_relaxed);
+    if (rec.file_end > a->end)
+        a->end = rec.file_end;
+    ckpt_reuse_sum *s = &a->sum[t];
+    s->stored += rec.stored_bytes;
+    s->nframes += rec.nframes;
+    s->mask |= rec.codec_mask;
     return 0;
 }
 
-/* Plan k's records: where each starts (rec_at), each whole; *end gets
- * where its last frame ends in the shard.  0, or 1 when damaged. */
-static int index_records(ckpt_reuse *r, size_t k, uint64_t *end)
+/* Plan k, scanned along its map: 0 when its claimed digest is the digest
+ * of the pieces its map in the previous index describes - the map is
+ * then the plan's pieces, whatever that index holds - and its records
+ * are whole, one per piece, each holding its chunk's raw bytes; or 1
+ * with a->why. */
+static int scan_plan(scan_task *a)
 {
-    const ckpt_plan_packed *p = &r->plans[k];
-    if (p->len > UINT32_MAX)
+    ckpt_reuse *r = a->r;
+    const ckpt_plan_packed *p = &r->plans[a->k];
+    const prev_layout *l = &r->layouts[a->k];
+    if (p->len > UINT32_MAX || l->pieces > UINT32_MAX) {
+        a->why = SCAN_RECORDS;
         return 1;
-    r->rec_at[k] = malloc((p->pieces + 1) * sizeof *r->rec_at[k]);
-    if (!r->rec_at[k])
+    }
+    r->rec_at[a->k] = malloc((l->pieces + 1) * sizeof *r->rec_at[a->k]);
+    if (!r->rec_at[a->k])
         return -ENOMEM;
-    size_t pos = 0;
-    *end = 0;
-    ckpt_frame_rec few[8], *f = few;
-    uint64_t cap = 8;
-    int rc = 0;
-    for (uint64_t j = 0; j < p->pieces && !rc; j++) {
-        ckpt_pack_chunk c;
-        size_t at = pos;
-        r->rec_at[k][j] = (uint32_t)pos;
-        if (pos >= p->len || p->data[pos] != 0) {
-            rc = 1;
-            break;
-        }
-        /* Most records hold a frame or a few; a longer one is read
-         * again with room for its frames. */
-        if (ckpt_pack_get(p->data, p->len, &pos, &c, f, cap)) {
-            pos = at;
-            ckpt_frame_rec *g = NULL;
-            if (ckpt_pack_get(p->data, p->len, &pos, &c, NULL, 0) ||
-                c.nframes <= cap)
-                rc = 1;
-            else if (!(g = malloc(c.nframes * sizeof *g)))
-                rc = -ENOMEM;
-            if (rc)
-                break;
-            if (f != few)
-                free(f);
-            f = g;
-            cap = c.nframes;
-            pos = at;
-            if (ckpt_pack_get(p->data, p->len, &pos, &c, f, cap))
-                rc = 1;
-        }
-        /* A record's frames are in shard order (each starts at or after
-         * the end of the one before): the last ends furthest. */
-        if (!rc && c.nframes) {
-            uint64_t e = f[c.nframes - 1].file_offset +
-                         f[c.nframes - 1].stored_size;
-            if (e > *end)
-                *end = e;
-        }
+    a->file = l->file_id ? r->files[l->file_id - 1].path : NULL;
+    a->digest = CKPT_LAYOUT_SEED;
+    if (each_piece(r, a->k, scan_piece, a)) {
+        if (!a->why)
+            a->why = SCAN_LAYOUT;
+        return 1;
     }
-    if (f != few)
-        free(f);
-    r->rec_at[k][p->pieces] = (uint32_t)pos;
-    return rc ? rc : pos == p->len ? 0 : 1;
+    r->rec_at[a->k][l->pieces] = (uint32_t)a->pos;
+    if (a->digest != p->claim.layout)
+        a->why = SCAN_LAYOUT;
+    else if (a->pos != p->len)
+        a->why = SCAN_RECORDS;
+    return a->why ? 1 : 0;
+}
+
+static void scan_run(void *arg, int worker)
+{
+    scan_task *a = arg;
+    a->sum = a->r->sums + (size_t)(worker + 1) * a->r->ntensors;
+    a->rc = scan_plan(a);
+    ckpt_tg_done(a->g);
+}
+
+/* Every plan scanned (scan_plan) on the pool, each piece placed in its
+ * chunk's slot, each plan's end into ends[k]: 0; 1 with why for the
+ * first plan (in plan order) found wrong; or -ENOMEM. */
+static int scan_plans(ckpt_reuse *r, char *const *names, size_t n,
+                      uint64_t *ends, char *why, size_t cap)
+{
+    size_t workers = (size_t)ckpt_pool_threads(r->pool);
+    scan_task *v = calloc(n ? n : 1, sizeof *v);
+    r->sums = calloc((workers + 1) * (r->ntensors ? r->ntensors : 1),
+                     sizeof *r->sums);
+    if (!v || !r->sums) {
+        free(v);
+        return -ENOMEM;
+    }
+    ckpt_taskgroup g;
+    ckpt_tg_init(&g);
+    for (size_t k = 0; k < n; k++)
+        v[k] = (scan_task){ .r = r, .k = k, .g = &g };
+    if (n)
+        ckpt_pool_run_tasks(r->pool, scan_run, v, n, sizeof *v, &g);
+    ckpt_tg_destroy(&g);
+    int rc = 0;
+    for (size_t k = 0; k < n && !rc; k++) {
+        const scan_task *a = &v[k];
+        ends[k] = a->end;
+        if (a->rc < 0)
+            rc = a->rc;
+        else if (a->why == SCAN_LAYOUT)
+            rc = skip(why, cap, "plan %s: the layout %s records for it is "
+                      "not its pieces' (damaged)", names[k], r->from);
+        else if (a->why == SCAN_RECORDS)
+            rc = skip(why, cap, "the packed records of plan %s are "
+                      "damaged", names[k]);
+        else if (a->why == SCAN_RAW)
+            rc = skip(why, cap, "plan %s: the frames of tensor '%s' chunk "
+                      "%llu do not hold its box's bytes", names[k],
+                      r->tensors[a->bad_t].fqn,
+                      (unsigned long long)a->bad_c);
+    }
+    free(v);
+    return rc;
+}
+
+/* 1 when the plans' pieces, as many as the chunks, left no chunk's slot
+ * empty: then each took a chunk of its own. */
+static int chunks_hit(const ckpt_reuse *r, size_t n)
+{
+    uint64_t pieces = 0;
+    for (size_t k = 0; k < n; k++)
+        pieces += r->layouts[k].pieces;
+    if (pieces != r->nchunks)
+        return 0;
+    for (uint64_t c = 0; c < r->nchunks; c++)
+        if (atomic_load_explicit(&r->slot[c], memory_order_relaxed) ==
+            UINT64_MAX)
+            return 0;
+    return 1;
 }
 
 /* Shard sizes, and which shards the commit syncs: 0, or 1. */
@@ -614,27 +643,13 @@ static int prepare(ckpt_reuse *r, const char *dir, const char *pending,
         rc = check_plan(r, k, names[k], why, cap);
     if (!rc)
         rc = chunk_slots(r);
-    size_t bad_at = rc ? n : on_every_plan(r, n, verify_one, NULL, err, &rc);
-    if (bad_at < n && rc == 1)
-        rc = skip(why, cap, "plan %s: the layout %s records for it is not "
-                  "its pieces' (damaged)", names[bad_at], r->from);
-    uint64_t mapped = 0;
-    for (size_t k = 0; !rc && k < n; k++) {
-        place_arg a = { r, k };
-        if (r->layouts[k].pieces > UINT32_MAX ||
-            each_piece(r, k, place_piece, &a))
-            rc = skip(why, cap, "the layouts of %s hit a chunk twice",
-                      r->from);
-        mapped += r->layouts[k].pieces;
-    }
-    if (!rc && mapped != r->nchunks)
-        rc = skip(why, cap, "the layouts of %s leave chunks out", r->from);
-    /* Each plan's records indexed on its own thread (rec_at[k], ends[k]
-     * are plan k's alone). */
-    if (!rc && (bad_at = on_every_plan(r, n, index_records, ends, err,
-                                       &rc)) < n && rc == 1)
-        skip(why, cap, "the packed records of plan %s are damaged",
-             names[bad_at]);
+    if (!rc)
+        rc = ckpt_pool_create(&r->pool, 0, err);
+    if (!rc)
+        rc = scan_plans(r, names, n, ends, why, cap);
+    if (!rc && !chunks_hit(r, n))
+        rc = skip(why, cap, "the layouts of %s hit a chunk twice or leave "
+                  "one out", r->from);
     if (!rc && (rc = check_shards(r, dir, ends)) == 1)
         skip(why, cap, "a shard is missing or shorter than its frames");
     if (!rc)
@@ -692,41 +707,67 @@ int ckpt_reuse_sync(const ckpt_reuse *r, const char *dir,
 
 /* ----------------------------------------------------- the new index */
 
-/* Tensor t's chunks' records: each plan's record of the piece that is
- * the chunk, its file id put in, its raw bytes checked against the
- * chunk's box. */
+/* Tensor t's packed records into b: per chunk, the record of the piece
+ * that is the chunk (scanned: whole, its raw bytes its box's), its file
+ * id put in. */
+static void build_blob(const ckpt_reuse *r, size_t t, ckpt_strbuf *b)
+{
+    const _Atomic uint64_t *slot = r->slot + r->chunk0[t];
+    for (uint64_t c = 0; c < r->tensors[t].nchunks; c++) {
+        uint64_t s = atomic_load_explicit(&slot[c], memory_order_relaxed);
+        size_t k = (size_t)(s >> 32), j = (size_t)(s & UINT32_MAX);
+        size_t pos = r->rec_at[k][j], end = r->rec_at[k][j + 1];
+        ckpt_varint_put(b, (uint64_t)r->layouts[k].file_id);
+        ckpt_strbuf_add(b, r->plans[k].data + pos + 1, end - pos - 1);
+    }
+}
+
+static void blob_run(void *arg, int worker)
+{
+    (void)worker;
+    blob_task *v = arg;
+    build_blob(v->r, v->t, &v->b);
+    ckpt_tg_done(&v->g);
+}
+
+/* Tensor t's records built on the pool into window slot t % n. */
+static void blob_submit(ckpt_reuse *r, size_t t)
+{
+    blob_task *v = &r->window[t % r->nwindow];
+    v->t = t;
+    v->b.len = 0;
+    ckpt_tg_add(&v->g, 1);
+    if (ckpt_pool_submit(r->pool, blob_run, v))
+        blob_run(v, -1);
+}
+
+/* The index writer's fill: tensor t's records and totals.  The writer
+ * asks for the tensors in order; the pool builds the next ones
+ * meanwhile, nwindow at a time. */
 static int fill(void *arg, size_t t, ckpt_strbuf *b, uint64_t *stored,
                 uint64_t *nframes, uint32_t *mask, ckpt_error *err)
 {
+    (void)err;
     ckpt_reuse *r = arg;
-    const ckpt_index_packed_tensor *pt = &r->tensors[t];
-    size_t item = ckpt_dtype_size(pt->dtype);
-    for (uint64_t c = 0; c < pt->nchunks; c++) {
-        uint64_t s = r->slot[r->chunk0[t] + c];
-        size_t k = (size_t)(s >> 32), j = (size_t)(s & UINT32_MAX);
-        const ckpt_plan_packed *p = &r->plans[k];
-        size_t pos = r->rec_at[k][j], end = r->rec_at[k][j + 1];
-        ckpt_pack_chunk rec;
-        int64_t off[CKPT_MAX_DIMS], size[CKPT_MAX_DIMS];
-        ckpt_grid_box(pt->ndim, pt->shape, pt->grid, c, off, size);
-        uint64_t raw = item;
-        for (int d = 0; d < pt->ndim; d++)
-            raw *= (uint64_t)size[d];
-        size_t at = pos;
-        if (ckpt_pack_get(p->data, end, &at, &rec, NULL, 0) ||
-            rec.raw_bytes != raw)
-            return ckpt_err(err, -EINVAL, "tensor '%s' chunk %llu (plan %s):"
-                            " its frames hold %llu raw bytes, its box %llu",
-                            pt->fqn, (unsigned long long)c,
-                            r->layouts[k].plan,
-                            (unsigned long long)rec.raw_bytes,
-                            (unsigned long long)raw);
-        ckpt_varint_put(b, (uint64_t)r->layouts[k].file_id);
-        ckpt_strbuf_add(b, p->data + pos + 1, end - pos - 1);
-        *stored += rec.stored_bytes;
-        *nframes += rec.nframes;
-        *mask |= rec.codec_mask;
+    size_t workers = (size_t)ckpt_pool_threads(r->pool);
+    for (size_t w = 0; w <= workers; w++) {
+        const ckpt_reuse_sum *s = &r->sums[w * r->ntensors + t];
+        *stored += s->stored;
+        *nframes += s->nframes;
+        *mask |= s->mask;
     }
+    if (t != r->next_blob) {            /* not the writer's order */
+        build_blob(r, t, b);
+        return 0;
+    }
+    blob_task *v = &r->window[t % r->nwindow];
+    ckpt_tg_wait(&v->g);
+    ckpt_strbuf mine = *b;
+    *b = v->b;
+    v->b = mine;
+    r->next_blob = t + 1;
+    if (t + r->nwindow < r->ntensors)
+        blob_submit(r, t + r->nwindow);
     return 0;
 }
 
@@ -740,7 +781,30 @@ int ckpt_reuse_write(ckpt_reuse *r, const char *tmp, const char *dir,
         .layouts = r->out_layouts, .nlayouts = r->nplans,
         .fill = fill, .arg = r,
     };
-    return ckpt_index_write_packs(tmp, dir, &src, meta, nmeta, sync, err);
+    /* Twice the pool's threads (at most 64): one tensor's records being
+     * inserted while the next ones are built. */
+    size_t n = 2 * (size_t)ckpt_pool_threads(r->pool) + 1;
+    if (n > 64)
+        n = 64;
+    if (!(r->window = calloc(n, sizeof *r->window)))
+        return ckpt_err(err, -ENOMEM, "out of memory");
+    r->nwindow = n;
+    r->next_blob = 0;
+    for (size_t i = 0; i < n; i++) {
+        r->window[i].r = r;
+        ckpt_tg_init(&r->window[i].g);
+    }
+    for (size_t t = 0; t < n && t < r->ntensors; t++)
+        blob_submit(r, t);
+    int rc = ckpt_index_write_packs(tmp, dir, &src, meta, nmeta, sync, err);
+    for (size_t i = 0; i < n; i++) {    /* what the writer left */
+        ckpt_tg_wait(&r->window[i].g);
+        ckpt_tg_destroy(&r->window[i].g);
+        ckpt_strbuf_free(&r->window[i].b);
+    }
+    free(r->window);
+    r->window = NULL;
+    return rc;
 }
 
 void ckpt_reuse_free(ckpt_reuse *r)
@@ -758,6 +822,9 @@ void ckpt_reuse_free(ckpt_reuse *r)
     for (size_t t = 0; t < r->ntensors; t++)
         free((char *)r->tensors[t].fqn);
     free(r->tensors);
+    if (r->pool)
+        ckpt_pool_destroy(r->pool);
+    free(r->sums);
     free(r->chunk0);
     free(r->slot);
     size_t nl = r->layouts ? r->nplans : 0;

@@ -132,10 +132,21 @@ int planedit_set_layout(const char *path, uint64_t pieces, uint64_t digest)
     return rewrite(path, layout_fn, &a);
 }
 
-static int cut_fn(int type, const uint8_t *p, size_t len, ckpt_strbuf *out,
-                  void *arg)
+/* Builds an APPEND record's new packed records into recs from its
+ * packed records packed[0..plen). */
+typedef void (*recs_fn)(const uint8_t *packed, size_t plen,
+                        ckpt_strbuf *recs, const void *arg);
+
+typedef struct packed_edit {
+    recs_fn fn;
+    const void *arg;
+} packed_edit;
+
+/* An APPEND record with packed records, those rebuilt by the edit. */
+static int packed_fn(int type, const uint8_t *p, size_t len,
+                     ckpt_strbuf *out, void *arg)
 {
-    size_t cut = *(const size_t *)arg;
+    const packed_edit *e = arg;
     if (type != CKPT_PLANREC_APPEND)
         return 0;
     claims cl = { 0 };
@@ -146,18 +157,50 @@ static int cut_fn(int type, const uint8_t *p, size_t len, ckpt_strbuf *out,
         return 0;
     uint64_t plen = ckpt_planlog_get_varint(&c);
     const uint8_t *packed = ckpt_planlog_get_bytes(&c, plen);
-    ck_assert(!c.bad && plen >= cut);
+    ck_assert(!c.bad);
+    ckpt_strbuf recs = { 0 };
+    e->fn(packed, plen, &recs, e->arg);
     ckpt_strbuf_add(out, p, cl.end);
     ckpt_varint_put(out, n);
-    ckpt_varint_put(out, plen - cut);
-    ckpt_strbuf_add(out, packed, plen - cut);
+    ckpt_varint_put(out, recs.len);
+    ckpt_strbuf_add(out, recs.p, recs.len);
     ckpt_strbuf_add(out, p + c.pos, len - c.pos);
+    ckpt_strbuf_free(&recs);
     return 1;
+}
+
+static void cut_recs(const uint8_t *packed, size_t plen, ckpt_strbuf *recs,
+                     const void *arg)
+{
+    size_t cut = *(const size_t *)arg;
+    ck_assert(plen >= cut);
+    ckpt_strbuf_add(recs, packed, plen - cut);
 }
 
 int planedit_cut_packed(const char *path, size_t n)
 {
-    return rewrite(path, cut_fn, &n);
+    packed_edit e = { cut_recs, &n };
+    return rewrite(path, packed_fn, &e);
+}
+
+/* The first record's first frame re-encoded with more raw bytes. */
+static void grow_recs(const uint8_t *packed, size_t plen, ckpt_strbuf *recs,
+                      const void *arg)
+{
+    ckpt_frame_rec f[16];
+    ckpt_pack_chunk rec;
+    size_t at = 0;
+    ck_assert_int_eq(ckpt_pack_get(packed, plen, &at, &rec, f, 16), 0);
+    ck_assert(rec.nframes >= 1 && rec.file_id == 0);
+    f[0].raw_size += *(const uint64_t *)arg;
+    ckpt_pack_put(recs, 0, f, rec.nframes, rec.data_hash);
+    ckpt_strbuf_add(recs, packed + at, plen - at);
+}
+
+int planedit_grow_packed_raw(const char *path, uint64_t more)
+{
+    packed_edit e = { grow_recs, &more };
+    return rewrite(path, packed_fn, &e);
 }
 
 size_t planedit_last_record(const char *path, size_t *size)

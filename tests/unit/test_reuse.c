@@ -40,6 +40,24 @@ typedef struct layout {
 
 static const layout SAME = { -1, -1, -1, -1 };
 
+/* Tensors saved after the NT above (set by a test before its saves):
+ * "model.e<i>.weight", each shaped and cut as tensor 1. */
+static int extra;
+
+static int kind(int t)
+{
+    return t < NT ? t : 1;
+}
+
+/* Tensor t's name (in buf when an extra one). */
+static const char *tensor_name(int t, char *buf, size_t cap)
+{
+    if (t < NT)
+        return FQN[t];
+    snprintf(buf, cap, "model.e%d.weight", t - NT);
+    return buf;
+}
+
 static void box(const layout *l, int r, int t, int64_t *off, int64_t *size)
 {
     if (t == 0) {
@@ -63,11 +81,12 @@ static float value(int s, int t, int64_t i)
 static void fill(int s, int t, const int64_t *off, const int64_t *size,
                  float *out)
 {
-    int64_t cols = NDIM[t] == 2 ? SHAPE[t][1] : 1;
-    int64_t rows = size[0], w = NDIM[t] == 2 ? size[1] : 1;
+    int k = kind(t);
+    int64_t cols = NDIM[k] == 2 ? SHAPE[k][1] : 1;
+    int64_t rows = size[0], w = NDIM[k] == 2 ? size[1] : 1;
     for (int64_t y = 0; y < rows; y++)
         for (int64_t x = 0; x < w; x++) {
-            int64_t row = off[0] + y, col = NDIM[t] == 2 ? off[1] + x : 0;
+            int64_t row = off[0] + y, col = NDIM[k] == 2 ? off[1] + x : 0;
             /* rows past the shape (a grown box) hold anything */
             out[y * w + x] = value(s, t, row * cols + col);
         }
@@ -93,10 +112,11 @@ static void write_step(const char *root, int s, const layout *l)
         ckpt_writer *w;
         ck_assert_msg(ckpt_writer_open(&w, dir, name, &o, &err) == 0, "%s",
                       err.msg);
-        for (int t = 0; t < NT; t++) {
+        for (int t = 0; t < NT + extra; t++) {
             int64_t off[2], size[2];
             float buf[64];
-            box(l, r, t, off, size);
+            char fqn[64];
+            box(l, r, kind(t), off, size);
             int halves = t == 0 && r == l->split ? 2 : 1;
             if (halves == 2)
                 size[1] /= 2;
@@ -104,8 +124,9 @@ static void write_step(const char *root, int s, const layout *l)
                 if (halves == 2)
                     off[1] = h * size[1];
                 fill(s, t, off, size, buf);
-                ckpt_piece p = { FQN[t], CKPT_F32, NDIM[t], SHAPE[t], off,
-                                 size, buf };
+                ckpt_piece p = { tensor_name(t, fqn, sizeof fqn),
+                                 CKPT_F32, NDIM[kind(t)], SHAPE[kind(t)],
+                                 off, size, buf };
                 ck_assert_msg(ckpt_writer_put(w, &p, &err) == 0, "%s",
                               err.msg);
             }
@@ -151,16 +172,19 @@ static void check_data(const char *root, int s)
     ckpt_reader *r;
     ckpt_error err = { 0 };
     ck_assert_msg(ckpt_reader_open(&r, dir, NULL, &err) == 0, "%s", err.msg);
-    for (int t = 0; t < NT; t++) {
-        int64_t n = SHAPE[t][0] * (NDIM[t] == 2 ? SHAPE[t][1] : 1);
+    for (int t = 0; t < NT + extra; t++) {
+        char name[64];
+        const char *fqn = tensor_name(t, name, sizeof name);
+        int k = kind(t);
+        int64_t n = SHAPE[k][0] * (NDIM[k] == 2 ? SHAPE[k][1] : 1);
         float *got = xmalloc((size_t)n * 4);
-        long idx = ckpt_reader_find(r, FQN[t]);
+        long idx = ckpt_reader_find(r, fqn);
         ck_assert_int_ge(idx, 0);
         ck_assert_int_eq(ckpt_read(r, (size_t)idx, got, 0, (uint64_t)n * 4,
                                    &err), n * 4);
         for (int64_t i = 0; i < n; i++)
             ck_assert_msg(got[i] == value(s, t, i), "step %d %s [%lld]: %g, "
-                          "want %g", s, FQN[t], (long long)i, got[i],
+                          "want %g", s, fqn, (long long)i, got[i],
                           value(s, t, i));
         free(got);
     }
@@ -192,7 +216,9 @@ static const char *plan_path(const char *root, int s, const char *name)
     return path;
 }
 
-static int count(const char *root, int s, const char *sql)
+/* The rows of `sql` on root/step-s/index.db as text, blobs in hex
+ * (malloc'd). */
+static char *dump(const char *root, int s, const char *sql)
 {
     char path[600];
     snprintf(path, sizeof path, "%s/step-%d/index.db", root, s);
@@ -200,10 +226,34 @@ static int count(const char *root, int s, const char *sql)
     sqlite3_stmt *st;
     ck_assert_int_eq(sqlite3_open(path, &db), SQLITE_OK);
     ck_assert_int_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
-    ck_assert_int_eq(sqlite3_step(st), SQLITE_ROW);
-    int n = sqlite3_column_int(st, 0);
+    size_t len = 0, cap = 1 << 16;
+    char *out = xmalloc(cap);
+    out[0] = '\0';
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        for (int c = 0; c < sqlite3_column_count(st); c++) {
+            const unsigned char *v = sqlite3_column_text(st, c);
+            size_t n = v ? strlen((const char *)v) : 4;
+            while (len + n + 3 > cap) {
+                out = realloc(out, cap *= 2);
+                ck_assert_ptr_nonnull(out);
+            }
+            len += (size_t)sprintf(out + len, "%s|", v ? (const char *)v
+                                                       : "NULL");
+        }
+        out[len++] = '\n';
+        out[len] = '\0';
+    }
     sqlite3_finalize(st);
     sqlite3_close(db);
+    return out;
+}
+
+/* The integer the first row of `sql` on step s's index starts with. */
+static int count(const char *root, int s, const char *sql)
+{
+    char *rows = dump(root, s, sql);
+    int n = atoi(rows);
+    free(rows);
     return n;
 }
 
@@ -216,6 +266,16 @@ static void assert_reused(const char *root, int s, const char *from)
     else
         ck_assert_msg(!got, "step %d reused %s, want a fresh plan", s, got);
     free(got);
+}
+
+/* Step s was refused: no index.db; step 1 still reads. */
+static void assert_refused(const char *root, int s)
+{
+    char dir[4096], idx[4200];
+    step_dir(dir, sizeof dir, root, s);
+    snprintf(idx, sizeof idx, "%s/index.db", dir);
+    ck_assert_int_ne(access(idx, F_OK), 0);
+    check_data(root, 1);
 }
 
 /* ------------------------------------------------------------ tests */
@@ -295,9 +355,7 @@ START_TEST(test_changed_layout_on_one_rank_is_checked)
     ck_assert_int_eq(commit_step(root, 2, &err), -EINVAL);
     ck_assert_msg(strstr(err.msg, "model.a.weight") &&
                   strstr(err.msg, "overlap"), "%s", err.msg);
-    char idx[600];
-    snprintf(idx, sizeof idx, "%s/step-2/index.db", root);
-    ck_assert_int_ne(access(idx, F_OK), 0);
+    assert_refused(root, 2);
     remove_tmpdir(root);
 }
 END_TEST
@@ -340,24 +398,76 @@ END_TEST
 
 /* A plan's packed records damaged: they are its pieces' frames (no
  * other copy of them is in the plan), so the commit refuses the plan by
- * name, publishes nothing, and the save before it still reads. */
+ * name, publishes nothing, and the save before it still reads.  Cut
+ * short, the plan is damaged; a record whose frames hold more raw bytes
+ * than its box (its layout claim unchanged) is not reused, and refused
+ * as the planner refuses it. */
 START_TEST(test_damaged_packed_record)
 {
+    static const struct {
+        int grow, rc;
+        const char *name, *says;
+    } damage[] = {
+        { 0, -EIO, "rank3.plan", "damaged local plan" },
+        { 1, -EINVAL, "rank3", "has 68 bytes, expected 64" },
+    };
+    for (size_t d = 0; d < sizeof damage / sizeof damage[0]; d++) {
+        char *root = make_tmpdir_tagged("reuse");
+        save(root, 1, &SAME);
+        write_step(root, 2, &SAME);
+        const char *plan = plan_path(root, 2, "rank3.plan");
+        if (damage[d].grow)
+            ck_assert_int_ge(planedit_grow_packed_raw(plan, 4), 1);
+        else
+            ck_assert_int_eq(planedit_cut_packed(plan, 5), 1);
+        ckpt_error err = { 0 };
+        ck_assert_int_eq(commit_step(root, 2, &err), damage[d].rc);
+        ck_assert_msg(strstr(err.msg, damage[d].name) &&
+                      strstr(err.msg, damage[d].says), "%s", err.msg);
+        assert_refused(root, 2);
+        remove_tmpdir(root);
+    }
+}
+END_TEST
+
+/* The index of a commit that reuses a layout holds what a fresh commit
+ * of the same save holds: files, tensors with their totals, packed
+ * records, codecs, layouts, metadata (but for the time, identity and
+ * layout.reused).  Two saves of step 2, one beside step 1 (reused), one
+ * alone (planned afresh); with more tensors than the reusing commit
+ * builds records for at once. */
+START_TEST(test_reused_index_is_fresh_index)
+{
+    static const char *const query[] = {
+        "SELECT id, path, size, writer FROM files ORDER BY id",
+        "SELECT * FROM tensors ORDER BY id",
+        "SELECT tensor_id, grid, hex(chunks) FROM packs ORDER BY tensor_id",
+        "SELECT * FROM codecs ORDER BY id",
+        "SELECT plan, pieces, digest, file_id, hex(map) FROM layouts "
+        "ORDER BY plan",
+        "SELECT key, value FROM meta WHERE key NOT IN ('created', "
+        "'identity', 'layout.reused') ORDER BY key",
+        "SELECT count(*) FROM chunks",
+    };
+    extra = 80;
     char *root = make_tmpdir_tagged("reuse");
+    char *alone = make_tmpdir_tagged("reuse");
     save(root, 1, &SAME);
-    write_step(root, 2, &SAME);
-    ck_assert_int_eq(planedit_cut_packed(plan_path(root, 2, "rank3.plan"),
-                                         5), 1);
-    ckpt_error err = { 0 };
-    ck_assert_int_eq(commit_step(root, 2, &err), -EIO);
-    ck_assert_msg(strstr(err.msg, "rank3.plan") &&
-                  strstr(err.msg, "damaged local plan"), "%s", err.msg);
-    char dir[4096], idx[4200];
-    step_dir(dir, sizeof dir, root, 2);
-    snprintf(idx, sizeof idx, "%s/index.db", dir);
-    ck_assert_int_ne(access(idx, F_OK), 0);
-    check_data(root, 1);
+    save(root, 2, &SAME);
+    assert_reused(root, 2, "step-1");
+    save(alone, 2, &SAME);
+    assert_reused(alone, 2, NULL);
+    for (size_t q = 0; q < sizeof query / sizeof query[0]; q++) {
+        char *a = dump(root, 2, query[q]), *b = dump(alone, 2, query[q]);
+        ck_assert_msg(a[0] != '\0', "%s: no rows", query[q]);
+        ck_assert_msg(strcmp(a, b) == 0, "%s:\nreused:\n%.2000s\nfresh:\n"
+                      "%.2000s", query[q], a, b);
+        free(a);
+        free(b);
+    }
+    check_data(root, 2);
     remove_tmpdir(root);
+    remove_tmpdir(alone);
 }
 END_TEST
 
@@ -390,6 +500,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_damaged_layout_record);
     tcase_add_test(tc, test_damaged_packed_record);
     tcase_add_test(tc, test_plan_claim_checked);
+    tcase_add_test(tc, test_reused_index_is_fresh_index);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -53,6 +53,13 @@ typedef struct ckpt_reuse_sum {
     uint32_t mask;
 } ckpt_reuse_sum;
 
+/* Where a chunk's record is: plan `plan`'s packed records [pos, pos +
+ * len).  Written by the plans' scans, each chunk's by its piece's. */
+typedef struct chunk_slot {
+    _Atomic uint32_t plan;          /* UINT32_MAX: no piece yet */
+    _Atomic uint32_t pos, len;
+} chunk_slot;
+
 /* A tensor's packed records, built on the pool for the index writer. */
 typedef struct blob_task {
     ckpt_reuse *r;
@@ -74,8 +81,7 @@ struct ckpt_reuse {
     prev_layout *layouts;           /* by plan name, as the plans */
     size_t nplans;
     ckpt_plan_packed *plans;
-    uint32_t **rec_at;              /* per plan, per piece: its record */
-    _Atomic uint64_t *slot;         /* per chunk: plan << 32 | piece */
+    chunk_slot *slot;               /* per chunk */
     ckpt_pool *pool;                /* scans plans, builds the records */
     ckpt_reuse_sum *sums;           /* per pool worker + 1, per tensor */
     blob_task *window;              /* the records being built */
@@ -327,8 +333,11 @@ static int chunk_slots(ckpt_reuse *r)
     r->slot = malloc((n ? n : 1) * sizeof *r->slot);
     if (!r->slot)
         return -ENOMEM;
-    for (uint64_t c = 0; c < n; c++)
-        atomic_init(&r->slot[c], UINT64_MAX);
+    for (uint64_t c = 0; c < n; c++) {
+        atomic_init(&r->slot[c].plan, UINT32_MAX);
+        atomic_init(&r->slot[c].pos, 0);
+        atomic_init(&r->slot[c].len, 0);
+    }
     return 0;
 }
 
@@ -405,8 +414,7 @@ typedef struct scan_task {
     size_t pos;         /* its next record */
     uint64_t end;       /* where its records' frames end in its shard */
     ckpt_reuse_sum *sum;    /* the worker's totals per tensor */
-    int rc;             /* 0, 1 (why), -ENOMEM */
-    int why;
+    int why;            /* 0, or what is wrong */
     size_t bad_t;       /* SCAN_RAW: the tensor and chunk */
     uint64_t bad_c;
     ckpt_taskgroup *g;
@@ -414,12 +422,12 @@ typedef struct scan_task {
 
 /* Piece j of plan a->k, chunk c of tensor t by its map: its step of the
  * digest (as its writer computes it of its own, layout.h), its record
- * (which starts at a->pos and must hold the box's raw bytes), its slot
- * (chunks_hit checks that no other piece took it), and its record's
- * totals.  0, or 1
- * with a->why. */
+ * (the next one, at a->pos: it must hold the box's raw bytes), the
+ * chunk's slot (chunks_hit checks that no other piece took it), and its
+ * record's totals.  0, or 1 with a->why. */
 static int scan_piece(void *arg, uint64_t j, size_t t, uint64_t c)
 {
+    (void)j;                    /* the records are in piece order */
     scan_task *a = arg;
     ckpt_reuse *r = a->r;
     const ckpt_index_packed_tensor *pt = &r->tensors[t];
@@ -428,7 +436,7 @@ static int scan_piece(void *arg, uint64_t j, size_t t, uint64_t c)
     ckpt_grid_box(pt->ndim, pt->shape, pt->grid, c, off, size);
     a->digest = ckpt_layout_step(a->digest, pt->fqn, pt->dtype, pt->ndim,
                                  pt->shape, off, size, a->file);
-    r->rec_at[a->k][j] = (uint32_t)a->pos;
+    size_t at = a->pos;
     ckpt_pack_chunk rec;
     if (a->pos >= p->len || p->data[a->pos] != 0 ||
         ckpt_pack_get(p->data, p->len, &a->pos, &rec, NULL, 0)) {
@@ -446,8 +454,11 @@ static int scan_piece(void *arg, uint64_t j, size_t t, uint64_t c)
     }
     /* A plain store (a locked exchange waits for the line): a chunk hit
      * twice leaves another one empty, which chunks_hit finds. */
-    atomic_store_explicit(&r->slot[r->chunk0[t] + c],
-                          (uint64_t)a->k << 32 | j, memory_order_relaxed);
+    chunk_slot *sl = &r->slot[r->chunk0[t] + c];
+    atomic_store_explicit(&sl->plan, (uint32_t)a->k, memory_order_relaxed);
+    atomic_store_explicit(&sl->pos, (uint32_t)at, memory_order_relaxed);
+    atomic_store_explicit(&sl->len, (uint32_t)(a->pos - at),
+                          memory_order_relaxed);
     if (rec.file_end > a->end)
         a->end = rec.file_end;
     ckpt_reuse_sum *s = &a->sum[t];
@@ -457,43 +468,38 @@ static int scan_piece(void *arg, uint64_t j, size_t t, uint64_t c)
     return 0;
 }
 
-/* Plan k, scanned along its map: 0 when its claimed digest is the digest
- * of the pieces its map in the previous index describes - the map is
- * then the plan's pieces, whatever that index holds - and its records
- * are whole, one per piece, each holding its chunk's raw bytes; or 1
- * with a->why. */
-static int scan_plan(scan_task *a)
+/* Plan a->k, scanned along its map; a->why stays 0 when its claimed
+ * digest is the digest of the pieces its map in the previous index
+ * describes - the map is then the plan's pieces, whatever that index
+ * holds - and its records are whole, one per piece, each holding its
+ * chunk's raw bytes. */
+static void scan_plan(scan_task *a)
 {
     ckpt_reuse *r = a->r;
     const ckpt_plan_packed *p = &r->plans[a->k];
     const prev_layout *l = &r->layouts[a->k];
-    if (p->len > UINT32_MAX || l->pieces > UINT32_MAX) {
+    if (p->len > UINT32_MAX || a->k >= UINT32_MAX) {
         a->why = SCAN_RECORDS;
-        return 1;
+        return;
     }
-    r->rec_at[a->k] = malloc((l->pieces + 1) * sizeof *r->rec_at[a->k]);
-    if (!r->rec_at[a->k])
-        return -ENOMEM;
     a->file = l->file_id ? r->files[l->file_id - 1].path : NULL;
     a->digest = CKPT_LAYOUT_SEED;
     if (each_piece(r, a->k, scan_piece, a)) {
         if (!a->why)
             a->why = SCAN_LAYOUT;
-        return 1;
+        return;
     }
-    r->rec_at[a->k][l->pieces] = (uint32_t)a->pos;
     if (a->digest != p->claim.layout)
         a->why = SCAN_LAYOUT;
     else if (a->pos != p->len)
         a->why = SCAN_RECORDS;
-    return a->why ? 1 : 0;
 }
 
 static void scan_run(void *arg, int worker)
 {
     scan_task *a = arg;
     a->sum = a->r->sums + (size_t)(worker + 1) * a->r->ntensors;
-    a->rc = scan_plan(a);
+    scan_plan(a);
     ckpt_tg_done(a->g);
 }
 
@@ -522,9 +528,7 @@ static int scan_plans(ckpt_reuse *r, char *const *names, size_t n,
     for (size_t k = 0; k < n && !rc; k++) {
         const scan_task *a = &v[k];
         ends[k] = a->end;
-        if (a->rc < 0)
-            rc = a->rc;
-        else if (a->why == SCAN_LAYOUT)
+        if (a->why == SCAN_LAYOUT)
             rc = skip(why, cap, "plan %s: the layout %s records for it is "
                       "not its pieces' (damaged)", names[k], r->from);
         else if (a->why == SCAN_RECORDS)
@@ -550,8 +554,8 @@ static int chunks_hit(const ckpt_reuse *r, size_t n)
     if (pieces != r->nchunks)
         return 0;
     for (uint64_t c = 0; c < r->nchunks; c++)
-        if (atomic_load_explicit(&r->slot[c], memory_order_relaxed) ==
-            UINT64_MAX)
+        if (atomic_load_explicit(&r->slot[c].plan, memory_order_relaxed) ==
+            UINT32_MAX)
             return 0;
     return 1;
 }
@@ -632,9 +636,8 @@ static int prepare(ckpt_reuse *r, const char *dir, const char *pending,
                                   "plans, or holds a tensor not packed",
                                   r->from, n);
     r->plans = calloc(n ? n : 1, sizeof *r->plans);
-    r->rec_at = calloc(n ? n : 1, sizeof *r->rec_at);
     uint64_t *ends = calloc(n ? n : 1, sizeof *ends);
-    if (!r->plans || !r->rec_at || !ends) {
+    if (!r->plans || !ends) {
         free(ends);
         return -ENOMEM;
     }
@@ -707,18 +710,31 @@ int ckpt_reuse_sync(const ckpt_reuse *r, const char *dir,
 
 /* ----------------------------------------------------- the new index */
 
+/* How many chunks ahead build_blob fetches a record. */
+#define BLOB_AHEAD 16
+
 /* Tensor t's packed records into b: per chunk, the record of the piece
  * that is the chunk (scanned: whole, its raw bytes its box's), its file
  * id put in. */
 static void build_blob(const ckpt_reuse *r, size_t t, ckpt_strbuf *b)
 {
-    const _Atomic uint64_t *slot = r->slot + r->chunk0[t];
-    for (uint64_t c = 0; c < r->tensors[t].nchunks; c++) {
-        uint64_t s = atomic_load_explicit(&slot[c], memory_order_relaxed);
-        size_t k = (size_t)(s >> 32), j = (size_t)(s & UINT32_MAX);
-        size_t pos = r->rec_at[k][j], end = r->rec_at[k][j + 1];
+    const chunk_slot *slot = r->slot + r->chunk0[t];
+    uint64_t n = r->tensors[t].nchunks;
+    for (uint64_t c = 0; c < n; c++) {
+        /* The records are all over the plans: the one a few chunks on
+         * is fetched while this one is copied. */
+        if (c + BLOB_AHEAD < n) {
+            const chunk_slot *q = &slot[c + BLOB_AHEAD];
+            __builtin_prefetch(r->plans[atomic_load_explicit(
+                                   &q->plan, memory_order_relaxed)].data +
+                               atomic_load_explicit(&q->pos,
+                                                    memory_order_relaxed));
+        }
+        size_t k = atomic_load_explicit(&slot[c].plan, memory_order_relaxed);
+        size_t pos = atomic_load_explicit(&slot[c].pos, memory_order_relaxed);
+        size_t len = atomic_load_explicit(&slot[c].len, memory_order_relaxed);
         ckpt_varint_put(b, (uint64_t)r->layouts[k].file_id);
-        ckpt_strbuf_add(b, r->plans[k].data + pos + 1, end - pos - 1);
+        ckpt_strbuf_add(b, r->plans[k].data + pos + 1, len - 1);
     }
 }
 
@@ -835,10 +851,8 @@ void ckpt_reuse_free(ckpt_reuse *r)
     free(r->layouts);
     for (size_t k = 0; r->plans && k < r->nplans; k++) {
         ckpt_plan_packed_free(&r->plans[k]);
-        free(r->rec_at[k]);
     }
     free(r->plans);
-    free(r->rec_at);
     free(r->out_layouts);
     ckpt_manifest_free(&r->meta);
     free(r);

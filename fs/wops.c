@@ -414,15 +414,31 @@ void wops_write(fuse_req_t req, fs_handle *hh, const char *buf, size_t size,
         fuse_reply_write(req, size);
 }
 
-void wops_flush(fuse_req_t req, fs_handle *hh)
+/* Replies to a flush or an fsync of h with what check (ws_close or
+ * ws_fsync) says of its piece.  The frames of a piece are encoded and
+ * appended after its write(2) returned (ckpt_stream_write): an error
+ * found then is reported by the next write, the fsync and the close,
+ * and fails the piece. */
+static void reply_check(fuse_req_t req, fs_handle *hh,
+                        int (*check)(ws_file *f, ckpt_error *err))
 {
     wfile *h = (wfile *)hh;
     ckpt_error err = { 0 };
-    int rc = h->piece ? ws_close(h->piece, &err) : 0;
+    int rc = h->piece ? check(h->piece, &err) : 0;
     if (rc)
         reply_fail(req, rc, &err);
     else
         fuse_reply_err(req, 0);
+}
+
+void wops_flush(fuse_req_t req, fs_handle *hh)
+{
+    reply_check(req, hh, ws_close);
+}
+
+void wops_fsync(fuse_req_t req, fs_handle *hh)
+{
+    reply_check(req, hh, ws_fsync);
 }
 
 /* Frees a handle (also one the kernel never released: its free). */

@@ -1821,6 +1821,32 @@ static int close_replica(ws_file *f, ckpt_error *err)
     return rc ? fail(f, rc, err) : 0;
 }
 
+/* The piece's error, once the frames of its bytes so far are in the
+ * shard: what the encoders or the shard found after the writes returned
+ * fails the piece here. */
+static int stream_check(ws_file *f, ckpt_error *err)
+{
+    if (f->rc) {
+        if (err)
+            *err = f->err;
+        return f->rc;
+    }
+    int rc = f->stream ? ckpt_stream_wait(f->stream, err) : 0;
+    if (rc) {
+        finish_stream(f, 0);
+        rc = fail(f, rc, err);
+    }
+    return rc;
+}
+
+int ws_fsync(ws_file *f, ckpt_error *err)
+{
+    pthread_mutex_lock(&f->mu);
+    int rc = stream_check(f, err);
+    pthread_mutex_unlock(&f->mu);
+    return rc;
+}
+
 static int close_locked(ws_file *f, ckpt_error *err)
 {
     if (f->rc) {
@@ -1829,9 +1855,10 @@ static int close_locked(ws_file *f, ckpt_error *err)
         return f->rc;
     }
     /* Recorded, or more bytes may come through another descriptor of the
-     * open file (a child's, a dup): a flush is not the piece's end. */
+     * open file (a child's, a dup): a flush is not the piece's end, but
+     * reports what the frames written so far met. */
     if (f->done || f->started)
-        return 0;
+        return stream_check(f, err);
     /* A replica's reference: no bytes, by design. */
     if (replica_declared(f)) {
         f->done = 1;

@@ -154,11 +154,19 @@ int ws_open(ws_save *w, uint32_t node, pid_t pid, uid_t uid, ws_file **out,
 int ws_write(ws_file *f, pid_t pid, const void *buf, size_t len,
              uint64_t off, int lend, ckpt_error *err);
 /* A close (a flush: of any descriptor of the open file, by any process):
- * reports the piece's error, if it failed; otherwise never ends a piece
- * that has begun (another descriptor may write on).  Before any byte, a
+ * reports the piece's error, if it failed, also one found after the
+ * writes returned (it waits for the frames of the bytes so far, as
+ * ws_fsync); otherwise never ends a piece that has begun (another
+ * descriptor may write on).  Before any byte, a
  * replica reference or an empty piece the attributes describe is
  * recorded here; otherwise nothing changes. */
 int ws_close(ws_file *f, ckpt_error *err);
+/* An fsync: waits until the frames of the bytes written so far are in
+ * the writer's shard, and reports the piece's error, also one an encoder
+ * or a shard write found after the write(2) that brought the bytes had
+ * returned (the piece then fails for good).  Nothing is synced: the
+ * checkpoint is made durable by its commit (docs/GUARANTEES.md). */
+int ws_fsync(ws_file *f, ckpt_error *err);
 /* Frees f once the kernel releases the open file (its last descriptor is
  * gone): a piece begun and not complete fails there, recording why
  * (user.ckpt.error, .ckptfs/errors, the writer's plan) and nothing else. */

@@ -48,4 +48,10 @@ int ckpt_writer_declare_replica(ckpt_writer *w, const ckpt_piece *p,
 int ckpt_writer_declare_supersede(ckpt_writer *w, const ckpt_piece *p,
                                   const char *writers, ckpt_error *err);
 
+/* Waits until every whole frame written to s so far is in the shard
+ * (a frame still being filled is not), and returns the stream's first
+ * error: what an encoder or a shard write found after the write that
+ * brought the frame's bytes had returned (the mount's fsync). */
+int ckpt_stream_wait(ckpt_stream *s, ckpt_error *err);
+
 #endif

@@ -135,6 +135,8 @@ struct ckpt_stream {
     int self_drain;              /* the encoders append the frames (see
                                     drain_ready) */
     int appending;               /* a thread is appending the head */
+    int waiters;                 /* lent writes not waited for yet
+                                    (ckpt_stream_write_lent_async) */
     pthread_mutex_t mu;          /* guards head, tail, done, appending,
                                     rc, err, tries */
     pthread_cond_t cv;
@@ -950,6 +952,11 @@ static void keep_buffers(ckpt_stream *s)
 
 static void stream_free(ckpt_stream *s)
 {
+    /* Every frame is drained: the lenders waiting for theirs leave. */
+    pthread_mutex_lock(&s->mu);
+    while (s->waiters)
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
     if (s->ring)
         keep_buffers(s);
     for (int i = 0; s->ring && i < s->depth; i++) {
@@ -1053,9 +1060,10 @@ int ckpt_writer_begin(ckpt_writer *w, const ckpt_piece *desc,
 }
 
 /* ckpt_stream_write, and with lend ckpt_stream_write_lent (named `call`
- * in messages). */
+ * in messages); with ticket (and lend), ckpt_stream_write_lent_async. */
 static int stream_write(ckpt_stream *s, const void *buf, size_t len,
-                        int lend, const char *call, ckpt_error *err)
+                        int lend, uint64_t *ticket, const char *call,
+                        ckpt_error *err)
 {
     const unsigned char *p = buf;
     if (!s)
@@ -1104,22 +1112,54 @@ static int stream_write(ckpt_stream *s, const void *buf, size_t len,
         if (s->fill == s->frame)
             submit_slot(s, sl->own, s->frame);
     }
-    /* The caller may reuse buf once we return: finish frames borrowed it. */
-    if (s->borrowed)
+    /* The caller may reuse buf once we return: finish frames borrowed it,
+     * or, when its encoders append them, once the caller has waited. */
+    rc = stream_error(s, err);
+    if (s->borrowed && ticket && rc == 0 && s->self_drain) {
+        pthread_mutex_lock(&s->mu);
+        s->waiters++;
+        *ticket = s->tail;
+        pthread_mutex_unlock(&s->mu);
+        s->borrowed = 0;
+    } else if (s->borrowed) {
         drain_all(s);
-    return stream_error(s, err);
+        rc = stream_error(s, err);
+    }
+    return rc;
 }
 
 int ckpt_stream_write(ckpt_stream *s, const void *buf, size_t len,
                       ckpt_error *err)
 {
-    return stream_write(s, buf, len, 0, "ckpt_stream_write", err);
+    return stream_write(s, buf, len, 0, NULL, "ckpt_stream_write", err);
 }
 
 int ckpt_stream_write_lent(ckpt_stream *s, const void *buf, size_t len,
                            ckpt_error *err)
 {
-    return stream_write(s, buf, len, 1, "ckpt_stream_write_lent", err);
+    return stream_write(s, buf, len, 1, NULL, "ckpt_stream_write_lent", err);
+}
+
+int ckpt_stream_write_lent_async(ckpt_stream *s, const void *buf, size_t len,
+                                 uint64_t *ticket, ckpt_error *err)
+{
+    if (!ticket)
+        return ckpt_err_null(err, "ckpt_stream_write_lent_async", "ticket");
+    *ticket = 0;
+    return stream_write(s, buf, len, 1, ticket,
+                        "ckpt_stream_write_lent_async", err);
+}
+
+void ckpt_stream_wait_lent(ckpt_stream *s, uint64_t ticket)
+{
+    if (!s || !ticket)
+        return;
+    pthread_mutex_lock(&s->mu);
+    while (s->head < ticket)
+        pthread_cond_wait(&s->cv, &s->mu);
+    s->waiters--;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
 }
 
 int ckpt_stream_wait(ckpt_stream *s, ckpt_error *err)

@@ -380,8 +380,9 @@ void wops_read(fuse_req_t req, fs_handle *hh, size_t size, off_t off)
  * encoders: the reply goes first, so that the writer's next write, taken
  * by another of libfuse's worker threads, arrives while this one's frames
  * are encoded and appended, and the worker waits for them after it.  No
- * copy (but of frames the write fills only in part), and a frame in
- * flight per worker thread at most (the stream's ring bounds them too). */
+ * copy (but of frames the write fills only in part); the frames in
+ * flight are one write's per worker thread at most, and the stream's ring
+ * bounds them too. */
 void wops_write(fuse_req_t req, fs_handle *hh, const char *buf, size_t size,
                 off_t off)
 {

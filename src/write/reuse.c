@@ -53,10 +53,11 @@ typedef struct ckpt_reuse_sum {
     uint32_t mask;
 } ckpt_reuse_sum;
 
-/* Where a chunk's record is: plan `plan`'s packed records [pos, pos +
- * len).  Written by the plans' scans, each chunk's by its piece's. */
+/* Where a chunk's record is: plan `plan1` - 1's packed records [pos,
+ * pos + len).  Written by the plans' scans, each chunk's by its piece's
+ * (all zero bytes, as calloc leaves them: no piece yet). */
 typedef struct chunk_slot {
-    _Atomic uint32_t plan;          /* UINT32_MAX: no piece yet */
+    _Atomic uint32_t plan1;
     _Atomic uint32_t pos, len;
 } chunk_slot;
 
@@ -330,15 +331,8 @@ static int chunk_slots(ckpt_reuse *r)
     }
     r->chunk0[r->ntensors] = n;
     r->nchunks = n;
-    r->slot = malloc((n ? n : 1) * sizeof *r->slot);
-    if (!r->slot)
-        return -ENOMEM;
-    for (uint64_t c = 0; c < n; c++) {
-        atomic_init(&r->slot[c].plan, UINT32_MAX);
-        atomic_init(&r->slot[c].pos, 0);
-        atomic_init(&r->slot[c].len, 0);
-    }
-    return 0;
+    r->slot = calloc(n ? n : 1, sizeof *r->slot);
+    return r->slot ? 0 : -ENOMEM;
 }
 
 /* Calls fn(arg, j, t, c + shift) for each piece j of the runs of
@@ -455,7 +449,8 @@ static int scan_piece(void *arg, uint64_t j, size_t t, uint64_t c)
     /* A plain store (a locked exchange waits for the line): a chunk hit
      * twice leaves another one empty, which chunks_hit finds. */
     chunk_slot *sl = &r->slot[r->chunk0[t] + c];
-    atomic_store_explicit(&sl->plan, (uint32_t)a->k, memory_order_relaxed);
+    atomic_store_explicit(&sl->plan1, (uint32_t)a->k + 1,
+                          memory_order_relaxed);
     atomic_store_explicit(&sl->pos, (uint32_t)at, memory_order_relaxed);
     atomic_store_explicit(&sl->len, (uint32_t)(a->pos - at),
                           memory_order_relaxed);
@@ -554,8 +549,7 @@ static int chunks_hit(const ckpt_reuse *r, size_t n)
     if (pieces != r->nchunks)
         return 0;
     for (uint64_t c = 0; c < r->nchunks; c++)
-        if (atomic_load_explicit(&r->slot[c].plan, memory_order_relaxed) ==
-            UINT32_MAX)
+        if (!atomic_load_explicit(&r->slot[c].plan1, memory_order_relaxed))
             return 0;
     return 1;
 }
@@ -725,12 +719,14 @@ static void build_blob(const ckpt_reuse *r, size_t t, ckpt_strbuf *b)
          * is fetched while this one is copied. */
         if (c + BLOB_AHEAD < n) {
             const chunk_slot *q = &slot[c + BLOB_AHEAD];
-            __builtin_prefetch(r->plans[atomic_load_explicit(
-                                   &q->plan, memory_order_relaxed)].data +
+            size_t qk = atomic_load_explicit(&q->plan1,
+                                             memory_order_relaxed) - 1;
+            __builtin_prefetch(r->plans[qk].data +
                                atomic_load_explicit(&q->pos,
                                                     memory_order_relaxed));
         }
-        size_t k = atomic_load_explicit(&slot[c].plan, memory_order_relaxed);
+        size_t k = atomic_load_explicit(&slot[c].plan1,
+                                        memory_order_relaxed) - 1;
         size_t pos = atomic_load_explicit(&slot[c].pos, memory_order_relaxed);
         size_t len = atomic_load_explicit(&slot[c].len, memory_order_relaxed);
         ckpt_varint_put(b, (uint64_t)r->layouts[k].file_id);

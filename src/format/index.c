@@ -281,15 +281,17 @@ static int check_frames(iwrite *w, size_t i, size_t seq, const file_ent *f,
                         uint32_t *mask)
 {
     const ckpt_pieces_rec *p = &w->tab->v[i];
-    const ckpt_frame_rec *frames = ckpt_pieces_frames(w->tab, i);
+    ckpt_frame_rec one;
+    const ckpt_frame_rec *frames = ckpt_pieces_frames(w->tab, i, &one);
     const char *fqn = ckpt_pieces_str(w->tab, p->fqn);
     const char *writer = who(ckpt_pieces_str(w->tab, p->writer));
-    uint64_t raw = 0, stored = 0;
+    uint64_t raw = 0, stored = 0, p_raw = ckpt_pieces_raw(w->tab, i),
+             p_stored = ckpt_pieces_stored(w->tab, i);
     *mask = 0;
     for (size_t k = 0; k < p->nframes; k++) {
         const ckpt_frame_rec *fr = &frames[k];
         if (fr->raw_offset != raw || fr->raw_size == 0 ||
-            fr->raw_size > p->raw_bytes - raw)
+            fr->raw_size > p_raw - raw)
             return ckpt_err(w->err, -EINVAL, "tensor '%s' chunk %zu (writer "
                             "%s): frame %zu holds raw bytes [%llu,+%llu) but "
                             "the next frame must start at %llu of %llu",
@@ -297,7 +299,7 @@ static int check_frames(iwrite *w, size_t i, size_t seq, const file_ent *f,
                             (unsigned long long)fr->raw_offset,
                             (unsigned long long)fr->raw_size,
                             (unsigned long long)raw,
-                            (unsigned long long)p->raw_bytes);
+                            (unsigned long long)p_raw);
         if (fr->file_offset > f->size || fr->stored_size > f->size -
                                                             fr->file_offset)
             return ckpt_err(w->err, -EIO, "tensor '%s' chunk %zu (writer %s): "
@@ -317,19 +319,20 @@ static int check_frames(iwrite *w, size_t i, size_t seq, const file_ent *f,
         raw += fr->raw_size;
         stored += fr->stored_size;
     }
-    if (raw != p->raw_bytes || stored != p->stored_bytes)
+    if (raw != p_raw || stored != p_stored)
         return ckpt_err(w->err, -EINVAL, "tensor '%s' chunk %zu (writer %s): "
                         "frames hold %llu raw / %llu stored bytes, the piece "
                         "%llu / %llu", fqn, seq, writer,
                         (unsigned long long)raw, (unsigned long long)stored,
-                        (unsigned long long)p->raw_bytes,
-                        (unsigned long long)p->stored_bytes);
+                        (unsigned long long)p_raw,
+                        (unsigned long long)p_stored);
     return 0;
 }
 
 static int write_frames(iwrite *w, size_t i, int64_t chunk_id)
 {
-    const ckpt_frame_rec *frames = ckpt_pieces_frames(w->tab, i);
+    ckpt_frame_rec one;
+    const ckpt_frame_rec *frames = ckpt_pieces_frames(w->tab, i, &one);
     for (size_t k = 0; k < w->tab->v[i].nframes; k++) {
         const ckpt_frame_rec *f = &frames[k];
         ckpt_db_val v[] = {
@@ -380,7 +383,8 @@ static int write_chunk(iwrite *w, size_t t, size_t c, int64_t chunk_id,
     ckpt_db_val v[] = {
         CKPT_DB_INT(chunk_id), CKPT_DB_INT(t + 1), CKPT_DB_INT(c),
         CKPT_DB_TEXT(off), CKPT_DB_TEXT(size), CKPT_DB_INT(fi + 1),
-        CKPT_DB_INT(p->raw_bytes), CKPT_DB_INT(p->stored_bytes),
+        CKPT_DB_INT(ckpt_pieces_raw(w->tab, i)),
+        CKPT_DB_INT(ckpt_pieces_stored(w->tab, i)),
         CKPT_DB_INT(p->nframes), CKPT_DB_INT(mask),
         CKPT_DB_INT((int64_t)p->data_hash),
         CKPT_DB_TEXT(ckpt_pieces_str(w->tab, p->writer)),
@@ -409,7 +413,8 @@ static int tensor_grid(const iwrite *w, size_t t, int64_t *block)
         if (memcmp(off, ckpt_pieces_offsets(w->tab, i), nd * 8) ||
             memcmp(size, ckpt_pieces_sizes(w->tab, i), nd * 8))
             return 0;
-        const ckpt_frame_rec *fr = ckpt_pieces_frames(w->tab, i);
+        ckpt_frame_rec one;
+        const ckpt_frame_rec *fr = ckpt_pieces_frames(w->tab, i, &one);
         for (size_t k = 0; k < w->tab->v[i].nframes; k++)
             if (fr[k].base || fr[k].codec == CKPT_CODEC_REF ||
                 fr[k].codec == CKPT_CODEC_XOR)
@@ -434,7 +439,8 @@ static int write_pack(iwrite *w, size_t t, const int64_t *block,
         int rc = check_chunk(w, pt, c, &fi, &mask, tmask);
         if (rc)
             return rc;
-        ckpt_pack_put(&w->pack, fi + 1, ckpt_pieces_frames(w->tab, i),
+        ckpt_frame_rec one;
+        ckpt_pack_put(&w->pack, fi + 1, ckpt_pieces_frames(w->tab, i, &one),
                       p->nframes, p->data_hash);
     }
     return insert_pack(w, t, pt->ndim, block);
@@ -510,9 +516,8 @@ static int write_tensor(iwrite *w, size_t t, int64_t *chunk_id)
     int packed = w->version >= 3 && tensor_grid(w, t, block);
     int rc = 0;
     for (size_t c = 0; !rc && c < pt->nchunks; c++) {
-        const ckpt_pieces_rec *p = &w->tab->v[pt->chunks[c]];
-        stored += p->stored_bytes;
-        nframes += p->nframes;
+        stored += ckpt_pieces_stored(w->tab, pt->chunks[c]);
+        nframes += w->tab->v[pt->chunks[c]].nframes;
         if (!packed)
             rc = write_chunk(w, t, c, ++*chunk_id, &mask);
     }

@@ -1,7 +1,8 @@
 /*
  * pieces.c - the compact table of pieces (see pieces.h): interned strings
- * in an arena with an open-addressing hash, dims and frames in shared
- * arrays that grow by doubling.
+ * and shapes (and sizes) in arenas with open-addressing hashes, offsets
+ * and frames in shared arrays that grow by doubling; what can be derived
+ * of a piece (its one frame, its byte counts) left out.
  */
 #include "format/pieces.h"
 
@@ -160,15 +161,100 @@ static uint32_t intern_shape(ckpt_pieces *t, int nd, const int64_t *v,
 
 /* ------------------------------------------------------------ pieces */
 
+/* numel(sizes) x itemsize into *out: 0, or -1 when the dtype is not
+ * valid or the count does not fit in 64 bits (then it is stored). */
+static int derived_raw(int dtype, int nd, const int64_t *sizes,
+                       uint64_t *out)
+{
+    if (dtype <= CKPT_DTYPE_INVALID || dtype >= CKPT_DTYPE_COUNT)
+        return -1;
+    uint64_t v = ckpt_dtype_size((ckpt_dtype)dtype);
+    for (int d = 0; d < nd; d++)
+        if (sizes[d] < 0 || __builtin_mul_overflow(v, (uint64_t)sizes[d], &v))
+            return -1;
+    *out = v;
+    return 0;
+}
+
+uint64_t ckpt_pieces_raw(const ckpt_pieces *t, size_t i)
+{
+    const ckpt_pieces_rec *r = &t->v[i];
+    int nd = ckpt_pieces_ndims(r);
+    uint64_t v = 0;
+    if (r->flags & CKPT_PIECES_RAW_EXTRA)
+        return (uint64_t)t->dims[r->dims + (size_t)nd];
+    derived_raw(r->dtype, nd, ckpt_pieces_sizes(t, i), &v);
+    return v;
+}
+
+/* The stored byte count of piece i, whose raw one is raw. */
+static uint64_t stored_of(const ckpt_pieces *t, size_t i, uint64_t raw)
+{
+    const ckpt_pieces_rec *r = &t->v[i];
+    if (!(r->flags & CKPT_PIECES_STORED_EXTRA))
+        return raw;
+    size_t at = r->dims + (size_t)ckpt_pieces_ndims(r) +
+                ((r->flags & CKPT_PIECES_RAW_EXTRA) ? 1 : 0);
+    return (uint64_t)t->dims[at];
+}
+
+uint64_t ckpt_pieces_stored(const ckpt_pieces *t, size_t i)
+{
+    const ckpt_pieces_rec *r = &t->v[i];
+    return r->flags & CKPT_PIECES_STORED_EXTRA ? stored_of(t, i, 0)
+                                               : ckpt_pieces_raw(t, i);
+}
+
+const ckpt_frame_rec *ckpt_pieces_frames(const ckpt_pieces *t, size_t i,
+                                         ckpt_frame_rec *one)
+{
+    const ckpt_pieces_rec *r = &t->v[i];
+    if (!(r->flags & CKPT_PIECES_ONE_FRAME))
+        return t->frames + r->frame;
+    memset(one, 0, sizeof *one);   /* padding too: frames are compared */
+    one->file_offset = r->frame;
+    one->raw_size = ckpt_pieces_raw(t, i);
+    one->stored_size = stored_of(t, i, one->raw_size);
+    one->checksum = r->data_hash;
+    one->codec = r->codec;
+    return one;
+}
+
+/* Whether p's frames are one that its record can hold: the piece's
+ * bytes whole, its checksum the piece's hash, no base. */
+static int one_frame(const ckpt_piece_rec *p)
+{
+    const ckpt_frame_rec *f = p->frames;
+    return p->nframes == 1 && f->raw_offset == 0 &&
+           f->raw_size == p->raw_bytes && f->stored_size == p->stored_bytes &&
+           f->checksum == p->data_hash && f->base == 0 && f->codec >= 0 &&
+           f->codec <= UINT8_MAX;
+}
+
 int ckpt_pieces_add(ckpt_pieces *t, const ckpt_piece_rec *p)
 {
     int rc = 0;
     ckpt_pieces_rec r = {
-        .ndim = p->ndim, .dtype = (int32_t)p->dtype,
-        .raw_bytes = p->raw_bytes, .stored_bytes = p->stored_bytes,
-        .data_hash = p->data_hash,
+        .ndim = p->ndim, .data_hash = p->data_hash,
+        .dtype = (int)p->dtype >= INT16_MIN && (int)p->dtype <= INT16_MAX
+                     ? (int16_t)p->dtype : CKPT_DTYPE_INVALID,
     };
     int nd = ckpt_pieces_ndims(&r);
+    uint64_t raw;
+    if (derived_raw(r.dtype, nd, p->sizes, &raw) || raw != p->raw_bytes)
+        r.flags |= CKPT_PIECES_RAW_EXTRA;
+    if (p->stored_bytes != p->raw_bytes)
+        r.flags |= CKPT_PIECES_STORED_EXTRA;
+    if (one_frame(p)) {
+        r.flags |= CKPT_PIECES_ONE_FRAME;
+        r.codec = (uint8_t)p->frames[0].codec;
+        r.frame = p->frames[0].file_offset;
+    }
+    size_t extra = !!(r.flags & CKPT_PIECES_RAW_EXTRA) +
+                   !!(r.flags & CKPT_PIECES_STORED_EXTRA);
+    size_t nf = (r.flags & CKPT_PIECES_ONE_FRAME) ? 0 : p->nframes;
+    if (p->nframes > UINT32_MAX)
+        return -ENOMEM;
     r.fqn = intern(t, p->fqn, &rc);
     if (!rc)
         r.file = intern(t, p->file, &rc);
@@ -176,28 +262,39 @@ int ckpt_pieces_add(ckpt_pieces *t, const ckpt_piece_rec *p)
         r.writer = intern(t, p->writer, &rc);
     if (!rc)
         r.shape = intern_shape(t, nd, p->shape, &rc);
+    if (!rc)
+        r.sizes = intern_shape(t, nd, p->sizes, &rc);
     if (rc || reserve((void **)&t->v, &t->cap, t->n, 1, sizeof *t->v) ||
         /* at least one: dims is never NULL once a piece is in */
         reserve((void **)&t->dims, &t->dims_cap, t->ndims,
-                nd ? 2 * (size_t)nd : 1, sizeof *t->dims) ||
-        reserve((void **)&t->frames, &t->frames_cap, t->nframes, p->nframes,
+                (size_t)nd + extra ? (size_t)nd + extra : 1,
+                sizeof *t->dims) ||
+        reserve((void **)&t->frames, &t->frames_cap, t->nframes, nf,
                 sizeof *t->frames))
         return -ENOMEM;   /* strings interned on the way are harmless */
     r.dims = t->ndims;
-    if (nd) {
-        int64_t *d = t->dims + t->ndims;
+    int64_t *d = t->dims + t->ndims;
+    if (nd)
         memcpy(d, p->offsets, (size_t)nd * sizeof *d);
-        memcpy(d + nd, p->sizes, (size_t)nd * sizeof *d);
-        t->ndims += 2 * (size_t)nd;
+    if (r.flags & CKPT_PIECES_RAW_EXTRA)
+        d[nd++] = (int64_t)p->raw_bytes;
+    if (r.flags & CKPT_PIECES_STORED_EXTRA)
+        d[nd++] = (int64_t)p->stored_bytes;
+    t->ndims += (size_t)nd;
+    r.nframes = (uint32_t)p->nframes;
+    if (nf) {
+        r.frame = t->nframes;
+        memcpy(t->frames + t->nframes, p->frames, nf * sizeof *p->frames);
+        t->nframes += nf;
     }
-    r.frame0 = t->nframes;
-    r.nframes = p->nframes;
-    if (p->nframes)
-        memcpy(t->frames + t->nframes, p->frames,
-               p->nframes * sizeof *p->frames);
-    t->nframes += p->nframes;
     t->v[t->n++] = r;
     return 0;
+}
+
+/* The id of string k of src in t (a table of src's ids, or NONE). */
+static uint32_t remap(const uint32_t *ids, uint32_t k)
+{
+    return k == CKPT_PIECES_NONE ? k : ids[k];
 }
 
 int ckpt_pieces_append(ckpt_pieces *t, const ckpt_pieces *src)
@@ -222,12 +319,14 @@ int ckpt_pieces_append(ckpt_pieces *t, const ckpt_pieces *src)
     }
     for (size_t i = 0; i < src->n; i++) {
         ckpt_pieces_rec r = src->v[i];
-        r.fqn = r.fqn == CKPT_PIECES_NONE ? r.fqn : ids[r.fqn];
-        r.file = r.file == CKPT_PIECES_NONE ? r.file : ids[r.file];
-        r.writer = r.writer == CKPT_PIECES_NONE ? r.writer : ids[r.writer];
+        r.fqn = remap(ids, r.fqn);
+        r.file = remap(ids, r.file);
+        r.writer = remap(ids, r.writer);
         r.shape = sids[r.shape];
+        r.sizes = sids[r.sizes];
         r.dims += t->ndims;
-        r.frame0 += t->nframes;
+        if (!(r.flags & CKPT_PIECES_ONE_FRAME))
+            r.frame += t->nframes;
         t->v[t->n++] = r;
     }
     if (src->ndims)
@@ -245,13 +344,23 @@ int ckpt_pieces_append(ckpt_pieces *t, const ckpt_pieces *src)
 int ckpt_pieces_add_frame(ckpt_pieces *t, size_t i, const ckpt_frame_rec *f)
 {
     ckpt_pieces_rec *p = &t->v[i];
-    if (p->nframes == 0)
-        p->frame0 = t->nframes;
-    else if (p->frame0 + p->nframes != t->nframes)
+    ckpt_frame_rec one;   /* filled when its one frame is in the record */
+    int inline_one = (p->flags & CKPT_PIECES_ONE_FRAME) != 0;
+    if (inline_one)   /* that frame moves out of the record, to the end */
+        ckpt_pieces_frames(t, i, &one);
+    else if (p->nframes && p->frame + p->nframes != t->nframes)
         return -EINVAL;
-    if (reserve((void **)&t->frames, &t->frames_cap, t->nframes, 1,
-                sizeof *t->frames))
+    if (p->nframes >= UINT32_MAX ||
+        reserve((void **)&t->frames, &t->frames_cap, t->nframes,
+                1 + (size_t)inline_one, sizeof *t->frames))
         return -ENOMEM;
+    if (p->nframes == 0 || inline_one)
+        p->frame = t->nframes;
+    if (inline_one) {
+        t->frames[t->nframes++] = one;
+        p->flags &= (uint8_t)~CKPT_PIECES_ONE_FRAME;
+        p->codec = 0;
+    }
     t->frames[t->nframes++] = *f;
     p->nframes++;
     return 0;
@@ -290,11 +399,12 @@ int ckpt_pieces_get(const ckpt_pieces *t, size_t i, ckpt_piece_rec *out)
         memcpy(out->offsets, ckpt_pieces_offsets(t, i), n);
         memcpy(out->sizes, ckpt_pieces_sizes(t, i), n);
     }
-    out->raw_bytes = r->raw_bytes;
-    out->stored_bytes = r->stored_bytes;
+    out->raw_bytes = ckpt_pieces_raw(t, i);
+    out->stored_bytes = ckpt_pieces_stored(t, i);
     out->data_hash = r->data_hash;
+    ckpt_frame_rec one;
     if (r->nframes)
-        memcpy(out->frames, ckpt_pieces_frames(t, i),
+        memcpy(out->frames, ckpt_pieces_frames(t, i, &one),
                r->nframes * sizeof *out->frames);
     out->nframes = out->frames_cap = r->nframes;
     return 0;

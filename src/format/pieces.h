@@ -2,11 +2,17 @@
  * pieces.h - a compact table of many pieces: what the committer holds of
  * all writers' plans at once (a 16k-rank job's plans hold millions of
  * pieces).  Strings (fqns, shard paths, writer names) are interned and
- * referred to by id; so are shapes (the pieces of a tensor share one);
- * a piece's offsets and sizes are runs of ndim values in one array, its
- * frames a run in another.  About 72 bytes per piece plus 16 per
- * dimension and 56 per frame, against ~850 for a ckpt_piece_rec (whose
- * dims are CKPT_MAX_DIMS arrays) and its strings.
+ * referred to by id; so are shapes and sizes (the pieces of a tensor share
+ * one shape and, in a regular layout, one block size); a piece's offsets
+ * are a run of ndim values in one array.  A piece of one frame that covers
+ * it whole (the common case: raw offset 0, its raw and stored sizes and
+ * checksum the piece's, no base) keeps that frame in its record, as its
+ * file offset and codec; others' frames are a run in a shared array.  Its
+ * raw byte count is not stored when it is numel(sizes) x itemsize, nor its
+ * stored byte count when it equals the raw one (else they follow the
+ * offsets).  About 56 bytes per piece plus 8 per dimension, against ~160
+ * for the table that stored every field (and ~850 for a ckpt_piece_rec,
+ * whose dims are CKPT_MAX_DIMS arrays).
  *
  * The planner and the index writer work on it; an array of
  * ckpt_piece_rec converts to it (ckpt_pieces_add) and back
@@ -23,17 +29,26 @@
 /* The string id of a NULL string. */
 #define CKPT_PIECES_NONE UINT32_MAX
 
+/* ckpt_pieces_rec.flags */
+#define CKPT_PIECES_ONE_FRAME 1u  /* its one frame is in the record */
+#define CKPT_PIECES_RAW_EXTRA 2u  /* raw bytes stored after the offsets */
+#define CKPT_PIECES_STORED_EXTRA 4u  /* stored bytes stored after them */
+
 typedef struct ckpt_pieces_rec {
     uint32_t fqn, file, writer;  /* string ids */
+    uint32_t shape, sizes;       /* shape ids: the values from
+                                    shapes[shape_at[id] + 1] */
     int32_t ndim;                /* as given (the planner checks it) */
-    int32_t dtype;
-    uint32_t shape;              /* shape id: its values from
-                                    shapes[shape_at[shape] + 1] */
-    uint64_t dims;               /* offsets, sizes: two runs of
-                                    min(ndim, CKPT_MAX_DIMS) values from
-                                    dims[dims] */
-    uint64_t frame0, nframes;    /* its frames: frames[frame0..+nframes) */
-    uint64_t raw_bytes, stored_bytes, data_hash;
+    int16_t dtype;               /* as given; CKPT_DTYPE_INVALID when it
+                                    does not fit */
+    uint8_t codec;               /* ONE_FRAME: the frame's codec */
+    uint8_t flags;
+    uint32_t nframes;
+    uint64_t dims;               /* offsets: min(ndim, CKPT_MAX_DIMS) values
+                                    from dims[dims], then the extras */
+    uint64_t frame;              /* ONE_FRAME: the frame's file offset;
+                                    else its frames frames[frame..+nframes) */
+    uint64_t data_hash;
 } ckpt_pieces_rec;
 
 typedef struct ckpt_pieces {
@@ -71,7 +86,8 @@ int ckpt_pieces_add(ckpt_pieces *t, const ckpt_piece_rec *p);
  * but no new piece). */
 int ckpt_pieces_append(ckpt_pieces *t, const ckpt_pieces *src);
 /* Appends a frame to piece i, whose frames must be the last ones added
- * (frames are added piece after piece).  -EINVAL when they are not,
+ * (frames are added piece after piece; a piece whose one frame is in its
+ * record is one whose frames are last).  -EINVAL when they are not,
  * -ENOMEM. */
 int ckpt_pieces_add_frame(ckpt_pieces *t, size_t i, const ckpt_frame_rec *f);
 /* Fills *out with a copy of piece i (new strings and frames, to be
@@ -106,13 +122,16 @@ static inline const int64_t *ckpt_pieces_offsets(const ckpt_pieces *t,
 static inline const int64_t *ckpt_pieces_sizes(const ckpt_pieces *t,
                                                size_t i)
 {
-    return t->dims + t->v[i].dims + ckpt_pieces_ndims(&t->v[i]);
+    return t->shapes + t->shape_at[t->v[i].sizes] + 1;
 }
 
-static inline const ckpt_frame_rec *ckpt_pieces_frames(const ckpt_pieces *t,
-                                                       size_t i)
-{
-    return t->frames + t->v[i].frame0;
-}
+/* Piece i's raw and stored byte counts, as given. */
+uint64_t ckpt_pieces_raw(const ckpt_pieces *t, size_t i);
+uint64_t ckpt_pieces_stored(const ckpt_pieces *t, size_t i);
+
+/* Piece i's frames (v[i].nframes of them): a pointer into the table, or,
+ * for a piece whose one frame is in its record, `one` filled with it. */
+const ckpt_frame_rec *ckpt_pieces_frames(const ckpt_pieces *t, size_t i,
+                                         ckpt_frame_rec *one);
 
 #endif

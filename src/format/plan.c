@@ -422,12 +422,15 @@ static int load_entries(planner *pl, const size_t *idx, size_t k)
         const ckpt_pieces_rec *r = &pl->tab->v[idx[j]];
         entry *e = ent_at(pl, j);
         int n = ckpt_pieces_ndims(r);
-        *e = (entry){ idx[j], r->raw_bytes, r->data_hash, r->fqn, r->writer,
+        *e = (entry){ idx[j], ckpt_pieces_raw(pl->tab, idx[j]), r->data_hash,
+                      r->fqn, r->writer,
                       rank_of(pl->wrank, pl->tab, r->writer), r->ndim,
                       r->dtype };
         if (n) {
             memcpy(e->box, ckpt_pieces_offsets(pl->tab, idx[j]),
-                   2 * (size_t)n * sizeof *e->box);
+                   (size_t)n * sizeof *e->box);
+            memcpy(e->box + n, ckpt_pieces_sizes(pl->tab, idx[j]),
+                   (size_t)n * sizeof *e->box);
             memcpy(e->box + 2 * n, ckpt_pieces_shape(pl->tab, idx[j]),
                    (size_t)n * sizeof *e->box);
         }

@@ -518,7 +518,8 @@ static int claim_covers(const ckpt_pieces *all, size_t i, const plan_claim *c)
     const char *file = ckpt_pieces_str(all, all->v[i].file);
     if (!c->synced.has || !file || strcmp(file, c->synced.file) != 0)
         return 0;
-    const ckpt_frame_rec *f = ckpt_pieces_frames(all, i);
+    ckpt_frame_rec one;
+    const ckpt_frame_rec *f = ckpt_pieces_frames(all, i, &one);
     for (uint64_t k = 0; k < all->v[i].nframes; k++)
         if (f[k].stored_size > c->synced.bytes ||
             f[k].file_offset > c->synced.bytes - f[k].stored_size)

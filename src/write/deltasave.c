@@ -45,7 +45,8 @@ static int mark_used(const ckpt_pieces *all, const ckpt_index_base *list,
                      size_t nl, char *seen, ckpt_error *err)
 {
     for (size_t i = 0; i < all->n; i++) {
-        const ckpt_frame_rec *f = ckpt_pieces_frames(all, i);
+        ckpt_frame_rec one;
+        const ckpt_frame_rec *f = ckpt_pieces_frames(all, i, &one);
         for (uint64_t k = 0; k < all->v[i].nframes; k++) {
             if (!f[k].base)
                 continue;

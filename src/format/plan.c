@@ -407,7 +407,7 @@ static int cmp_entry(const void *va, const void *vb)
 }
 
 /* Copies the pieces idx[0..k) of one tensor into sorted entries. */
-static int load_entries(planner *pl, const size_t *idx, size_t k)
+static int load_entries(planner *pl, const uint32_t *idx, size_t k)
 {
     int nd = 0;
     for (size_t j = 0; j < k; j++) {
@@ -889,9 +889,9 @@ static int keep_balanced(planner *pl)
             }
         }
         pl->kept[brank_of(pl, best)] += rs->bytes;
-        pl->out->tensors[rs->tensor].chunks[rs->chunk] = best;
+        pl->out->tensors[rs->tensor].chunks[rs->chunk] = (uint32_t)best;
         for (size_t m = rs->m0; m < rs->m1; m++)
-            pl->out->kept_as[pl->rep_i[m]] = best;
+            pl->out->kept_as[pl->rep_i[m]] = (uint32_t)best;
     }
     free(order);
     return 0;
@@ -920,16 +920,16 @@ static int emit_tensor(planner *pl, size_t t)
             bs->keep = first_replica(pl, bs);
         else if (note_for_balance(pl, bs, t, s))
             return -ENOMEM;
-        pt->chunks[s] = bs->keep;
+        pt->chunks[s] = (uint32_t)bs->keep;
         for (size_t j = bs->start; j < bs->end; j++)
-            pl->out->kept_as[ent_at(pl, j)->i] = bs->keep;
+            pl->out->kept_as[ent_at(pl, j)->i] = (uint32_t)bs->keep;
     }
     return 0;
 }
 
 /* Checks the pieces idx[0..k) of one tensor, leaving its distinct boxes
  * in pl->sets. */
-static int check_tensor(planner *pl, const size_t *idx, size_t k)
+static int check_tensor(planner *pl, const uint32_t *idx, size_t k)
 {
     int rc = load_entries(pl, idx, k);
     if (rc)
@@ -956,7 +956,8 @@ static int check_tensor(planner *pl, const size_t *idx, size_t k)
 
 /* Checks the pieces idx[0..k) of one tensor and records it as plan
  * tensor t. */
-static int plan_tensor(planner *pl, const size_t *idx, size_t k, size_t t)
+static int plan_tensor(planner *pl, const uint32_t *idx, size_t k,
+                       size_t t)
 {
     int rc = check_tensor(pl, idx, k);
     return rc ? rc : emit_tensor(pl, t);
@@ -968,7 +969,8 @@ static int plan_tensors(planner *pl)
 {
     const ckpt_pieces *tab = pl->tab;
     uint32_t *frank = malloc(((size_t)tab->nstr + 1) * sizeof *frank);
-    size_t *order = malloc(pl->n * sizeof *order), *start = NULL;
+    uint32_t *order = malloc(pl->n * sizeof *order);
+    size_t *start = NULL;
     uint32_t nt = 0;
     int rc = 0;
     if (!frank || !order ||
@@ -982,7 +984,7 @@ static int plan_tensors(planner *pl)
     for (uint32_t t = 0; !rc && t < nt; t++)
         start[t + 1] += start[t];
     for (size_t i = 0; !rc && i < pl->n; i++)
-        order[start[rank_of(frank, tab, tab->v[i].fqn)]++] = i;
+        order[start[rank_of(frank, tab, tab->v[i].fqn)]++] = (uint32_t)i;
     /* start[t] is now the end of tensor t's pieces */
     for (uint32_t t = 0; !rc && t < nt; t++) {
         size_t a = t ? start[t - 1] : 0;
@@ -1039,6 +1041,9 @@ int ckpt_plan_build_pieces(const ckpt_pieces *tab, const ckpt_plan_opts *opts,
     memset(out, 0, sizeof *out);
     if (tab->n == 0)
         return 0;
+    if (tab->n >= CKPT_PLAN_MAX_PIECES)   /* numbered in 32 bits */
+        return ckpt_err(err, -ENOMEM, "planner: %zu pieces, more than a "
+                        "plan can number", tab->n);
     planner pl = { .tab = tab, .n = tab->n, .opts = opts ? opts : &defaults,
                    .out = out, .err = err };
     int rc = planner_init(&pl);
@@ -1089,13 +1094,16 @@ int ckpt_plan_check_chunks_pieces(const ckpt_pieces *tab, ckpt_error *err)
                             "checked together", fqn0, fqn);
     }
     ckpt_plan unused = { 0 };
-    size_t *idx = malloc(n * sizeof *idx);
+    uint32_t *idx = malloc(n * sizeof *idx);
     planner pl = { .tab = tab, .n = n, .opts = &defaults, .out = &unused,
                    .chunks = 1, .err = err };
     int rc = idx ? planner_init(&pl)
                  : ckpt_err(err, -ENOMEM, "planner: out of memory");
+    if (!rc && n >= CKPT_PLAN_MAX_PIECES)
+        rc = ckpt_err(err, -ENOMEM, "planner: %zu chunks, more than a plan "
+                      "can number", n);
     for (size_t i = 0; !rc && i < n; i++)
-        idx[i] = i;
+        idx[i] = (uint32_t)i;
     if (!rc)
         rc = check_tensor(&pl, idx, n);
     planner_free(&pl);

@@ -552,7 +552,8 @@ START_TEST(test_planner_random_layouts)
                                  L->p[plan2.tensors[t].chunks[0]].fqn);
                 ck_assert(!memcmp(plan2.tensors[t].chunks,
                                   plan.tensors[t].chunks,
-                                  plan.tensors[t].nchunks * sizeof(size_t)));
+                                  plan.tensors[t].nchunks *
+                                      sizeof *plan.tensors[t].chunks));
             }
             ckpt_plan_free(&plan2);
             ok++;

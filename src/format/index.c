@@ -376,8 +376,9 @@ static int write_chunk(iwrite *w, size_t t, size_t c, int64_t chunk_id,
     if (rc)
         return rc;
     char off[DIMS_JSON_CAP], size[DIMS_JSON_CAP];
+    int64_t o[CKPT_MAX_DIMS];
     ckpt_shape_format_json(off, sizeof off, pt->ndim,
-                           ckpt_pieces_offsets(w->tab, i));
+                           ckpt_pieces_offsets(w->tab, i, o));
     ckpt_shape_format_json(size, sizeof size, pt->ndim,
                            ckpt_pieces_sizes(w->tab, i));
     ckpt_db_val v[] = {
@@ -406,11 +407,11 @@ static int tensor_grid(const iwrite *w, size_t t, int64_t *block)
     memcpy(block, ckpt_pieces_sizes(w->tab, pt->chunks[0]), nd * 8);
     if (ckpt_grid_count(pt->ndim, pt->shape, block) != pt->nchunks)
         return 0;
-    int64_t off[CKPT_MAX_DIMS], size[CKPT_MAX_DIMS];
+    int64_t off[CKPT_MAX_DIMS], size[CKPT_MAX_DIMS], o[CKPT_MAX_DIMS];
     for (size_t c = 0; c < pt->nchunks; c++) {
         size_t i = pt->chunks[c];
         ckpt_grid_box(pt->ndim, pt->shape, block, c, off, size);
-        if (memcmp(off, ckpt_pieces_offsets(w->tab, i), nd * 8) ||
+        if (memcmp(off, ckpt_pieces_offsets(w->tab, i, o), nd * 8) ||
             memcmp(size, ckpt_pieces_sizes(w->tab, i), nd * 8))
             return 0;
         ckpt_frame_rec one;

@@ -20,6 +20,7 @@ void ckpt_pieces_free(ckpt_pieces *t)
 {
     free(t->v);
     free(t->dims);
+    free(t->dims32);
     free(t->frames);
     free(t->arena);
     free(t->str_off);
@@ -231,6 +232,52 @@ static int one_frame(const ckpt_piece_rec *p)
            f->codec <= UINT8_MAX;
 }
 
+/* Whether offsets off[0..nd) fit in 32 bits. */
+static int fits32(int nd, const int64_t *off)
+{
+    for (int d = 0; d < nd; d++)
+        if (off[d] < INT32_MIN || off[d] > INT32_MAX)
+            return 0;
+    return 1;
+}
+
+/* Room for r's n dims (in dims32 or dims, as r says) and r.dims set to
+ * where they go.  Dims are never NULL once a piece is in: at least one. */
+static int reserve_dims(ckpt_pieces *t, ckpt_pieces_rec *r, size_t n)
+{
+    if (r->flags & CKPT_PIECES_DIMS32) {
+        r->dims = t->ndims32;
+        return reserve((void **)&t->dims32, &t->dims32_cap, t->ndims32,
+                       n ? n : 1, sizeof *t->dims32);
+    }
+    r->dims = t->ndims;
+    return reserve((void **)&t->dims, &t->dims_cap, t->ndims, n ? n : 1,
+                   sizeof *t->dims);
+}
+
+/* Appends offsets off[0..nd) to dims32 (room made). */
+static void add_dims32(ckpt_pieces *t, int nd, const int64_t *off)
+{
+    for (int d = 0; d < nd; d++)
+        t->dims32[t->ndims32 + (size_t)d] = (int32_t)off[d];
+    t->ndims32 += (size_t)nd;
+}
+
+/* Appends p's nd offsets to dims, then the byte counts that `flags` say
+ * are not derived (room made). */
+static void add_dims(ckpt_pieces *t, int nd, const ckpt_piece_rec *p,
+                     unsigned flags)
+{
+    int64_t *d = t->dims + t->ndims;
+    if (nd)
+        memcpy(d, p->offsets, (size_t)nd * sizeof *d);
+    if (flags & CKPT_PIECES_RAW_EXTRA)
+        d[nd++] = (int64_t)p->raw_bytes;
+    if (flags & CKPT_PIECES_STORED_EXTRA)
+        d[nd++] = (int64_t)p->stored_bytes;
+    t->ndims += (size_t)nd;
+}
+
 int ckpt_pieces_add(ckpt_pieces *t, const ckpt_piece_rec *p)
 {
     int rc = 0;
@@ -252,6 +299,8 @@ int ckpt_pieces_add(ckpt_pieces *t, const ckpt_piece_rec *p)
     }
     size_t extra = !!(r.flags & CKPT_PIECES_RAW_EXTRA) +
                    !!(r.flags & CKPT_PIECES_STORED_EXTRA);
+    if (!extra && fits32(nd, p->offsets))
+        r.flags |= CKPT_PIECES_DIMS32;
     size_t nf = (r.flags & CKPT_PIECES_ONE_FRAME) ? 0 : p->nframes;
     if (p->nframes > UINT32_MAX)
         return -ENOMEM;
@@ -265,22 +314,14 @@ int ckpt_pieces_add(ckpt_pieces *t, const ckpt_piece_rec *p)
     if (!rc)
         r.sizes = intern_shape(t, nd, p->sizes, &rc);
     if (rc || reserve((void **)&t->v, &t->cap, t->n, 1, sizeof *t->v) ||
-        /* at least one: dims is never NULL once a piece is in */
-        reserve((void **)&t->dims, &t->dims_cap, t->ndims,
-                (size_t)nd + extra ? (size_t)nd + extra : 1,
-                sizeof *t->dims) ||
         reserve((void **)&t->frames, &t->frames_cap, t->nframes, nf,
-                sizeof *t->frames))
+                sizeof *t->frames) ||
+        reserve_dims(t, &r, (size_t)nd + extra))
         return -ENOMEM;   /* strings interned on the way are harmless */
-    r.dims = t->ndims;
-    int64_t *d = t->dims + t->ndims;
-    if (nd)
-        memcpy(d, p->offsets, (size_t)nd * sizeof *d);
-    if (r.flags & CKPT_PIECES_RAW_EXTRA)
-        d[nd++] = (int64_t)p->raw_bytes;
-    if (r.flags & CKPT_PIECES_STORED_EXTRA)
-        d[nd++] = (int64_t)p->stored_bytes;
-    t->ndims += (size_t)nd;
+    if (r.flags & CKPT_PIECES_DIMS32)
+        add_dims32(t, nd, p->offsets);
+    else
+        add_dims(t, nd, p, r.flags);
     r.nframes = (uint32_t)p->nframes;
     if (nf) {
         r.frame = t->nframes;
@@ -311,6 +352,8 @@ int ckpt_pieces_append(ckpt_pieces *t, const ckpt_pieces *src)
     if (rc || reserve((void **)&t->v, &t->cap, t->n, src->n, sizeof *t->v) ||
         reserve((void **)&t->dims, &t->dims_cap, t->ndims,
                 src->ndims ? src->ndims : 1, sizeof *t->dims) ||
+        reserve((void **)&t->dims32, &t->dims32_cap, t->ndims32,
+                src->ndims32 ? src->ndims32 : 1, sizeof *t->dims32) ||
         reserve((void **)&t->frames, &t->frames_cap, t->nframes,
                 src->nframes, sizeof *t->frames)) {
         free(ids);
@@ -324,17 +367,21 @@ int ckpt_pieces_append(ckpt_pieces *t, const ckpt_pieces *src)
         r.writer = remap(ids, r.writer);
         r.shape = sids[r.shape];
         r.sizes = sids[r.sizes];
-        r.dims += t->ndims;
+        r.dims += r.flags & CKPT_PIECES_DIMS32 ? t->ndims32 : t->ndims;
         if (!(r.flags & CKPT_PIECES_ONE_FRAME))
             r.frame += t->nframes;
         t->v[t->n++] = r;
     }
     if (src->ndims)
         memcpy(t->dims + t->ndims, src->dims, src->ndims * sizeof *t->dims);
+    if (src->ndims32)
+        memcpy(t->dims32 + t->ndims32, src->dims32,
+               src->ndims32 * sizeof *t->dims32);
     if (src->nframes)
         memcpy(t->frames + t->nframes, src->frames,
                src->nframes * sizeof *t->frames);
     t->ndims += src->ndims;
+    t->ndims32 += src->ndims32;
     t->nframes += src->nframes;
     free(ids);
     free(sids);
@@ -396,7 +443,8 @@ int ckpt_pieces_get(const ckpt_pieces *t, size_t i, ckpt_piece_rec *out)
     if (nd) {
         size_t n = (size_t)nd * sizeof(int64_t);
         memcpy(out->shape, ckpt_pieces_shape(t, i), n);
-        memcpy(out->offsets, ckpt_pieces_offsets(t, i), n);
+        int64_t buf[CKPT_MAX_DIMS];
+        memcpy(out->offsets, ckpt_pieces_offsets(t, i, buf), n);
         memcpy(out->sizes, ckpt_pieces_sizes(t, i), n);
     }
     out->raw_bytes = ckpt_pieces_raw(t, i);

@@ -4,13 +4,13 @@
  * pieces).  Strings (fqns, shard paths, writer names) are interned and
  * referred to by id; so are shapes and sizes (the pieces of a tensor share
  * one shape and, in a regular layout, one block size); a piece's offsets
- * are a run of ndim values in one array.  A piece of one frame that covers
+ * are a run of ndim values in one array, of 32-bit values where they fit.  A piece of one frame that covers
  * it whole (the common case: raw offset 0, its raw and stored sizes and
  * checksum the piece's, no base) keeps that frame in its record, as its
  * file offset and codec; others' frames are a run in a shared array.  Its
  * raw byte count is not stored when it is numel(sizes) x itemsize, nor its
  * stored byte count when it equals the raw one (else they follow the
- * offsets).  About 56 bytes per piece plus 8 per dimension, against ~160
+ * offsets).  About 56 bytes per piece plus 4 per dimension, against ~160
  * for the table that stored every field (and ~850 for a ckpt_piece_rec,
  * whose dims are CKPT_MAX_DIMS arrays).
  *
@@ -33,6 +33,7 @@
 #define CKPT_PIECES_ONE_FRAME 1u  /* its one frame is in the record */
 #define CKPT_PIECES_RAW_EXTRA 2u  /* raw bytes stored after the offsets */
 #define CKPT_PIECES_STORED_EXTRA 4u  /* stored bytes stored after them */
+#define CKPT_PIECES_DIMS32 8u     /* offsets in dims32 (no extras then) */
 
 typedef struct ckpt_pieces_rec {
     uint32_t fqn, file, writer;  /* string ids */
@@ -45,7 +46,8 @@ typedef struct ckpt_pieces_rec {
     uint8_t flags;
     uint32_t nframes;
     uint64_t dims;               /* offsets: min(ndim, CKPT_MAX_DIMS) values
-                                    from dims[dims], then the extras */
+                                    from dims[dims], then the extras; or,
+                                    DIMS32, from dims32[dims] */
     uint64_t frame;              /* ONE_FRAME: the frame's file offset;
                                     else its frames frames[frame..+nframes) */
     uint64_t data_hash;
@@ -56,6 +58,8 @@ typedef struct ckpt_pieces {
     size_t n, cap;
     int64_t *dims;
     size_t ndims, dims_cap;
+    int32_t *dims32;
+    size_t ndims32, dims32_cap;
     /* interned shapes: shape id k is ndim then the values at
      * shapes + shape_at[k] */
     int64_t *shapes;
@@ -113,10 +117,17 @@ static inline const int64_t *ckpt_pieces_shape(const ckpt_pieces *t,
     return t->shapes + t->shape_at[t->v[i].shape] + 1;
 }
 
+/* Piece i's offsets: a pointer into the table, or buf filled with them. */
 static inline const int64_t *ckpt_pieces_offsets(const ckpt_pieces *t,
-                                                 size_t i)
+                                                 size_t i,
+                                                 int64_t buf[CKPT_MAX_DIMS])
 {
-    return t->dims + t->v[i].dims;
+    const ckpt_pieces_rec *r = &t->v[i];
+    if (!(r->flags & CKPT_PIECES_DIMS32))
+        return t->dims + r->dims;
+    for (int d = 0; d < ckpt_pieces_ndims(r); d++)
+        buf[d] = t->dims32[r->dims + (size_t)d];
+    return buf;
 }
 
 static inline const int64_t *ckpt_pieces_sizes(const ckpt_pieces *t,

@@ -427,7 +427,8 @@ static int load_entries(planner *pl, const uint32_t *idx, size_t k)
                       rank_of(pl->wrank, pl->tab, r->writer), r->ndim,
                       r->dtype };
         if (n) {
-            memcpy(e->box, ckpt_pieces_offsets(pl->tab, idx[j]),
+            int64_t off[CKPT_MAX_DIMS];
+            memcpy(e->box, ckpt_pieces_offsets(pl->tab, idx[j], off),
                    (size_t)n * sizeof *e->box);
             memcpy(e->box + n, ckpt_pieces_sizes(pl->tab, idx[j]),
                    (size_t)n * sizeof *e->box);

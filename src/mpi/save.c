@@ -316,8 +316,9 @@ static void compare_replicas(const save_root *sr, ckpt_error *st)
             continue;
         const ckpt_pieces_rec *a = &t->v[k], *b = &t->v[i];
         char off[CKPT_MAX_DIMS * 21 + 3], size[CKPT_MAX_DIMS * 21 + 3];
+        int64_t o[CKPT_MAX_DIMS];
         ckpt_shape_format_json(off, sizeof off, ckpt_pieces_ndims(a),
-                               ckpt_pieces_offsets(t, k));
+                               ckpt_pieces_offsets(t, k, o));
         ckpt_shape_format_json(size, sizeof size, ckpt_pieces_ndims(a),
                                ckpt_pieces_sizes(t, k));
         coll_fail_all(st, -EINVAL, "planner: tensor '%s': replicas of piece "

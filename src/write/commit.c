@@ -206,8 +206,9 @@ static int replica_matches(const ckpt_pieces *all, size_t i,
     if (p->dtype != (int32_t)r->dtype || p->ndim != r->ndim)
         return 0;
     size_t nb = (size_t)r->ndim * sizeof(int64_t);
+    int64_t off[CKPT_MAX_DIMS];
     return memcmp(ckpt_pieces_shape(all, i), r->dims[0], nb) == 0 &&
-           memcmp(ckpt_pieces_offsets(all, i), r->dims[1], nb) == 0 &&
+           memcmp(ckpt_pieces_offsets(all, i, off), r->dims[1], nb) == 0 &&
            memcmp(ckpt_pieces_sizes(all, i), r->dims[2], nb) == 0;
 }
 
@@ -242,8 +243,10 @@ static int replica_refuse(const ckpt_pieces *all, const replica_ref *r,
     size_t i = run[0].i;
     int nd = ckpt_pieces_ndims(&all->v[i]);
     char has[3][CKPT_MAX_DIMS * 21 + 1];
+    int64_t off[CKPT_MAX_DIMS];
     ckpt_shape_format(has[0], sizeof has[0], nd, ckpt_pieces_shape(all, i));
-    ckpt_shape_format(has[1], sizeof has[1], nd, ckpt_pieces_offsets(all, i));
+    ckpt_shape_format(has[1], sizeof has[1], nd,
+                      ckpt_pieces_offsets(all, i, off));
     ckpt_shape_format(has[2], sizeof has[2], nd, ckpt_pieces_sizes(all, i));
     const char *by = ckpt_pieces_str(all, all->v[i].writer);
     return ckpt_err(err, -EINVAL, "%s none of the %zu piece%s written of it "

@@ -245,12 +245,15 @@ static int fits32(int nd, const int64_t *off)
  * where they go.  Dims are never NULL once a piece is in: at least one. */
 static int reserve_dims(ckpt_pieces *t, ckpt_pieces_rec *r, size_t n)
 {
+    size_t at = r->flags & CKPT_PIECES_DIMS32 ? t->ndims32 : t->ndims;
+    if (at > UINT32_MAX - CKPT_MAX_DIMS - 2)   /* r.dims is 32 bits */
+        return -ENOMEM;
     if (r->flags & CKPT_PIECES_DIMS32) {
-        r->dims = t->ndims32;
+        r->dims = (uint32_t)t->ndims32;
         return reserve((void **)&t->dims32, &t->dims32_cap, t->ndims32,
                        n ? n : 1, sizeof *t->dims32);
     }
-    r->dims = t->ndims;
+    r->dims = (uint32_t)t->ndims;
     return reserve((void **)&t->dims, &t->dims_cap, t->ndims, n ? n : 1,
                    sizeof *t->dims);
 }
@@ -278,13 +281,18 @@ static void add_dims(ckpt_pieces *t, int nd, const ckpt_piece_rec *p,
     t->ndims += (size_t)nd;
 }
 
+/* v, or the nearest of INT8_MIN and INT8_MAX when it does not fit. */
+static int8_t clamp8(int v)
+{
+    return (int8_t)(v < INT8_MIN ? INT8_MIN : v > INT8_MAX ? INT8_MAX : v);
+}
+
 int ckpt_pieces_add(ckpt_pieces *t, const ckpt_piece_rec *p)
 {
     int rc = 0;
     ckpt_pieces_rec r = {
-        .ndim = p->ndim, .data_hash = p->data_hash,
-        .dtype = (int)p->dtype >= INT16_MIN && (int)p->dtype <= INT16_MAX
-                     ? (int16_t)p->dtype : CKPT_DTYPE_INVALID,
+        .ndim = clamp8(p->ndim), .dtype = clamp8((int)p->dtype),
+        .data_hash = p->data_hash,
     };
     int nd = ckpt_pieces_ndims(&r);
     uint64_t raw;
@@ -349,6 +357,9 @@ int ckpt_pieces_append(ckpt_pieces *t, const ckpt_pieces *src)
         const int64_t *s = shape_of(src, k);
         sids[k] = intern_shape(t, (int)s[0], s + 1, &rc);
     }
+    if (t->ndims > UINT32_MAX - src->ndims ||
+        t->ndims32 > UINT32_MAX - src->ndims32)   /* indexed in 32 bits */
+        rc = -ENOMEM;
     if (rc || reserve((void **)&t->v, &t->cap, t->n, src->n, sizeof *t->v) ||
         reserve((void **)&t->dims, &t->dims_cap, t->ndims,
                 src->ndims ? src->ndims : 1, sizeof *t->dims) ||
@@ -367,7 +378,8 @@ int ckpt_pieces_append(ckpt_pieces *t, const ckpt_pieces *src)
         r.writer = remap(ids, r.writer);
         r.shape = sids[r.shape];
         r.sizes = sids[r.sizes];
-        r.dims += r.flags & CKPT_PIECES_DIMS32 ? t->ndims32 : t->ndims;
+        r.dims += (uint32_t)(r.flags & CKPT_PIECES_DIMS32 ? t->ndims32
+                                                           : t->ndims);
         if (!(r.flags & CKPT_PIECES_ONE_FRAME))
             r.frame += t->nframes;
         t->v[t->n++] = r;

@@ -10,7 +10,7 @@
  * file offset and codec; others' frames are a run in a shared array.  Its
  * raw byte count is not stored when it is numel(sizes) x itemsize, nor its
  * stored byte count when it equals the raw one (else they follow the
- * offsets).  About 56 bytes per piece plus 4 per dimension, against ~160
+ * offsets).  48 bytes per piece plus 4 per dimension, against ~160
  * for the table that stored every field (and ~850 for a ckpt_piece_rec,
  * whose dims are CKPT_MAX_DIMS arrays).
  *
@@ -39,15 +39,16 @@ typedef struct ckpt_pieces_rec {
     uint32_t fqn, file, writer;  /* string ids */
     uint32_t shape, sizes;       /* shape ids: the values from
                                     shapes[shape_at[id] + 1] */
-    int32_t ndim;                /* as given (the planner checks it) */
-    int16_t dtype;               /* as given; CKPT_DTYPE_INVALID when it
-                                    does not fit */
+    uint32_t nframes;
+    uint32_t dims;               /* offsets: min(ndim, CKPT_MAX_DIMS) values
+                                    from dims[dims], then the extras; or,
+                                    DIMS32, from dims32[dims] (a table holds
+                                    fewer than 2^32 of either) */
+    int8_t ndim, dtype;          /* as given (the planner checks them), or
+                                    INT8_MIN / INT8_MAX for a value below or
+                                    above: as invalid */
     uint8_t codec;               /* ONE_FRAME: the frame's codec */
     uint8_t flags;
-    uint32_t nframes;
-    uint64_t dims;               /* offsets: min(ndim, CKPT_MAX_DIMS) values
-                                    from dims[dims], then the extras; or,
-                                    DIMS32, from dims32[dims] */
     uint64_t frame;              /* ONE_FRAME: the frame's file offset;
                                     else its frames frames[frame..+nframes) */
     uint64_t data_hash;

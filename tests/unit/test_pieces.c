@@ -267,7 +267,7 @@ START_TEST(test_table_compact)
     ck_assert_uint_eq(tab.ndims, 0);       /* offsets in 32 bits */
     ck_assert_uint_eq(tab.ndims32, 2 * N);
     ck_assert_uint_eq(tab.nshape, 2);
-    ck_assert_uint_le(sizeof(ckpt_pieces_rec), 56);
+    ck_assert_uint_le(sizeof(ckpt_pieces_rec), 48);
     for (int i = 0; i < N; i++) {
         ckpt_piece_rec out;
         ck_assert_int_eq(ckpt_pieces_get(&tab, (size_t)i, &out), 0);
@@ -279,6 +279,40 @@ START_TEST(test_table_compact)
         ckpt_piece_clear(&out);
     }
     ckpt_pieces_free(&tab);
+}
+END_TEST
+
+/* An ndim or dtype past 8 bits is kept as INT8_MIN / INT8_MAX: invalid
+ * still, and refused by the planner. */
+START_TEST(test_table_clamped)
+{
+    ckpt_pieces tab;
+    ckpt_pieces_init(&tab);
+    ckpt_piece_rec p = { .fqn = "a", .ndim = 1000, .dtype = CKPT_F32 };
+    ck_assert_int_eq(ckpt_pieces_add(&tab, &p), 0);
+    p.ndim = -1000;
+    p.dtype = (ckpt_dtype)5000;
+    ck_assert_int_eq(ckpt_pieces_add(&tab, &p), 0);
+    ckpt_piece_rec out;
+    ck_assert_int_eq(ckpt_pieces_get(&tab, 0, &out), 0);
+    ck_assert_int_eq(out.ndim, INT8_MAX);
+    ck_assert_int_eq(out.dtype, CKPT_F32);
+    ckpt_piece_clear(&out);
+    ck_assert_int_eq(ckpt_pieces_get(&tab, 1, &out), 0);
+    ck_assert_int_eq(out.ndim, INT8_MIN);
+    ck_assert_int_eq(out.dtype, INT8_MAX);
+    ckpt_piece_clear(&out);
+    ckpt_pieces_free(&tab);
+    ckpt_plan plan;
+    ckpt_error err = { 0 };
+    p.ndim = 1000;
+    p.dtype = CKPT_F32;
+    ck_assert_int_eq(ckpt_plan_build(&p, 1, NULL, &plan, &err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "dimensions"));
+    p.ndim = 1;
+    p.dtype = (ckpt_dtype)5000;
+    ck_assert_int_eq(ckpt_plan_build(&p, 1, NULL, &plan, &err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "invalid dtype"));
 }
 END_TEST
 
@@ -632,6 +666,7 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, test_table_append, 0, 3);
     tcase_add_test(tc, test_table_frame_order);
     tcase_add_test(tc, test_table_compact);
+    tcase_add_test(tc, test_table_clamped);
     tcase_add_loop_test(tc, test_planner_random_layouts, 0, 8);
     tcase_add_test(tc, test_planner_many_writers);
     suite_add_tcase(s, tc);

@@ -288,7 +288,7 @@ static int check_frames(iwrite *w, size_t i, size_t seq, const file_ent *f,
     uint64_t raw = 0, stored = 0, p_raw = ckpt_pieces_raw(w->tab, i),
              p_stored = ckpt_pieces_stored(w->tab, i);
     *mask = 0;
-    for (size_t k = 0; k < p->nframes; k++) {
+    for (size_t k = 0; k < ckpt_pieces_nframes(w->tab, i); k++) {
         const ckpt_frame_rec *fr = &frames[k];
         if (fr->raw_offset != raw || fr->raw_size == 0 ||
             fr->raw_size > p_raw - raw)
@@ -333,7 +333,7 @@ static int write_frames(iwrite *w, size_t i, int64_t chunk_id)
 {
     ckpt_frame_rec one;
     const ckpt_frame_rec *frames = ckpt_pieces_frames(w->tab, i, &one);
-    for (size_t k = 0; k < w->tab->v[i].nframes; k++) {
+    for (size_t k = 0; k < ckpt_pieces_nframes(w->tab, i); k++) {
         const ckpt_frame_rec *f = &frames[k];
         ckpt_db_val v[] = {
             CKPT_DB_INT(chunk_id), CKPT_DB_INT(k),
@@ -386,7 +386,7 @@ static int write_chunk(iwrite *w, size_t t, size_t c, int64_t chunk_id,
         CKPT_DB_TEXT(off), CKPT_DB_TEXT(size), CKPT_DB_INT(fi + 1),
         CKPT_DB_INT(ckpt_pieces_raw(w->tab, i)),
         CKPT_DB_INT(ckpt_pieces_stored(w->tab, i)),
-        CKPT_DB_INT(p->nframes), CKPT_DB_INT(mask),
+        CKPT_DB_INT(ckpt_pieces_nframes(w->tab, i)), CKPT_DB_INT(mask),
         CKPT_DB_INT((int64_t)p->data_hash),
         CKPT_DB_TEXT(ckpt_pieces_str(w->tab, p->writer)),
     };
@@ -416,7 +416,7 @@ static int tensor_grid(const iwrite *w, size_t t, int64_t *block)
             return 0;
         ckpt_frame_rec one;
         const ckpt_frame_rec *fr = ckpt_pieces_frames(w->tab, i, &one);
-        for (size_t k = 0; k < w->tab->v[i].nframes; k++)
+        for (size_t k = 0; k < ckpt_pieces_nframes(w->tab, i); k++)
             if (fr[k].base || fr[k].codec == CKPT_CODEC_REF ||
                 fr[k].codec == CKPT_CODEC_XOR)
                 return 0;
@@ -442,7 +442,7 @@ static int write_pack(iwrite *w, size_t t, const int64_t *block,
             return rc;
         ckpt_frame_rec one;
         ckpt_pack_put(&w->pack, fi + 1, ckpt_pieces_frames(w->tab, i, &one),
-                      p->nframes, p->data_hash);
+                      ckpt_pieces_nframes(w->tab, i), p->data_hash);
     }
     return insert_pack(w, t, pt->ndim, block);
 }
@@ -518,7 +518,7 @@ static int write_tensor(iwrite *w, size_t t, int64_t *chunk_id)
     int rc = 0;
     for (size_t c = 0; !rc && c < pt->nchunks; c++) {
         stored += ckpt_pieces_stored(w->tab, pt->chunks[c]);
-        nframes += w->tab->v[pt->chunks[c]].nframes;
+        nframes += ckpt_pieces_nframes(w->tab, pt->chunks[c]);
         if (!packed)
             rc = write_chunk(w, t, c, ++*chunk_id, &mask);
     }

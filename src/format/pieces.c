@@ -31,6 +31,9 @@ void ckpt_pieces_free(ckpt_pieces *t)
     ckpt_pieces_init(t);
 }
 
+/* The largest index in frames that a record's frame field holds. */
+#define FRAME_INDEX_MAX ((UINT64_C(1) << CKPT_PIECES_FRAME_BITS) - 1)
+
 /* Makes room for `more` elements of `size` after *n in *arr. */
 static int reserve(void **arr, size_t *cap, size_t n, size_t more,
                    size_t size)
@@ -211,7 +214,7 @@ const ckpt_frame_rec *ckpt_pieces_frames(const ckpt_pieces *t, size_t i,
 {
     const ckpt_pieces_rec *r = &t->v[i];
     if (!(r->flags & CKPT_PIECES_ONE_FRAME))
-        return t->frames + r->frame;
+        return t->frames + (r->frame & FRAME_INDEX_MAX);
     memset(one, 0, sizeof *one);   /* padding too: frames are compared */
     one->file_offset = r->frame;
     one->raw_size = ckpt_pieces_raw(t, i);
@@ -310,17 +313,20 @@ int ckpt_pieces_add(ckpt_pieces *t, const ckpt_piece_rec *p)
     if (!extra && fits32(nd, p->offsets))
         r.flags |= CKPT_PIECES_DIMS32;
     size_t nf = (r.flags & CKPT_PIECES_ONE_FRAME) ? 0 : p->nframes;
-    if (p->nframes > UINT32_MAX)
-        return -ENOMEM;
+    if (nf > CKPT_PIECES_MAX_FRAMES || t->nframes + nf > FRAME_INDEX_MAX)
+        return -ENOMEM;   /* r.frame could not hold them */
     r.fqn = intern(t, p->fqn, &rc);
     if (!rc)
         r.file = intern(t, p->file, &rc);
     if (!rc)
         r.writer = intern(t, p->writer, &rc);
+    int64_t box[2 * CKPT_MAX_DIMS];   /* shape, then sizes */
+    if (nd) {
+        memcpy(box, p->shape, (size_t)nd * sizeof *box);
+        memcpy(box + nd, p->sizes, (size_t)nd * sizeof *box);
+    }
     if (!rc)
-        r.shape = intern_shape(t, nd, p->shape, &rc);
-    if (!rc)
-        r.sizes = intern_shape(t, nd, p->sizes, &rc);
+        r.shape = intern_shape(t, 2 * nd, box, &rc);
     if (rc || reserve((void **)&t->v, &t->cap, t->n, 1, sizeof *t->v) ||
         reserve((void **)&t->frames, &t->frames_cap, t->nframes, nf,
                 sizeof *t->frames) ||
@@ -330,9 +336,8 @@ int ckpt_pieces_add(ckpt_pieces *t, const ckpt_piece_rec *p)
         add_dims32(t, nd, p->offsets);
     else
         add_dims(t, nd, p, r.flags);
-    r.nframes = (uint32_t)p->nframes;
     if (nf) {
-        r.frame = t->nframes;
+        r.frame = t->nframes | (uint64_t)nf << CKPT_PIECES_FRAME_BITS;
         memcpy(t->frames + t->nframes, p->frames, nf * sizeof *p->frames);
         t->nframes += nf;
     }
@@ -358,7 +363,8 @@ int ckpt_pieces_append(ckpt_pieces *t, const ckpt_pieces *src)
         sids[k] = intern_shape(t, (int)s[0], s + 1, &rc);
     }
     if (t->ndims > UINT32_MAX - src->ndims ||
-        t->ndims32 > UINT32_MAX - src->ndims32)   /* indexed in 32 bits */
+        t->ndims32 > UINT32_MAX - src->ndims32 ||   /* indexed in 32 bits */
+        t->nframes + src->nframes > FRAME_INDEX_MAX)   /* and in 40 */
         rc = -ENOMEM;
     if (rc || reserve((void **)&t->v, &t->cap, t->n, src->n, sizeof *t->v) ||
         reserve((void **)&t->dims, &t->dims_cap, t->ndims,
@@ -377,11 +383,11 @@ int ckpt_pieces_append(ckpt_pieces *t, const ckpt_pieces *src)
         r.file = remap(ids, r.file);
         r.writer = remap(ids, r.writer);
         r.shape = sids[r.shape];
-        r.sizes = sids[r.sizes];
         r.dims += (uint32_t)(r.flags & CKPT_PIECES_DIMS32 ? t->ndims32
                                                            : t->ndims);
-        if (!(r.flags & CKPT_PIECES_ONE_FRAME))
-            r.frame += t->nframes;
+        if (!(r.flags & CKPT_PIECES_ONE_FRAME) &&
+            r.frame >> CKPT_PIECES_FRAME_BITS)
+            r.frame += t->nframes;   /* in the low bits: checked above */
         t->v[t->n++] = r;
     }
     if (src->ndims)
@@ -405,23 +411,25 @@ int ckpt_pieces_add_frame(ckpt_pieces *t, size_t i, const ckpt_frame_rec *f)
     ckpt_pieces_rec *p = &t->v[i];
     ckpt_frame_rec one;   /* filled when its one frame is in the record */
     int inline_one = (p->flags & CKPT_PIECES_ONE_FRAME) != 0;
+    size_t nf = ckpt_pieces_nframes(t, i);
     if (inline_one)   /* that frame moves out of the record, to the end */
         ckpt_pieces_frames(t, i, &one);
-    else if (p->nframes && p->frame + p->nframes != t->nframes)
+    else if (nf && (p->frame & FRAME_INDEX_MAX) + nf != t->nframes)
         return -EINVAL;
-    if (p->nframes >= UINT32_MAX ||
+    if (nf >= CKPT_PIECES_MAX_FRAMES ||
+        t->nframes + 2 > FRAME_INDEX_MAX ||
         reserve((void **)&t->frames, &t->frames_cap, t->nframes,
                 1 + (size_t)inline_one, sizeof *t->frames))
         return -ENOMEM;
-    if (p->nframes == 0 || inline_one)
-        p->frame = t->nframes;
+    uint64_t first = nf && !inline_one ? p->frame & FRAME_INDEX_MAX
+                                        : t->nframes;
     if (inline_one) {
         t->frames[t->nframes++] = one;
         p->flags &= (uint8_t)~CKPT_PIECES_ONE_FRAME;
         p->codec = 0;
     }
     t->frames[t->nframes++] = *f;
-    p->nframes++;
+    p->frame = first | (uint64_t)(nf + 1) << CKPT_PIECES_FRAME_BITS;
     return 0;
 }
 
@@ -442,8 +450,9 @@ int ckpt_pieces_get(const ckpt_pieces *t, size_t i, ckpt_piece_rec *out)
     out->fqn = dup_str(ckpt_pieces_str(t, r->fqn), &oom);
     out->file = dup_str(ckpt_pieces_str(t, r->file), &oom);
     out->writer = dup_str(ckpt_pieces_str(t, r->writer), &oom);
-    if (r->nframes && !oom) {
-        out->frames = malloc(r->nframes * sizeof *out->frames);
+    size_t nf = ckpt_pieces_nframes(t, i);
+    if (nf && !oom) {
+        out->frames = malloc(nf * sizeof *out->frames);
         oom |= !out->frames;
     }
     if (oom) {
@@ -463,9 +472,9 @@ int ckpt_pieces_get(const ckpt_pieces *t, size_t i, ckpt_piece_rec *out)
     out->stored_bytes = ckpt_pieces_stored(t, i);
     out->data_hash = r->data_hash;
     ckpt_frame_rec one;
-    if (r->nframes)
+    if (nf)
         memcpy(out->frames, ckpt_pieces_frames(t, i, &one),
-               r->nframes * sizeof *out->frames);
-    out->nframes = out->frames_cap = r->nframes;
+               nf * sizeof *out->frames);
+    out->nframes = out->frames_cap = nf;
     return 0;
 }

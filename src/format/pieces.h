@@ -2,17 +2,18 @@
  * pieces.h - a compact table of many pieces: what the committer holds of
  * all writers' plans at once (a 16k-rank job's plans hold millions of
  * pieces).  Strings (fqns, shard paths, writer names) are interned and
- * referred to by id; so are shapes and sizes (the pieces of a tensor share
- * one shape and, in a regular layout, one block size); a piece's offsets
- * are a run of ndim values in one array, of 32-bit values where they fit.  A piece of one frame that covers
- * it whole (the common case: raw offset 0, its raw and stored sizes and
- * checksum the piece's, no base) keeps that frame in its record, as its
- * file offset and codec; others' frames are a run in a shared array.  Its
- * raw byte count is not stored when it is numel(sizes) x itemsize, nor its
- * stored byte count when it equals the raw one (else they follow the
- * offsets).  48 bytes per piece plus 4 per dimension, against ~160
- * for the table that stored every field (and ~850 for a ckpt_piece_rec,
- * whose dims are CKPT_MAX_DIMS arrays).
+ * referred to by id; so is a piece's shape with its sizes, one vector (the
+ * pieces of a tensor share one shape and, in a regular layout, one block
+ * size: one vector for all); a piece's offsets are a run of ndim values in
+ * one array, of 32-bit values where they fit.  A piece of one frame that
+ * covers it whole (the common case: raw offset 0, its raw and stored sizes
+ * and checksum the piece's, no base) keeps that frame in its record, as
+ * its file offset and codec; others' frames are a run in a shared array.
+ * Its raw byte count is not stored when it is numel(sizes) x itemsize, nor
+ * its stored byte count when it equals the raw one (else they follow the
+ * offsets).  40 bytes per piece plus 4 per dimension, against ~160 for the
+ * table that stored every field (and ~850 for a ckpt_piece_rec, whose dims
+ * are CKPT_MAX_DIMS arrays).
  *
  * The planner and the index writer work on it; an array of
  * ckpt_piece_rec converts to it (ckpt_pieces_add) and back
@@ -37,9 +38,8 @@
 
 typedef struct ckpt_pieces_rec {
     uint32_t fqn, file, writer;  /* string ids */
-    uint32_t shape, sizes;       /* shape ids: the values from
-                                    shapes[shape_at[id] + 1] */
-    uint32_t nframes;
+    uint32_t shape;              /* id of the vector of its shape then its
+                                    sizes: shapes[shape_at[id] + 1...] */
     uint32_t dims;               /* offsets: min(ndim, CKPT_MAX_DIMS) values
                                     from dims[dims], then the extras; or,
                                     DIMS32, from dims32[dims] (a table holds
@@ -50,7 +50,9 @@ typedef struct ckpt_pieces_rec {
     uint8_t codec;               /* ONE_FRAME: the frame's codec */
     uint8_t flags;
     uint64_t frame;              /* ONE_FRAME: the frame's file offset;
-                                    else its frames frames[frame..+nframes) */
+                                    else its frames: the low 40 bits the
+                                    first's index in frames, the high 24
+                                    their count */
     uint64_t data_hash;
 } ckpt_pieces_rec;
 
@@ -134,15 +136,28 @@ static inline const int64_t *ckpt_pieces_offsets(const ckpt_pieces *t,
 static inline const int64_t *ckpt_pieces_sizes(const ckpt_pieces *t,
                                                size_t i)
 {
-    return t->shapes + t->shape_at[t->v[i].sizes] + 1;
+    return ckpt_pieces_shape(t, i) + ckpt_pieces_ndims(&t->v[i]);
+}
+
+/* A piece's frames past the record: index in frames and count, packed. */
+#define CKPT_PIECES_FRAME_BITS 40
+#define CKPT_PIECES_MAX_FRAMES ((1u << (64 - CKPT_PIECES_FRAME_BITS)) - 1)
+
+/* Piece i's frame count. */
+static inline size_t ckpt_pieces_nframes(const ckpt_pieces *t, size_t i)
+{
+    const ckpt_pieces_rec *r = &t->v[i];
+    return r->flags & CKPT_PIECES_ONE_FRAME
+               ? 1 : (size_t)(r->frame >> CKPT_PIECES_FRAME_BITS);
 }
 
 /* Piece i's raw and stored byte counts, as given. */
 uint64_t ckpt_pieces_raw(const ckpt_pieces *t, size_t i);
 uint64_t ckpt_pieces_stored(const ckpt_pieces *t, size_t i);
 
-/* Piece i's frames (v[i].nframes of them): a pointer into the table, or,
- * for a piece whose one frame is in its record, `one` filled with it. */
+/* Piece i's frames (ckpt_pieces_nframes of them): a pointer into the
+ * table, or, for a piece whose one frame is in its record, `one` filled
+ * with it. */
 const ckpt_frame_rec *ckpt_pieces_frames(const ckpt_pieces *t, size_t i,
                                          ckpt_frame_rec *one);
 

@@ -523,7 +523,7 @@ static int claim_covers(const ckpt_pieces *all, size_t i, const plan_claim *c)
         return 0;
     ckpt_frame_rec one;
     const ckpt_frame_rec *f = ckpt_pieces_frames(all, i, &one);
-    for (uint64_t k = 0; k < all->v[i].nframes; k++)
+    for (uint64_t k = 0; k < ckpt_pieces_nframes(all, i); k++)
         if (f[k].stored_size > c->synced.bytes ||
             f[k].file_offset > c->synced.bytes - f[k].stored_size)
             return 0;

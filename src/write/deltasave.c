@@ -47,7 +47,7 @@ static int mark_used(const ckpt_pieces *all, const ckpt_index_base *list,
     for (size_t i = 0; i < all->n; i++) {
         ckpt_frame_rec one;
         const ckpt_frame_rec *f = ckpt_pieces_frames(all, i, &one);
-        for (uint64_t k = 0; k < all->v[i].nframes; k++) {
+        for (uint64_t k = 0; k < ckpt_pieces_nframes(all, i); k++) {
             if (!f[k].base)
                 continue;
             size_t j = 0;

@@ -213,11 +213,12 @@ static int collect_files(iwrite *w)
         w->file_pos[k] = SIZE_MAX;
     for (size_t i = 0; i < tab->n; i++) {
         const ckpt_pieces_rec *p = &tab->v[i];
-        size_t id = p->file == CKPT_PIECES_NONE ? ns - 1 : p->file;
+        uint32_t f = ckpt_pieces_file(tab, i);
+        size_t id = f == CKPT_PIECES_NONE ? ns - 1 : f;
         if (w->file_pos[id] != SIZE_MAX)
             continue;
-        const char *file = ckpt_pieces_str(tab, p->file);
-        const char *writer = ckpt_pieces_str(tab, p->writer);
+        const char *file = ckpt_pieces_str(tab, f);
+        const char *writer = ckpt_pieces_str(tab, ckpt_pieces_writer(tab, i));
         if (!safe_relpath(file))
             return ckpt_err(w->err, -EINVAL, "tensor '%s' (writer %s): shard "
                             "path '%s' is not a relative path inside the "
@@ -284,7 +285,8 @@ static int check_frames(iwrite *w, size_t i, size_t seq, const file_ent *f,
     ckpt_frame_rec one;
     const ckpt_frame_rec *frames = ckpt_pieces_frames(w->tab, i, &one);
     const char *fqn = ckpt_pieces_str(w->tab, p->fqn);
-    const char *writer = who(ckpt_pieces_str(w->tab, p->writer));
+    const char *writer = who(ckpt_pieces_str(w->tab,
+                                             ckpt_pieces_writer(w->tab, i)));
     uint64_t raw = 0, stored = 0, p_raw = ckpt_pieces_raw(w->tab, i),
              p_stored = ckpt_pieces_stored(w->tab, i);
     *mask = 0;
@@ -356,8 +358,8 @@ static int check_chunk(iwrite *w, const ckpt_plan_tensor *pt, size_t c,
                        size_t *fi, uint32_t *mask, uint32_t *tmask)
 {
     size_t i = pt->chunks[c];
-    const ckpt_pieces_rec *p = &w->tab->v[i];
-    *fi = w->file_pos[p->file == CKPT_PIECES_NONE ? w->tab->nstr : p->file];
+    uint32_t f = ckpt_pieces_file(w->tab, i);
+    *fi = w->file_pos[f == CKPT_PIECES_NONE ? w->tab->nstr : f];
     int rc = check_frames(w, i, c, &w->files[*fi], mask);
     *tmask |= rc ? 0 : *mask;
     return rc;
@@ -370,7 +372,6 @@ static int write_chunk(iwrite *w, size_t t, size_t c, int64_t chunk_id,
 {
     const ckpt_plan_tensor *pt = &w->plan->tensors[t];
     size_t i = pt->chunks[c], fi;
-    const ckpt_pieces_rec *p = &w->tab->v[i];
     uint32_t mask;
     int rc = check_chunk(w, pt, c, &fi, &mask, tmask);
     if (rc)
@@ -387,8 +388,8 @@ static int write_chunk(iwrite *w, size_t t, size_t c, int64_t chunk_id,
         CKPT_DB_INT(ckpt_pieces_raw(w->tab, i)),
         CKPT_DB_INT(ckpt_pieces_stored(w->tab, i)),
         CKPT_DB_INT(ckpt_pieces_nframes(w->tab, i)), CKPT_DB_INT(mask),
-        CKPT_DB_INT((int64_t)p->data_hash),
-        CKPT_DB_TEXT(ckpt_pieces_str(w->tab, p->writer)),
+        CKPT_DB_INT((int64_t)ckpt_pieces_hash(w->tab, i)),
+        CKPT_DB_TEXT(ckpt_pieces_str(w->tab, ckpt_pieces_writer(w->tab, i))),
     };
     rc = run(w, ST_CHUNK, v, 12);
     return rc ? rc : write_frames(w, i, chunk_id);
@@ -435,14 +436,14 @@ static int write_pack(iwrite *w, size_t t, const int64_t *block,
     w->pack.len = 0;
     for (size_t c = 0; c < pt->nchunks; c++) {
         size_t i = pt->chunks[c], fi;
-        const ckpt_pieces_rec *p = &w->tab->v[i];
         uint32_t mask;
         int rc = check_chunk(w, pt, c, &fi, &mask, tmask);
         if (rc)
             return rc;
         ckpt_frame_rec one;
         ckpt_pack_put(&w->pack, fi + 1, ckpt_pieces_frames(w->tab, i, &one),
-                      ckpt_pieces_nframes(w->tab, i), p->data_hash);
+                      ckpt_pieces_nframes(w->tab, i),
+                      ckpt_pieces_hash(w->tab, i));
     }
     return insert_pack(w, t, pt->ndim, block);
 }

@@ -214,12 +214,12 @@ const ckpt_frame_rec *ckpt_pieces_frames(const ckpt_pieces *t, size_t i,
 {
     const ckpt_pieces_rec *r = &t->v[i];
     if (!(r->flags & CKPT_PIECES_ONE_FRAME))
-        return t->frames + (r->frame & FRAME_INDEX_MAX);
+        return t->frames + (ckpt_pieces_u64(r->frame) & FRAME_INDEX_MAX);
     memset(one, 0, sizeof *one);   /* padding too: frames are compared */
-    one->file_offset = r->frame;
+    one->file_offset = ckpt_pieces_u64(r->frame);
     one->raw_size = ckpt_pieces_raw(t, i);
     one->stored_size = stored_of(t, i, one->raw_size);
-    one->checksum = r->data_hash;
+    one->checksum = ckpt_pieces_u64(r->data_hash);
     one->codec = r->codec;
     return one;
 }
@@ -290,13 +290,27 @@ static int8_t clamp8(int v)
     return (int8_t)(v < INT8_MIN ? INT8_MIN : v > INT8_MAX ? INT8_MAX : v);
 }
 
+static void set_u64(uint32_t half[2], uint64_t v)
+{
+    half[0] = (uint32_t)v;
+    half[1] = (uint32_t)(v >> 32);
+}
+
+/* The id of the vector (file, writer) of string ids: a piece's source. */
+static uint32_t pair_id(ckpt_pieces *t, uint32_t file, uint32_t writer,
+                        int *rc)
+{
+    int64_t v[2] = { file, writer };
+    return intern_shape(t, 2, v, rc);
+}
+
 int ckpt_pieces_add(ckpt_pieces *t, const ckpt_piece_rec *p)
 {
     int rc = 0;
     ckpt_pieces_rec r = {
         .ndim = clamp8(p->ndim), .dtype = clamp8((int)p->dtype),
-        .data_hash = p->data_hash,
     };
+    set_u64(r.data_hash, p->data_hash);
     int nd = ckpt_pieces_ndims(&r);
     uint64_t raw;
     if (derived_raw(r.dtype, nd, p->sizes, &raw) || raw != p->raw_bytes)
@@ -306,7 +320,7 @@ int ckpt_pieces_add(ckpt_pieces *t, const ckpt_piece_rec *p)
     if (one_frame(p)) {
         r.flags |= CKPT_PIECES_ONE_FRAME;
         r.codec = (uint8_t)p->frames[0].codec;
-        r.frame = p->frames[0].file_offset;
+        set_u64(r.frame, p->frames[0].file_offset);
     }
     size_t extra = !!(r.flags & CKPT_PIECES_RAW_EXTRA) +
                    !!(r.flags & CKPT_PIECES_STORED_EXTRA);
@@ -316,10 +330,10 @@ int ckpt_pieces_add(ckpt_pieces *t, const ckpt_piece_rec *p)
     if (nf > CKPT_PIECES_MAX_FRAMES || t->nframes + nf > FRAME_INDEX_MAX)
         return -ENOMEM;   /* r.frame could not hold them */
     r.fqn = intern(t, p->fqn, &rc);
+    uint32_t file = rc ? 0 : intern(t, p->file, &rc);
+    uint32_t writer = rc ? 0 : intern(t, p->writer, &rc);
     if (!rc)
-        r.file = intern(t, p->file, &rc);
-    if (!rc)
-        r.writer = intern(t, p->writer, &rc);
+        r.src = pair_id(t, file, writer, &rc);
     int64_t box[2 * CKPT_MAX_DIMS];   /* shape, then sizes */
     if (nd) {
         memcpy(box, p->shape, (size_t)nd * sizeof *box);
@@ -337,7 +351,7 @@ int ckpt_pieces_add(ckpt_pieces *t, const ckpt_piece_rec *p)
     else
         add_dims(t, nd, p, r.flags);
     if (nf) {
-        r.frame = t->nframes | (uint64_t)nf << CKPT_PIECES_FRAME_BITS;
+        set_u64(r.frame, t->nframes | (uint64_t)nf << CKPT_PIECES_FRAME_BITS);
         memcpy(t->frames + t->nframes, p->frames, nf * sizeof *p->frames);
         t->nframes += nf;
     }
@@ -351,16 +365,34 @@ static uint32_t remap(const uint32_t *ids, uint32_t k)
     return k == CKPT_PIECES_NONE ? k : ids[k];
 }
 
+/* Vector k of src as an id of t: its shape vector (shape and sizes) when
+ * `pair` is 0, its (file, writer) pair, string ids mapped by ids, when 1;
+ * memoized in map (UINT32_MAX when not yet). */
+static uint32_t map_vec(ckpt_pieces *t, const ckpt_pieces *src,
+                        const uint32_t *ids, uint32_t *map, uint32_t k,
+                        int pair, int *rc)
+{
+    if (map[k] != UINT32_MAX || *rc)
+        return map[k];
+    const int64_t *s = shape_of(src, k);
+    map[k] = pair ? pair_id(t, remap(ids, (uint32_t)s[1]),
+                            remap(ids, (uint32_t)s[2]), rc)
+                  : intern_shape(t, (int)s[0], s + 1, rc);
+    return *rc ? (map[k] = UINT32_MAX) : map[k];
+}
+
 int ckpt_pieces_append(ckpt_pieces *t, const ckpt_pieces *src)
 {
+    size_t nv = src->nshape ? src->nshape : 1;
     uint32_t *ids = malloc((src->nstr ? src->nstr : 1) * sizeof *ids);
-    uint32_t *sids = malloc((src->nshape ? src->nshape : 1) * sizeof *sids);
-    int rc = ids && sids ? 0 : -ENOMEM;
+    uint32_t *sids = malloc(nv * sizeof *sids);   /* shapes, then */
+    uint32_t *pids = malloc(nv * sizeof *pids);   /* sources, as used */
+    int rc = ids && sids && pids ? 0 : -ENOMEM;
     for (uint32_t k = 0; !rc && k < src->nstr; k++)
         ids[k] = intern(t, src->arena + src->str_off[k], &rc);
-    for (uint32_t k = 0; !rc && k < src->nshape; k++) {
-        const int64_t *s = shape_of(src, k);
-        sids[k] = intern_shape(t, (int)s[0], s + 1, &rc);
+    if (!rc) {
+        memset(sids, 0xff, nv * sizeof *sids);
+        memset(pids, 0xff, nv * sizeof *pids);
     }
     if (t->ndims > UINT32_MAX - src->ndims ||
         t->ndims32 > UINT32_MAX - src->ndims32 ||   /* indexed in 32 bits */
@@ -372,38 +404,41 @@ int ckpt_pieces_append(ckpt_pieces *t, const ckpt_pieces *src)
         reserve((void **)&t->dims32, &t->dims32_cap, t->ndims32,
                 src->ndims32 ? src->ndims32 : 1, sizeof *t->dims32) ||
         reserve((void **)&t->frames, &t->frames_cap, t->nframes,
-                src->nframes, sizeof *t->frames)) {
-        free(ids);
-        free(sids);
-        return -ENOMEM;
-    }
-    for (size_t i = 0; i < src->n; i++) {
+                src->nframes, sizeof *t->frames))
+        rc = -ENOMEM;
+    size_t n0 = t->n;
+    for (size_t i = 0; !rc && i < src->n; i++) {
         ckpt_pieces_rec r = src->v[i];
         r.fqn = remap(ids, r.fqn);
-        r.file = remap(ids, r.file);
-        r.writer = remap(ids, r.writer);
-        r.shape = sids[r.shape];
+        r.src = map_vec(t, src, ids, pids, r.src, 1, &rc);
+        r.shape = map_vec(t, src, ids, sids, r.shape, 0, &rc);
         r.dims += (uint32_t)(r.flags & CKPT_PIECES_DIMS32 ? t->ndims32
                                                            : t->ndims);
-        if (!(r.flags & CKPT_PIECES_ONE_FRAME) &&
-            r.frame >> CKPT_PIECES_FRAME_BITS)
-            r.frame += t->nframes;   /* in the low bits: checked above */
+        uint64_t f = ckpt_pieces_u64(r.frame);
+        if (!(r.flags & CKPT_PIECES_ONE_FRAME) && f >> CKPT_PIECES_FRAME_BITS)
+            set_u64(r.frame, f + t->nframes);   /* the low bits: checked */
         t->v[t->n++] = r;
     }
-    if (src->ndims)
-        memcpy(t->dims + t->ndims, src->dims, src->ndims * sizeof *t->dims);
-    if (src->ndims32)
-        memcpy(t->dims32 + t->ndims32, src->dims32,
-               src->ndims32 * sizeof *t->dims32);
-    if (src->nframes)
-        memcpy(t->frames + t->nframes, src->frames,
-               src->nframes * sizeof *t->frames);
-    t->ndims += src->ndims;
-    t->ndims32 += src->ndims32;
-    t->nframes += src->nframes;
+    if (rc)
+        t->n = n0;   /* no new piece (strings and vectors are harmless) */
+    else {
+        if (src->ndims)
+            memcpy(t->dims + t->ndims, src->dims,
+                   src->ndims * sizeof *t->dims);
+        if (src->ndims32)
+            memcpy(t->dims32 + t->ndims32, src->dims32,
+                   src->ndims32 * sizeof *t->dims32);
+        if (src->nframes)
+            memcpy(t->frames + t->nframes, src->frames,
+                   src->nframes * sizeof *t->frames);
+        t->ndims += src->ndims;
+        t->ndims32 += src->ndims32;
+        t->nframes += src->nframes;
+    }
     free(ids);
     free(sids);
-    return 0;
+    free(pids);
+    return rc ? -ENOMEM : 0;
 }
 
 int ckpt_pieces_add_frame(ckpt_pieces *t, size_t i, const ckpt_frame_rec *f)
@@ -414,22 +449,24 @@ int ckpt_pieces_add_frame(ckpt_pieces *t, size_t i, const ckpt_frame_rec *f)
     size_t nf = ckpt_pieces_nframes(t, i);
     if (inline_one)   /* that frame moves out of the record, to the end */
         ckpt_pieces_frames(t, i, &one);
-    else if (nf && (p->frame & FRAME_INDEX_MAX) + nf != t->nframes)
+    else if (nf && (ckpt_pieces_u64(p->frame) & FRAME_INDEX_MAX) + nf !=
+                       t->nframes)
         return -EINVAL;
     if (nf >= CKPT_PIECES_MAX_FRAMES ||
         t->nframes + 2 > FRAME_INDEX_MAX ||
         reserve((void **)&t->frames, &t->frames_cap, t->nframes,
                 1 + (size_t)inline_one, sizeof *t->frames))
         return -ENOMEM;
-    uint64_t first = nf && !inline_one ? p->frame & FRAME_INDEX_MAX
-                                        : t->nframes;
+    uint64_t first = nf && !inline_one
+                         ? ckpt_pieces_u64(p->frame) & FRAME_INDEX_MAX
+                         : t->nframes;
     if (inline_one) {
         t->frames[t->nframes++] = one;
         p->flags &= (uint8_t)~CKPT_PIECES_ONE_FRAME;
         p->codec = 0;
     }
     t->frames[t->nframes++] = *f;
-    p->frame = first | (uint64_t)(nf + 1) << CKPT_PIECES_FRAME_BITS;
+    set_u64(p->frame, first | (uint64_t)(nf + 1) << CKPT_PIECES_FRAME_BITS);
     return 0;
 }
 
@@ -448,8 +485,8 @@ int ckpt_pieces_get(const ckpt_pieces *t, size_t i, ckpt_piece_rec *out)
     int nd = ckpt_pieces_ndims(r), oom = 0;
     memset(out, 0, sizeof *out);
     out->fqn = dup_str(ckpt_pieces_str(t, r->fqn), &oom);
-    out->file = dup_str(ckpt_pieces_str(t, r->file), &oom);
-    out->writer = dup_str(ckpt_pieces_str(t, r->writer), &oom);
+    out->file = dup_str(ckpt_pieces_str(t, ckpt_pieces_file(t, i)), &oom);
+    out->writer = dup_str(ckpt_pieces_str(t, ckpt_pieces_writer(t, i)), &oom);
     size_t nf = ckpt_pieces_nframes(t, i);
     if (nf && !oom) {
         out->frames = malloc(nf * sizeof *out->frames);
@@ -470,7 +507,7 @@ int ckpt_pieces_get(const ckpt_pieces *t, size_t i, ckpt_piece_rec *out)
     }
     out->raw_bytes = ckpt_pieces_raw(t, i);
     out->stored_bytes = ckpt_pieces_stored(t, i);
-    out->data_hash = r->data_hash;
+    out->data_hash = ckpt_pieces_hash(t, i);
     ckpt_frame_rec one;
     if (nf)
         memcpy(out->frames, ckpt_pieces_frames(t, i, &one),

@@ -11,7 +11,7 @@
  * its file offset and codec; others' frames are a run in a shared array.
  * Its raw byte count is not stored when it is numel(sizes) x itemsize, nor
  * its stored byte count when it equals the raw one (else they follow the
- * offsets).  40 bytes per piece plus 4 per dimension, against ~160 for the
+ * offsets).  36 bytes per piece plus 4 per dimension, against ~160 for the
  * table that stored every field (and ~850 for a ckpt_piece_rec, whose dims
  * are CKPT_MAX_DIMS arrays).
  *
@@ -36,8 +36,12 @@
 #define CKPT_PIECES_STORED_EXTRA 4u  /* stored bytes stored after them */
 #define CKPT_PIECES_DIMS32 8u     /* offsets in dims32 (no extras then) */
 
+/* 4-byte aligned (36 bytes): its 64-bit fields are halves, low first. */
 typedef struct ckpt_pieces_rec {
-    uint32_t fqn, file, writer;  /* string ids */
+    uint32_t fqn;                /* string id */
+    uint32_t src;                /* id of the vector (shard path's string
+                                    id, writer name's), interned as shapes
+                                    are: a writer's pieces share one */
     uint32_t shape;              /* id of the vector of its shape then its
                                     sizes: shapes[shape_at[id] + 1...] */
     uint32_t dims;               /* offsets: min(ndim, CKPT_MAX_DIMS) values
@@ -49,11 +53,11 @@ typedef struct ckpt_pieces_rec {
                                     above: as invalid */
     uint8_t codec;               /* ONE_FRAME: the frame's codec */
     uint8_t flags;
-    uint64_t frame;              /* ONE_FRAME: the frame's file offset;
+    uint32_t frame[2];           /* ONE_FRAME: the frame's file offset;
                                     else its frames: the low 40 bits the
                                     first's index in frames, the high 24
                                     their count */
-    uint64_t data_hash;
+    uint32_t data_hash[2];       /* ckpt_pieces_hash */
 } ckpt_pieces_rec;
 
 typedef struct ckpt_pieces {
@@ -114,6 +118,28 @@ static inline int ckpt_pieces_ndims(const ckpt_pieces_rec *p)
                                                       : p->ndim;
 }
 
+static inline uint64_t ckpt_pieces_u64(const uint32_t half[2])
+{
+    return (uint64_t)half[0] | (uint64_t)half[1] << 32;
+}
+
+/* Piece i's data hash. */
+static inline uint64_t ckpt_pieces_hash(const ckpt_pieces *t, size_t i)
+{
+    return ckpt_pieces_u64(t->v[i].data_hash);
+}
+
+/* The string ids of piece i's shard path and writer name. */
+static inline uint32_t ckpt_pieces_file(const ckpt_pieces *t, size_t i)
+{
+    return (uint32_t)t->shapes[t->shape_at[t->v[i].src] + 1];
+}
+
+static inline uint32_t ckpt_pieces_writer(const ckpt_pieces *t, size_t i)
+{
+    return (uint32_t)t->shapes[t->shape_at[t->v[i].src] + 2];
+}
+
 static inline const int64_t *ckpt_pieces_shape(const ckpt_pieces *t,
                                                size_t i)
 {
@@ -148,7 +174,8 @@ static inline size_t ckpt_pieces_nframes(const ckpt_pieces *t, size_t i)
 {
     const ckpt_pieces_rec *r = &t->v[i];
     return r->flags & CKPT_PIECES_ONE_FRAME
-               ? 1 : (size_t)(r->frame >> CKPT_PIECES_FRAME_BITS);
+               ? 1 : (size_t)(ckpt_pieces_u64(r->frame) >>
+                              CKPT_PIECES_FRAME_BITS);
 }
 
 /* Piece i's raw and stored byte counts, as given. */

@@ -251,12 +251,19 @@ static const char *sort_key(const char *s)
     return s ? s : "";
 }
 
-/* Ranks, in strcmp order of key(string), the strings that field `field`
- * (the offset of a string id in ckpt_pieces_rec) of the pieces names:
+/* The string ids a piece names: its fqn, its writer's name. */
+static uint32_t fqn_id(const ckpt_pieces *tab, size_t i)
+{
+    return tab->v[i].fqn;
+}
+
+/* Ranks, in strcmp order of key(string), the strings that field(tab, i)
+ * of the pieces names:
  * rank[id] for id < nstr, rank[nstr] for NULL; strings with equal keys get
  * equal ranks.  Returns the number of distinct ranks, or 0 on out of
  * memory (with n > 0 pieces there is at least one). */
-static uint32_t rank_strings(const ckpt_pieces *tab, size_t field,
+static uint32_t rank_strings(const ckpt_pieces *tab,
+                             uint32_t (*field)(const ckpt_pieces *, size_t),
                              const char *(*key)(const char *),
                              uint32_t *rank)
 {
@@ -267,8 +274,7 @@ static uint32_t rank_strings(const ckpt_pieces *tab, size_t field,
     if (!used || !v)
         goto out;
     for (size_t i = 0; i < tab->n; i++) {
-        uint32_t id;
-        memcpy(&id, (const char *)&tab->v[i] + field, sizeof id);
+        uint32_t id = field(tab, i);
         used[id == CKPT_PIECES_NONE ? ns : id] = 1;
     }
     for (uint32_t id = 0; id <= ns; id++)
@@ -422,10 +428,10 @@ static int load_entries(planner *pl, const uint32_t *idx, size_t k)
         const ckpt_pieces_rec *r = &pl->tab->v[idx[j]];
         entry *e = ent_at(pl, j);
         int n = ckpt_pieces_ndims(r);
-        *e = (entry){ idx[j], ckpt_pieces_raw(pl->tab, idx[j]), r->data_hash,
-                      r->fqn, r->writer,
-                      rank_of(pl->wrank, pl->tab, r->writer), r->ndim,
-                      r->dtype };
+        uint32_t w = ckpt_pieces_writer(pl->tab, idx[j]);
+        *e = (entry){ idx[j], ckpt_pieces_raw(pl->tab, idx[j]),
+                      ckpt_pieces_hash(pl->tab, idx[j]), r->fqn, w,
+                      rank_of(pl->wrank, pl->tab, w), r->ndim, r->dtype };
         if (n) {
             int64_t off[CKPT_MAX_DIMS];
             memcpy(e->box, ckpt_pieces_offsets(pl->tab, idx[j], off),
@@ -830,7 +836,7 @@ static size_t first_replica(const planner *pl, const box_set *s)
 
 static uint32_t brank_of(const planner *pl, size_t i)
 {
-    return rank_of(pl->brank, pl->tab, pl->tab->v[i].writer);
+    return rank_of(pl->brank, pl->tab, ckpt_pieces_writer(pl->tab, i));
 }
 
 /* Balance: a box with one piece counts for its writer now; a replicated
@@ -975,7 +981,7 @@ static int plan_tensors(planner *pl)
     uint32_t nt = 0;
     int rc = 0;
     if (!frank || !order ||
-        !(nt = rank_strings(tab, offsetof(ckpt_pieces_rec, fqn), sort_key,
+        !(nt = rank_strings(tab, fqn_id, sort_key,
                             frank)) ||
         !(start = calloc((size_t)nt + 1, sizeof *start)) ||
         !(pl->out->tensors = calloc(nt, sizeof *pl->out->tensors)))
@@ -1004,7 +1010,7 @@ static int planner_init(planner *pl)
     pl->wrank = malloc(ns * sizeof *pl->wrank);
     pl->out->kept_as = malloc(pl->n * sizeof *pl->out->kept_as);
     if (!pl->wrank || !pl->out->kept_as ||
-        !rank_strings(tab, offsetof(ckpt_pieces_rec, writer), sort_key,
+        !rank_strings(tab, ckpt_pieces_writer, sort_key,
                       pl->wrank))
         return oom(pl);
     pl->out->npieces = pl->n;
@@ -1014,7 +1020,7 @@ static int planner_init(planner *pl)
     pl->brank = malloc(ns * sizeof *pl->brank);
     uint32_t nb = 0;
     if (!pl->brank ||
-        !(nb = rank_strings(tab, offsetof(ckpt_pieces_rec, writer), name_of,
+        !(nb = rank_strings(tab, ckpt_pieces_writer, name_of,
                             pl->brank)) ||
         !(pl->kept = calloc(nb, sizeof *pl->kept)))
         return oom(pl);

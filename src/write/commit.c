@@ -248,7 +248,7 @@ static int replica_refuse(const ckpt_pieces *all, const replica_ref *r,
     ckpt_shape_format(has[1], sizeof has[1], nd,
                       ckpt_pieces_offsets(all, i, off));
     ckpt_shape_format(has[2], sizeof has[2], nd, ckpt_pieces_sizes(all, i));
-    const char *by = ckpt_pieces_str(all, all->v[i].writer);
+    const char *by = ckpt_pieces_str(all, ckpt_pieces_writer(all, i));
     return ckpt_err(err, -EINVAL, "%s none of the %zu piece%s written of it "
                     "has that region and dtype (e.g. writer %s's: offsets "
                     "[%s], sizes [%s], dtype %s, shape [%s])", what, nrun,
@@ -518,7 +518,7 @@ static int refuse_unsynced(const char *dir, ckpt_error *err)
  * and every frame stored in it ends within the synced bytes. */
 static int claim_covers(const ckpt_pieces *all, size_t i, const plan_claim *c)
 {
-    const char *file = ckpt_pieces_str(all, all->v[i].file);
+    const char *file = ckpt_pieces_str(all, ckpt_pieces_file(all, i));
     if (!c->synced.has || !file || strcmp(file, c->synced.file) != 0)
         return 0;
     ckpt_frame_rec one;
@@ -540,7 +540,7 @@ static int mark_synced(const ckpt_pieces *all, const plan_claim *claims,
         return -ENOMEM;
     for (size_t p = 0; p < nplans; p++)
         for (size_t i = claims[p].first; i < claims[p].end; i++) {
-            uint32_t f = all->v[i].file;
+            uint32_t f = ckpt_pieces_file(all, i);
             if (f == CKPT_PIECES_NONE)
                 continue;
             if (claim_covers(all, i, &claims[p]))
@@ -563,7 +563,7 @@ static int sync_shards(const char *dir, const ckpt_pieces *all,
     /* Each distinct path is one string of the table: once each. */
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < all->n; i++) {
-        uint32_t f = all->v[i].file;
+        uint32_t f = ckpt_pieces_file(all, i);
         if (f == CKPT_PIECES_NONE || done[f])
             continue;
         done[f] = 1;

@@ -58,7 +58,8 @@ static int mark_used(const ckpt_pieces *all, const ckpt_index_base *list,
                                 "frame %llu names base %lld, which the "
                                 "save's base does not give",
                                 ckpt_pieces_str(all, all->v[i].fqn),
-                                ckpt_pieces_str(all, ckpt_pieces_writer(all, i)),
+                                ckpt_pieces_str(all,
+                                                ckpt_pieces_writer(all, i)),
                                 (unsigned long long)k, (long long)f[k].base);
             seen[j] = 1;
         }

@@ -213,11 +213,12 @@ static int collect_files(iwrite *w)
         w->file_pos[k] = SIZE_MAX;
     for (size_t i = 0; i < tab->n; i++) {
         const ckpt_pieces_rec *p = &tab->v[i];
-        size_t id = p->file == CKPT_PIECES_NONE ? ns - 1 : p->file;
+        uint32_t f = ckpt_pieces_file(tab, i);
+        size_t id = f == CKPT_PIECES_NONE ? ns - 1 : f;
         if (w->file_pos[id] != SIZE_MAX)
             continue;
-        const char *file = ckpt_pieces_str(tab, p->file);
-        const char *writer = ckpt_pieces_str(tab, p->writer);
+        const char *file = ckpt_pieces_str(tab, f);
+        const char *writer = ckpt_pieces_str(tab, ckpt_pieces_writer(tab, i));
         if (!safe_relpath(file))
             return ckpt_err(w->err, -EINVAL, "tensor '%s' (writer %s): shard "
                             "path '%s' is not a relative path inside the "
@@ -281,15 +282,18 @@ static int check_frames(iwrite *w, size_t i, size_t seq, const file_ent *f,
                         uint32_t *mask)
 {
     const ckpt_pieces_rec *p = &w->tab->v[i];
-    const ckpt_frame_rec *frames = ckpt_pieces_frames(w->tab, i);
+    ckpt_frame_rec one;
+    const ckpt_frame_rec *frames = ckpt_pieces_frames(w->tab, i, &one);
     const char *fqn = ckpt_pieces_str(w->tab, p->fqn);
-    const char *writer = who(ckpt_pieces_str(w->tab, p->writer));
-    uint64_t raw = 0, stored = 0;
+    const char *writer = who(ckpt_pieces_str(w->tab,
+                                             ckpt_pieces_writer(w->tab, i)));
+    uint64_t raw = 0, stored = 0, p_raw = ckpt_pieces_raw(w->tab, i),
+             p_stored = ckpt_pieces_stored(w->tab, i);
     *mask = 0;
-    for (size_t k = 0; k < p->nframes; k++) {
+    for (size_t k = 0; k < ckpt_pieces_nframes(w->tab, i); k++) {
         const ckpt_frame_rec *fr = &frames[k];
         if (fr->raw_offset != raw || fr->raw_size == 0 ||
-            fr->raw_size > p->raw_bytes - raw)
+            fr->raw_size > p_raw - raw)
             return ckpt_err(w->err, -EINVAL, "tensor '%s' chunk %zu (writer "
                             "%s): frame %zu holds raw bytes [%llu,+%llu) but "
                             "the next frame must start at %llu of %llu",
@@ -297,7 +301,7 @@ static int check_frames(iwrite *w, size_t i, size_t seq, const file_ent *f,
                             (unsigned long long)fr->raw_offset,
                             (unsigned long long)fr->raw_size,
                             (unsigned long long)raw,
-                            (unsigned long long)p->raw_bytes);
+                            (unsigned long long)p_raw);
         if (fr->file_offset > f->size || fr->stored_size > f->size -
                                                             fr->file_offset)
             return ckpt_err(w->err, -EIO, "tensor '%s' chunk %zu (writer %s): "
@@ -317,20 +321,21 @@ static int check_frames(iwrite *w, size_t i, size_t seq, const file_ent *f,
         raw += fr->raw_size;
         stored += fr->stored_size;
     }
-    if (raw != p->raw_bytes || stored != p->stored_bytes)
+    if (raw != p_raw || stored != p_stored)
         return ckpt_err(w->err, -EINVAL, "tensor '%s' chunk %zu (writer %s): "
                         "frames hold %llu raw / %llu stored bytes, the piece "
                         "%llu / %llu", fqn, seq, writer,
                         (unsigned long long)raw, (unsigned long long)stored,
-                        (unsigned long long)p->raw_bytes,
-                        (unsigned long long)p->stored_bytes);
+                        (unsigned long long)p_raw,
+                        (unsigned long long)p_stored);
     return 0;
 }
 
 static int write_frames(iwrite *w, size_t i, int64_t chunk_id)
 {
-    const ckpt_frame_rec *frames = ckpt_pieces_frames(w->tab, i);
-    for (size_t k = 0; k < w->tab->v[i].nframes; k++) {
+    ckpt_frame_rec one;
+    const ckpt_frame_rec *frames = ckpt_pieces_frames(w->tab, i, &one);
+    for (size_t k = 0; k < ckpt_pieces_nframes(w->tab, i); k++) {
         const ckpt_frame_rec *f = &frames[k];
         ckpt_db_val v[] = {
             CKPT_DB_INT(chunk_id), CKPT_DB_INT(k),
@@ -353,8 +358,8 @@ static int check_chunk(iwrite *w, const ckpt_plan_tensor *pt, size_t c,
                        size_t *fi, uint32_t *mask, uint32_t *tmask)
 {
     size_t i = pt->chunks[c];
-    const ckpt_pieces_rec *p = &w->tab->v[i];
-    *fi = w->file_pos[p->file == CKPT_PIECES_NONE ? w->tab->nstr : p->file];
+    uint32_t f = ckpt_pieces_file(w->tab, i);
+    *fi = w->file_pos[f == CKPT_PIECES_NONE ? w->tab->nstr : f];
     int rc = check_frames(w, i, c, &w->files[*fi], mask);
     *tmask |= rc ? 0 : *mask;
     return rc;
@@ -367,23 +372,24 @@ static int write_chunk(iwrite *w, size_t t, size_t c, int64_t chunk_id,
 {
     const ckpt_plan_tensor *pt = &w->plan->tensors[t];
     size_t i = pt->chunks[c], fi;
-    const ckpt_pieces_rec *p = &w->tab->v[i];
     uint32_t mask;
     int rc = check_chunk(w, pt, c, &fi, &mask, tmask);
     if (rc)
         return rc;
     char off[DIMS_JSON_CAP], size[DIMS_JSON_CAP];
+    int64_t o[CKPT_MAX_DIMS];
     ckpt_shape_format_json(off, sizeof off, pt->ndim,
-                           ckpt_pieces_offsets(w->tab, i));
+                           ckpt_pieces_offsets(w->tab, i, o));
     ckpt_shape_format_json(size, sizeof size, pt->ndim,
                            ckpt_pieces_sizes(w->tab, i));
     ckpt_db_val v[] = {
         CKPT_DB_INT(chunk_id), CKPT_DB_INT(t + 1), CKPT_DB_INT(c),
         CKPT_DB_TEXT(off), CKPT_DB_TEXT(size), CKPT_DB_INT(fi + 1),
-        CKPT_DB_INT(p->raw_bytes), CKPT_DB_INT(p->stored_bytes),
-        CKPT_DB_INT(p->nframes), CKPT_DB_INT(mask),
-        CKPT_DB_INT((int64_t)p->data_hash),
-        CKPT_DB_TEXT(ckpt_pieces_str(w->tab, p->writer)),
+        CKPT_DB_INT(ckpt_pieces_raw(w->tab, i)),
+        CKPT_DB_INT(ckpt_pieces_stored(w->tab, i)),
+        CKPT_DB_INT(ckpt_pieces_nframes(w->tab, i)), CKPT_DB_INT(mask),
+        CKPT_DB_INT((int64_t)ckpt_pieces_hash(w->tab, i)),
+        CKPT_DB_TEXT(ckpt_pieces_str(w->tab, ckpt_pieces_writer(w->tab, i))),
     };
     rc = run(w, ST_CHUNK, v, 12);
     return rc ? rc : write_frames(w, i, chunk_id);
@@ -402,15 +408,16 @@ static int tensor_grid(const iwrite *w, size_t t, int64_t *block)
     memcpy(block, ckpt_pieces_sizes(w->tab, pt->chunks[0]), nd * 8);
     if (ckpt_grid_count(pt->ndim, pt->shape, block) != pt->nchunks)
         return 0;
-    int64_t off[CKPT_MAX_DIMS], size[CKPT_MAX_DIMS];
+    int64_t off[CKPT_MAX_DIMS], size[CKPT_MAX_DIMS], o[CKPT_MAX_DIMS];
     for (size_t c = 0; c < pt->nchunks; c++) {
         size_t i = pt->chunks[c];
         ckpt_grid_box(pt->ndim, pt->shape, block, c, off, size);
-        if (memcmp(off, ckpt_pieces_offsets(w->tab, i), nd * 8) ||
+        if (memcmp(off, ckpt_pieces_offsets(w->tab, i, o), nd * 8) ||
             memcmp(size, ckpt_pieces_sizes(w->tab, i), nd * 8))
             return 0;
-        const ckpt_frame_rec *fr = ckpt_pieces_frames(w->tab, i);
-        for (size_t k = 0; k < w->tab->v[i].nframes; k++)
+        ckpt_frame_rec one;
+        const ckpt_frame_rec *fr = ckpt_pieces_frames(w->tab, i, &one);
+        for (size_t k = 0; k < ckpt_pieces_nframes(w->tab, i); k++)
             if (fr[k].base || fr[k].codec == CKPT_CODEC_REF ||
                 fr[k].codec == CKPT_CODEC_XOR)
                 return 0;
@@ -429,13 +436,14 @@ static int write_pack(iwrite *w, size_t t, const int64_t *block,
     w->pack.len = 0;
     for (size_t c = 0; c < pt->nchunks; c++) {
         size_t i = pt->chunks[c], fi;
-        const ckpt_pieces_rec *p = &w->tab->v[i];
         uint32_t mask;
         int rc = check_chunk(w, pt, c, &fi, &mask, tmask);
         if (rc)
             return rc;
-        ckpt_pack_put(&w->pack, fi + 1, ckpt_pieces_frames(w->tab, i),
-                      p->nframes, p->data_hash);
+        ckpt_frame_rec one;
+        ckpt_pack_put(&w->pack, fi + 1, ckpt_pieces_frames(w->tab, i, &one),
+                      ckpt_pieces_nframes(w->tab, i),
+                      ckpt_pieces_hash(w->tab, i));
     }
     return insert_pack(w, t, pt->ndim, block);
 }
@@ -510,9 +518,8 @@ static int write_tensor(iwrite *w, size_t t, int64_t *chunk_id)
     int packed = w->version >= 3 && tensor_grid(w, t, block);
     int rc = 0;
     for (size_t c = 0; !rc && c < pt->nchunks; c++) {
-        const ckpt_pieces_rec *p = &w->tab->v[pt->chunks[c]];
-        stored += p->stored_bytes;
-        nframes += p->nframes;
+        stored += ckpt_pieces_stored(w->tab, pt->chunks[c]);
+        nframes += ckpt_pieces_nframes(w->tab, pt->chunks[c]);
         if (!packed)
             rc = write_chunk(w, t, c, ++*chunk_id, &mask);
     }

@@ -2,11 +2,18 @@
  * pieces.h - a compact table of many pieces: what the committer holds of
  * all writers' plans at once (a 16k-rank job's plans hold millions of
  * pieces).  Strings (fqns, shard paths, writer names) are interned and
- * referred to by id; so are shapes (the pieces of a tensor share one);
- * a piece's offsets and sizes are runs of ndim values in one array, its
- * frames a run in another.  About 72 bytes per piece plus 16 per
- * dimension and 56 per frame, against ~850 for a ckpt_piece_rec (whose
- * dims are CKPT_MAX_DIMS arrays) and its strings.
+ * referred to by id; so is a piece's shape with its sizes, one vector (the
+ * pieces of a tensor share one shape and, in a regular layout, one block
+ * size: one vector for all); a piece's offsets are a run of ndim values in
+ * one array, of 32-bit values where they fit.  A piece of one frame that
+ * covers it whole (the common case: raw offset 0, its raw and stored sizes
+ * and checksum the piece's, no base) keeps that frame in its record, as
+ * its file offset and codec; others' frames are a run in a shared array.
+ * Its raw byte count is not stored when it is numel(sizes) x itemsize, nor
+ * its stored byte count when it equals the raw one (else they follow the
+ * offsets).  36 bytes per piece plus 4 per dimension, against ~160 for the
+ * table that stored every field (and ~850 for a ckpt_piece_rec, whose dims
+ * are CKPT_MAX_DIMS arrays).
  *
  * The planner and the index writer work on it; an array of
  * ckpt_piece_rec converts to it (ckpt_pieces_add) and back
@@ -23,17 +30,34 @@
 /* The string id of a NULL string. */
 #define CKPT_PIECES_NONE UINT32_MAX
 
+/* ckpt_pieces_rec.flags */
+#define CKPT_PIECES_ONE_FRAME 1u  /* its one frame is in the record */
+#define CKPT_PIECES_RAW_EXTRA 2u  /* raw bytes stored after the offsets */
+#define CKPT_PIECES_STORED_EXTRA 4u  /* stored bytes stored after them */
+#define CKPT_PIECES_DIMS32 8u     /* offsets in dims32 (no extras then) */
+
+/* 4-byte aligned (36 bytes): its 64-bit fields are halves, low first. */
 typedef struct ckpt_pieces_rec {
-    uint32_t fqn, file, writer;  /* string ids */
-    int32_t ndim;                /* as given (the planner checks it) */
-    int32_t dtype;
-    uint32_t shape;              /* shape id: its values from
-                                    shapes[shape_at[shape] + 1] */
-    uint64_t dims;               /* offsets, sizes: two runs of
-                                    min(ndim, CKPT_MAX_DIMS) values from
-                                    dims[dims] */
-    uint64_t frame0, nframes;    /* its frames: frames[frame0..+nframes) */
-    uint64_t raw_bytes, stored_bytes, data_hash;
+    uint32_t fqn;                /* string id */
+    uint32_t src;                /* id of the vector (shard path's string
+                                    id, writer name's), interned as shapes
+                                    are: a writer's pieces share one */
+    uint32_t shape;              /* id of the vector of its shape then its
+                                    sizes: shapes[shape_at[id] + 1...] */
+    uint32_t dims;               /* offsets: min(ndim, CKPT_MAX_DIMS) values
+                                    from dims[dims], then the extras; or,
+                                    DIMS32, from dims32[dims] (a table holds
+                                    fewer than 2^32 of either) */
+    int8_t ndim, dtype;          /* as given (the planner checks them), or
+                                    INT8_MIN / INT8_MAX for a value below or
+                                    above: as invalid */
+    uint8_t codec;               /* ONE_FRAME: the frame's codec */
+    uint8_t flags;
+    uint32_t frame[2];           /* ONE_FRAME: the frame's file offset;
+                                    else its frames: the low 40 bits the
+                                    first's index in frames, the high 24
+                                    their count */
+    uint32_t data_hash[2];       /* ckpt_pieces_hash */
 } ckpt_pieces_rec;
 
 typedef struct ckpt_pieces {
@@ -41,6 +65,8 @@ typedef struct ckpt_pieces {
     size_t n, cap;
     int64_t *dims;
     size_t ndims, dims_cap;
+    int32_t *dims32;
+    size_t ndims32, dims32_cap;
     /* interned shapes: shape id k is ndim then the values at
      * shapes + shape_at[k] */
     int64_t *shapes;
@@ -71,7 +97,8 @@ int ckpt_pieces_add(ckpt_pieces *t, const ckpt_piece_rec *p);
  * but no new piece). */
 int ckpt_pieces_append(ckpt_pieces *t, const ckpt_pieces *src);
 /* Appends a frame to piece i, whose frames must be the last ones added
- * (frames are added piece after piece).  -EINVAL when they are not,
+ * (frames are added piece after piece; a piece whose one frame is in its
+ * record is one whose frames are last).  -EINVAL when they are not,
  * -ENOMEM. */
 int ckpt_pieces_add_frame(ckpt_pieces *t, size_t i, const ckpt_frame_rec *f);
 /* Fills *out with a copy of piece i (new strings and frames, to be
@@ -91,28 +118,74 @@ static inline int ckpt_pieces_ndims(const ckpt_pieces_rec *p)
                                                       : p->ndim;
 }
 
+static inline uint64_t ckpt_pieces_u64(const uint32_t half[2])
+{
+    return (uint64_t)half[0] | (uint64_t)half[1] << 32;
+}
+
+/* Piece i's data hash. */
+static inline uint64_t ckpt_pieces_hash(const ckpt_pieces *t, size_t i)
+{
+    return ckpt_pieces_u64(t->v[i].data_hash);
+}
+
+/* The string ids of piece i's shard path and writer name. */
+static inline uint32_t ckpt_pieces_file(const ckpt_pieces *t, size_t i)
+{
+    return (uint32_t)t->shapes[t->shape_at[t->v[i].src] + 1];
+}
+
+static inline uint32_t ckpt_pieces_writer(const ckpt_pieces *t, size_t i)
+{
+    return (uint32_t)t->shapes[t->shape_at[t->v[i].src] + 2];
+}
+
 static inline const int64_t *ckpt_pieces_shape(const ckpt_pieces *t,
                                                size_t i)
 {
     return t->shapes + t->shape_at[t->v[i].shape] + 1;
 }
 
+/* Piece i's offsets: a pointer into the table, or buf filled with them. */
 static inline const int64_t *ckpt_pieces_offsets(const ckpt_pieces *t,
-                                                 size_t i)
+                                                 size_t i,
+                                                 int64_t buf[CKPT_MAX_DIMS])
 {
-    return t->dims + t->v[i].dims;
+    const ckpt_pieces_rec *r = &t->v[i];
+    if (!(r->flags & CKPT_PIECES_DIMS32))
+        return t->dims + r->dims;
+    for (int d = 0; d < ckpt_pieces_ndims(r); d++)
+        buf[d] = t->dims32[r->dims + (size_t)d];
+    return buf;
 }
 
 static inline const int64_t *ckpt_pieces_sizes(const ckpt_pieces *t,
                                                size_t i)
 {
-    return t->dims + t->v[i].dims + ckpt_pieces_ndims(&t->v[i]);
+    return ckpt_pieces_shape(t, i) + ckpt_pieces_ndims(&t->v[i]);
 }
 
-static inline const ckpt_frame_rec *ckpt_pieces_frames(const ckpt_pieces *t,
-                                                       size_t i)
+/* A piece's frames past the record: index in frames and count, packed. */
+#define CKPT_PIECES_FRAME_BITS 40
+#define CKPT_PIECES_MAX_FRAMES ((1u << (64 - CKPT_PIECES_FRAME_BITS)) - 1)
+
+/* Piece i's frame count. */
+static inline size_t ckpt_pieces_nframes(const ckpt_pieces *t, size_t i)
 {
-    return t->frames + t->v[i].frame0;
+    const ckpt_pieces_rec *r = &t->v[i];
+    return r->flags & CKPT_PIECES_ONE_FRAME
+               ? 1 : (size_t)(ckpt_pieces_u64(r->frame) >>
+                              CKPT_PIECES_FRAME_BITS);
 }
+
+/* Piece i's raw and stored byte counts, as given. */
+uint64_t ckpt_pieces_raw(const ckpt_pieces *t, size_t i);
+uint64_t ckpt_pieces_stored(const ckpt_pieces *t, size_t i);
+
+/* Piece i's frames (ckpt_pieces_nframes of them): a pointer into the
+ * table, or, for a piece whose one frame is in its record, `one` filled
+ * with it. */
+const ckpt_frame_rec *ckpt_pieces_frames(const ckpt_pieces *t, size_t i,
+                                         ckpt_frame_rec *one);
 
 #endif

@@ -251,12 +251,19 @@ static const char *sort_key(const char *s)
     return s ? s : "";
 }
 
-/* Ranks, in strcmp order of key(string), the strings that field `field`
- * (the offset of a string id in ckpt_pieces_rec) of the pieces names:
+/* The string ids a piece names: its fqn, its writer's name. */
+static uint32_t fqn_id(const ckpt_pieces *tab, size_t i)
+{
+    return tab->v[i].fqn;
+}
+
+/* Ranks, in strcmp order of key(string), the strings that field(tab, i)
+ * of the pieces names:
  * rank[id] for id < nstr, rank[nstr] for NULL; strings with equal keys get
  * equal ranks.  Returns the number of distinct ranks, or 0 on out of
  * memory (with n > 0 pieces there is at least one). */
-static uint32_t rank_strings(const ckpt_pieces *tab, size_t field,
+static uint32_t rank_strings(const ckpt_pieces *tab,
+                             uint32_t (*field)(const ckpt_pieces *, size_t),
                              const char *(*key)(const char *),
                              uint32_t *rank)
 {
@@ -267,8 +274,7 @@ static uint32_t rank_strings(const ckpt_pieces *tab, size_t field,
     if (!used || !v)
         goto out;
     for (size_t i = 0; i < tab->n; i++) {
-        uint32_t id;
-        memcpy(&id, (const char *)&tab->v[i] + field, sizeof id);
+        uint32_t id = field(tab, i);
         used[id == CKPT_PIECES_NONE ? ns : id] = 1;
     }
     for (uint32_t id = 0; id <= ns; id++)
@@ -407,7 +413,7 @@ static int cmp_entry(const void *va, const void *vb)
 }
 
 /* Copies the pieces idx[0..k) of one tensor into sorted entries. */
-static int load_entries(planner *pl, const size_t *idx, size_t k)
+static int load_entries(planner *pl, const uint32_t *idx, size_t k)
 {
     int nd = 0;
     for (size_t j = 0; j < k; j++) {
@@ -422,12 +428,16 @@ static int load_entries(planner *pl, const size_t *idx, size_t k)
         const ckpt_pieces_rec *r = &pl->tab->v[idx[j]];
         entry *e = ent_at(pl, j);
         int n = ckpt_pieces_ndims(r);
-        *e = (entry){ idx[j], r->raw_bytes, r->data_hash, r->fqn, r->writer,
-                      rank_of(pl->wrank, pl->tab, r->writer), r->ndim,
-                      r->dtype };
+        uint32_t w = ckpt_pieces_writer(pl->tab, idx[j]);
+        *e = (entry){ idx[j], ckpt_pieces_raw(pl->tab, idx[j]),
+                      ckpt_pieces_hash(pl->tab, idx[j]), r->fqn, w,
+                      rank_of(pl->wrank, pl->tab, w), r->ndim, r->dtype };
         if (n) {
-            memcpy(e->box, ckpt_pieces_offsets(pl->tab, idx[j]),
-                   2 * (size_t)n * sizeof *e->box);
+            int64_t off[CKPT_MAX_DIMS];
+            memcpy(e->box, ckpt_pieces_offsets(pl->tab, idx[j], off),
+                   (size_t)n * sizeof *e->box);
+            memcpy(e->box + n, ckpt_pieces_sizes(pl->tab, idx[j]),
+                   (size_t)n * sizeof *e->box);
             memcpy(e->box + 2 * n, ckpt_pieces_shape(pl->tab, idx[j]),
                    (size_t)n * sizeof *e->box);
         }
@@ -826,7 +836,7 @@ static size_t first_replica(const planner *pl, const box_set *s)
 
 static uint32_t brank_of(const planner *pl, size_t i)
 {
-    return rank_of(pl->brank, pl->tab, pl->tab->v[i].writer);
+    return rank_of(pl->brank, pl->tab, ckpt_pieces_writer(pl->tab, i));
 }
 
 /* Balance: a box with one piece counts for its writer now; a replicated
@@ -886,9 +896,9 @@ static int keep_balanced(planner *pl)
             }
         }
         pl->kept[brank_of(pl, best)] += rs->bytes;
-        pl->out->tensors[rs->tensor].chunks[rs->chunk] = best;
+        pl->out->tensors[rs->tensor].chunks[rs->chunk] = (uint32_t)best;
         for (size_t m = rs->m0; m < rs->m1; m++)
-            pl->out->kept_as[pl->rep_i[m]] = best;
+            pl->out->kept_as[pl->rep_i[m]] = (uint32_t)best;
     }
     free(order);
     return 0;
@@ -917,16 +927,16 @@ static int emit_tensor(planner *pl, size_t t)
             bs->keep = first_replica(pl, bs);
         else if (note_for_balance(pl, bs, t, s))
             return -ENOMEM;
-        pt->chunks[s] = bs->keep;
+        pt->chunks[s] = (uint32_t)bs->keep;
         for (size_t j = bs->start; j < bs->end; j++)
-            pl->out->kept_as[ent_at(pl, j)->i] = bs->keep;
+            pl->out->kept_as[ent_at(pl, j)->i] = (uint32_t)bs->keep;
     }
     return 0;
 }
 
 /* Checks the pieces idx[0..k) of one tensor, leaving its distinct boxes
  * in pl->sets. */
-static int check_tensor(planner *pl, const size_t *idx, size_t k)
+static int check_tensor(planner *pl, const uint32_t *idx, size_t k)
 {
     int rc = load_entries(pl, idx, k);
     if (rc)
@@ -953,7 +963,8 @@ static int check_tensor(planner *pl, const size_t *idx, size_t k)
 
 /* Checks the pieces idx[0..k) of one tensor and records it as plan
  * tensor t. */
-static int plan_tensor(planner *pl, const size_t *idx, size_t k, size_t t)
+static int plan_tensor(planner *pl, const uint32_t *idx, size_t k,
+                       size_t t)
 {
     int rc = check_tensor(pl, idx, k);
     return rc ? rc : emit_tensor(pl, t);
@@ -965,11 +976,12 @@ static int plan_tensors(planner *pl)
 {
     const ckpt_pieces *tab = pl->tab;
     uint32_t *frank = malloc(((size_t)tab->nstr + 1) * sizeof *frank);
-    size_t *order = malloc(pl->n * sizeof *order), *start = NULL;
+    uint32_t *order = malloc(pl->n * sizeof *order);
+    size_t *start = NULL;
     uint32_t nt = 0;
     int rc = 0;
     if (!frank || !order ||
-        !(nt = rank_strings(tab, offsetof(ckpt_pieces_rec, fqn), sort_key,
+        !(nt = rank_strings(tab, fqn_id, sort_key,
                             frank)) ||
         !(start = calloc((size_t)nt + 1, sizeof *start)) ||
         !(pl->out->tensors = calloc(nt, sizeof *pl->out->tensors)))
@@ -979,7 +991,7 @@ static int plan_tensors(planner *pl)
     for (uint32_t t = 0; !rc && t < nt; t++)
         start[t + 1] += start[t];
     for (size_t i = 0; !rc && i < pl->n; i++)
-        order[start[rank_of(frank, tab, tab->v[i].fqn)]++] = i;
+        order[start[rank_of(frank, tab, tab->v[i].fqn)]++] = (uint32_t)i;
     /* start[t] is now the end of tensor t's pieces */
     for (uint32_t t = 0; !rc && t < nt; t++) {
         size_t a = t ? start[t - 1] : 0;
@@ -998,7 +1010,7 @@ static int planner_init(planner *pl)
     pl->wrank = malloc(ns * sizeof *pl->wrank);
     pl->out->kept_as = malloc(pl->n * sizeof *pl->out->kept_as);
     if (!pl->wrank || !pl->out->kept_as ||
-        !rank_strings(tab, offsetof(ckpt_pieces_rec, writer), sort_key,
+        !rank_strings(tab, ckpt_pieces_writer, sort_key,
                       pl->wrank))
         return oom(pl);
     pl->out->npieces = pl->n;
@@ -1008,7 +1020,7 @@ static int planner_init(planner *pl)
     pl->brank = malloc(ns * sizeof *pl->brank);
     uint32_t nb = 0;
     if (!pl->brank ||
-        !(nb = rank_strings(tab, offsetof(ckpt_pieces_rec, writer), name_of,
+        !(nb = rank_strings(tab, ckpt_pieces_writer, name_of,
                             pl->brank)) ||
         !(pl->kept = calloc(nb, sizeof *pl->kept)))
         return oom(pl);
@@ -1036,6 +1048,9 @@ int ckpt_plan_build_pieces(const ckpt_pieces *tab, const ckpt_plan_opts *opts,
     memset(out, 0, sizeof *out);
     if (tab->n == 0)
         return 0;
+    if (tab->n >= CKPT_PLAN_MAX_PIECES)   /* numbered in 32 bits */
+        return ckpt_err(err, -ENOMEM, "planner: %zu pieces, more than a "
+                        "plan can number", tab->n);
     planner pl = { .tab = tab, .n = tab->n, .opts = opts ? opts : &defaults,
                    .out = out, .err = err };
     int rc = planner_init(&pl);
@@ -1086,13 +1101,16 @@ int ckpt_plan_check_chunks_pieces(const ckpt_pieces *tab, ckpt_error *err)
                             "checked together", fqn0, fqn);
     }
     ckpt_plan unused = { 0 };
-    size_t *idx = malloc(n * sizeof *idx);
+    uint32_t *idx = malloc(n * sizeof *idx);
     planner pl = { .tab = tab, .n = n, .opts = &defaults, .out = &unused,
                    .chunks = 1, .err = err };
     int rc = idx ? planner_init(&pl)
                  : ckpt_err(err, -ENOMEM, "planner: out of memory");
+    if (!rc && n >= CKPT_PLAN_MAX_PIECES)
+        rc = ckpt_err(err, -ENOMEM, "planner: %zu chunks, more than a plan "
+                      "can number", n);
     for (size_t i = 0; !rc && i < n; i++)
-        idx[i] = i;
+        idx[i] = (uint32_t)i;
     if (!rc)
         rc = check_tensor(&pl, idx, n);
     planner_free(&pl);

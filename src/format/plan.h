@@ -14,16 +14,19 @@
 #define CKPT_PLAN_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include "format/model.h"
 #include "format/pieces.h"
+
+#define CKPT_PLAN_MAX_PIECES UINT32_MAX
 
 typedef struct ckpt_plan_tensor {
     const char *fqn;        /* points into the pieces */
     ckpt_dtype dtype;
     int ndim;
     const int64_t *shape;   /* points into the first piece */
-    size_t *chunks;         /* indices of kept pieces, in row-major order of
-                               their offsets */
+    uint32_t *chunks;       /* indices of kept pieces, in row-major order
+                               of their offsets */
     size_t nchunks;
 } ckpt_plan_tensor;
 
@@ -31,8 +34,11 @@ typedef struct ckpt_plan {
     ckpt_plan_tensor *tensors;   /* sorted by fqn (strcmp) */
     size_t ntensors;
     /* Per input piece: the index of the piece kept in its place (itself
-     * when it is kept, another replica's index when it is a duplicate). */
-    size_t *kept_as;
+     * when it is kept, another replica's index when it is a duplicate).
+     * Pieces are numbered in 32 bits (4 bytes a piece, not 8, for each
+     * of these arrays: a 16k-rank commit plans 16 million pieces); a plan
+     * of CKPT_PLAN_MAX_PIECES or more is refused as out of memory. */
+    uint32_t *kept_as;
     size_t npieces;
 } ckpt_plan;
 

@@ -314,19 +314,20 @@ static void compare_replicas(const save_root *sr, ckpt_error *st)
         size_t k = sr->kept_as[i];
         if (k == i || sr->hashes[k] == sr->hashes[i])
             continue;
-        const ckpt_pieces_rec *a = &t->v[k], *b = &t->v[i];
+        const ckpt_pieces_rec *a = &t->v[k];
         char off[CKPT_MAX_DIMS * 21 + 3], size[CKPT_MAX_DIMS * 21 + 3];
+        int64_t o[CKPT_MAX_DIMS];
         ckpt_shape_format_json(off, sizeof off, ckpt_pieces_ndims(a),
-                               ckpt_pieces_offsets(t, k));
+                               ckpt_pieces_offsets(t, k, o));
         ckpt_shape_format_json(size, sizeof size, ckpt_pieces_ndims(a),
                                ckpt_pieces_sizes(t, k));
         coll_fail_all(st, -EINVAL, "planner: tensor '%s': replicas of piece "
                       "offsets %s sizes %s have different bytes: writer %s "
                       "(hash %016llx) vs writer %s (hash %016llx)",
                       ckpt_pieces_str(t, a->fqn), off, size,
-                      ckpt_pieces_str(t, a->writer),
+                      ckpt_pieces_str(t, ckpt_pieces_writer(t, k)),
                       (unsigned long long)sr->hashes[k],
-                      ckpt_pieces_str(t, b->writer),
+                      ckpt_pieces_str(t, ckpt_pieces_writer(t, i)),
                       (unsigned long long)sr->hashes[i]);
     }
 }

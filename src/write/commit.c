@@ -206,8 +206,9 @@ static int replica_matches(const ckpt_pieces *all, size_t i,
     if (p->dtype != (int32_t)r->dtype || p->ndim != r->ndim)
         return 0;
     size_t nb = (size_t)r->ndim * sizeof(int64_t);
+    int64_t off[CKPT_MAX_DIMS];
     return memcmp(ckpt_pieces_shape(all, i), r->dims[0], nb) == 0 &&
-           memcmp(ckpt_pieces_offsets(all, i), r->dims[1], nb) == 0 &&
+           memcmp(ckpt_pieces_offsets(all, i, off), r->dims[1], nb) == 0 &&
            memcmp(ckpt_pieces_sizes(all, i), r->dims[2], nb) == 0;
 }
 
@@ -242,10 +243,12 @@ static int replica_refuse(const ckpt_pieces *all, const replica_ref *r,
     size_t i = run[0].i;
     int nd = ckpt_pieces_ndims(&all->v[i]);
     char has[3][CKPT_MAX_DIMS * 21 + 1];
+    int64_t off[CKPT_MAX_DIMS];
     ckpt_shape_format(has[0], sizeof has[0], nd, ckpt_pieces_shape(all, i));
-    ckpt_shape_format(has[1], sizeof has[1], nd, ckpt_pieces_offsets(all, i));
+    ckpt_shape_format(has[1], sizeof has[1], nd,
+                      ckpt_pieces_offsets(all, i, off));
     ckpt_shape_format(has[2], sizeof has[2], nd, ckpt_pieces_sizes(all, i));
-    const char *by = ckpt_pieces_str(all, all->v[i].writer);
+    const char *by = ckpt_pieces_str(all, ckpt_pieces_writer(all, i));
     return ckpt_err(err, -EINVAL, "%s none of the %zu piece%s written of it "
                     "has that region and dtype (e.g. writer %s's: offsets "
                     "[%s], sizes [%s], dtype %s, shape [%s])", what, nrun,
@@ -515,11 +518,12 @@ static int refuse_unsynced(const char *dir, ckpt_error *err)
  * and every frame stored in it ends within the synced bytes. */
 static int claim_covers(const ckpt_pieces *all, size_t i, const plan_claim *c)
 {
-    const char *file = ckpt_pieces_str(all, all->v[i].file);
+    const char *file = ckpt_pieces_str(all, ckpt_pieces_file(all, i));
     if (!c->synced.has || !file || strcmp(file, c->synced.file) != 0)
         return 0;
-    const ckpt_frame_rec *f = ckpt_pieces_frames(all, i);
-    for (uint64_t k = 0; k < all->v[i].nframes; k++)
+    ckpt_frame_rec one;
+    const ckpt_frame_rec *f = ckpt_pieces_frames(all, i, &one);
+    for (uint64_t k = 0; k < ckpt_pieces_nframes(all, i); k++)
         if (f[k].stored_size > c->synced.bytes ||
             f[k].file_offset > c->synced.bytes - f[k].stored_size)
             return 0;
@@ -536,7 +540,7 @@ static int mark_synced(const ckpt_pieces *all, const plan_claim *claims,
         return -ENOMEM;
     for (size_t p = 0; p < nplans; p++)
         for (size_t i = claims[p].first; i < claims[p].end; i++) {
-            uint32_t f = all->v[i].file;
+            uint32_t f = ckpt_pieces_file(all, i);
             if (f == CKPT_PIECES_NONE)
                 continue;
             if (claim_covers(all, i, &claims[p]))
@@ -559,7 +563,7 @@ static int sync_shards(const char *dir, const ckpt_pieces *all,
     /* Each distinct path is one string of the table: once each. */
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < all->n; i++) {
-        uint32_t f = all->v[i].file;
+        uint32_t f = ckpt_pieces_file(all, i);
         if (f == CKPT_PIECES_NONE || done[f])
             continue;
         done[f] = 1;

@@ -45,8 +45,9 @@ static int mark_used(const ckpt_pieces *all, const ckpt_index_base *list,
                      size_t nl, char *seen, ckpt_error *err)
 {
     for (size_t i = 0; i < all->n; i++) {
-        const ckpt_frame_rec *f = ckpt_pieces_frames(all, i);
-        for (uint64_t k = 0; k < all->v[i].nframes; k++) {
+        ckpt_frame_rec one;
+        const ckpt_frame_rec *f = ckpt_pieces_frames(all, i, &one);
+        for (uint64_t k = 0; k < ckpt_pieces_nframes(all, i); k++) {
             if (!f[k].base)
                 continue;
             size_t j = 0;
@@ -57,7 +58,8 @@ static int mark_used(const ckpt_pieces *all, const ckpt_index_base *list,
                                 "frame %llu names base %lld, which the "
                                 "save's base does not give",
                                 ckpt_pieces_str(all, all->v[i].fqn),
-                                ckpt_pieces_str(all, all->v[i].writer),
+                                ckpt_pieces_str(all,
+                                                ckpt_pieces_writer(all, i)),
                                 (unsigned long long)k, (long long)f[k].base);
             seen[j] = 1;
         }

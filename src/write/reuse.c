@@ -896,19 +896,20 @@ static int plan_layout(const ckpt_pieces *all, const uint64_t *tk,
     uint64_t d = CKPT_LAYOUT_SEED;
     ckpt_layout_map m = { 0 };
     uint32_t file = CKPT_PIECES_NONE;
+    int64_t off[CKPT_MAX_DIMS];
     for (size_t i = pl->first; i < pl->end; i++) {
         const ckpt_pieces_rec *p = &all->v[i];
-        if (i > pl->first && p->file != file) {
+        if (i > pl->first && ckpt_pieces_file(all, i) != file) {
             ckpt_strbuf_free(&m.b);
             return 1;
         }
-        file = p->file;
+        file = ckpt_pieces_file(all, i);
         d = ckpt_layout_step(d, ckpt_pieces_str(all, p->fqn),
                              (ckpt_dtype)p->dtype, p->ndim,
                              ckpt_pieces_shape(all, i),
-                             ckpt_pieces_offsets(all, i),
+                             ckpt_pieces_offsets(all, i, off),
                              ckpt_pieces_sizes(all, i),
-                             ckpt_pieces_str(all, p->file));
+                             ckpt_pieces_str(all, file));
     }
     int64_t dk;
     if (same_but_chunks(tk, base, pl, &dk)) {

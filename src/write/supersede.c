@@ -79,11 +79,11 @@ static int superseded(const ckpt_pieces *all, size_t i, const supersession *s)
 {
     const ckpt_pieces_rec *p = &all->v[i];
     const char *fqn = ckpt_pieces_str(all, p->fqn);
-    const char *w = ckpt_pieces_str(all, p->writer);
-    int64_t o[CKPT_MAX_DIMS], z[CKPT_MAX_DIMS];
+    const char *w = ckpt_pieces_str(all, ckpt_pieces_writer(all, i));
+    int64_t o[CKPT_MAX_DIMS], z[CKPT_MAX_DIMS], off[CKPT_MAX_DIMS];
     return fqn && w && p->ndim == s->ndim && strcmp(fqn, s->fqn) == 0 &&
            strcmp(w, s->by) != 0 && ckpt_supersede_listed(s->writers, w) &&
-           ckpt_box_intersect(s->ndim, ckpt_pieces_offsets(all, i),
+           ckpt_box_intersect(s->ndim, ckpt_pieces_offsets(all, i, off),
                               ckpt_pieces_sizes(all, i), s->off, s->size,
                               o, z);
 }

@@ -40,6 +40,49 @@ static const char *pick_name(rng *g)
     return k == sizeof NAMES / sizeof *NAMES ? NULL : NAMES[k];
 }
 
+/* numel(sizes) x itemsize of p, or 0 when it is not a valid count. */
+static int regular_bytes(const ckpt_piece_rec *p, uint64_t *out)
+{
+    if (p->dtype <= CKPT_DTYPE_INVALID || p->dtype >= CKPT_DTYPE_COUNT ||
+        p->ndim < 0 || p->ndim > CKPT_MAX_DIMS)
+        return 0;
+    unsigned __int128 v = ckpt_dtype_size(p->dtype);
+    for (int d = 0; d < p->ndim; d++)
+        if ((v *= (uint64_t)p->sizes[d]) > UINT64_MAX)
+            return 0;
+    *out = (uint64_t)v;
+    return 1;
+}
+
+/* Makes p a piece whose byte counts and one frame the table can derive
+ * (raw bytes numel x itemsize, stored as many, one frame of it all, its
+ * checksum the hash), then, one time in two, breaks one of those. */
+static void make_regular(ckpt_piece_rec *p, rng *g)
+{
+    if (!regular_bytes(p, &p->raw_bytes))
+        return;
+    p->stored_bytes = p->raw_bytes;
+    free(p->frames);
+    p->nframes = 1;
+    p->frames = calloc(1, sizeof *p->frames);
+    p->frames[0] = (ckpt_frame_rec){ rnd(g), p->stored_bytes, 0,
+                                     p->raw_bytes, p->data_hash,
+                                     (int)rnd_in(g, 0, 8), 0 };
+    switch (rnd_in(g, 0, 13)) {
+    case 0: p->raw_bytes++; break;
+    case 1: p->stored_bytes = rnd(g); break;
+    case 2: p->frames[0].raw_offset = 1; break;
+    case 3: p->frames[0].raw_size--; break;
+    case 4: p->frames[0].stored_size ^= 1; break;
+    case 5: p->frames[0].checksum ^= 1; break;
+    case 6: p->frames[0].base = 3; break;
+    case 7: p->frames[0].codec = 256; break;
+    case 8: p->frames[0].codec = -1; break;
+    case 9: p->stored_bytes = p->frames[0].stored_size = rnd(g); break;
+    default: break;
+    }
+}
+
 static void random_rec(ckpt_piece_rec *p, rng *g)
 {
     memset(p, 0, sizeof *p);
@@ -54,6 +97,9 @@ static void random_rec(ckpt_piece_rec *p, rng *g)
         p->offsets[d] = rnd_in(g, 0, 1000);
         p->sizes[d] = rnd_in(g, 0, 1000);
     }
+    if (p->ndim > 0 && !rnd_in(g, 0, 3))   /* an offset past 32 bits */
+        p->offsets[rnd_in(g, 0, dims_stored(p->ndim) - 1)] +=
+            (int64_t)rnd_in(g, 1, 4) << 31;
     p->raw_bytes = rnd(g);
     p->stored_bytes = rnd(g);
     p->data_hash = rnd(g);
@@ -63,6 +109,8 @@ static void random_rec(ckpt_piece_rec *p, rng *g)
         p->frames[f] = (ckpt_frame_rec){ rnd(g), rnd(g), rnd(g), rnd(g),
                                          rnd(g), (int)rnd_in(g, 0, 8),
                                          0 };
+    if (rnd_in(g, 0, 2))
+        make_regular(p, g);
 }
 
 static void rec_eq(const ckpt_piece_rec *a, const ckpt_piece_rec *b)
@@ -82,7 +130,7 @@ static void rec_eq(const ckpt_piece_rec *a, const ckpt_piece_rec *b)
     ck_assert_uint_eq(a->data_hash, b->data_hash);
     ck_assert_uint_eq(a->nframes, b->nframes);
     for (size_t f = 0; f < a->nframes; f++)
-        ck_assert(!memcmp(&a->frames[f], &b->frames[f], sizeof *a->frames));
+        frame_rec_eq(&a->frames[f], &b->frames[f]);
 }
 
 START_TEST(test_table_roundtrip)
@@ -172,11 +220,99 @@ START_TEST(test_table_frame_order)
     ck_assert_int_eq(ckpt_pieces_add_frame(&tab, 0, &f), 0);
     ck_assert_int_eq(ckpt_pieces_add_frame(&tab, 1, &f), 0);
     ck_assert_int_eq(ckpt_pieces_add_frame(&tab, 0, &f), -EINVAL);
-    ck_assert_uint_eq(tab.v[0].nframes, 2);
-    ck_assert_uint_eq(tab.v[1].nframes, 1);
-    ck_assert_uint_eq(ckpt_pieces_frames(&tab, 0)[1].raw_offset, 2);
+    ck_assert_uint_eq(ckpt_pieces_nframes(&tab, 0), 2);
+    ck_assert_uint_eq(ckpt_pieces_nframes(&tab, 1), 1);
+    ckpt_frame_rec one;
+    ck_assert_uint_eq(ckpt_pieces_frames(&tab, 0, &one)[1].raw_offset, 2);
     ck_assert_uint_eq(tab.nstr, 3);
+    /* A piece whose one frame is in its record gets more at the end. */
+    p.raw_bytes = p.stored_bytes = 4;
+    p.data_hash = 9;
+    ckpt_frame_rec whole = { 100, 4, 0, 4, 9, 1, 0 };
+    p.frames = &whole;
+    p.nframes = 1;
+    ck_assert_int_eq(ckpt_pieces_add(&tab, &p), 0);
+    ck_assert_uint_eq(tab.nframes, 3);   /* its frame is in the record */
+    ck_assert_int_eq(ckpt_pieces_add_frame(&tab, 2, &f), 0);
+    ck_assert_uint_eq(ckpt_pieces_nframes(&tab, 2), 2);
+    const ckpt_frame_rec *two = ckpt_pieces_frames(&tab, 2, &one);
+    frame_rec_eq(&two[0], &whole);
+    frame_rec_eq(&two[1], &f);
     ckpt_pieces_free(&tab);
+}
+END_TEST
+
+/* A regular layout (the rows of an f32 tensor, one frame each, as FSDP
+ * writes them) costs a record and its 32-bit offsets per piece: no frame,
+ * no sizes, no byte counts stored (what lets a 16k-rank commit hold its 16
+ * million pieces), and reads back as it went in. */
+START_TEST(test_table_compact)
+{
+    enum { N = 1000 };
+    ckpt_pieces tab;
+    ckpt_pieces_init(&tab);
+    ckpt_frame_rec f = { 0 };
+    ckpt_piece_rec p = { .fqn = "w", .file = "s", .writer = "r", .ndim = 2,
+                         .dtype = CKPT_F32, .shape = { N, 256 },
+                         .sizes = { 1, 256 }, .raw_bytes = 1024,
+                         .stored_bytes = 1024, .frames = &f, .nframes = 1 };
+    for (int i = 0; i < N; i++) {
+        p.offsets[0] = i;
+        p.data_hash = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
+        f = (ckpt_frame_rec){ 4096 + 1024 * (uint64_t)i, 1024, 0, 1024,
+                              p.data_hash, i % 3, 0 };
+        ck_assert_int_eq(ckpt_pieces_add(&tab, &p), 0);
+    }
+    ck_assert_uint_eq(tab.nframes, 0);
+    ck_assert_uint_eq(tab.ndims, 0);       /* offsets in 32 bits */
+    ck_assert_uint_eq(tab.ndims32, 2 * N);
+    ck_assert_uint_eq(tab.nshape, 2);   /* shape and sizes; file and writer */
+    ck_assert_uint_le(sizeof(ckpt_pieces_rec), 36);
+    for (int i = 0; i < N; i++) {
+        ckpt_piece_rec out;
+        ck_assert_int_eq(ckpt_pieces_get(&tab, (size_t)i, &out), 0);
+        p.offsets[0] = i;
+        p.data_hash = 0x9e3779b97f4a7c15ull * (uint64_t)(i + 1);
+        f = (ckpt_frame_rec){ 4096 + 1024 * (uint64_t)i, 1024, 0, 1024,
+                              p.data_hash, i % 3, 0 };
+        rec_eq(&p, &out);
+        ckpt_piece_clear(&out);
+    }
+    ckpt_pieces_free(&tab);
+}
+END_TEST
+
+/* An ndim or dtype past 8 bits is kept as INT8_MIN / INT8_MAX: invalid
+ * still, and refused by the planner. */
+START_TEST(test_table_clamped)
+{
+    ckpt_pieces tab;
+    ckpt_pieces_init(&tab);
+    ckpt_piece_rec p = { .fqn = "a", .ndim = 1000, .dtype = CKPT_F32 };
+    ck_assert_int_eq(ckpt_pieces_add(&tab, &p), 0);
+    p.ndim = -1000;
+    p.dtype = (ckpt_dtype)5000;
+    ck_assert_int_eq(ckpt_pieces_add(&tab, &p), 0);
+    ckpt_piece_rec out;
+    ck_assert_int_eq(ckpt_pieces_get(&tab, 0, &out), 0);
+    ck_assert_int_eq(out.ndim, INT8_MAX);
+    ck_assert_int_eq(out.dtype, CKPT_F32);
+    ckpt_piece_clear(&out);
+    ck_assert_int_eq(ckpt_pieces_get(&tab, 1, &out), 0);
+    ck_assert_int_eq(out.ndim, INT8_MIN);
+    ck_assert_int_eq(out.dtype, INT8_MAX);
+    ckpt_piece_clear(&out);
+    ckpt_pieces_free(&tab);
+    ckpt_plan plan;
+    ckpt_error err = { 0 };
+    p.ndim = 1000;
+    p.dtype = CKPT_F32;
+    ck_assert_int_eq(ckpt_plan_build(&p, 1, NULL, &plan, &err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "dimensions"));
+    p.ndim = 1;
+    p.dtype = (ckpt_dtype)5000;
+    ck_assert_int_eq(ckpt_plan_build(&p, 1, NULL, &plan, &err), -EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "invalid dtype"));
 }
 END_TEST
 
@@ -454,7 +590,8 @@ START_TEST(test_planner_random_layouts)
                                  L->p[plan2.tensors[t].chunks[0]].fqn);
                 ck_assert(!memcmp(plan2.tensors[t].chunks,
                                   plan.tensors[t].chunks,
-                                  plan.tensors[t].nchunks * sizeof(size_t)));
+                                  plan.tensors[t].nchunks *
+                                      sizeof *plan.tensors[t].chunks));
             }
             ckpt_plan_free(&plan2);
             ok++;
@@ -528,6 +665,8 @@ static Suite *suite(void)
     tcase_add_loop_test(tc, test_table_roundtrip, 0, 5);
     tcase_add_loop_test(tc, test_table_append, 0, 3);
     tcase_add_test(tc, test_table_frame_order);
+    tcase_add_test(tc, test_table_compact);
+    tcase_add_test(tc, test_table_clamped);
     tcase_add_loop_test(tc, test_planner_random_layouts, 0, 8);
     tcase_add_test(tc, test_planner_many_writers);
     suite_add_tcase(s, tc);

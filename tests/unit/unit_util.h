@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "common/fileio.h"
+#include "format/model.h"
 
 /* xorshift64 (13, 7, 17): the state must not be 0. */
 typedef struct rng { uint64_t s; } rng;
@@ -99,6 +100,19 @@ static inline void remove_tmpdir(char *d)
 }
 
 /* Runs the suite; the exit status of a unit test program. */
+/* Two frames equal field by field (padding is not compared). */
+static inline void frame_rec_eq(const ckpt_frame_rec *a,
+                                const ckpt_frame_rec *b)
+{
+    ck_assert_uint_eq(a->file_offset, b->file_offset);
+    ck_assert_uint_eq(a->stored_size, b->stored_size);
+    ck_assert_uint_eq(a->raw_offset, b->raw_offset);
+    ck_assert_uint_eq(a->raw_size, b->raw_size);
+    ck_assert_uint_eq(a->checksum, b->checksum);
+    ck_assert_int_eq(a->codec, b->codec);
+    ck_assert_int_eq(a->base, b->base);
+}
+
 static inline int unit_run(Suite *s)
 {
     SRunner *sr = srunner_create(s);

@@ -1206,6 +1206,10 @@ int ckpt_writer_put_lane(ckpt_writer *w, const ckpt_piece *p, int lane,
     return ckpt_stream_end(s, err);
 }
 
+/* Pieces of fewer frames are not worth a lane of their own: their first
+ * frame is not checksummed ahead (ckpt_writer_unchanged_start). */
+#define LANE_MIN_FRAMES 4
+
 int ckpt_writer_unchanged_start(ckpt_writer *w, const ckpt_piece *p,
                                 ckpt_error *err)
 {
@@ -1223,13 +1227,12 @@ int ckpt_writer_unchanged_start(ckpt_writer *w, const ckpt_piece *p,
         rc = ckpt_bases_chunk(w->bases, &loc, &bf, &nbf, err);
     }
     int same = 0;
-    if (rc == 0 && nbf && p->data) {
-        size_t item = ckpt_dtype_size(r.dtype);
-        size_t frame = w->opts.frame_size - w->opts.frame_size % item;
-        size_t n = r.raw_bytes < frame ? (size_t)r.raw_bytes : frame;
-        same = n && bf[0].raw_offset == 0 && bf[0].raw_size == n &&
-               ckpt_checksum(p->data, n) == bf[0].checksum;
-    }
+    size_t item = ckpt_dtype_size(r.dtype);
+    size_t frame = w->opts.frame_size - w->opts.frame_size % item;
+    if (rc == 0 && nbf >= LANE_MIN_FRAMES && p->data &&
+        r.raw_bytes >= (uint64_t)LANE_MIN_FRAMES * frame)
+        same = bf[0].raw_offset == 0 && bf[0].raw_size == frame &&
+               ckpt_checksum(p->data, frame) == bf[0].checksum;
     free(bf);
     ckpt_piece_clear(&r);
     return rc ? rc : same;

@@ -60,8 +60,9 @@ int ckpt_writer_put_lane(ckpt_writer *w, const ckpt_piece *p, int lane,
 
 /* 1 when the first frame of piece p (p->data) is its base frame's, the
  * same size at the same place with the same checksum (a frozen tensor:
- * its frames will likely all be refs); 0 when it is not, or when w saves
- * no delta; < 0 for a piece ckpt_writer_put would refuse. */
+ * its frames will likely all be refs); 0 when it is not, when the piece
+ * has fewer than 4 frames (not worth a lane), or when w saves no delta;
+ * < 0 for a piece ckpt_writer_put would refuse. */
 int ckpt_writer_unchanged_start(ckpt_writer *w, const ckpt_piece *p,
                                 ckpt_error *err);
 

@@ -886,12 +886,19 @@ START_TEST(xor_budget_in_frame_order)
 END_TEST
 
 /* ckpt_save_sync of the tensors "frozen", "tail" and "moved" (NF frames
- * of FRAME bytes each, f32) into root/name, against base (or none). */
-enum { LANE_NF = 12, LANE_PER = FRAME / 4 };
-static const char *const lane_names[3] = { "frozen", "tail", "moved" };
+ * of FRAME bytes each, f32) and "small" (3 frames) into root/name,
+ * against base (or none). */
+enum { LANE_NF = 12, LANE_PER = FRAME / 4, LANE_T = 4 };
+static const char *const lane_names[LANE_T] = { "frozen", "tail", "moved",
+                                                "small" };
+
+static int lane_frames(int k)
+{
+    return k == 3 ? 3 : LANE_NF;
+}
 
 static void save_lanes(const char *root, const char *name, const char *base,
-                       int threads, float *const v[3])
+                       int threads, float *const v[LANE_T])
 {
     char dir[4096], bpath[4096];
     ckpt_error err = { 0 };
@@ -905,27 +912,30 @@ static void save_lanes(const char *root, const char *name, const char *base,
         join(bpath, root, base);
         o.write.base = bpath;
     }
-    int64_t shape[1] = { LANE_NF * LANE_PER };
-    ckpt_piece p[3];
-    for (int k = 0; k < 3; k++)
-        p[k] = (ckpt_piece){ lane_names[k], CKPT_F32, 1, shape, NULL, NULL,
-                             v[k] };
-    ck_assert_msg(ckpt_save_sync(dir, p, 3, &o, &err) == 0, "%s", err.msg);
+    int64_t shape[LANE_T];
+    ckpt_piece p[LANE_T];
+    for (int k = 0; k < LANE_T; k++) {
+        shape[k] = lane_frames(k) * LANE_PER;
+        p[k] = (ckpt_piece){ lane_names[k], CKPT_F32, 1, &shape[k], NULL,
+                             NULL, v[k] };
+    }
+    ck_assert_msg(ckpt_save_sync(dir, p, LANE_T, &o, &err) == 0, "%s",
+                  err.msg);
 }
 
 START_TEST(lanes_in_save_sync)
 {
     /* "frozen" is the base's, "tail" too but for a nudge in every frame
-     * after its first, "moved" nudged in every frame: lane 1 takes
-     * frozen and tail (their first frame unchanged), lane 0 moved, on
-     * two threads.  Each reads back bit for bit; frozen is all refs, tail
+     * after its first, "moved" nudged in every frame, "small" the base's
+     * but too small for a lane: lane 1 takes frozen and tail (their first
+     * frame unchanged), lane 0 moved and small, on two threads.  Each reads back bit for bit; frozen is all refs, tail
      * a ref then xor frames, moved all xor frames: each lane's xor budget
      * is its own, so which frames are tried does not depend on how the
      * threads run (asked with 1 to 8 encoders). */
     char *root = make_tmpdir_tagged("delta");
-    float *v0[3], *v1[3];
+    float *v0[LANE_T], *v1[LANE_T];
     rng r = { 9 };
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < LANE_T; k++) {
         v0[k] = xmalloc(sizeof(float) * LANE_NF * LANE_PER);
         v1[k] = xmalloc(sizeof(float) * LANE_NF * LANE_PER);
         for (int i = 0; i < LANE_NF * LANE_PER; i++)
@@ -942,9 +952,9 @@ START_TEST(lanes_in_save_sync)
     ckpt_error err = { 0 };
     ckpt_writer *w = open_delta(root, "probe", "s0");
     int64_t shape[1] = { LANE_NF * LANE_PER }, other[1] = { LANE_PER };
-    for (int k = 0; k < 3; k++) {
-        ckpt_piece p = { lane_names[k], CKPT_F32, 1, shape, NULL, NULL,
-                         v1[k] };
+    for (int k = 0; k < LANE_T; k++) {
+        int64_t sk[1] = { lane_frames(k) * LANE_PER };
+        ckpt_piece p = { lane_names[k], CKPT_F32, 1, sk, NULL, NULL, v1[k] };
         ck_assert_int_eq(ckpt_writer_unchanged_start(w, &p, &err), k < 2);
     }
     ckpt_piece absent = { "absent", CKPT_F32, 1, shape, NULL, NULL, v1[0] };
@@ -958,24 +968,25 @@ START_TEST(lanes_in_save_sync)
         char name[16];
         snprintf(name, sizeof name, "d%zu", n);
         save_lanes(root, name, "s0", threads[n], v1);
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < LANE_T; k++) {
             ckpt_reader *rd = open_ck(root, name);
             size_t t = (size_t)ckpt_reader_find(rd, lane_names[k]);
-            for (uint64_t f = 0; f < LANE_NF; f++) {
+            for (uint64_t f = 0; f < (uint64_t)lane_frames(k); f++) {
                 ckpt_frame_info fi;
                 ck_assert_msg(ckpt_reader_frame(rd, t, 0, f, &fi, &err) == 0,
                               "%s", err.msg);
-                int want = k == 0 || (k == 1 && f == 0) ? CKPT_CODEC_REF
-                                                        : CKPT_CODEC_XOR;
+                int want = k == 0 || k == 3 || (k == 1 && f == 0)
+                           ? CKPT_CODEC_REF : CKPT_CODEC_XOR;
                 ck_assert_msg(fi.codec == want, "%d threads: %s frame %llu "
                               "has codec %d, not %d", threads[n],
                               lane_names[k], (unsigned long long)f, fi.codec,
                               want);
             }
-            read_back(rd, t, v1[k], sizeof(float) * LANE_NF * LANE_PER);
+            read_back(rd, t, v1[k],
+                      sizeof(float) * (size_t)lane_frames(k) * LANE_PER);
         }
     }
-    for (int k = 0; k < 3; k++) {
+    for (int k = 0; k < LANE_T; k++) {
         free(v0[k]);
         free(v1[k]);
     }

@@ -8,14 +8,10 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 void fs_ctx_init(fs_ctx *c)
 {
     memset(c, 0, sizeof *c);
-    atomic_init(&c->pieces_open, 0);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    c->ncpu = n > 0 ? (int)n : 1;
     views_tables_init(&c->tables);
     pthread_mutex_init(&c->handles_mu, NULL);
 }

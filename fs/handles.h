@@ -43,8 +43,6 @@ typedef struct fs_ctx {
     fs_handle *handles;    /* every open file and directory, so those the
                               kernel never released (open when the session
                               ended) are freed too */
-    atomic_int pieces_open; /* handles open for writing a piece (wops.c) */
-    int ncpu;              /* CPUs online when the session began */
 } fs_ctx;
 
 void fs_ctx_init(fs_ctx *c);

@@ -1122,13 +1122,33 @@ static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
         fuse_reply_err(req, EBADF);
 }
 
+/* The handle of a file of a save in progress, or NULL (a committed
+ * file's, which never changes: its close and fsync have nothing to
+ * report). */
+static fs_handle *write_handle(const struct fuse_file_info *fi)
+{
+    fs_handle *h = (fs_handle *)(uintptr_t)fi->fh;
+    return h && h->kind == FS_H_WRITE ? h : NULL;
+}
+
 /* close(): where a piece written through the mount is recorded. */
 static void op_flush(fuse_req_t req, fuse_ino_t ino,
                      struct fuse_file_info *fi)
 {
-    fs_handle *h = (fs_handle *)(uintptr_t)fi->fh;
-    if (h && h->kind == FS_H_WRITE)
+    fs_handle *h = write_handle(fi);
+    if (h)
         wops_flush(req, h);
+    else
+        fuse_reply_err(req, 0);
+}
+
+/* fsync(): a piece's errors so far (wops_fsync). */
+static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+                     struct fuse_file_info *fi)
+{
+    fs_handle *h = write_handle(fi);
+    if (h)
+        wops_fsync(req, h);
     else
         fuse_reply_err(req, 0);
 }
@@ -1193,6 +1213,7 @@ void ops_fill(struct fuse_lowlevel_ops *ops)
     ops->link = op_link;
     ops->write = op_write;
     ops->flush = op_flush;
+    ops->fsync = op_fsync;
     ops->create = op_create;
     ops->setxattr = op_setxattr;
     ops->removexattr = op_erofs_name;

@@ -22,7 +22,6 @@ typedef struct wfile {
     ws_save *w;
     ws_kind kind;             /* WS_FILE, WS_COMMIT, WS_STATUS, WS_ERRORS */
     ws_file *piece;           /* WS_FILE */
-    fs_ctx *c;                /* WS_FILE: counted in c->pieces_open */
     int writable;
     char *text;               /* WS_STATUS, WS_ERRORS: the content when
                                  opened */
@@ -328,10 +327,6 @@ static void open_node(fs_ctx *c, fuse_req_t req, ws_save *w, uint32_t node,
         reply_fail(req, rc, &err);
         return;
     }
-    if (h->piece) {
-        h->c = c;
-        atomic_fetch_add(&c->pieces_open, 1);
-    }
     fs_handle_add(c, &h->link, FS_H_WRITE, handle_free);
     fi->fh = (uint64_t)(uintptr_t)h;
     fi->direct_io = 1;       /* pieces stream through; status is fresh */
@@ -380,31 +375,26 @@ void wops_read(fuse_req_t req, fs_handle *hh, size_t size, off_t off)
     fs_reply_owned(req, h->text + o, n);
 }
 
-/* Whether a write of a piece lends its buffer (libfuse's, reused for the
- * next request once the reply is sent) to the encoders rather than have
- * it copied.  The copy lets the writer send its next write while this one
- * is encoded, which is what keeps the cores busy when few pieces are
- * being written; once there are as many pieces open as CPUs, other
- * writers keep the cores busy anyway, and the copy only costs CPU (5% of
- * the daemon's per GB, 4 ranks on 2 CPUs; the kernel's own copy of the
- * bytes into the request costs as much, but is not ours to spare). */
-static int lend_buffer(fs_ctx *c)
-{
-    return atomic_load(&c->pieces_open) >= c->ncpu;
-}
-
+/* A write of a piece lends buf (libfuse's buffer, which this worker
+ * thread reads its next request into once the handler returns) to the
+ * encoders: the reply goes first, so that the writer's next write, taken
+ * by another of libfuse's worker threads, arrives while this one's frames
+ * are encoded and appended, and the worker waits for them after it.  No
+ * copy (but of frames the write fills only in part); the frames in
+ * flight are one write's per worker thread at most, and the stream's ring
+ * bounds them too. */
 void wops_write(fuse_req_t req, fs_handle *hh, const char *buf, size_t size,
                 off_t off)
 {
     wfile *h = (wfile *)hh;
     ckpt_error err = { 0 };
+    ws_lent lent = { NULL, 0 };
     int rc;
     if (h->kind == WS_COMMIT) {
         rc = ws_commit_ranks(h->w, buf, size, &err);
     } else if (h->kind == WS_FILE) {
         rc = off < 0 ? -EINVAL : ws_write(h->piece, caller(req), buf, size,
-                                          (uint64_t)off, lend_buffer(h->c),
-                                          &err);
+                                          (uint64_t)off, &lent, &err);
     } else {
         rc = -EBADF;
     }
@@ -412,25 +402,40 @@ void wops_write(fuse_req_t req, fs_handle *hh, const char *buf, size_t size,
         reply_fail(req, rc, &err);
     else
         fuse_reply_write(req, size);
+    ws_lent_wait(&lent);      /* h may be released by now: not touched */
 }
 
-void wops_flush(fuse_req_t req, fs_handle *hh)
+/* Replies to a flush or an fsync of h with what check (ws_close or
+ * ws_fsync) says of its piece.  The frames of a piece are encoded and
+ * appended after its write(2) returned (ckpt_stream_write): an error
+ * found then is reported by the next write, the fsync and the close,
+ * and fails the piece. */
+static void reply_check(fuse_req_t req, fs_handle *hh,
+                        int (*check)(ws_file *f, ckpt_error *err))
 {
     wfile *h = (wfile *)hh;
     ckpt_error err = { 0 };
-    int rc = h->piece ? ws_close(h->piece, &err) : 0;
+    int rc = h->piece ? check(h->piece, &err) : 0;
     if (rc)
         reply_fail(req, rc, &err);
     else
         fuse_reply_err(req, 0);
 }
 
+void wops_flush(fuse_req_t req, fs_handle *hh)
+{
+    reply_check(req, hh, ws_close);
+}
+
+void wops_fsync(fuse_req_t req, fs_handle *hh)
+{
+    reply_check(req, hh, ws_fsync);
+}
+
 /* Frees a handle (also one the kernel never released: its free). */
 static void handle_free(fs_handle *hh)
 {
     wfile *h = (wfile *)hh;
-    if (h->c)
-        atomic_fetch_sub(&h->c->pieces_open, 1);
     ws_release(h->piece);
     free(h->text);
     free(h);

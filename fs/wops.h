@@ -53,6 +53,7 @@ void wops_read(fuse_req_t req, fs_handle *h, size_t size, off_t off);
 void wops_write(fuse_req_t req, fs_handle *h, const char *buf, size_t size,
                 off_t off);
 void wops_flush(fuse_req_t req, fs_handle *h);
+void wops_fsync(fuse_req_t req, fs_handle *h);
 void wops_release(fs_ctx *c, fuse_req_t req, fs_handle *h);
 
 void wops_setxattr(fuse_req_t req, ws_save *w, uint32_t node,

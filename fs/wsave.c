@@ -1712,7 +1712,7 @@ static int end_piece(ws_file *f, ckpt_error *err)
 }
 
 static int write_locked(ws_file *f, pid_t pid, const void *buf, size_t len,
-                        uint64_t off, int lend, ckpt_error *err)
+                        uint64_t off, ws_lent *lent, ckpt_error *err)
 {
     if (f->rc) {
         if (err)
@@ -1736,9 +1736,15 @@ static int write_locked(ws_file *f, pid_t pid, const void *buf, size_t len,
         rc = ckpt_err(err, -EFBIG, "tensor '%s': the piece holds %" PRIu64
                       " bytes; writing %zu at %" PRIu64 " goes past its end",
                       f->fqn, f->bound, len, f->received);
-    if (rc == 0)
-        rc = (lend ? ckpt_stream_write_lent : ckpt_stream_write)(
-            f->stream, buf, len, err);
+    /* The write that ends the piece waits for its frames here: the end
+     * waits for the lent writes before it. */
+    if (rc == 0 && len == f->bound - f->received) {
+        rc = ckpt_stream_write_lent(f->stream, buf, len, err);
+    } else if (rc == 0) {
+        lent->stream = f->stream;
+        rc = ckpt_stream_write_lent_async(f->stream, buf, len,
+                                          &lent->ticket, err);
+    }
     if (rc) {
         finish_stream(f, 0);
         return fail(f, rc, err);
@@ -1755,12 +1761,18 @@ static int write_locked(ws_file *f, pid_t pid, const void *buf, size_t len,
 }
 
 int ws_write(ws_file *f, pid_t pid, const void *buf, size_t len,
-             uint64_t off, int lend, ckpt_error *err)
+             uint64_t off, ws_lent *lent, ckpt_error *err)
 {
+    *lent = (ws_lent){ NULL, 0 };
     pthread_mutex_lock(&f->mu);
-    int rc = write_locked(f, pid, buf, len, off, lend, err);
+    int rc = write_locked(f, pid, buf, len, off, lent, err);
     pthread_mutex_unlock(&f->mu);
     return rc;
+}
+
+void ws_lent_wait(const ws_lent *lent)
+{
+    ckpt_stream_wait_lent(lent->stream, lent->ticket);
 }
 
 /* 1 when the attributes pid would use describe a piece of no bytes. */
@@ -1821,6 +1833,32 @@ static int close_replica(ws_file *f, ckpt_error *err)
     return rc ? fail(f, rc, err) : 0;
 }
 
+/* The piece's error, once the frames of its bytes so far are in the
+ * shard: what the encoders or the shard found after the writes returned
+ * fails the piece here. */
+static int stream_check(ws_file *f, ckpt_error *err)
+{
+    if (f->rc) {
+        if (err)
+            *err = f->err;
+        return f->rc;
+    }
+    int rc = f->stream ? ckpt_stream_wait(f->stream, err) : 0;
+    if (rc) {
+        finish_stream(f, 0);
+        rc = fail(f, rc, err);
+    }
+    return rc;
+}
+
+int ws_fsync(ws_file *f, ckpt_error *err)
+{
+    pthread_mutex_lock(&f->mu);
+    int rc = stream_check(f, err);
+    pthread_mutex_unlock(&f->mu);
+    return rc;
+}
+
 static int close_locked(ws_file *f, ckpt_error *err)
 {
     if (f->rc) {
@@ -1829,9 +1867,10 @@ static int close_locked(ws_file *f, ckpt_error *err)
         return f->rc;
     }
     /* Recorded, or more bytes may come through another descriptor of the
-     * open file (a child's, a dup): a flush is not the piece's end. */
+     * open file (a child's, a dup): a flush is not the piece's end, but
+     * reports what the frames written so far met. */
     if (f->done || f->started)
-        return 0;
+        return stream_check(f, err);
     /* A replica's reference: no bytes, by design. */
     if (replica_declared(f)) {
         f->done = 1;

@@ -145,20 +145,42 @@ int ws_listxattr(ws_save *w, uint32_t node, pid_t pid, char *buf,
  * ws_release). */
 int ws_open(ws_save *w, uint32_t node, pid_t pid, uid_t uid, ws_file **out,
             ckpt_error *err);
+/* A write's buffer, lent to the encoders past the write's return. */
+typedef struct ws_lent {
+    ckpt_stream *stream;
+    uint64_t ticket;
+} ws_lent;
+
 /* Writes at off, which must be where the previous write ended (-EINVAL
  * otherwise); past the piece's end is -EFBIG; the write of the piece's
- * last byte records it (and reports that).  Any error fails the piece for
- * good.  With lend, buf's whole frames are encoded from buf itself and in
- * the shard before the return (ckpt_stream_write_lent); else buf is copied
- * and encoded while the caller goes on. */
+ * last byte records it (and reports that), its frames in the shard.  Any
+ * error fails the piece for good.  buf's whole frames are encoded from
+ * buf itself, uncopied (the rest is copied into the stream's frames),
+ * and appended to the shard by the encoders while the caller goes on:
+ * unless it is the last, the write returns once they are handed over,
+ * and the caller, once it has replied, calls ws_lent_wait(lent) before
+ * buf may change.  Errors of those frames come back from the next write,
+ * the fsync or the close. */
 int ws_write(ws_file *f, pid_t pid, const void *buf, size_t len,
-             uint64_t off, int lend, ckpt_error *err);
+             uint64_t off, ws_lent *lent, ckpt_error *err);
+/* Waits until the frames a write lent buf to are in the shard (nothing
+ * when none were).  Touches only the stream, whose end waits for this:
+ * the file may have been closed and released meanwhile. */
+void ws_lent_wait(const ws_lent *lent);
 /* A close (a flush: of any descriptor of the open file, by any process):
- * reports the piece's error, if it failed; otherwise never ends a piece
- * that has begun (another descriptor may write on).  Before any byte, a
+ * reports the piece's error, if it failed, also one found after the
+ * writes returned (it waits for the frames of the bytes so far, as
+ * ws_fsync); otherwise never ends a piece that has begun (another
+ * descriptor may write on).  Before any byte, a
  * replica reference or an empty piece the attributes describe is
  * recorded here; otherwise nothing changes. */
 int ws_close(ws_file *f, ckpt_error *err);
+/* An fsync: waits until the frames of the bytes written so far are in
+ * the writer's shard, and reports the piece's error, also one an encoder
+ * or a shard write found after the write(2) that brought the bytes had
+ * returned (the piece then fails for good).  Nothing is synced: the
+ * checkpoint is made durable by its commit (docs/GUARANTEES.md). */
+int ws_fsync(ws_file *f, ckpt_error *err);
 /* Frees f once the kernel releases the open file (its last descriptor is
  * gone): a piece begun and not complete fails there, recording why
  * (user.ckpt.error, .ckptfs/errors, the writer's plan) and nothing else. */

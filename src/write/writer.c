@@ -4,8 +4,10 @@
  * A writer owns data/<name>.shard and .pending/<name>.plan.  Each piece is
  * cut into frames of at most the frame size (on element boundaries); frames
  * are checksummed and encoded on the writer's thread pool while the caller
- * goes on, and appended to the shard in order.  Memory in flight is bounded
- * by a ring of (2 * threads + 2) frame slots per stream.  Closing a stream
+ * goes on, and appended to the shard in order by the encoder that finds
+ * the oldest frame done (a delta stream's by the caller: drain_ready).
+ * Memory in flight is bounded by a ring of (2 * threads + 2) frame slots
+ * per stream.  Closing a stream
  * records the piece in memory; ckpt_writer_flush records them in the plan
  * file (one transaction) after the shard's fdatasync, which the plan notes
  * so that the commit does not sync the shard again.  Neither the plan
@@ -138,7 +140,13 @@ struct ckpt_stream {
     size_t nbf;
     int tries;                   /* submitted slots holding an xor try,
                                     not drained yet */
-    pthread_mutex_t mu;
+    int self_drain;              /* the encoders append the frames (see
+                                    drain_ready) */
+    int appending;               /* a thread is appending the head */
+    int waiters;                 /* lent writes not waited for yet
+                                    (ckpt_stream_write_lent_async) */
+    pthread_mutex_t mu;          /* guards head, tail, done, appending,
+                                    rc, err, tries */
     pthread_cond_t cv;
     int rc;                      /* first error, sticky */
     ckpt_error err;
@@ -711,6 +719,8 @@ static int choose_delta(slot *sl, int worker, size_t *xor_n)
     return 0;
 }
 
+static void encode_done(slot *sl);
+
 static void encode_task(void *arg, int worker)
 {
     slot *sl = arg;
@@ -737,12 +747,10 @@ static void encode_task(void *arg, int worker)
         sl->base = 0;
     }
 done:
-    pthread_mutex_lock(&s->mu);
-    sl->done = 1;
-    pthread_cond_broadcast(&s->cv);
-    pthread_mutex_unlock(&s->mu);
+    encode_done(sl);
 }
 
+/* Records the stream's first error (under s->mu). */
 static void stream_fail(ckpt_stream *s, const ckpt_error *e)
 {
     if (s->rc == 0) {
@@ -751,31 +759,16 @@ static void stream_fail(ckpt_stream *s, const ckpt_error *e)
     }
 }
 
-static void wait_slot(ckpt_stream *s, slot *sl)
+/* Appends sl's frame (the oldest in flight, encoded) to the shard and
+ * records it; called by one thread at a time (s->appending), without
+ * s->mu.  After an error of the stream it only lets the slot go. */
+static void append_slot(ckpt_stream *s, slot *sl, int failed)
 {
-    pthread_mutex_lock(&s->mu);
-    while (!sl->done)
-        pthread_cond_wait(&s->cv, &s->mu);
-    pthread_mutex_unlock(&s->mu);
-}
-
-/* Appends the oldest slot's frame to the shard and records it. */
-static void drain_one(ckpt_stream *s)
-{
-    slot *sl = &s->ring[s->head % (uint64_t)s->depth];
     ckpt_writer *w = s->w;
-    wait_slot(s, sl);
-    s->head++;
-    if (sl->ticket == TICKET_CREDIT || sl->ticket == TICKET_PROBE)
-        s->tries--;
     if (sl->rc == 0)
         xor_settle(s->xb, sl->ticket, sl->codec);
-    if (s->rc)
+    if (failed || sl->rc)
         return;
-    if (sl->rc) {
-        stream_fail(s, &sl->err);
-        return;
-    }
     ckpt_frame_rec f = {
         .stored_size = sl->enc_n, .raw_offset = s->raw_pos,
         .raw_size = sl->n, .checksum = sl->checksum, .codec = sl->codec,
@@ -795,18 +788,90 @@ static void drain_one(ckpt_stream *s)
     if (rc == 0 && ckpt_piece_add_frame(&s->rec, &f))
         rc = ckpt_err(&e, -ENOMEM, "out of memory");
     if (rc) {
+        pthread_mutex_lock(&s->mu);
         stream_fail(s, &e);
+        pthread_mutex_unlock(&s->mu);
         return;
     }
     s->raw_pos += sl->n;
     s->rec.stored_bytes += sl->enc_n;
 }
 
+/* Under s->mu: appends the encoded frames at the head of the ring, in
+ * order, unless another thread is appending (it takes these too).  Run
+ * by the caller when it waits for a slot, and, in a stream whose encoders
+ * append (self_drain), by each encoder once its frame is done: the caller
+ * then only copies, and a frame reaches the shard as soon as it and the
+ * frames before it are encoded. */
+static void drain_ready(ckpt_stream *s)
+{
+    while (!s->appending && s->head < s->tail &&
+           s->ring[s->head % (uint64_t)s->depth].done) {
+        slot *sl = &s->ring[s->head % (uint64_t)s->depth];
+        int failed = s->rc != 0;
+        s->appending = 1;
+        pthread_mutex_unlock(&s->mu);
+        append_slot(s, sl, failed);
+        pthread_mutex_lock(&s->mu);
+        if (sl->rc)
+            stream_fail(s, &sl->err);
+        if (sl->ticket == TICKET_CREDIT || sl->ticket == TICKET_PROBE)
+            s->tries--;
+        s->head++;
+        s->appending = 0;
+        pthread_cond_broadcast(&s->cv);
+    }
+}
+
+static void encode_done(slot *sl)
+{
+    ckpt_stream *s = sl->s;
+    pthread_mutex_lock(&s->mu);
+    sl->done = 1;
+    if (s->self_drain)
+        drain_ready(s);
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+/* Waits until fewer than `left` frames are in flight (appended to the
+ * shard, or let go after an error), appending those it finds encoded. */
+static void drain_until(ckpt_stream *s, uint64_t left)
+{
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        drain_ready(s);
+        if (s->tail - s->head < left)
+            break;
+        pthread_cond_wait(&s->cv, &s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+static void drain_one(ckpt_stream *s)
+{
+    pthread_mutex_lock(&s->mu);
+    uint64_t left = s->tail - s->head;
+    pthread_mutex_unlock(&s->mu);
+    if (left)
+        drain_until(s, left);
+}
+
 static void drain_all(ckpt_stream *s)
 {
-    while (s->head < s->tail)
-        drain_one(s);
+    drain_until(s, 1);
     s->borrowed = 0;
+}
+
+/* The stream's first error so far (0: none), into err. */
+static int stream_error(ckpt_stream *s, ckpt_error *err)
+{
+    pthread_mutex_lock(&s->mu);
+    int rc = s->rc;
+    if (rc && err)
+        *err = s->err;
+    pthread_mutex_unlock(&s->mu);
+    return rc;
 }
 
 /* The ticket of sl (about to be submitted) to try an xor frame.  Out of
@@ -836,17 +901,17 @@ static void submit_slot(ckpt_stream *s, const unsigned char *src, size_t n)
     sl->seq = s->tail;
     sl->done = 0;
     sl->ticket = xor_ticket(s, sl);
-    s->tail++;
     s->fill = 0;
+    pthread_mutex_lock(&s->mu);
+    s->tail++;
+    pthread_mutex_unlock(&s->mu);
     if (ckpt_pool_submit(s->w->pool, encode_task, sl)) {
-        ckpt_error e;
-        ckpt_err(&e, -ENOMEM, "out of memory queueing a frame");
-        sl->done = 1;
-        sl->rc = e.code;
-        sl->err = e;
+        sl->rc = ckpt_err(&sl->err, -ENOMEM, "out of memory queueing a "
+                          "frame");
+        encode_done(sl);
     }
-    if (s->tail - s->head == (uint64_t)s->depth)
-        drain_one(s);
+    /* The next slot must be free: at most depth - 1 frames in flight. */
+    drain_until(s, (uint64_t)s->depth);
 }
 
 static int alloc_ring(ckpt_stream *s, ckpt_error *err)
@@ -896,6 +961,11 @@ static void keep_buffers(ckpt_stream *s)
 
 static void stream_free(ckpt_stream *s)
 {
+    /* Every frame is drained: the lenders waiting for theirs leave. */
+    pthread_mutex_lock(&s->mu);
+    while (s->waiters)
+        pthread_cond_wait(&s->cv, &s->mu);
+    pthread_mutex_unlock(&s->mu);
     if (s->ring)
         keep_buffers(s);
     for (int i = 0; s->ring && i < s->depth; i++) {
@@ -985,6 +1055,9 @@ static int begin_lane(ckpt_writer *w, const ckpt_piece *desc, int lane,
         ckpt_chunk_loc loc = loc_of(s);
         rc = ckpt_bases_chunk(w->bases, &loc, &s->bf, &s->nbf, err);
     }
+    /* A delta stream's tries are settled on the caller's thread, in the
+     * order of its frames (xor_ticket): its encoders do not append. */
+    s->self_drain = s->nbf == 0;
     if (rc == 0)
         rc = alloc_ring(s, err);
     if (rc) {
@@ -1004,32 +1077,27 @@ int ckpt_writer_begin(ckpt_writer *w, const ckpt_piece *desc,
     return begin_lane(w, desc, 0, out, err);
 }
 
-static int stream_error(ckpt_stream *s, ckpt_error *err)
-{
-    if (err)
-        *err = s->err;
-    return s->rc;
-}
-
 /* ckpt_stream_write, and with lend ckpt_stream_write_lent (named `call`
- * in messages). */
+ * in messages); with ticket (and lend), ckpt_stream_write_lent_async. */
 static int stream_write(ckpt_stream *s, const void *buf, size_t len,
-                        int lend, const char *call, ckpt_error *err)
+                        int lend, uint64_t *ticket, const char *call,
+                        ckpt_error *err)
 {
     const unsigned char *p = buf;
     if (!s)
         return ckpt_err_null(err, call, "stream");
     if (!buf && len)
         return ckpt_err_null(err, call, "buf");
-    if (s->rc)
-        return stream_error(s, err);
+    int rc = stream_error(s, err);
+    if (rc)
+        return rc;
     if (len > s->rec.raw_bytes - s->received)
         return ckpt_err(err, -EINVAL, "tensor '%s': piece holds %llu bytes; "
                         "writing %zu more after %llu is past its end",
                         s->rec.fqn, (unsigned long long)s->rec.raw_bytes, len,
                         (unsigned long long)s->received);
     s->received += len;
-    while (len && !s->rc) {
+    while (len && !stream_error(s, NULL)) {
         if (s->fill == 0 && len >= s->frame &&
             (lend || s->lend || len >= (size_t)s->depth * s->frame)) {
             /* Whole frames straight from the caller's buffer: worth it
@@ -1051,9 +1119,7 @@ static int stream_write(ckpt_stream *s, const void *buf, size_t len,
             submit_slot(s, p, len);
             break;
         }
-        slot *sl = &s->ring[s->tail % (uint64_t)s->depth];
-        if (s->fill == 0)
-            wait_slot(s, sl);   /* the slot must be drained to reuse `own` */
+        slot *sl = &s->ring[s->tail % (uint64_t)s->depth];  /* free */
         size_t take = s->frame - s->fill;
         if (take > len)
             take = len;
@@ -1064,22 +1130,62 @@ static int stream_write(ckpt_stream *s, const void *buf, size_t len,
         if (s->fill == s->frame)
             submit_slot(s, sl->own, s->frame);
     }
-    /* The caller may reuse buf once we return: finish frames borrowed it. */
-    if (s->borrowed)
+    /* The caller may reuse buf once we return: finish frames borrowed it,
+     * or, when its encoders append them, once the caller has waited. */
+    rc = stream_error(s, err);
+    if (s->borrowed && ticket && rc == 0 && s->self_drain) {
+        pthread_mutex_lock(&s->mu);
+        s->waiters++;
+        *ticket = s->tail;
+        pthread_mutex_unlock(&s->mu);
+        s->borrowed = 0;
+    } else if (s->borrowed) {
         drain_all(s);
-    return s->rc ? stream_error(s, err) : 0;
+        rc = stream_error(s, err);
+    }
+    return rc;
 }
 
 int ckpt_stream_write(ckpt_stream *s, const void *buf, size_t len,
                       ckpt_error *err)
 {
-    return stream_write(s, buf, len, 0, "ckpt_stream_write", err);
+    return stream_write(s, buf, len, 0, NULL, "ckpt_stream_write", err);
 }
 
 int ckpt_stream_write_lent(ckpt_stream *s, const void *buf, size_t len,
                            ckpt_error *err)
 {
-    return stream_write(s, buf, len, 1, "ckpt_stream_write_lent", err);
+    return stream_write(s, buf, len, 1, NULL, "ckpt_stream_write_lent", err);
+}
+
+int ckpt_stream_write_lent_async(ckpt_stream *s, const void *buf, size_t len,
+                                 uint64_t *ticket, ckpt_error *err)
+{
+    if (!ticket)
+        return ckpt_err_null(err, "ckpt_stream_write_lent_async", "ticket");
+    *ticket = 0;
+    return stream_write(s, buf, len, 1, ticket,
+                        "ckpt_stream_write_lent_async", err);
+}
+
+void ckpt_stream_wait_lent(ckpt_stream *s, uint64_t ticket)
+{
+    if (!s || !ticket)
+        return;
+    pthread_mutex_lock(&s->mu);
+    while (s->head < ticket)
+        pthread_cond_wait(&s->cv, &s->mu);
+    s->waiters--;
+    pthread_cond_broadcast(&s->cv);
+    pthread_mutex_unlock(&s->mu);
+}
+
+int ckpt_stream_wait(ckpt_stream *s, ckpt_error *err)
+{
+    if (!s)
+        return ckpt_err_null(err, "ckpt_stream_wait", "stream");
+    drain_all(s);
+    return stream_error(s, err);
 }
 
 /* Makes s record `actual` instead of the piece it began with (see
@@ -1130,15 +1236,13 @@ int ckpt_stream_end_as(ckpt_stream *s, const ckpt_piece *actual,
     if (!s)
         return ckpt_err_null(err, "ckpt_stream_end_as", "stream");
     ckpt_writer *w = s->w;
-    if (s->rc == 0 && s->fill > 0) {
+    if (stream_error(s, NULL) == 0 && s->fill > 0) {
         slot *sl = &s->ring[s->tail % (uint64_t)s->depth];
         submit_slot(s, sl->own, s->fill);
     }
     drain_all(s);
-    int rc = s->rc;
-    if (rc)
-        stream_error(s, err);
-    else if (actual)
+    int rc = stream_error(s, err);
+    if (rc == 0 && actual)
         rc = restate_piece(s, actual, err);
     if (rc == 0 && s->received != s->rec.raw_bytes)
         rc = ckpt_err(err, -EINVAL, "tensor '%s': piece holds %llu bytes but "
@@ -1169,8 +1273,12 @@ void ckpt_stream_abort(ckpt_stream *s)
 {
     if (!s)
         return;
-    for (uint64_t i = s->head; i < s->tail; i++)
-        wait_slot(s, &s->ring[i % (uint64_t)s->depth]);
+    ckpt_error e = { 0 };
+    e.code = -ECANCELED;         /* frames not appended yet stay out */
+    pthread_mutex_lock(&s->mu);
+    stream_fail(s, &e);
+    pthread_mutex_unlock(&s->mu);
+    drain_all(s);
     stream_free(s);
 }
 

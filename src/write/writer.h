@@ -48,6 +48,27 @@ int ckpt_writer_declare_replica(ckpt_writer *w, const ckpt_piece *p,
 int ckpt_writer_declare_supersede(ckpt_writer *w, const ckpt_piece *p,
                                   const char *writers, ckpt_error *err);
 
+/* Like ckpt_stream_write_lent, but returns once buf's whole frames are
+ * handed to the encoders, which append them to the shard: *ticket is
+ * then not 0, buf must stay as it is until ckpt_stream_wait_lent(s,
+ * *ticket) returns, and that call must be made exactly once, by any
+ * thread, without the stream's own (ending or aborting the stream waits
+ * for it; so the write that ends the piece must not use this).  Errors
+ * of those frames come back from the stream's later calls.  *ticket is 0
+ * when nothing is left to wait for (buf was copied, or the stream's
+ * caller appends: a delta stream, which waits here). */
+int ckpt_stream_write_lent_async(ckpt_stream *s, const void *buf, size_t len,
+                                 uint64_t *ticket, ckpt_error *err);
+/* Waits until the frames of ticket's write are in the shard (or let go
+ * after an error of the stream); s may then be ended and freed. */
+void ckpt_stream_wait_lent(ckpt_stream *s, uint64_t ticket);
+
+/* Waits until every whole frame written to s so far is in the shard
+ * (a frame still being filled is not), and returns the stream's first
+ * error: what an encoder or a shard write found after the write that
+ * brought the frame's bytes had returned (the mount's fsync). */
+int ckpt_stream_wait(ckpt_stream *s, ckpt_error *err);
+
 /* Lanes: streams of a writer that two threads feed at once
  * (ckpt_save_sync's delta saves), each with an xor budget of its own, so
  * that which frames a lane tries depends only on its own frames, in the

@@ -24,8 +24,10 @@ before it, then loaded from both, cold and warm:
 Saves are ckptfs.save (sync on); loads ckptfs.load into preallocated
 arrays.  Each time is printed with the CPU time of the process beside it
 (its threads' user and system time), the figure a shared machine blurs
-least; the verdicts are on wall times.  Cold: every file of the checkpoint and its bases is dropped from
-the page cache (fsync, then POSIX_FADV_DONTNEED) before the load.  Each
+least; the verdicts are on wall times.  Cold: every file of the case's
+checkpoints (full, delta and base, whichever the load reads) is dropped
+from the page cache (fsync, then POSIX_FADV_DONTNEED) before the load, so
+that full and delta loads start alike.  Each
 measurement is the median of CKPT_BENCH_REPS runs (default 3), full and
 delta alternating.  The machine may be shared: the load average is printed.
 
@@ -122,6 +124,20 @@ def drop(paths):
                 os.close(fd)
 
 
+def reported_kib():
+    """KiB the kernel has handed back to the hypervisor so far (free page
+    reporting, a virtio-balloon feature), or None where it does not.  On
+    a VM that reports, memory the guest freed a while ago is returned to
+    the host, and the first touch of it afterwards costs host-side faults
+    that show up as the guest's CPU time in whatever code touches it
+    (tests/bench/README.md, "Cold loads and free page reporting")."""
+    try:
+        with open("/sys/module/page_reporting/parameters/reported_kib") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None
+
+
 def nbytes(v):
     """Bytes of an array, or of the array a ckptfs.Raw holds."""
     return v.data.nbytes if isinstance(v, ckptfs.Raw) else v.nbytes
@@ -171,8 +187,16 @@ class Case(object):
     def load(self, kind, cold, into):
         path = os.path.join(self.dir, kind)
         if cold:
-            drop([path, self.base])
+            # Every checkpoint of the case, not just the two this load
+            # reads: both contenders then start with none of the case's
+            # bytes cached and take their page cache from the memory the
+            # drop freed (see reported_kib).
+            drop([os.path.join(self.dir, k) for k in ("full", "delta")] +
+                 [self.base])
+        rep = reported_kib()
         secs = timed(lambda: ckptfs.load(path, into=into))
+        if cold and rep is not None:
+            self.reported[kind].append((reported_kib() - rep) / 1024)
         for k, v in self.plain.items():
             if into[k].tobytes() != v.tobytes():
                 sys.exit("delta_bench: %s %s: %s read back wrong" %
@@ -188,6 +212,7 @@ class Case(object):
                 t[kind].append(secs)
         into = {k: np.empty_like(v) for k, v in self.plain.items()}
         loads = {}
+        self.reported = {"full": [], "delta": []}
         for cold in (True, False):
             for kind in ("full", "delta"):
                 loads[(kind, cold)] = []
@@ -230,6 +255,11 @@ class Case(object):
                       self.loads[("delta", cold)],
                       self.raw / 2**20 / self.loads[("delta", cold)],
                       self.load_cpu[("delta", cold)]))
+        if self.reported["full"]:
+            print("  memory handed back to the host during the cold loads "
+                  "(free page reporting): full %s MiB, delta %s MiB" % tuple(
+                      "/".join("%.0f" % x for x in self.reported[k])
+                      for k in ("full", "delta")))
 
     def save_verdict(self, target):
         """Save time, delta / full, against `target` (None: reported)."""

@@ -20,6 +20,7 @@
 #include "ckptfs.h"
 #include "common/fileio.h"
 #include "unit_util.h"
+#include "write/writer.h"
 
 /* ------------------------------------------------------------ helpers */
 
@@ -674,6 +675,95 @@ START_TEST(test_stream_in_pieces)
 }
 END_TEST
 
+typedef struct late_wait {
+    ckpt_stream *s;
+    uint64_t ticket;
+    unsigned char *buf;      /* scribbled once the wait returned */
+    size_t len;
+} late_wait;
+
+static void *wait_late(void *arg)
+{
+    late_wait *l = arg;
+    usleep(50000);           /* the stream's end is waiting for this */
+    ckpt_stream_wait_lent(l->s, l->ticket);
+    memset(l->buf, 0x5a, l->len);
+    return NULL;
+}
+
+/* The mount's pipeline (ckpt_stream_write_lent_async): buffers lent past
+ * the call, waited for later (each then overwritten), in writes of any
+ * size; the end waits for a lender that has not waited yet. */
+START_TEST(test_stream_lent_async)
+{
+    char *dir = make_tmpdir();
+    rng g = { 2626 };
+    int64_t n = 2500000;     /* 5 MB of bf16 */
+    uint64_t total = (uint64_t)n * 2;
+    unsigned char *img = malloc(total);
+    fill_image(img, total, 1, &g);
+    ckpt_write_opts o;
+    ckpt_write_opts_init(&o);
+    o.frame_size = 64 << 10;
+    ckpt_writer *w;
+    ckpt_stream *s;
+    ckpt_error e;
+    ck_assert_int_eq(ckpt_writer_open(&w, dir, "rank0", &o, &e), 0);
+    ckpt_piece p = { "x", CKPT_BF16, 1, &n, NULL, NULL, NULL };
+    ck_assert_int_eq(ckpt_writer_begin(w, &p, &s, &e), 0);
+    enum { NBUF = 3, CAP = 300000 };
+    unsigned char *buf[NBUF];
+    uint64_t ticket[NBUF] = { 0 };
+    int lent = 0;
+    for (int i = 0; i < NBUF; i++)
+        buf[i] = malloc(CAP);
+    uint64_t at = 0;
+    for (int k = 0; total - at > 400000; k++) {
+        int b = k % NBUF;
+        ckpt_stream_wait_lent(s, ticket[b]);
+        ticket[b] = 0;
+        memset(buf[b], 0xa5, CAP);
+        uint64_t len = (uint64_t)rnd_in(&g, 1, CAP);
+        memcpy(buf[b], img + at, len);
+        ck_assert_int_eq(ckpt_stream_write_lent_async(s, buf[b], len,
+                                                      &ticket[b], &e), 0);
+        lent += ticket[b] != 0;
+        at += len;
+    }
+    ck_assert_int_gt(lent, 0);   /* whole frames were lent, not copied */
+    for (int i = 0; i < NBUF; i++)
+        ckpt_stream_wait_lent(s, ticket[i]);
+    /* All but the last byte: whole frames lent, their ticket left to a
+     * thread that waits late, while the stream ends. */
+    uint64_t len = total - at - 1;
+    unsigned char *rest = malloc(len);
+    memcpy(rest, img + at, len);
+    late_wait lw = { s, 0, rest, len };
+    ck_assert_int_eq(ckpt_stream_write_lent_async(s, rest, len, &lw.ticket,
+                                                  &e), 0);
+    ck_assert(lw.ticket != 0);
+    at += len;
+    pthread_t th;
+    ck_assert_int_eq(pthread_create(&th, NULL, wait_late, &lw), 0);
+    ck_assert_int_eq(ckpt_stream_write_lent(s, img + at, 1, &e), 0);
+    ck_assert_int_eq(ckpt_stream_end(s, &e), 0);
+    pthread_join(th, NULL);
+    free(rest);
+    for (int i = 0; i < NBUF; i++)
+        free(buf[i]);
+    ck_assert_int_eq(ckpt_writer_close(w, &e), 0);
+    commit_ok(dir);
+    ckpt_reader *r = open_ok(dir);
+    unsigned char *got = malloc(total);
+    ck_assert_int_eq(ckpt_read(r, 0, got, 0, total, &e), (int64_t)total);
+    ck_assert(memcmp(got, img, total) == 0);
+    ckpt_reader_close(r);
+    free(img);
+    free(got);
+    remove_tmpdir(dir);
+}
+END_TEST
+
 typedef struct fault_log {
     int n;
     char last[1024];
@@ -1096,6 +1186,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_replicas_kept_once);
     tcase_add_test(tc, test_scalar_and_empty);
     tcase_add_test(tc, test_stream_in_pieces);
+    tcase_add_test(tc, test_stream_lent_async);
     tcase_add_test(tc, test_corruption_detected);
     tcase_add_test(tc, test_mapped_frames_faults);
     tcase_add_test(tc, test_open_refusals);

@@ -1322,24 +1322,23 @@ int ckpt_writer_unchanged_start(ckpt_writer *w, const ckpt_piece *p,
                                 ckpt_error *err)
 {
     int rc = piece_args("ckpt_writer_unchanged_start", w, p, err);
-    if (rc || !w->bases)
+    if (rc || !w->bases || !p->data)
         return rc;
     ckpt_piece_rec r;
     memset(&r, 0, sizeof r);
+    rc = fill_record(w, p, &r, err);
+    size_t item = rc ? 0 : ckpt_dtype_size(r.dtype);
+    size_t frame = item ? w->opts.frame_size - w->opts.frame_size % item : 0;
     ckpt_base_frame *bf = NULL;
     size_t nbf = 0;
-    rc = fill_record(w, p, &r, err);
-    if (rc == 0) {
+    /* Small pieces are not worth the base query, let alone the lane. */
+    if (rc == 0 && frame && r.raw_bytes >= (uint64_t)LANE_MIN_FRAMES * frame) {
         ckpt_chunk_loc loc = { r.fqn, r.dtype, r.ndim, r.shape, r.offsets,
                                r.sizes };
         rc = ckpt_bases_chunk(w->bases, &loc, &bf, &nbf, err);
     }
-    int same = 0;
-    size_t item = ckpt_dtype_size(r.dtype);
-    size_t frame = w->opts.frame_size - w->opts.frame_size % item;
-    if (rc == 0 && nbf >= LANE_MIN_FRAMES && p->data &&
-        r.raw_bytes >= (uint64_t)LANE_MIN_FRAMES * frame)
-        same = bf[0].raw_offset == 0 && bf[0].raw_size == frame &&
+    int same = rc == 0 && nbf >= LANE_MIN_FRAMES &&
+               bf[0].raw_offset == 0 && bf[0].raw_size == frame &&
                ckpt_checksum(p->data, frame) == bf[0].checksum;
     free(bf);
     ckpt_piece_clear(&r);

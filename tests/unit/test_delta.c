@@ -928,8 +928,9 @@ START_TEST(lanes_in_save_sync)
     /* "frozen" is the base's, "tail" too but for a nudge in every frame
      * after its first, "moved" nudged in every frame, "small" the base's
      * but too small for a lane: lane 1 takes frozen and tail (their first
-     * frame unchanged), lane 0 moved and small, on two threads.  Each reads back bit for bit; frozen is all refs, tail
-     * a ref then xor frames, moved all xor frames: each lane's xor budget
+     * frame unchanged), lane 0 moved and small, on two threads.  Each
+     * reads back bit for bit; frozen and small are all refs, tail a ref
+     * then xor frames, moved all xor frames: each lane's xor budget
      * is its own, so which frames are tried does not depend on how the
      * threads run (asked with 1 to 8 encoders). */
     char *root = make_tmpdir_tagged("delta");

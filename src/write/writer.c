@@ -54,7 +54,9 @@
  * XOR_PROBE frames.  The credit is spent in the order frames are
  * submitted (a ticket each, see xor_reserve) and settled in the order
  * they are drained, both on the caller's thread: which frames are tried
- * does not depend on which encoder gets to a frame first. */
+ * does not depend on which encoder gets to a frame first.  Each lane
+ * (ckpt_writer_put_lane) has a budget of its own, so that this holds for
+ * streams of two threads too. */
 #define XOR_CREDIT 2
 #define XOR_WIN_CREDIT 2
 #define XOR_CREDIT_MAX 64
@@ -64,6 +66,13 @@
  * when its ticket is taken: a run of wins (embedding tables, where every
  * try wins) goes straight to the decode, which it needs anyway. */
 #define XOR_PEEK_CREDIT (2 * XOR_CREDIT)
+
+/* A lane's xor budget (see XOR_CREDIT). */
+typedef struct xor_budget {
+    _Atomic int credit;          /* xor frames the lane may still try;
+                                    starts at XOR_CREDIT */
+    _Atomic unsigned skipped;    /* candidates not tried since */
+} xor_budget;
 
 struct ckpt_writer {
     pthread_mutex_t mu;          /* guards everything below but opts/pool */
@@ -89,9 +98,7 @@ struct ckpt_writer {
     int nspare;
     char *base;                  /* opts.base, copied */
     ckpt_bases *bases;           /* a delta save's (opts.base), or NULL */
-    _Atomic int xor_credit;      /* xor frames this writer may still try
-                                    (xor_try); starts at XOR_CREDIT */
-    _Atomic unsigned xor_skipped;   /* candidates not tried since */
+    xor_budget xor[CKPT_WRITER_LANES];   /* one per lane */
 };
 
 /* One frame in flight. */
@@ -129,6 +136,7 @@ struct ckpt_stream {
     int lend;                    /* the caller's data outlives the stream:
                                     encode whole frames from it, uncopied */
     ckpt_base_frame *bf;         /* delta saves: the base chunk's frames */
+    xor_budget *xb;              /* its lane's, for xor tries */
     size_t nbf;
     int tries;                   /* submitted slots holding an xor try,
                                     not drained yet */
@@ -272,7 +280,8 @@ static int open_base(ckpt_writer *w, ckpt_error *err)
     int rc = ckpt_bases_for_save(&w->bases, w->dir, w->base, err);
     if (rc)
         return ckpt_err_wrap(err, rc, "delta save into %s", w->dir);
-    atomic_store(&w->xor_credit, XOR_CREDIT);
+    for (int i = 0; i < CKPT_WRITER_LANES; i++)
+        atomic_store(&w->xor[i].credit, XOR_CREDIT);
     size_t n;
     const ckpt_index_base *list = ckpt_bases_list(w->bases, &n);
     for (size_t i = 0; i < n; i++) {
@@ -647,32 +656,32 @@ enum {
 
 /* At submission, in frame order: the ticket of a frame that has a base
  * frame it may be xor against. */
-static int xor_reserve(ckpt_writer *w, int *peek)
+static int xor_reserve(xor_budget *b, int *peek)
 {
-    *peek = atomic_load(&w->xor_credit) <= XOR_PEEK_CREDIT;
-    if (atomic_load(&w->xor_credit) > 0) {
-        atomic_fetch_sub(&w->xor_credit, 1);
+    *peek = atomic_load(&b->credit) <= XOR_PEEK_CREDIT;
+    if (atomic_load(&b->credit) > 0) {
+        atomic_fetch_sub(&b->credit, 1);
         return TICKET_CREDIT;
     }
-    if (atomic_fetch_add(&w->xor_skipped, 1) % XOR_PROBE != XOR_PROBE - 1)
+    if (atomic_fetch_add(&b->skipped, 1) % XOR_PROBE != XOR_PROBE - 1)
         return TICKET_SKIP;
-    atomic_fetch_sub(&w->xor_credit, 1);
+    atomic_fetch_sub(&b->credit, 1);
     return TICKET_PROBE;
 }
 
 /* At drain, in frame order: a frame that turned out a ref gives its
  * ticket back (it tried nothing); an xor frame kept earns credit. */
-static void xor_settle(ckpt_writer *w, int ticket, int codec)
+static void xor_settle(xor_budget *b, int ticket, int codec)
 {
     if (codec == CKPT_CODEC_REF) {
         if (ticket == TICKET_CREDIT || ticket == TICKET_PROBE)
-            atomic_fetch_add(&w->xor_credit, 1);
+            atomic_fetch_add(&b->credit, 1);
         if (ticket == TICKET_SKIP || ticket == TICKET_PROBE)
-            atomic_fetch_sub(&w->xor_skipped, 1);
+            atomic_fetch_sub(&b->skipped, 1);
     } else if (codec == CKPT_CODEC_XOR) {
-        int c = atomic_fetch_add(&w->xor_credit, XOR_WIN_CREDIT);
+        int c = atomic_fetch_add(&b->credit, XOR_WIN_CREDIT);
         if (c + XOR_WIN_CREDIT > XOR_CREDIT_MAX)
-            atomic_store(&w->xor_credit, XOR_CREDIT_MAX);
+            atomic_store(&b->credit, XOR_CREDIT_MAX);
     }
 }
 
@@ -757,7 +766,7 @@ static void append_slot(ckpt_stream *s, slot *sl, int failed)
 {
     ckpt_writer *w = s->w;
     if (sl->rc == 0)
-        xor_settle(w, sl->ticket, sl->codec);
+        xor_settle(s->xb, sl->ticket, sl->codec);
     if (failed || sl->rc)
         return;
     ckpt_frame_rec f = {
@@ -875,9 +884,9 @@ static int xor_ticket(ckpt_stream *s, slot *sl)
     const ckpt_base_frame *bf = s->nbf ? base_frame(sl) : NULL;
     if (!bf || bf->depth + 1 >= s->w->opts.full_every)
         return TICKET_NONE;
-    while (atomic_load(&s->w->xor_credit) <= 0 && s->tries > 0)
+    while (atomic_load(&s->xb->credit) <= 0 && s->tries > 0)
         drain_one(s);
-    int t = xor_reserve(s->w, &sl->peek);
+    int t = xor_reserve(s->xb, &sl->peek);
     if (t == TICKET_CREDIT || t == TICKET_PROBE)
         s->tries++;
     return t;
@@ -1016,12 +1025,11 @@ static int fill_record(ckpt_writer *w, const ckpt_piece *d, ckpt_piece_rec *r,
                              r->fqn, err);
 }
 
-int ckpt_writer_begin(ckpt_writer *w, const ckpt_piece *desc,
+/* ckpt_writer_begin of a stream whose xor tries spend lane's budget. */
+static int begin_lane(ckpt_writer *w, const ckpt_piece *desc, int lane,
                       ckpt_stream **out, ckpt_error *err)
 {
-    int rc = piece_args("ckpt_writer_begin", w, desc, err);
-    if (rc)
-        return rc;
+    int rc;
     if (!out)
         return ckpt_err_null(err, "ckpt_writer_begin", "out");
     *out = NULL;
@@ -1034,6 +1042,7 @@ int ckpt_writer_begin(ckpt_writer *w, const ckpt_piece *desc,
     if (!s)
         return ckpt_err(err, -ENOMEM, "out of memory");
     s->w = w;
+    s->xb = &w->xor[lane];
     pthread_mutex_init(&s->mu, NULL);
     pthread_cond_init(&s->cv, NULL);
     rc = fill_record(w, desc, &s->rec, err);
@@ -1057,6 +1066,15 @@ int ckpt_writer_begin(ckpt_writer *w, const ckpt_piece *desc,
     }
     *out = s;
     return 0;
+}
+
+int ckpt_writer_begin(ckpt_writer *w, const ckpt_piece *desc,
+                      ckpt_stream **out, ckpt_error *err)
+{
+    int rc = piece_args("ckpt_writer_begin", w, desc, err);
+    if (rc)
+        return rc;
+    return begin_lane(w, desc, 0, out, err);
 }
 
 /* ckpt_stream_write, and with lend ckpt_stream_write_lent (named `call`
@@ -1266,10 +1284,19 @@ void ckpt_stream_abort(ckpt_stream *s)
 
 int ckpt_writer_put(ckpt_writer *w, const ckpt_piece *p, ckpt_error *err)
 {
+    return ckpt_writer_put_lane(w, p, 0, err);
+}
+
+int ckpt_writer_put_lane(ckpt_writer *w, const ckpt_piece *p, int lane,
+                         ckpt_error *err)
+{
     ckpt_stream *s;
     int rc = piece_args("ckpt_writer_put", w, p, err);
+    if (rc == 0 && (lane < 0 || lane >= CKPT_WRITER_LANES))
+        rc = ckpt_err(err, -EINVAL, "ckpt_writer_put_lane: lane %d, not "
+                      "0-%d", lane, CKPT_WRITER_LANES - 1);
     if (rc == 0)
-        rc = ckpt_writer_begin(w, p, &s, err);
+        rc = begin_lane(w, p, lane, &s, err);
     if (rc)
         return rc;
     if (s->rec.raw_bytes && !p->data) {
@@ -1285,6 +1312,37 @@ int ckpt_writer_put(ckpt_writer *w, const ckpt_piece *p, ckpt_error *err)
         return rc;
     }
     return ckpt_stream_end(s, err);
+}
+
+/* Pieces of fewer frames are not worth a lane of their own: their first
+ * frame is not checksummed ahead (ckpt_writer_unchanged_start). */
+#define LANE_MIN_FRAMES 4
+
+int ckpt_writer_unchanged_start(ckpt_writer *w, const ckpt_piece *p,
+                                ckpt_error *err)
+{
+    int rc = piece_args("ckpt_writer_unchanged_start", w, p, err);
+    if (rc || !w->bases || !p->data)
+        return rc;
+    ckpt_piece_rec r;
+    memset(&r, 0, sizeof r);
+    rc = fill_record(w, p, &r, err);
+    size_t item = rc ? 0 : ckpt_dtype_size(r.dtype);
+    size_t frame = item ? w->opts.frame_size - w->opts.frame_size % item : 0;
+    ckpt_base_frame *bf = NULL;
+    size_t nbf = 0;
+    /* Small pieces are not worth the base query, let alone the lane. */
+    if (rc == 0 && frame && r.raw_bytes >= (uint64_t)LANE_MIN_FRAMES * frame) {
+        ckpt_chunk_loc loc = { r.fqn, r.dtype, r.ndim, r.shape, r.offsets,
+                               r.sizes };
+        rc = ckpt_bases_chunk(w->bases, &loc, &bf, &nbf, err);
+    }
+    int same = rc == 0 && nbf >= LANE_MIN_FRAMES &&
+               bf[0].raw_offset == 0 && bf[0].raw_size == frame &&
+               ckpt_checksum(p->data, frame) == bf[0].checksum;
+    free(bf);
+    ckpt_piece_clear(&r);
+    return rc ? rc : same;
 }
 
 int ckpt_writer_put_bytes(ckpt_writer *w, const char *fqn, const void *data,

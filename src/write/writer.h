@@ -69,4 +69,22 @@ void ckpt_stream_wait_lent(ckpt_stream *s, uint64_t ticket);
  * brought the frame's bytes had returned (the mount's fsync). */
 int ckpt_stream_wait(ckpt_stream *s, ckpt_error *err);
 
+/* Lanes: streams of a writer that two threads feed at once
+ * (ckpt_save_sync's delta saves), each with an xor budget of its own, so
+ * that which frames a lane tries depends only on its own frames, in the
+ * order it writes them.  ckpt_writer_put is lane 0. */
+#define CKPT_WRITER_LANES 2
+
+/* ckpt_writer_put in lane `lane` (0 or 1). */
+int ckpt_writer_put_lane(ckpt_writer *w, const ckpt_piece *p, int lane,
+                         ckpt_error *err);
+
+/* 1 when the first frame of piece p (p->data) is its base frame's, the
+ * same size at the same place with the same checksum (a frozen tensor:
+ * its frames will likely all be refs); 0 when it is not, when the piece
+ * has fewer than 4 frames (not worth a lane), or when w saves no delta;
+ * < 0 for a piece ckpt_writer_put would refuse. */
+int ckpt_writer_unchanged_start(ckpt_writer *w, const ckpt_piece *p,
+                                ckpt_error *err);
+
 #endif

@@ -6,7 +6,9 @@
  * chains at the full_every bound; and each refusal: a base missing,
  * changed since, outside the root, a reference cycle, a base that changed
  * during the save; xor frames coded and applied (sparse and dense), and
- * a damaged base under an xor frame named as the fault.
+ * a damaged base under an xor frame named as the fault; ckpt_save_sync's
+ * two lanes (pieces whose first frame is unchanged put beside the
+ * others).
  */
 #include <check.h>
 #include <errno.h>
@@ -23,6 +25,7 @@
 #include "common/xxh.h"
 #include "common/fileio.h"
 #include "write/gc.h"
+#include "write/writer.h"
 #include "unit_util.h"
 
 #define ROWS 64
@@ -688,6 +691,25 @@ START_TEST(refuse_cycle)
 }
 END_TEST
 
+/* A writer of the delta save root/name against root/base (frames of
+ * FRAME bytes, not committed). */
+static ckpt_writer *open_delta(const char *root, const char *name,
+                               const char *base)
+{
+    char dir[4096], bpath[4096];
+    ckpt_error err = { 0 };
+    join(dir, root, name);
+    join(bpath, root, base);
+    ckpt_write_opts o;
+    ckpt_write_opts_init(&o);
+    o.frame_size = FRAME;
+    o.base = bpath;
+    ckpt_writer *w;
+    ck_assert_msg(ckpt_writer_open(&w, dir, "rank0", &o, &err) == 0, "%s",
+                  err.msg);
+    return w;
+}
+
 START_TEST(refuse_base_changed_during_save)
 {
     state s;
@@ -696,13 +718,7 @@ START_TEST(refuse_base_changed_during_save)
     char dir[4096], base[4096];
     join(dir, s.root, "s2");
     join(base, s.root, "s1");
-    ckpt_write_opts o;
-    ckpt_write_opts_init(&o);
-    o.frame_size = FRAME;
-    o.base = base;
-    ckpt_writer *w;
-    ck_assert_msg(ckpt_writer_open(&w, dir, "rank0", &o, &err) == 0, "%s",
-                  err.msg);
+    ckpt_writer *w = open_delta(s.root, "s2", "s1");
     int64_t shape[2] = { ROWS, COLS };
     ckpt_piece p = { "w", CKPT_F32, 2, shape, NULL, NULL, s.w1 };
     ck_assert_int_eq(ckpt_writer_put(w, &p, &err), 0);
@@ -865,6 +881,116 @@ START_TEST(xor_budget_in_frame_order)
     }
     free(v0);
     free(v1);
+    remove_tmpdir(root);
+}
+END_TEST
+
+/* ckpt_save_sync of the tensors "frozen", "tail" and "moved" (NF frames
+ * of FRAME bytes each, f32) and "small" (3 frames) into root/name,
+ * against base (or none). */
+enum { LANE_NF = 12, LANE_PER = FRAME / 4, LANE_T = 4 };
+static const char *const lane_names[LANE_T] = { "frozen", "tail", "moved",
+                                                "small" };
+
+static int lane_frames(int k)
+{
+    return k == 3 ? 3 : LANE_NF;
+}
+
+static void save_lanes(const char *root, const char *name, const char *base,
+                       int threads, float *const v[LANE_T])
+{
+    char dir[4096], bpath[4096];
+    ckpt_error err = { 0 };
+    join(dir, root, name);
+    ckpt_save_opts o;
+    ckpt_save_opts_init(&o);
+    o.write.frame_size = FRAME;
+    o.write.sync = 0;
+    o.write.threads = threads;
+    if (base) {
+        join(bpath, root, base);
+        o.write.base = bpath;
+    }
+    int64_t shape[LANE_T];
+    ckpt_piece p[LANE_T];
+    for (int k = 0; k < LANE_T; k++) {
+        shape[k] = lane_frames(k) * LANE_PER;
+        p[k] = (ckpt_piece){ lane_names[k], CKPT_F32, 1, &shape[k], NULL,
+                             NULL, v[k] };
+    }
+    ck_assert_msg(ckpt_save_sync(dir, p, LANE_T, &o, &err) == 0, "%s",
+                  err.msg);
+}
+
+START_TEST(lanes_in_save_sync)
+{
+    /* "frozen" is the base's, "tail" too but for a nudge in every frame
+     * after its first, "moved" nudged in every frame, "small" the base's
+     * but too small for a lane: lane 1 takes frozen and tail (their first
+     * frame unchanged), lane 0 moved and small, on two threads.  Each
+     * reads back bit for bit; frozen and small are all refs, tail a ref
+     * then xor frames, moved all xor frames: each lane's xor budget
+     * is its own, so which frames are tried does not depend on how the
+     * threads run (asked with 1 to 8 encoders). */
+    char *root = make_tmpdir_tagged("delta");
+    float *v0[LANE_T], *v1[LANE_T];
+    rng r = { 9 };
+    for (int k = 0; k < LANE_T; k++) {
+        v0[k] = xmalloc(sizeof(float) * LANE_NF * LANE_PER);
+        v1[k] = xmalloc(sizeof(float) * LANE_NF * LANE_PER);
+        for (int i = 0; i < LANE_NF * LANE_PER; i++)
+            v0[k][i] = (float)(rnd(&r) % 100000) / 7.0f;
+        memcpy(v1[k], v0[k], sizeof(float) * LANE_NF * LANE_PER);
+    }
+    for (int i = LANE_PER; i < LANE_NF * LANE_PER; i += 16)
+        v1[1][i] += 1.0f;
+    for (int i = 0; i < LANE_NF * LANE_PER; i += 16)
+        v1[2][i] += 1.0f;
+    save_lanes(root, "s0", NULL, 1, v0);
+
+    /* The rule: unchanged first frame, against the writer's base. */
+    ckpt_error err = { 0 };
+    ckpt_writer *w = open_delta(root, "probe", "s0");
+    int64_t shape[1] = { LANE_NF * LANE_PER }, other[1] = { LANE_PER };
+    for (int k = 0; k < LANE_T; k++) {
+        int64_t sk[1] = { lane_frames(k) * LANE_PER };
+        ckpt_piece p = { lane_names[k], CKPT_F32, 1, sk, NULL, NULL, v1[k] };
+        ck_assert_int_eq(ckpt_writer_unchanged_start(w, &p, &err), k < 2);
+    }
+    ckpt_piece absent = { "absent", CKPT_F32, 1, shape, NULL, NULL, v1[0] };
+    ck_assert_int_eq(ckpt_writer_unchanged_start(w, &absent, &err), 0);
+    ckpt_piece resized = { "frozen", CKPT_F32, 1, other, NULL, NULL, v1[0] };
+    ck_assert_int_eq(ckpt_writer_unchanged_start(w, &resized, &err), 0);
+    ckpt_writer_abort(w);
+
+    const int threads[] = { 1, 2, 8, 3, 8 };
+    for (size_t n = 0; n < sizeof threads / sizeof *threads; n++) {
+        char name[16];
+        snprintf(name, sizeof name, "d%zu", n);
+        save_lanes(root, name, "s0", threads[n], v1);
+        for (int k = 0; k < LANE_T; k++) {
+            ckpt_reader *rd = open_ck(root, name);
+            size_t t = (size_t)ckpt_reader_find(rd, lane_names[k]);
+            for (uint64_t f = 0; f < (uint64_t)lane_frames(k); f++) {
+                ckpt_frame_info fi;
+                ck_assert_msg(ckpt_reader_frame(rd, t, 0, f, &fi, &err) == 0,
+                              "%s", err.msg);
+                int want = k == 0 || k == 3 || (k == 1 && f == 0)
+                           ? CKPT_CODEC_REF : CKPT_CODEC_XOR;
+                ck_assert_msg(fi.codec == want, "%d threads: %s frame %llu "
+                              "has codec %d, not %d", threads[n],
+                              lane_names[k], (unsigned long long)f, fi.codec,
+                              want);
+            }
+            read_back(rd, t, v1[k],
+                      sizeof(float) * (size_t)lane_frames(k) * LANE_PER);
+        }
+    }
+    for (int k = 0; k < LANE_T; k++) {
+        free(v0[k]);
+        free(v1[k]);
+    }
     remove_tmpdir(root);
 }
 END_TEST
@@ -1160,6 +1286,7 @@ static Suite *suite(void)
     tcase_add_test(tc, xor_hopeless_is_sound);
     tcase_add_test(tc, try_judged_before_base_decode);
     tcase_add_test(tc, planes_hopeless_is_sound);
+    tcase_add_test(tc, lanes_in_save_sync);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -99,7 +99,6 @@ static inline void remove_tmpdir(char *d)
     free(d);
 }
 
-/* Runs the suite; the exit status of a unit test program. */
 /* Two frames equal field by field (padding is not compared). */
 static inline void frame_rec_eq(const ckpt_frame_rec *a,
                                 const ckpt_frame_rec *b)
@@ -113,6 +112,7 @@ static inline void frame_rec_eq(const ckpt_frame_rec *a,
     ck_assert_int_eq(a->base, b->base);
 }
 
+/* Runs the suite; the exit status of a unit test program. */
 static inline int unit_run(Suite *s)
 {
     SRunner *sr = srunner_create(s);

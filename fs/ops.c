@@ -1131,7 +1131,9 @@ static fs_handle *write_handle(const struct fuse_file_info *fi)
     return h && h->kind == FS_H_WRITE ? h : NULL;
 }
 
-/* close(): where a piece written through the mount is recorded. */
+/* close(): a piece's errors, also those found after its writes returned
+ * (wops_flush); the piece itself is recorded by the write of its last
+ * byte. */
 static void op_flush(fuse_req_t req, fuse_ino_t ino,
                      struct fuse_file_info *fi)
 {

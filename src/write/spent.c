@@ -55,11 +55,16 @@ int ckpt_spent_move(const char *dir)
                              (int)(len > 128 ? 128 : len), name) >=
             sizeof to)
             return -ENAMETOOLONG;
-        struct stat st;
-        if (lstat(to, &st) == 0)
-            continue;           /* a name nobody has: rename never replaces */
-        if (rename(from, to) == 0)
+        if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0)
             return 0;
+        if (errno == EINVAL || errno == ENOSYS) {
+            /* No RENAME_NOREPLACE here: take a name nobody has. */
+            struct stat st;
+            if (lstat(to, &st) == 0)
+                continue;
+            if (rename(from, to) == 0)
+                return 0;
+        }
         if (errno != EEXIST && errno != ENOTEMPTY)
             return -errno;
     }
@@ -67,7 +72,8 @@ int ckpt_spent_move(const char *dir)
 }
 
 typedef struct unlink_task {
-    const char *dir, *name;
+    int dfd;
+    const char *name;
     ckpt_taskgroup *g;
 } unlink_task;
 
@@ -75,20 +81,22 @@ static void unlink_one(void *arg, int worker)
 {
     (void)worker;
     unlink_task *t = arg;
-    char path[4096];
-    if ((size_t)snprintf(path, sizeof path, "%s/%s", t->dir, t->name) <
-        sizeof path)
-        unlink(path);
+    (void)unlinkat(t->dfd, t->name, 0);
     ckpt_tg_done(t->g);
 }
 
-/* The names of the regular files of path (what gets unlinked in
- * parallel), into *names and *n; 0 or -errno. */
-static int list_files(const char *path, char ***names, size_t *n)
+/* The names of the regular files of the directory dfd (what gets
+ * unlinked in parallel), into *names and *n; 0 or -errno. */
+static int list_files(int dfd, char ***names, size_t *n)
 {
-    DIR *d = opendir(path);
-    if (!d)
-        return -errno;
+    int fd = fcntl(dfd, F_DUPFD_CLOEXEC, 0);
+    DIR *d = fd < 0 ? NULL : fdopendir(fd);
+    if (!d) {
+        int e = errno;
+        if (fd >= 0)
+            close(fd);
+        return -e;
+    }
     size_t cap = 0;
     struct dirent *e;
     int rc = 0;
@@ -118,19 +126,25 @@ int ckpt_spent_remove(const char *path, ckpt_error *err)
     char **names = NULL;
     size_t n = 0;
     ckpt_pool *pool = NULL;
-    if (list_files(path, &names, &n) == 0 && n >= 2 * REMOVE_THREADS &&
+    /* The files by the directory's descriptor: a link put in its place
+     * is not followed (ckpt_remove_tree follows none either). */
+    int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (dfd >= 0 && list_files(dfd, &names, &n) == 0 &&
+        n >= 2 * REMOVE_THREADS &&
         ckpt_pool_create(&pool, REMOVE_THREADS, NULL) == 0) {
         unlink_task *t = calloc(n, sizeof *t);
         ckpt_taskgroup g;
         ckpt_tg_init(&g);
         for (size_t i = 0; t && i < n; i++)
-            t[i] = (unlink_task){ path, names[i], &g };
+            t[i] = (unlink_task){ dfd, names[i], &g };
         if (t)
             ckpt_pool_run_tasks(pool, unlink_one, t, n, sizeof *t, &g);
         ckpt_tg_destroy(&g);
         ckpt_pool_destroy(pool);
         free(t);
     }
+    if (dfd >= 0)
+        close(dfd);
     for (size_t i = 0; i < n; i++)
         free(names[i]);
     free(names);

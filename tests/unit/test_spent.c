@@ -4,7 +4,8 @@
  * spent directory beside the checkpoint; the next commit beside it
  * removes every spent directory it finds there, whole or half removed (a
  * crash midway), and nothing else: not a link that bears the name, not
- * a file, not what a link points to.
+ * a file, not what a link points to (also when the link stands where the
+ * directory was).
  */
 #include <check.h>
 #include <dirent.h>
@@ -106,6 +107,29 @@ static void put_dir(const char *root, const char *rel)
     ck_assert_int_eq(mkdir(p, 0755), 0);
 }
 
+/* Makes root/dir with n plan files, rank0.plan ... */
+static void put_plans(const char *root, const char *dir, int n)
+{
+    put_dir(root, dir);
+    for (int i = 0; i < n; i++) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "%s/rank%d.plan", dir, i);
+        put_file(root, rel);
+    }
+}
+
+/* 1 when root/dir still has its n plan files. */
+static int has_plans(const char *root, const char *dir, int n)
+{
+    for (int i = 0; i < n; i++) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "%s/rank%d.plan", dir, i);
+        if (!exists(root, rel))
+            return 0;
+    }
+    return 1;
+}
+
 START_TEST(test_commit_moves_pending_aside)
 {
     char *root = make_tmpdir_tagged("spent");
@@ -165,12 +189,7 @@ START_TEST(test_remove_many)
     /* More files than the unlink threads take at once, and a
      * subdirectory: all of it goes. */
     char *root = make_tmpdir_tagged("spent");
-    put_dir(root, "d");
-    for (int i = 0; i < 100; i++) {
-        char rel[64];
-        snprintf(rel, sizeof rel, "d/rank%d.plan", i);
-        put_file(root, rel);
-    }
+    put_plans(root, "d", 100);
     put_dir(root, "d/sub");
     put_file(root, "d/sub/x");
     char p[600];
@@ -178,6 +197,25 @@ START_TEST(test_remove_many)
     ckpt_error err = { 0 };
     ck_assert_msg(ckpt_spent_remove(p, &err) == 0, "%s", err.msg);
     ck_assert(!exists(root, "d"));
+    remove_tmpdir(root);
+}
+END_TEST
+
+START_TEST(test_remove_link_not_followed)
+{
+    /* A link in the place of the directory to remove (another user's,
+     * swapped in after it was looked at): the link goes, not the files
+     * of what it points to. */
+    char *root = make_tmpdir_tagged("spent");
+    put_plans(root, "target", 40);
+    char link[600], target[600];
+    snprintf(link, sizeof link, "%s/d", root);
+    snprintf(target, sizeof target, "%s/target", root);
+    ck_assert_int_eq(symlink(target, link), 0);
+    ckpt_error err = { 0 };
+    ck_assert_msg(ckpt_spent_remove(link, &err) == 0, "%s", err.msg);
+    ck_assert(!exists(root, "d"));
+    ck_assert_msg(has_plans(root, "target", 40), "the link was followed");
     remove_tmpdir(root);
 }
 END_TEST
@@ -190,6 +228,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_commit_moves_pending_aside);
     tcase_add_test(tc, test_next_commit_removes_spent);
     tcase_add_test(tc, test_remove_many);
+    tcase_add_test(tc, test_remove_link_not_followed);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -39,15 +39,14 @@
 #include "format/claim.h"
 #include "format/lease.h"
 #include "format/pending.h"
-#include "write/spent.h"
 #include "format/model.h"
 #include "format/plan.h"
 #include "write/writer.h"
 #include "write/deltasave.h"
 #include "write/supersede.h"
 #include "write/reuse.h"
+#include "write/spent.h"
 #include "common/optsize.h"
-#include "common/pool.h"
 
 void ckpt_commit_opts_init(ckpt_commit_opts *o)
 {

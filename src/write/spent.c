@@ -85,9 +85,10 @@ static void unlink_one(void *arg, int worker)
     ckpt_tg_done(t->g);
 }
 
-/* The names of the regular files of the directory dfd (what gets
- * unlinked in parallel), into *names and *n; 0 or -errno. */
-static int list_files(int dfd, char ***names, size_t *n)
+/* The names of the entries e of the directory dfd that keep(dfd, e)
+ * holds, into *names and *n; 0 or -errno. */
+static int list_names(int dfd, int (*keep)(int, const struct dirent *),
+                      char ***names, size_t *n)
 {
     int fd = fcntl(dfd, F_DUPFD_CLOEXEC, 0);
     DIR *d = fd < 0 ? NULL : fdopendir(fd);
@@ -101,8 +102,8 @@ static int list_files(int dfd, char ***names, size_t *n)
     struct dirent *e;
     int rc = 0;
     while (rc == 0 && (e = readdir(d))) {
-        if (e->d_type != DT_REG)
-            continue;           /* the rest goes with ckpt_remove_tree */
+        if (!keep(dfd, e))
+            continue;
         if (*n == cap) {
             cap = cap ? 2 * cap : 64;
             char **v = realloc(*names, cap * sizeof *v);
@@ -121,6 +122,21 @@ static int list_files(int dfd, char ***names, size_t *n)
     return rc;
 }
 
+static void free_names(char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+/* A regular file: unlinked in parallel (the rest goes with
+ * ckpt_remove_tree). */
+static int is_file(int dfd, const struct dirent *e)
+{
+    (void)dfd;
+    return e->d_type == DT_REG;
+}
+
 int ckpt_spent_remove(const char *path, ckpt_error *err)
 {
     char **names = NULL;
@@ -129,7 +145,7 @@ int ckpt_spent_remove(const char *path, ckpt_error *err)
     /* The files by the directory's descriptor: a link put in its place
      * is not followed (ckpt_remove_tree follows none either). */
     int dfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (dfd >= 0 && list_files(dfd, &names, &n) == 0 &&
+    if (dfd >= 0 && list_names(dfd, is_file, &names, &n) == 0 &&
         n >= 2 * REMOVE_THREADS &&
         ckpt_pool_create(&pool, REMOVE_THREADS, NULL) == 0) {
         unlink_task *t = calloc(n, sizeof *t);
@@ -145,41 +161,43 @@ int ckpt_spent_remove(const char *path, ckpt_error *err)
     }
     if (dfd >= 0)
         close(dfd);
-    for (size_t i = 0; i < n; i++)
-        free(names[i]);
-    free(names);
+    free_names(names, n);
     return ckpt_remove_tree(path, err);
 }
 
 struct ckpt_spent_sweep {
     pthread_t thread;
     char parent[4096];
+    char **names;       /* the spent directories there when it began */
+    size_t n;
 };
 
-/* 1 when parent/name is a spent directory of this user's. */
-static int is_spent(int pfd, const char *name)
+/* A spent directory of this user's. */
+static int is_spent(int pfd, const struct dirent *e)
 {
     struct stat st;
-    return strncmp(name, CKPT_SPENT_PREFIX, strlen(CKPT_SPENT_PREFIX)) == 0 &&
-           fstatat(pfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+    return strncmp(e->d_name, CKPT_SPENT_PREFIX,
+                   strlen(CKPT_SPENT_PREFIX)) == 0 &&
+           fstatat(pfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
            S_ISDIR(st.st_mode) && st.st_uid == geteuid();
 }
 
 static void *sweep_thread(void *arg)
 {
     ckpt_spent_sweep *s = arg;
-    DIR *d = opendir(s->parent);
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
+    for (size_t i = 0; i < s->n; i++) {
         char path[4096];
-        if (is_spent(dirfd(d), e->d_name) &&
-            ckpt_path_join(path, sizeof path, s->parent, e->d_name,
+        if (ckpt_path_join(path, sizeof path, s->parent, s->names[i],
                            NULL) == 0)
             (void)ckpt_spent_remove(path, NULL);   /* else gc's */
     }
-    if (d)
-        closedir(d);
     return NULL;
+}
+
+static void sweep_free(ckpt_spent_sweep *s)
+{
+    free_names(s->names, s->n);
+    free(s);
 }
 
 ckpt_spent_sweep *ckpt_spent_sweep_start(const char *dir)
@@ -188,8 +206,15 @@ ckpt_spent_sweep *ckpt_spent_sweep_start(const char *dir)
     if (!s)
         return NULL;
     (void)split(dir, s->parent, sizeof s->parent);
-    if (pthread_create(&s->thread, NULL, sweep_thread, s) != 0) {
-        free(s);
+    /* Listed here, not on the thread: what this commit moves aside
+     * itself stays for the next one. */
+    int pfd = open(s->parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int rc = pfd < 0 ? -errno : list_names(pfd, is_spent, &s->names, &s->n);
+    if (pfd >= 0)
+        close(pfd);
+    if (rc || s->n == 0 ||
+        pthread_create(&s->thread, NULL, sweep_thread, s) != 0) {
+        sweep_free(s);
         return NULL;
     }
     return s;
@@ -200,5 +225,5 @@ void ckpt_spent_sweep_join(ckpt_spent_sweep *s)
     if (!s)
         return;
     pthread_join(s->thread, NULL);
-    free(s);
+    sweep_free(s);
 }

@@ -27,9 +27,9 @@ int ckpt_spent_move(const char *dir);
  * overlaps across files).  Best effort: 0, or the first error. */
 int ckpt_spent_remove(const char *path, ckpt_error *err);
 
-/* Starts removing, on a thread, every spent directory of this user's in
- * the parent of dir; NULL when no thread could start (then gc removes
- * them). */
+/* Lists every spent directory of this user's in the parent of dir and
+ * starts removing them on a thread; NULL when there is none, or no
+ * thread could start (then the next commit or gc removes them). */
 typedef struct ckpt_spent_sweep ckpt_spent_sweep;
 ckpt_spent_sweep *ckpt_spent_sweep_start(const char *dir);
 

@@ -7,9 +7,10 @@
  *
  * A delta save puts its pieces in two lanes, on two threads at once
  * (#28): the pieces whose first frame is the base's (frozen tensors,
- * whose frames are refs found by checksumming every byte, a pass that
- * memory bandwidth bounds) beside the others (coded and written, which
- * the CPU bounds), so that the one does not wait for the other.  Each
+ * whose frames are refs found by checksumming every byte on the lane's
+ * thread, a pass that memory bandwidth bounds) beside the others (coded
+ * on the writer's pool and written, which the CPU bounds), so that the
+ * one does not wait for the other.  Each
  * lane puts its pieces in order, with an xor budget of its own.
  */
 #include "ckptfs.h"

@@ -5,10 +5,12 @@
  * cut into frames of at most the frame size (on element boundaries); frames
  * are checksummed and encoded on the writer's thread pool while the caller
  * goes on, and appended to the shard in order by the encoder that finds
- * the oldest frame done (a delta stream's by the caller: drain_ready).
- * Memory in flight is bounded by a ring of (2 * threads + 2) frame slots
- * per stream.  Closing a stream
- * records the piece in memory; ckpt_writer_flush records them in the plan
+ * the oldest frame done (a delta stream's by the caller: drain_ready).  A
+ * delta stream's frames that have a base frame are checksummed by the
+ * caller, which records those identical to the base's as refs
+ * (ref_at_submit).  Memory in flight is bounded by a ring of
+ * (2 * threads + 2) frame slots per stream.  Closing a stream records
+ * the piece in memory; ckpt_writer_flush records them in the plan
  * file (one transaction) after the shard's fdatasync, which the plan notes
  * so that the commit does not sync the shard again.  Neither the plan
  * nor the data/ directory is synced here: the commit syncs what the
@@ -52,9 +54,10 @@
  * wins and every frame is tried; where everything changes (dense
  * training), the tries stop after a few and cost one base decode in
  * XOR_PROBE frames.  The credit is spent in the order frames are
- * submitted (a ticket each, see xor_reserve) and settled in the order
- * they are drained, both on the caller's thread: which frames are tried
- * does not depend on which encoder gets to a frame first.  Each lane
+ * submitted (a ticket each, see xor_reserve; a ref, found at submission,
+ * takes none) and settled in the order they are drained, both on the
+ * caller's thread: which frames are tried does not depend on which
+ * encoder gets to a frame first.  Each lane
  * (ckpt_writer_put_lane) has a budget of its own, so that this holds for
  * streams of two threads too. */
 #define XOR_CREDIT 2
@@ -110,6 +113,7 @@ typedef struct slot {
     size_t n, enc_n;
     int codec;
     uint64_t checksum;
+    int summed;                  /* checksum taken at submission */
     uint64_t seq;                /* frame number in the piece */
     int64_t base;                /* a delta frame's base id, else 0 */
     int ticket;                  /* delta saves: its xor_reserve */
@@ -648,7 +652,7 @@ static int xor_pays(size_t xn, size_t whole)
 
 /* A frame's ticket to try an xor frame. */
 enum {
-    TICKET_NONE,        /* no base frame it could be xor against */
+    TICKET_NONE,        /* no base frame it could be xor against, or a ref */
     TICKET_SKIP,        /* a candidate, not to be tried (no credit) */
     TICKET_CREDIT,      /* to be tried: a credit spent */
     TICKET_PROBE,       /* to be tried: the probe of XOR_PROBE candidates */
@@ -669,28 +673,23 @@ static int xor_reserve(xor_budget *b, int *peek)
     return TICKET_PROBE;
 }
 
-/* At drain, in frame order: a frame that turned out a ref gives its
- * ticket back (it tried nothing); an xor frame kept earns credit. */
-static void xor_settle(xor_budget *b, int ticket, int codec)
+/* At drain, in frame order: an xor frame kept earns credit.  (Refs are
+ * found before tickets are handed out: ref_at_submit.) */
+static void xor_settle(xor_budget *b, int codec)
 {
-    if (codec == CKPT_CODEC_REF) {
-        if (ticket == TICKET_CREDIT || ticket == TICKET_PROBE)
-            atomic_fetch_add(&b->credit, 1);
-        if (ticket == TICKET_SKIP || ticket == TICKET_PROBE)
-            atomic_fetch_sub(&b->skipped, 1);
-    } else if (codec == CKPT_CODEC_XOR) {
+    if (codec == CKPT_CODEC_XOR) {
         int c = atomic_fetch_add(&b->credit, XOR_WIN_CREDIT);
         if (c + XOR_WIN_CREDIT > XOR_CREDIT_MAX)
             atomic_store(&b->credit, XOR_CREDIT_MAX);
     }
 }
 
-/* A delta save's choice for sl: a ref when the base frame at its place is
- * identical (same size and XXH3-64); else, when its ticket allows, its xor
+/* A delta save's choice for sl, not a ref (ref_at_submit): when its
+ * ticket allows, its xor
  * frame when that pays (xor_pays) against the base frame's own stored
  * size, a fair guess of what this frame costs whole, so that the frame
  * need not be coded twice.  *xor_n is the xor frame's size (0: none
- * coded).  Returns 1 when the slot is settled (a ref, an xor frame, or an
+ * coded).  Returns 1 when the slot is settled (an xor frame, or an
  * error). */
 static int choose_delta(slot *sl, int worker, size_t *xor_n)
 {
@@ -698,12 +697,6 @@ static int choose_delta(slot *sl, int worker, size_t *xor_n)
     *xor_n = 0;
     if (!bf)
         return 0;
-    if (bf->checksum == sl->checksum) {
-        sl->codec = CKPT_CODEC_REF;
-        sl->enc_n = 0;
-        sl->base = bf->holder;
-        return 1;
-    }
     if (sl->ticket != TICKET_CREDIT && sl->ticket != TICKET_PROBE)
         return 0;
     size_t whole = bf->plain_size ? bf->plain_size : sl->n / 4;
@@ -728,7 +721,8 @@ static void encode_task(void *arg, int worker)
     ckpt_writer *w = s->w;
     size_t out_n = 0, xor_n = 0;
     int out_codec = CKPT_CODEC_RAW;
-    sl->checksum = ckpt_checksum(sl->src, sl->n);
+    if (!sl->summed)
+        sl->checksum = ckpt_checksum(sl->src, sl->n);
     sl->rc = 0;
     sl->base = 0;
     if (s->nbf && choose_delta(sl, worker, &xor_n))
@@ -766,7 +760,7 @@ static void append_slot(ckpt_stream *s, slot *sl, int failed)
 {
     ckpt_writer *w = s->w;
     if (sl->rc == 0)
-        xor_settle(s->xb, sl->ticket, sl->codec);
+        xor_settle(s->xb, sl->codec);
     if (failed || sl->rc)
         return;
     ckpt_frame_rec f = {
@@ -892,7 +886,32 @@ static int xor_ticket(ckpt_stream *s, slot *sl)
     return t;
 }
 
-/* Hands ring[tail] (holding n bytes at src) to the pool. */
+/* A delta stream's frame that has a base frame is checksummed here, on
+ * the submitting thread, and when its bytes are the base frame's it is
+ * settled here as a ref: a frozen tensor's frames (most of a partly
+ * frozen model) then cost the pass over their bytes, which memory
+ * bandwidth bounds, and no hand-off to an encoder and back (two
+ * wake-ups per frame, #28).  A ref takes no xor ticket: which frames
+ * are tried depends on the data only.  Returns 1 when sl is a ref. */
+static int ref_at_submit(ckpt_stream *s, slot *sl)
+{
+    const ckpt_base_frame *bf = s->nbf ? base_frame(sl) : NULL;
+    sl->summed = bf != NULL;
+    if (!bf)
+        return 0;
+    sl->checksum = ckpt_checksum(sl->src, sl->n);
+    if (bf->checksum != sl->checksum)
+        return 0;
+    sl->codec = CKPT_CODEC_REF;
+    sl->enc_n = 0;
+    sl->base = bf->holder;
+    sl->rc = 0;
+    sl->ticket = TICKET_NONE;
+    return 1;
+}
+
+/* Hands ring[tail] (holding n bytes at src) to the pool, or settles it
+ * as a ref (ref_at_submit). */
 static void submit_slot(ckpt_stream *s, const unsigned char *src, size_t n)
 {
     slot *sl = &s->ring[s->tail % (uint64_t)s->depth];
@@ -900,8 +919,16 @@ static void submit_slot(ckpt_stream *s, const unsigned char *src, size_t n)
     sl->n = n;
     sl->seq = s->tail;
     sl->done = 0;
-    sl->ticket = xor_ticket(s, sl);
     s->fill = 0;
+    if (ref_at_submit(s, sl)) {
+        pthread_mutex_lock(&s->mu);
+        s->tail++;
+        sl->done = 1;
+        pthread_mutex_unlock(&s->mu);
+        drain_until(s, (uint64_t)s->depth);
+        return;
+    }
+    sl->ticket = xor_ticket(s, sl);
     pthread_mutex_lock(&s->mu);
     s->tail++;
     pthread_mutex_unlock(&s->mu);

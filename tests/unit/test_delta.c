@@ -8,7 +8,8 @@
  * during the save; xor frames coded and applied (sparse and dense), and
  * a damaged base under an xor frame named as the fault; ckpt_save_sync's
  * two lanes (pieces whose first frame is unchanged put beside the
- * others).
+ * others); refs settled where frames are submitted, outside the xor
+ * budget.
  */
 #include <check.h>
 #include <errno.h>
@@ -793,9 +794,11 @@ START_TEST(gc_keeps_bases)
 END_TEST
 
 /* Saves "t", nf frames of `frame` bytes of v, into root/name against
- * base (or NULL) with `threads` encoders. */
-static void save_t(const char *root, const char *name, const char *base,
-                   int threads, const float *v, int nf, size_t frame)
+ * base (or NULL) with `threads` encoders: put whole (chunk 0), or
+ * streamed in writes of `chunk` bytes (copied into the writer's frames). */
+static void save_tc(const char *root, const char *name, const char *base,
+                    int threads, const float *v, int nf, size_t frame,
+                    size_t chunk)
 {
     char dir[4096], bpath[4096];
     ckpt_error err = { 0 };
@@ -814,12 +817,30 @@ static void save_t(const char *root, const char *name, const char *base,
                   err.msg);
     int64_t shape[1] = { (int64_t)(nf * frame / 4) };
     ckpt_piece p = { "t", CKPT_F32, 1, shape, NULL, NULL, v };
-    ck_assert_msg(ckpt_writer_put(wr, &p, &err) == 0, "%s", err.msg);
+    ckpt_stream *st;
+    size_t n = (size_t)nf * frame;
+    if (chunk == 0) {
+        ck_assert_msg(ckpt_writer_put(wr, &p, &err) == 0, "%s", err.msg);
+    } else {
+        ck_assert_msg(ckpt_writer_begin(wr, &p, &st, &err) == 0, "%s",
+                      err.msg);
+        for (size_t off = 0; off < n; off += chunk)
+            ck_assert_msg(ckpt_stream_write(st, (const char *)v + off,
+                                            n - off < chunk ? n - off : chunk,
+                                            &err) == 0, "%s", err.msg);
+        ck_assert_msg(ckpt_stream_end(st, &err) == 0, "%s", err.msg);
+    }
     ck_assert_msg(ckpt_writer_close(wr, &err) == 0, "%s", err.msg);
     ckpt_commit_opts co;
     ckpt_commit_opts_init(&co);
     co.sync = 0;
     ck_assert_msg(ckpt_commit(dir, &co, &err) == 0, "%s", err.msg);
+}
+
+static void save_t(const char *root, const char *name, const char *base,
+                   int threads, const float *v, int nf, size_t frame)
+{
+    save_tc(root, name, base, threads, v, nf, frame, 0);
 }
 
 /* Reads tensor t of rd whole, checks it is the n bytes at want, and
@@ -835,6 +856,36 @@ static void read_back(ckpt_reader *rd, size_t t, const void *want, size_t n)
     ckpt_reader_close(rd);
 }
 
+/* The xor budget's states, nf frames of FRAME bytes (f32) each: *v0
+ * random, *v1 the same but for frames 0-3 (new values) and, from frame
+ * `first` on, every `step`th frame nudged (an xor try would win). */
+static void budget_states(int nf, int first, int step, uint64_t seed,
+                          float **v0, float **v1)
+{
+    enum { PER = FRAME / 4 };
+    *v0 = xmalloc(sizeof(float) * (size_t)nf * PER);
+    *v1 = xmalloc(sizeof(float) * (size_t)nf * PER);
+    rng r = { seed };
+    for (int i = 0; i < nf * PER; i++)
+        (*v0)[i] = (float)(rnd(&r) % 100000) / 7.0f;
+    memcpy(*v1, *v0, sizeof(float) * (size_t)nf * PER);
+    for (int i = 0; i < 4 * PER; i++)
+        (*v1)[i] = (float)(rnd(&r) % 100000) / 3.0f;
+    for (int f = first; f < nf; f += step)
+        for (int i = f * PER; i < (f + 1) * PER; i += 16)
+            (*v1)[i] += 1.0f;
+}
+
+/* The codec of frame f of tensor t in rd. */
+static int frame_codec(ckpt_reader *rd, size_t t, uint64_t f)
+{
+    ckpt_error err = { 0 };
+    ckpt_frame_info fi;
+    ck_assert_msg(ckpt_reader_frame(rd, t, 0, f, &fi, &err) == 0, "%s",
+                  err.msg);
+    return fi.codec;
+}
+
 START_TEST(xor_budget_in_frame_order)
 {
     /* Frames 0-3 all new (frames 0 and 1 take the 2 credits and their
@@ -848,16 +899,8 @@ START_TEST(xor_budget_in_frame_order)
      * ones after 33 depended on how many were in flight. */
     enum { NF = 40, PER = FRAME / 4 };
     char *root = make_tmpdir_tagged("delta");
-    float *v0 = xmalloc(sizeof(float) * NF * PER);
-    float *v1 = xmalloc(sizeof(float) * NF * PER);
-    rng r = { 5 };
-    for (int i = 0; i < NF * PER; i++)
-        v0[i] = (float)(rnd(&r) % 100000) / 7.0f;
-    memcpy(v1, v0, sizeof(float) * NF * PER);
-    for (int i = 0; i < 4 * PER; i++)
-        v1[i] = (float)(rnd(&r) % 100000) / 3.0f;
-    for (int i = 4 * PER; i < NF * PER; i += 16)
-        v1[i] += 1.0f;
+    float *v0, *v1;
+    budget_states(NF, 4, 1, 5, &v0, &v1);
     save_t(root, "s0", NULL, 1, v0, NF, FRAME);
     const int threads[] = { 1, 2, 4, 8, 3, 8, 5, 8, 6, 8, 7, 8 };
     for (size_t k = 0; k < sizeof threads / sizeof *threads; k++) {
@@ -865,17 +908,57 @@ START_TEST(xor_budget_in_frame_order)
         snprintf(name, sizeof name, "d%zu", k);
         save_t(root, name, "s0", threads[k], v1, NF, FRAME);
         ckpt_reader *rd = open_ck(root, name);
-        ckpt_error err = { 0 };
         size_t t = (size_t)ckpt_reader_find(rd, "t");
         for (uint64_t f = 0; f < NF; f++) {
-            ckpt_frame_info fi;
-            ck_assert_msg(ckpt_reader_frame(rd, t, 0, f, &fi, &err) == 0,
-                          "%s", err.msg);
-            int want_xor = f >= 33;
-            ck_assert_msg((fi.codec == CKPT_CODEC_XOR) == want_xor &&
-                          fi.codec != CKPT_CODEC_REF,
+            int codec = frame_codec(rd, t, f);
+            ck_assert_msg((codec == CKPT_CODEC_XOR) == (f >= 33) &&
+                          codec != CKPT_CODEC_REF,
                           "%d threads: frame %llu has codec %d", threads[k],
-                          (unsigned long long)f, fi.codec);
+                          (unsigned long long)f, codec);
+        }
+        read_back(rd, t, v1, sizeof(float) * NF * PER);
+    }
+    free(v0);
+    free(v1);
+    remove_tmpdir(root);
+}
+END_TEST
+
+START_TEST(refs_take_no_xor_ticket)
+{
+    /* Frames 0-3 new (0 and 1 spend the 2 credits and lose, 2 and 3 are
+     * skipped candidates), then from frame 4 the base's frames (refs) and
+     * nudged ones (an xor try would win) in turn.  A ref is settled where
+     * it is submitted and takes no ticket: the candidates are frames 2,
+     * 3 and the odd frames, the probe (one in 32) is frame 63, whose win
+     * brings the tries back: odd frames 5-61 are whole, 63-71 xor, even
+     * frames from 4 refs, with any number of encoders, put whole or
+     * streamed in writes that straddle frames.  When a ref took a ticket
+     * and gave it back once drained, the probe came earlier by the refs
+     * still in flight when later frames were handed out. */
+    enum { NF = 72, PER = FRAME / 4 };
+    char *root = make_tmpdir_tagged("delta");
+    float *v0, *v1;
+    budget_states(NF, 5, 2, 11, &v0, &v1);
+    save_t(root, "s0", NULL, 1, v0, NF, FRAME);
+    const int threads[] = { 1, 2, 8, 4, 8, 3, 8 };
+    const size_t nt = sizeof threads / sizeof *threads;
+    for (size_t k = 0; k < 2 * nt; k++) {
+        char name[16];
+        snprintf(name, sizeof name, "d%zu", k);
+        save_tc(root, name, "s0", threads[k % nt], v1, NF, FRAME,
+                k < nt ? 0 : FRAME * 3 / 2 + 4);
+        ckpt_reader *rd = open_ck(root, name);
+        size_t t = (size_t)ckpt_reader_find(rd, "t");
+        for (uint64_t f = 0; f < NF; f++) {
+            int codec = frame_codec(rd, t, f);
+            int want = f >= 4 && f % 2 == 0 ? CKPT_CODEC_REF
+                       : f >= 63 ? CKPT_CODEC_XOR : -1;
+            ck_assert_msg(want < 0 ? codec != CKPT_CODEC_REF &&
+                          codec != CKPT_CODEC_XOR : codec == want,
+                          "%s, %d threads: frame %llu has codec %d",
+                          k < nt ? "put" : "streamed", threads[k % nt],
+                          (unsigned long long)f, codec);
         }
         read_back(rd, t, v1, sizeof(float) * NF * PER);
     }
@@ -1287,6 +1370,7 @@ static Suite *suite(void)
     tcase_add_test(tc, try_judged_before_base_decode);
     tcase_add_test(tc, planes_hopeless_is_sound);
     tcase_add_test(tc, lanes_in_save_sync);
+    tcase_add_test(tc, refs_take_no_xor_ticket);
     suite_add_tcase(s, tc);
     return s;
 }

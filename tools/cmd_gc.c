@@ -49,7 +49,8 @@ static const cli_help HELP = {
     "    writer or committer holds a lease on and that nobody has written to\n"
     "    for --min-age (default 1h): the saves of crashed or killed jobs;\n"
     "  - what interrupted commits, saves and gcs left (a .pending/ in a\n"
-    "    committed checkpoint, hidden .ckpt-gc.* and .ckpt-new.* directories);\n"
+    "    committed checkpoint, hidden .ckpt-gc.* and .ckpt-new.* directories,\n"
+    "    a committed save's plans moved aside: .ckpt-gc.plans.*);\n"
     "  - with --keep-last or --keep-every, the committed checkpoints that\n"
     "    retention does not keep, oldest first.  The newest checkpoint (the\n"
     "    one `latest` points to) is always kept.\n"
@@ -422,7 +423,11 @@ static int collect_entry(const gc_opts *o, const char *root,
         if (!o->dry_run && ckpt_remove_tree(path, &err))
             rc = cli_fail("cannot remove %s: %s", name, err.msg);
         else
-            printf("%s %s: what an interrupted gc left\n", removed(o), name);
+            printf("%s %s: %s\n", removed(o), name,
+                   strncmp(name, CKPT_SPENT_PREFIX,
+                           strlen(CKPT_SPENT_PREFIX)) == 0
+                       ? "the plans of a committed save"
+                       : "what an interrupted gc left");
     } else if (strncmp(name, CKPT_NEW_PREFIX, strlen(CKPT_NEW_PREFIX)) == 0) {
         /* A save's directory being made: its maker holds no lease yet. */
         gc_opts no = *o;

@@ -17,30 +17,55 @@ static size_t put_le(uint8_t *p, uint64_t v)
     return 8;
 }
 
+static int dims(int ndim)
+{
+    return ndim < 0 ? 0 : ndim > CKPT_MAX_DIMS ? CKPT_MAX_DIMS : ndim;
+}
+
+/* Bytes of a step: fqn NUL, dtype, ndim, shape, offsets, sizes (8 bytes
+ * each), file NUL: the names with their NULs, so that no two layouts run
+ * together.  A name longer than the FQN and path limits is cut (the
+ * planner refuses it anyway). */
+size_t ckpt_layout_prefix(uint8_t *pre, const char *fqn, ckpt_dtype dtype,
+                          int ndim, const int64_t *shape)
+{
+    size_t lf = fqn ? strnlen(fqn, 4096) : 0, n = lf + 1;
+    memcpy(pre, fqn ? fqn : "", lf);
+    pre[lf] = 0;
+    n += put_le(pre + n, (uint64_t)dtype);
+    n += put_le(pre + n, (uint64_t)ndim);
+    for (int d = 0; d < dims(ndim); d++)
+        n += put_le(pre + n, (uint64_t)shape[d]);
+    return n;
+}
+
+uint64_t ckpt_layout_step_pre(uint64_t digest, const uint8_t *pre,
+                              size_t npre, int ndim, const int64_t *offsets,
+                              const int64_t *sizes, const char *file,
+                              size_t lfile)
+{
+    uint8_t buf[CKPT_LAYOUT_PRE_MAX + 8 * 2 * CKPT_MAX_DIMS + 4097];
+    int nd = dims(ndim);
+    size_t n = npre;
+    memcpy(buf, pre, npre);
+    for (int d = 0; d < nd; d++)
+        n += put_le(buf + n, (uint64_t)offsets[d]);
+    for (int d = 0; d < nd; d++)
+        n += put_le(buf + n, (uint64_t)sizes[d]);
+    memcpy(buf + n, file ? file : "", lfile);
+    buf[n + lfile] = 0;
+    return XXH3_64bits_withSeed(buf, n + lfile + 1, digest);
+}
+
 uint64_t ckpt_layout_step(uint64_t digest, const char *fqn, ckpt_dtype dtype,
                           int ndim, const int64_t *shape,
                           const int64_t *offsets, const int64_t *sizes,
                           const char *file)
 {
-    /* fqn NUL, dtype, ndim, shape, offsets, sizes (8 bytes each), file
-     * NUL: the names with their NULs, so that no two layouts run
-     * together.  A name longer than the FQN and path limits is cut (the
-     * planner refuses it anyway). */
-    uint8_t buf[2 * 4097 + 8 * (2 + 3 * CKPT_MAX_DIMS)];
-    int nd = ndim < 0 ? 0 : ndim > CKPT_MAX_DIMS ? CKPT_MAX_DIMS : ndim;
-    size_t lf = fqn ? strnlen(fqn, 4096) : 0, n = lf + 1;
-    memcpy(buf, fqn ? fqn : "", lf);
-    buf[lf] = 0;
-    n += put_le(buf + n, (uint64_t)dtype);
-    n += put_le(buf + n, (uint64_t)ndim);
-    const int64_t *v[3] = { shape, offsets, sizes };
-    for (int c = 0; c < 3; c++)
-        for (int d = 0; d < nd; d++)
-            n += put_le(buf + n, (uint64_t)v[c][d]);
-    size_t lp = file ? strnlen(file, 4096) : 0;
-    memcpy(buf + n, file ? file : "", lp);
-    buf[n + lp] = 0;
-    return XXH3_64bits_withSeed(buf, n + lp + 1, digest);
+    uint8_t pre[CKPT_LAYOUT_PRE_MAX];
+    size_t npre = ckpt_layout_prefix(pre, fqn, dtype, ndim, shape);
+    return ckpt_layout_step_pre(digest, pre, npre, ndim, offsets, sizes,
+                                file, file ? strnlen(file, 4096) : 0);
 }
 
 static uint64_t zigzag(int64_t v)

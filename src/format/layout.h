@@ -24,6 +24,20 @@ uint64_t ckpt_layout_step(uint64_t digest, const char *fqn, ckpt_dtype dtype,
                           const int64_t *offsets, const int64_t *sizes,
                           const char *file);
 
+/* ckpt_layout_step in two parts, for many pieces of one tensor: the bytes
+ * its pieces share (fqn, dtype, ndim, shape) made once into pre (at most
+ * CKPT_LAYOUT_PRE_MAX bytes; their count returned), then each piece's
+ * step from them, its box and its shard file of lfile bytes (file's
+ * strnlen up to 4096; 0 for NULL).  The same digest, without scanning the
+ * names again for every piece. */
+#define CKPT_LAYOUT_PRE_MAX (4097 + 8 * (2 + CKPT_MAX_DIMS))
+size_t ckpt_layout_prefix(uint8_t *pre, const char *fqn, ckpt_dtype dtype,
+                          int ndim, const int64_t *shape);
+uint64_t ckpt_layout_step_pre(uint64_t digest, const uint8_t *pre,
+                              size_t npre, int ndim, const int64_t *offsets,
+                              const int64_t *sizes, const char *file,
+                              size_t lfile);
+
 /* A run of a plan's map: pieces j..j+count map to the chunks
  * (t0 + i * dt, k0 + i * dk), i = 0..count-1 (t: the tensor's position
  * in fqn order, k: the chunk's seq). */

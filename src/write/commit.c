@@ -6,7 +6,8 @@
  * with the planner, and publish index.db atomically (written in one
  * transaction and synced once, under a name of this committer's own in .pending/,
  * linked to index.db so that of two committers only one can win,
- * directory synced, .pending removed).  On any error nothing is published.
+ * directory synced, .pending moved aside for the next commit or gc to
+ * remove: write/spent.h).  On any error nothing is published.
  *
  * The syncs, in order (docs/GUARANTEES.md, "Which sync makes which
  * promise"): every shard a plan names, unless its writer synced it and
@@ -44,8 +45,8 @@
 #include "write/deltasave.h"
 #include "write/supersede.h"
 #include "write/reuse.h"
+#include "write/spent.h"
 #include "common/optsize.h"
-#include "common/pool.h"
 
 void ckpt_commit_opts_init(ckpt_commit_opts *o)
 {
@@ -602,50 +603,6 @@ out:
     return rc;
 }
 
-/* Threads that remove a committed save's plans: an unlink's cost is the
- * freeing of the file's blocks (on a file system that discards them, a
- * wait for the device), which the kernel does outside the directory's
- * lock, so unlinks of one directory overlap. */
-#define REMOVE_THREADS 8
-
-typedef struct unlink_task {
-    const char *dir, *name;
-    ckpt_taskgroup *g;
-} unlink_task;
-
-static void unlink_plan(void *arg, int worker)
-{
-    (void)worker;
-    unlink_task *t = arg;
-    char path[4096];
-    if ((size_t)snprintf(path, sizeof path, "%s/%s", t->dir, t->name) <
-        sizeof path)
-        unlink(path);
-    ckpt_tg_done(t->g);
-}
-
-/* Once the save is committed, its plans go, a 16k-rank save's 16k
- * files on several threads; ckpt_commit removes
- * the rest of .pending/.  Best effort: what stays is removed there. */
-static void remove_plans(const char *pending, const name_list *plans)
-{
-    ckpt_pool *pool = NULL;
-    unlink_task *t = calloc(plans->n ? plans->n : 1, sizeof *t);
-    if (!t || plans->n < 2 * REMOVE_THREADS ||
-        ckpt_pool_create(&pool, REMOVE_THREADS, NULL)) {
-        free(t);
-        return;
-    }
-    ckpt_taskgroup g;
-    ckpt_tg_init(&g);
-    for (size_t i = 0; i < plans->n; i++)
-        t[i] = (unlink_task){ pending, plans->v[i], &g };
-    ckpt_pool_run_tasks(pool, unlink_plan, t, plans->n, sizeof *t, &g);
-    ckpt_tg_destroy(&g);
-    ckpt_pool_destroy(pool);
-    free(t);
-}
-
 /* Everything under the commit claim. */
 static int commit_locked(const char *dir, const char *pending,
                          ckpt_claim *claim, const ckpt_commit_opts *o,
@@ -745,8 +702,6 @@ publish:
         rc = sync_data_dir(dir, tmp, err);
     if (rc == 0)
         rc = publish(dir, tmp, final, claim, o->sync, err);
-    if (rc == 0)
-        remove_plans(pending, &plans);
     ckpt_reuse_layouts_free(layouts, nlayouts);
     ckpt_plan_free(&plan);
     free(claims);
@@ -830,15 +785,20 @@ int ckpt_commit(const char *dir, const ckpt_commit_opts *opts,
     }
     ckpt_claim *claim = NULL;
     rc = claim_commit(dir, &claim, err);
+    /* What earlier commits beside this one left goes meanwhile. */
+    ckpt_spent_sweep *sweep = rc == 0 ? ckpt_spent_sweep_start(dir) : NULL;
     if (rc == 0)
         rc = commit_locked(dir, pending, claim, &o, err);
-    /* Once index.db exists the plans are history; a crash that leaves
-     * them is harmless (readers ignore them, gc removes them, a status
-     * read syncs index.db and finishes): no sync. */
-    if (rc == 0) {
+    /* Once index.db exists the plans are history: .pending/ is moved
+     * aside in one rename, for the next commit or gc to remove (spent.h);
+     * removed here only where it cannot be.  A crash that leaves it is
+     * harmless (readers ignore it, gc removes it, a status read syncs
+     * index.db and finishes): no sync. */
+    if (rc == 0 && ckpt_spent_move(dir) != 0) {
         ckpt_error rerr = { 0 };
-        (void)ckpt_remove_tree(pending, &rerr);
+        (void)ckpt_spent_remove(pending, &rerr);
     }
+    ckpt_spent_sweep_join(sweep);
     ckpt_claim_drop(claim);
     /* A committer that died after publishing left its .pending/ (the
      * claim found index.db there): finished here, index.db synced first. */

@@ -21,6 +21,9 @@
 
 /* Names a gc gives what it retires: ".ckpt-gc.<pid>.<n>.<name>". */
 #define CKPT_GC_PREFIX ".ckpt-gc."
+/* Names a commit gives its save's .pending/ once it is history, beside
+ * the checkpoint (write/spent.h): ".ckpt-gc.plans.<pid>.<n>.<name>". */
+#define CKPT_SPENT_PREFIX CKPT_GC_PREFIX "plans."
 
 /* ------------------------------------------------------------ saves */
 

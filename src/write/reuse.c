@@ -77,6 +77,8 @@ struct ckpt_reuse {
     unsigned char *need_sync;       /* per file */
     ckpt_index_packed_tensor *tensors;
     size_t ntensors;
+    uint8_t *pre;                   /* per tensor: its digest's prefix, */
+    size_t *pre_at;                 /* at pre + pre_at[t], to pre_at[t+1] */
     uint64_t *chunk0;               /* per tensor: its first chunk's slot */
     uint64_t nchunks;
     prev_layout *layouts;           /* by plan name, as the plans */
@@ -404,6 +406,7 @@ typedef struct scan_task {
     ckpt_reuse *r;
     size_t k;
     const char *file;   /* its shard, as the previous index names it */
+    size_t lfile;       /* its length, as the digest takes it */
     uint64_t digest;    /* of the pieces its map describes */
     size_t pos;         /* its next record */
     uint64_t end;       /* where its records' frames end in its shard */
@@ -428,8 +431,9 @@ static int scan_piece(void *arg, uint64_t j, size_t t, uint64_t c)
     const ckpt_plan_packed *p = &r->plans[a->k];
     int64_t off[CKPT_MAX_DIMS], size[CKPT_MAX_DIMS];
     ckpt_grid_box(pt->ndim, pt->shape, pt->grid, c, off, size);
-    a->digest = ckpt_layout_step(a->digest, pt->fqn, pt->dtype, pt->ndim,
-                                 pt->shape, off, size, a->file);
+    a->digest = ckpt_layout_step_pre(a->digest, r->pre + r->pre_at[t],
+                                     r->pre_at[t + 1] - r->pre_at[t],
+                                     pt->ndim, off, size, a->file, a->lfile);
     size_t at = a->pos;
     ckpt_pack_chunk rec;
     if (a->pos >= p->len || p->data[a->pos] != 0 ||
@@ -478,6 +482,7 @@ static void scan_plan(scan_task *a)
         return;
     }
     a->file = l->file_id ? r->files[l->file_id - 1].path : NULL;
+    a->lfile = a->file ? strnlen(a->file, 4096) : 0;
     a->digest = CKPT_LAYOUT_SEED;
     if (each_piece(r, a->k, scan_piece, a)) {
         if (!a->why)
@@ -537,6 +542,31 @@ static int scan_plans(ckpt_reuse *r, char *const *names, size_t n,
     }
     free(v);
     return rc;
+}
+
+/* Each tensor's part of its pieces' digest steps (ckpt_layout_prefix),
+ * made once for the scans: 0 or -ENOMEM. */
+static int make_prefixes(ckpt_reuse *r)
+{
+    uint8_t one[CKPT_LAYOUT_PRE_MAX];
+    size_t total = 0;
+    r->pre_at = calloc(r->ntensors + 1, sizeof *r->pre_at);
+    if (!r->pre_at)
+        return -ENOMEM;
+    for (size_t t = 0; t < r->ntensors; t++) {
+        const ckpt_index_packed_tensor *pt = &r->tensors[t];
+        total += ckpt_layout_prefix(one, pt->fqn, pt->dtype, pt->ndim,
+                                    pt->shape);
+        r->pre_at[t + 1] = total;
+    }
+    if (!(r->pre = malloc(total ? total : 1)))
+        return -ENOMEM;
+    for (size_t t = 0; t < r->ntensors; t++) {
+        const ckpt_index_packed_tensor *pt = &r->tensors[t];
+        ckpt_layout_prefix(r->pre + r->pre_at[t], pt->fqn, pt->dtype,
+                           pt->ndim, pt->shape);
+    }
+    return 0;
 }
 
 /* 1 when the plans' pieces, as many as the chunks, left no chunk's slot
@@ -640,6 +670,8 @@ static int prepare(ckpt_reuse *r, const char *dir, const char *pending,
         rc = check_plan(r, k, names[k], why, cap);
     if (!rc)
         rc = chunk_slots(r);
+    if (!rc)
+        rc = make_prefixes(r);
     if (!rc)
         rc = ckpt_pool_create(&r->pool, 0, err);
     if (!rc)
@@ -834,6 +866,8 @@ void ckpt_reuse_free(ckpt_reuse *r)
     for (size_t t = 0; t < r->ntensors; t++)
         free((char *)r->tensors[t].fqn);
     free(r->tensors);
+    free(r->pre);
+    free(r->pre_at);
     if (r->pool)
         ckpt_pool_destroy(r->pool);
     free(r->sums);

@@ -61,6 +61,8 @@ expect_out_re '^removed step-8: ' "--min-age 0 removes it"
 echo "# ---- what interrupted commits and gcs leave"
 mkdir -p "$R/.ckpt-gc.123.0.step-0/data"
 head -c 1000 /dev/urandom >"$R/.ckpt-gc.123.0.step-0/data/rank0.shard"
+mkdir -p "$R/.ckpt-gc.plans.55.0.step-5/sub"
+echo x >"$R/.ckpt-gc.plans.55.0.step-5/rank0.plan"
 mkdir -p "$R/.ckpt-new.77.1.step-9/.pending"
 find "$R/.ckpt-new.77.1.step-9" -exec touch -h -d "3 hours ago" {} +
 mkdir -p "$R/step-6/.pending"
@@ -69,6 +71,8 @@ cp "$R/step-6/index.db" "$R/step-6/index.db.tmp"
 run_ckpt gc "$R"
 expect_ok "gc of the debris"
 expect_out_re '^removed \.ckpt-gc\.123\.0\.step-0: what an interrupted gc left' "a half-removed retired directory goes"
+expect_out_re '^removed \.ckpt-gc\.plans\.55\.0\.step-5: the plans of a committed save' "a committed save's plans, moved aside and half removed, go"
+check "no spent plans left in the root" test -z "$(ls -A "$R" | grep '^\.ckpt-gc\.plans\.')"
 expect_out_re '^removed \.ckpt-new\.77\.1\.step-9: ' "a save's directory that never made it into place goes"
 expect_out_re '^removed step-6/\.pending and index\.db\.tmp: what its commit left behind' "a committed checkpoint's leftover .pending and index.db.tmp go"
 check "step-6 keeps its index, loses .pending and index.db.tmp" \
@@ -88,7 +92,9 @@ expect_out_re '^kept step-3: step 3 is a multiple of --keep-every 3' "step-3 is 
 for n in step-1 step-2 step-4 step-5 final; do
     expect_out_re "^would remove $n: committed checkpoint" "$n would go"
 done
-[ "$(listing)" = "final step-1 step-10 step-2 step-3 step-4 step-5 step-6 " ] && ok "the dry run removed nothing" || bad "after the dry run: $(listing)"
+# The last commit moved its plans aside for the next commit or gc.
+expect_out_re '^would remove \.ckpt-gc\.plans\.[0-9]+\.[0-9]+\.step-10: the plans of a committed save' "step-10's plans, moved aside by its commit, would go"
+[ "$(listing)" = "$(ls -A "$R" | grep '^\.ckpt-gc\.plans\.[0-9]*\.[0-9]*\.step-10$' | tr '\n' ' ')final step-1 step-10 step-2 step-3 step-4 step-5 step-6 " ] && ok "the dry run removed nothing" || bad "after the dry run: $(listing)"
 run_ckpt gc --keep-last 2 --keep-every 3 "$R"
 expect_ok "--keep-last 2 --keep-every 3"
 expect_out_re '^removed step-1: committed checkpoint \(step 1\), not among the 2 newest nor a multiple of --keep-every' "step-1 goes, and gc says why"

@@ -886,6 +886,20 @@ static int frame_codec(ckpt_reader *rd, size_t t, uint64_t f)
     return fi.codec;
 }
 
+/* Saves v1 ("t", nf frames of FRAME bytes) into root/name against
+ * root/s0 as save_tc does, checks that it reads back bit for bit, and
+ * puts each frame's codec into codec[0..nf). */
+static void saved_codecs(const char *root, const char *name, int threads,
+                         const float *v1, int nf, size_t chunk, int *codec)
+{
+    save_tc(root, name, "s0", threads, v1, nf, FRAME, chunk);
+    ckpt_reader *rd = open_ck(root, name);
+    size_t t = (size_t)ckpt_reader_find(rd, "t");
+    for (int f = 0; f < nf; f++)
+        codec[f] = frame_codec(rd, t, (uint64_t)f);
+    read_back(rd, t, v1, sizeof(float) * (size_t)nf * (FRAME / 4));
+}
+
 START_TEST(xor_budget_in_frame_order)
 {
     /* Frames 0-3 all new (frames 0 and 1 take the 2 credits and their
@@ -897,7 +911,7 @@ START_TEST(xor_budget_in_frame_order)
      * nudged frame taking a credit before a new one became xor; when
      * the frames handed out before a win was drained were skipped, the
      * ones after 33 depended on how many were in flight. */
-    enum { NF = 40, PER = FRAME / 4 };
+    enum { NF = 40 };
     char *root = make_tmpdir_tagged("delta");
     float *v0, *v1;
     budget_states(NF, 4, 1, 5, &v0, &v1);
@@ -906,17 +920,13 @@ START_TEST(xor_budget_in_frame_order)
     for (size_t k = 0; k < sizeof threads / sizeof *threads; k++) {
         char name[16];
         snprintf(name, sizeof name, "d%zu", k);
-        save_t(root, name, "s0", threads[k], v1, NF, FRAME);
-        ckpt_reader *rd = open_ck(root, name);
-        size_t t = (size_t)ckpt_reader_find(rd, "t");
-        for (uint64_t f = 0; f < NF; f++) {
-            int codec = frame_codec(rd, t, f);
-            ck_assert_msg((codec == CKPT_CODEC_XOR) == (f >= 33) &&
-                          codec != CKPT_CODEC_REF,
-                          "%d threads: frame %llu has codec %d", threads[k],
-                          (unsigned long long)f, codec);
-        }
-        read_back(rd, t, v1, sizeof(float) * NF * PER);
+        int codec[NF];
+        saved_codecs(root, name, threads[k], v1, NF, 0, codec);
+        for (int f = 0; f < NF; f++)
+            ck_assert_msg((codec[f] == CKPT_CODEC_XOR) == (f >= 33) &&
+                          codec[f] != CKPT_CODEC_REF,
+                          "%d threads: frame %d has codec %d", threads[k], f,
+                          codec[f]);
     }
     free(v0);
     free(v1);
@@ -936,7 +946,7 @@ START_TEST(refs_take_no_xor_ticket)
      * streamed in writes that straddle frames.  When a ref took a ticket
      * and gave it back once drained, the probe came earlier by the refs
      * still in flight when later frames were handed out. */
-    enum { NF = 72, PER = FRAME / 4 };
+    enum { NF = 72 };
     char *root = make_tmpdir_tagged("delta");
     float *v0, *v1;
     budget_states(NF, 5, 2, 11, &v0, &v1);
@@ -946,21 +956,18 @@ START_TEST(refs_take_no_xor_ticket)
     for (size_t k = 0; k < 2 * nt; k++) {
         char name[16];
         snprintf(name, sizeof name, "d%zu", k);
-        save_tc(root, name, "s0", threads[k % nt], v1, NF, FRAME,
-                k < nt ? 0 : FRAME * 3 / 2 + 4);
-        ckpt_reader *rd = open_ck(root, name);
-        size_t t = (size_t)ckpt_reader_find(rd, "t");
-        for (uint64_t f = 0; f < NF; f++) {
-            int codec = frame_codec(rd, t, f);
+        int codec[NF];
+        saved_codecs(root, name, threads[k % nt], v1, NF,
+                     k < nt ? 0 : FRAME * 3 / 2 + 4, codec);
+        for (int f = 0; f < NF; f++) {
             int want = f >= 4 && f % 2 == 0 ? CKPT_CODEC_REF
                        : f >= 63 ? CKPT_CODEC_XOR : -1;
-            ck_assert_msg(want < 0 ? codec != CKPT_CODEC_REF &&
-                          codec != CKPT_CODEC_XOR : codec == want,
-                          "%s, %d threads: frame %llu has codec %d",
-                          k < nt ? "put" : "streamed", threads[k % nt],
-                          (unsigned long long)f, codec);
+            ck_assert_msg(want < 0 ? codec[f] != CKPT_CODEC_REF &&
+                          codec[f] != CKPT_CODEC_XOR : codec[f] == want,
+                          "%s, %d threads: frame %d has codec %d",
+                          k < nt ? "put" : "streamed", threads[k % nt], f,
+                          codec[f]);
         }
-        read_back(rd, t, v1, sizeof(float) * NF * PER);
     }
     free(v0);
     free(v1);

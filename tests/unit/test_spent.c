@@ -5,7 +5,8 @@
  * removes every spent directory it finds there, whole or half removed (a
  * crash midway), and nothing else: not a link that bears the name, not
  * a file, not what a link points to (also when the link stands where the
- * directory was).
+ * directory was).  When no spent name can be taken, the commit removes
+ * .pending/ in place.
  */
 #include <check.h>
 #include <dirent.h>
@@ -149,6 +150,28 @@ START_TEST(test_commit_moves_pending_aside)
 }
 END_TEST
 
+START_TEST(test_commit_removes_pending_when_no_move)
+{
+    /* Every name the move could take is held (by files, which no sweep
+     * removes): the move fails, and the commit removes .pending/ in
+     * place instead of leaving it in the checkpoint. */
+    char *root = make_tmpdir_tagged("spent");
+    for (unsigned n = 0; n < 1000; n++) {
+        char rel[256];
+        snprintf(rel, sizeof rel, CKPT_SPENT_PREFIX "%ld.%u.step-1",
+                 (long)getpid(), n);
+        put_file(root, rel);
+    }
+    save(root, "step-1", 1);
+    ck_assert(exists(root, "step-1/index.db"));
+    ck_assert(!exists(root, "step-1/.pending"));
+    char name[256];
+    ck_assert_int_eq(spent_dirs(root, name, sizeof name), 0);
+    check_values(root, "step-1", 1);
+    remove_tmpdir(root);
+}
+END_TEST
+
 START_TEST(test_next_commit_removes_spent)
 {
     char *root = make_tmpdir_tagged("spent");
@@ -226,6 +249,7 @@ static Suite *suite(void)
     TCase *tc = tcase_create("spent");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_commit_moves_pending_aside);
+    tcase_add_test(tc, test_commit_removes_pending_when_no_move);
     tcase_add_test(tc, test_next_commit_removes_spent);
     tcase_add_test(tc, test_remove_many);
     tcase_add_test(tc, test_remove_link_not_followed);
